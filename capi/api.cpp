@@ -1,0 +1,274 @@
+// capi/api.cpp -- the extern "C" entry points of flash.h.
+//
+// The path of one call: flash_fwd -> validate_fwd (capi/validate.cpp: check every rule, normalise into
+// flash::FwdParams) -> select_algorithm (libflash/dispatch.cpp) -> run_fwd (workspace, device guard) ->
+// the backend's fwd() -> status. Nothing here throws across the ABI: every exception becomes a status.
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "../flash.h"
+#include "../libflash/dispatch.h"
+#include "../libflash/error.h"
+#include "validate.h"
+#ifdef FLASH_WITH_CUDA
+#include "../libflash/cuda/runtime.h"
+#endif
+
+#define FLASH_STR2(x) #x
+#define FLASH_STR(x) FLASH_STR2(x)
+
+using flash::fail;
+
+namespace {
+
+// Runs `body` with the C++ exceptions it might throw turned into statuses.
+template <class F>
+int32_t guarded(F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(FLASH_ERROR_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(FLASH_ERROR_INTERNAL, "internal error: ", e.what());
+  } catch (...) {
+    return fail(FLASH_ERROR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "CPU";
+}
+
+// Shared validation + selection for flash_fwd and flash_fwd_workspace_size.
+int32_t prepare_fwd(const flash_fwd_args* args, flash::FwdParams* p, const flash::Algorithm** alg) {
+  if (const int32_t s = flash::validate_fwd(args, p); s != FLASH_OK) return s;
+  if (args->q.device_type == FLASH_DEVICE_CUDA)
+    if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
+  return flash::select_algorithm(*p, args->q.device_type, args->algorithm, alg);
+}
+
+}  // namespace
+
+extern "C" {
+
+FLASH_API uint32_t flash_version_number(void) { return FLASH_VERSION_NUMBER; }
+FLASH_API uint32_t flash_version_major(void) { return FLASH_VERSION_MAJOR; }
+FLASH_API uint32_t flash_version_minor(void) { return FLASH_VERSION_MINOR; }
+FLASH_API uint32_t flash_version_patch(void) { return FLASH_VERSION_PATCH; }
+FLASH_API const char* flash_version_string(void) {
+  return FLASH_STR(FLASH_VERSION_MAJOR) "." FLASH_STR(FLASH_VERSION_MINOR) "." FLASH_STR(FLASH_VERSION_PATCH);
+}
+
+FLASH_API const char* flash_build_info(void) {
+  return "libflash " FLASH_STR(FLASH_VERSION_MAJOR) "." FLASH_STR(FLASH_VERSION_MINOR) "." FLASH_STR(FLASH_VERSION_PATCH)
+         "; compiler " __VERSION__
+#ifdef FLASH_WITH_CUDA
+         "; CUDA " FLASH_STR(FLASH_CUDA_VERSION) "; GPU targets " FLASH_GPU_TARGETS
+#else
+         "; CPU-only build"
+#endif
+#ifdef FLASH_GIT_REVISION
+         "; git " FLASH_GIT_REVISION
+#endif
+      ;
+}
+
+FLASH_API const char* flash_status_string(int32_t status) {
+  switch (status) {
+    case FLASH_OK: return "FLASH_OK";
+    case FLASH_ERROR_INVALID_ARGUMENT: return "FLASH_ERROR_INVALID_ARGUMENT";
+    case FLASH_ERROR_NULL_POINTER: return "FLASH_ERROR_NULL_POINTER";
+    case FLASH_ERROR_STRUCT_SIZE: return "FLASH_ERROR_STRUCT_SIZE";
+    case FLASH_ERROR_BAD_SHAPE: return "FLASH_ERROR_BAD_SHAPE";
+    case FLASH_ERROR_BAD_STRIDE: return "FLASH_ERROR_BAD_STRIDE";
+    case FLASH_ERROR_DTYPE_MISMATCH: return "FLASH_ERROR_DTYPE_MISMATCH";
+    case FLASH_ERROR_UNSUPPORTED_DTYPE: return "FLASH_ERROR_UNSUPPORTED_DTYPE";
+    case FLASH_ERROR_DEVICE_MISMATCH: return "FLASH_ERROR_DEVICE_MISMATCH";
+    case FLASH_ERROR_UNSUPPORTED_HEAD_DIM: return "FLASH_ERROR_UNSUPPORTED_HEAD_DIM";
+    case FLASH_ERROR_BAD_MASK: return "FLASH_ERROR_BAD_MASK";
+    case FLASH_ERROR_NO_CUDA_DEVICE: return "FLASH_ERROR_NO_CUDA_DEVICE";
+    case FLASH_ERROR_ALGORITHM_UNAVAILABLE: return "FLASH_ERROR_ALGORITHM_UNAVAILABLE";
+    case FLASH_ERROR_UNSUPPORTED: return "FLASH_ERROR_UNSUPPORTED";
+    case FLASH_ERROR_OUT_OF_MEMORY: return "FLASH_ERROR_OUT_OF_MEMORY";
+    case FLASH_ERROR_WORKSPACE_TOO_SMALL: return "FLASH_ERROR_WORKSPACE_TOO_SMALL";
+    case FLASH_ERROR_CUDA: return "FLASH_ERROR_CUDA";
+    case FLASH_ERROR_CUBLAS: return "FLASH_ERROR_CUBLAS";
+    case FLASH_ERROR_INTERNAL: return "FLASH_ERROR_INTERNAL";
+    default: return "FLASH_ERROR_UNKNOWN_STATUS";
+  }
+}
+
+FLASH_API const char* flash_last_error_message(void) { return flash::last_error(); }
+
+FLASH_API const char* flash_algorithm_name(int32_t algorithm) {
+  switch (algorithm) {
+    case FLASH_ALGO_AUTO: return "auto";
+    case FLASH_ALGO_CPU: return "cpu";
+    case FLASH_ALGO_NAIVE: return "naive";
+    case FLASH_ALGO_SM80: return "sm80";
+    case FLASH_ALGO_SM90: return "sm90";
+    default: return nullptr;
+  }
+}
+
+FLASH_API int32_t flash_algorithm_from_name(const char* name) {
+  if (name == nullptr) return -1;
+  for (int32_t a = 0; a < FLASH_ALGO_COUNT; ++a)
+    if (std::strcmp(name, flash_algorithm_name(a)) == 0) return a;
+  return -1;
+}
+
+FLASH_API flash_tensor flash_tensor_contiguous(void* data, int32_t dtype, int32_t device_type, int32_t device_id,
+                                               int32_t ndim, const int64_t* shape) {
+  flash_tensor t;
+  std::memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.dtype = dtype;
+  t.device_type = device_type;
+  t.device_id = device_id;
+  t.ndim = ndim;
+  if (shape == nullptr || ndim < 1 || ndim > 4) return t;  // invalid: flash_fwd will say so
+  int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return t;
+}
+
+FLASH_API int32_t flash_block_mask_init(flash_block_mask* mask) {
+  if (mask == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "mask is NULL");
+  std::memset(mask, 0, sizeof(*mask));
+  mask->struct_size = sizeof(*mask);
+  mask->block_m = 128;
+  mask->block_n = 128;
+  return FLASH_OK;
+}
+
+FLASH_API int32_t flash_fwd_args_init(flash_fwd_args* args) {
+  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->softmax_scale = 0.0f;  // 1/sqrt(head_dim)
+  args->causal = 0;
+  args->causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
+  args->window_left = -1;
+  args->window_right = -1;
+  args->algorithm = FLASH_ALGO_AUTO;
+  args->algorithm_used = -1;
+  return FLASH_OK;
+}
+
+FLASH_API int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes) {
+  return guarded([&]() -> int32_t {
+    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
+    *bytes = 0;
+    flash::FwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_fwd(args, &p, &alg); s != FLASH_OK) return s;
+    *bytes = alg->fwd_workspace(p);
+    return FLASH_OK;
+  });
+}
+
+FLASH_API int32_t flash_fwd(flash_fwd_args* args) {
+  return guarded([&]() -> int32_t {
+    flash::FwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_fwd(args, &p, &alg); s != FLASH_OK) return s;
+    const int32_t s = flash::run_fwd(*alg, p, args->q.device_type);
+    if (s == FLASH_OK) args->algorithm_used = alg->id;
+    return s;
+  });
+}
+
+FLASH_API int32_t flash_device_info_init(flash_device_info* info) {
+  if (info == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "info is NULL");
+  std::memset(info, 0, sizeof(*info));
+  info->struct_size = sizeof(*info);
+  return FLASH_OK;
+}
+
+FLASH_API int32_t flash_device_count(int32_t device_type, int32_t* count) {
+  return guarded([&]() -> int32_t {
+    if (count == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "count is NULL");
+    *count = 0;
+    if (device_type == FLASH_DEVICE_CPU) {
+      *count = 1;
+      return FLASH_OK;
+    }
+    if (device_type != FLASH_DEVICE_CUDA)
+      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
+#ifdef FLASH_WITH_CUDA
+    *count = flash::cuda::device_count();
+#endif
+    return FLASH_OK;
+  });
+}
+
+FLASH_API int32_t flash_get_device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
+  return guarded([&]() -> int32_t {
+    if (info == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "info is NULL");
+    if (info->struct_size < sizeof(flash_device_info))
+      return fail(FLASH_ERROR_STRUCT_SIZE, "info->struct_size is ", info->struct_size, " but must be at least ",
+                  sizeof(flash_device_info), " (call flash_device_info_init)");
+    const size_t keep = info->struct_size;
+    std::memset(info, 0, sizeof(*info));
+    info->struct_size = keep;
+    if (device_type == FLASH_DEVICE_CPU) {
+      if (device_id != 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_id is ", device_id, " but the CPU is device 0");
+      info->device_type = FLASH_DEVICE_CPU;
+      const std::string name = cpu_model_name();
+      std::strncpy(info->name, name.c_str(), sizeof(info->name) - 1);
+      info->multiprocessors = static_cast<int32_t>(std::thread::hardware_concurrency());
+      const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+      info->shared_mem_per_sm = l2 > 0 ? l2 : 0;  // the fast memory a CPU thread tiles for
+      const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+      info->l2_cache_bytes = l3 > 0 ? l3 : 0;     // last-level cache
+      info->total_memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+      info->algorithms = flash::available_algorithms(FLASH_DEVICE_CPU, 0);
+      return FLASH_OK;
+    }
+    if (device_type != FLASH_DEVICE_CUDA)
+      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
+#ifdef FLASH_WITH_CUDA
+    if (const int32_t s = flash::cuda::device_info(device_id, info); s != FLASH_OK) return s;
+    info->algorithms = flash::available_algorithms(FLASH_DEVICE_CUDA, device_id);
+    return FLASH_OK;
+#else
+    return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
+#endif
+  });
+}
+
+FLASH_API uint32_t flash_compiled_algorithms(void) {
+  int n = 0;
+  const flash::Algorithm* const* list = flash::algorithms(&n);
+  uint32_t mask = 0;
+  for (int i = 0; i < n; ++i) mask |= 1u << list[i]->id;
+  return mask;
+}
+
+FLASH_API size_t flash_struct_size(int32_t which) {
+  switch (which) {
+    case FLASH_STRUCT_TENSOR: return sizeof(flash_tensor);
+    case FLASH_STRUCT_FWD_ARGS: return sizeof(flash_fwd_args);
+    case FLASH_STRUCT_BLOCK_MASK: return sizeof(flash_block_mask);
+    case FLASH_STRUCT_DEVICE_INFO: return sizeof(flash_device_info);
+    default: return 0;
+  }
+}
+
+}  // extern "C"

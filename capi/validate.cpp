@@ -1,0 +1,297 @@
+// capi/validate.cpp -- turns a caller's flash_fwd_args into a checked, normalised flash::FwdParams.
+//
+// Every rule of the ABI is enforced here, once, before any backend runs, and each failure names the
+// exact field and value ("k.shape[3] is 96 but q.shape[3] is 128"). Backends may then assume a valid
+// problem and only check what is specific to them (Algorithm::supports).
+#include "validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../libflash/error.h"
+
+namespace flash {
+namespace {
+
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+
+bool valid_dtype(int32_t t) { return t == FLASH_DTYPE_FP32 || t == FLASH_DTYPE_FP16 || t == FLASH_DTYPE_BF16; }
+
+const char* dtype_name(int32_t t) {
+  switch (t) {
+    case FLASH_DTYPE_FP32: return "fp32";
+    case FLASH_DTYPE_FP16: return "fp16";
+    case FLASH_DTYPE_BF16: return "bf16";
+    default: return "unknown";
+  }
+}
+
+std::string device_name(const flash_tensor& t) {
+  if (t.device_type == FLASH_DEVICE_CPU) return "cpu";
+  if (t.device_type == FLASH_DEVICE_CUDA) return "cuda:" + std::to_string(t.device_id);
+  return "device_type " + std::to_string(t.device_type);
+}
+
+// Largest element offset reachable in t plus one (the span in elements), or -1 on int64 overflow.
+int64_t span_elements(const flash_tensor& t) {
+  int64_t last = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    const int64_t extent = t.shape[i] - 1;
+    if (extent > 0 && t.strides[i] > (std::numeric_limits<int64_t>::max() - last) / extent) return -1;
+    last += extent * t.strides[i];
+  }
+  return last + 1;
+}
+
+// Checks one tensor's own fields: pointer, ndim, dtype, device, shape and strides.
+int32_t check_tensor(const flash_tensor& t, const char* name, int ndim, bool contiguous_last) {
+  if (t.data == nullptr) return fail(FLASH_ERROR_NULL_POINTER, name, ".data is NULL");
+  if (t.ndim != ndim) return fail(FLASH_ERROR_BAD_SHAPE, name, ".ndim is ", t.ndim, " but must be ", ndim);
+  if (!valid_dtype(t.dtype)) return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, name, ".dtype is ", t.dtype, ", not a FLASH_DTYPE_* value");
+  if (t.device_type != FLASH_DEVICE_CPU && t.device_type != FLASH_DEVICE_CUDA)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_type is ", t.device_type, ", not a FLASH_DEVICE_* value");
+  if (t.device_id < 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_id is ", t.device_id, " but must be >= 0");
+  int64_t elements = 1;
+  for (int i = 0; i < ndim; ++i) {
+    if (t.shape[i] <= 0) return fail(FLASH_ERROR_BAD_SHAPE, name, ".shape[", i, "] is ", t.shape[i], " but must be positive");
+    if (t.shape[i] > kMaxInt32)
+      return fail(FLASH_ERROR_BAD_SHAPE, name, ".shape[", i, "] is ", t.shape[i], ", larger than 2^31-1");
+    if (elements > std::numeric_limits<int64_t>::max() / t.shape[i])
+      return fail(FLASH_ERROR_BAD_SHAPE, name, " has more than 2^63 elements");
+    elements *= t.shape[i];
+    if (t.strides[i] < 0) return fail(FLASH_ERROR_BAD_STRIDE, name, ".strides[", i, "] is ", t.strides[i], " but must be >= 0");
+  }
+  if (contiguous_last && t.strides[ndim - 1] != 1 && t.shape[ndim - 1] > 1)
+    return fail(FLASH_ERROR_BAD_STRIDE, name, ".strides[", ndim - 1, "] is ", t.strides[ndim - 1],
+                " but the last dimension must be contiguous (stride 1)");
+  const int64_t span = span_elements(t);
+  const int64_t esize = t.dtype == FLASH_DTYPE_FP32 ? 4 : 2;
+  if (span < 0 || span > std::numeric_limits<int64_t>::max() / esize)
+    return fail(FLASH_ERROR_BAD_STRIDE, name, " spans more than 2^63 bytes with these strides");
+  return FLASH_OK;
+}
+
+// An output must not have two indices that map to one address (e.g. a stride of 0): the result would
+// depend on the order of writes. Sort dims by stride; each must step past everything inside it.
+int32_t check_no_self_overlap(const flash_tensor& t, const char* name) {
+  std::vector<int> dims;
+  for (int i = 0; i < t.ndim; ++i)
+    if (t.shape[i] > 1) dims.push_back(i);
+  std::sort(dims.begin(), dims.end(), [&](int a, int b) { return t.strides[a] < t.strides[b]; });
+  int64_t inner_span = 1;  // elements covered by the dims already placed
+  for (int d : dims) {
+    if (t.strides[d] < inner_span)
+      return fail(FLASH_ERROR_BAD_STRIDE, name, ".strides[", d, "] is ", t.strides[d],
+                  ", so distinct output elements would share memory (needs >= ", inner_span, ")");
+    inner_span = t.strides[d] * (t.shape[d] - 1) + inner_span;
+  }
+  return FLASH_OK;
+}
+
+struct ByteRange {
+  uintptr_t lo, hi;  // [lo, hi)
+};
+ByteRange byte_range(const flash_tensor& t) {
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
+  const int64_t esize = t.dtype == FLASH_DTYPE_FP32 ? 4 : 2;
+  return {lo, lo + static_cast<uintptr_t>(span_elements(t) * esize)};
+}
+bool overlaps(const flash_tensor& a, const flash_tensor& b) {
+  if (a.device_type != b.device_type || a.device_id != b.device_id) return false;
+  const ByteRange x = byte_range(a), y = byte_range(b);
+  return x.lo < y.hi && y.lo < x.hi;
+}
+
+int32_t check_dim(const flash_tensor& t, const char* tn, int td, const flash_tensor& ref, const char* rn, int rd) {
+  if (t.shape[td] != ref.shape[rd])
+    return fail(FLASH_ERROR_BAD_SHAPE, tn, ".shape[", td, "] is ", t.shape[td], " but ", rn, ".shape[", rd, "] is ",
+                ref.shape[rd]);
+  return FLASH_OK;
+}
+
+#define FLASH_CHECK(expr)                 \
+  do {                                    \
+    const int32_t status_ = (expr);       \
+    if (status_ != FLASH_OK) return status_; \
+  } while (0)
+
+int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64_t seqlen_k, FwdParams* p) {
+  if (m.struct_size < sizeof(flash_block_mask))
+    return fail(FLASH_ERROR_STRUCT_SIZE, "block_mask->struct_size is ", m.struct_size, " but must be at least ",
+                sizeof(flash_block_mask), " (call flash_block_mask_init)");
+  for (int32_t bs : {m.block_m, m.block_n})
+    if (bs != 64 && bs != 128)
+      return fail(FLASH_ERROR_BAD_MASK, "block_mask block size is ", bs, " but must be 64 or 128");
+  const int64_t want_q_blocks = (q.shape[1] + m.block_m - 1) / m.block_m;
+  if (m.num_q_blocks != want_q_blocks)
+    return fail(FLASH_ERROR_BAD_MASK, "block_mask->num_q_blocks is ", m.num_q_blocks, " but seqlen_q ", q.shape[1],
+                " with block_m ", m.block_m, " needs ", want_q_blocks);
+  const int64_t kv_blocks = (seqlen_k + m.block_n - 1) / m.block_n;
+  if (m.max_kv_blocks < 0 || m.max_kv_blocks > kv_blocks)
+    return fail(FLASH_ERROR_BAD_MASK, "block_mask->max_kv_blocks is ", m.max_kv_blocks, " but must be in [0, ",
+                kv_blocks, "]");
+  if (m.kv_num_blocks == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "block_mask->kv_num_blocks is NULL");
+  if (m.kv_indices == nullptr && m.max_kv_blocks > 0) return fail(FLASH_ERROR_NULL_POINTER, "block_mask->kv_indices is NULL");
+  for (int i = 0; i < 3; ++i)
+    if (m.kv_num_blocks_strides[i] < 0)
+      return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_num_blocks_strides[", i, "] is negative");
+  for (int i = 0; i < 4; ++i)
+    if (m.kv_indices_strides[i] < 0) return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_indices_strides[", i, "] is negative");
+  BlockMaskParams& b = p->block_mask;
+  b.kv_num_blocks = m.kv_num_blocks;
+  b.kv_indices = m.kv_indices;
+  b.num_batch_stride = m.kv_num_blocks_strides[0];
+  b.num_head_stride = m.kv_num_blocks_strides[1];
+  b.num_qblock_stride = m.kv_num_blocks_strides[2];
+  b.idx_batch_stride = m.kv_indices_strides[0];
+  b.idx_head_stride = m.kv_indices_strides[1];
+  b.idx_qblock_stride = m.kv_indices_strides[2];
+  b.idx_stride = m.kv_indices_strides[3];
+  b.block_m = m.block_m;
+  b.block_n = m.block_n;
+  b.num_q_blocks = m.num_q_blocks;
+  b.max_kv_blocks = m.max_kv_blocks;
+  // Host-resident masks are checked element by element (device-resident ones cannot be read without a
+  // synchronisation; the GPU kernels skip out-of-range entries instead of reading out of bounds).
+  if (q.device_type == FLASH_DEVICE_CPU) {
+    std::vector<char> seen(static_cast<size_t>(kv_blocks));
+    for (int64_t bb = 0; bb < p->batch; ++bb)
+      for (int64_t h = 0; h < p->heads_q; ++h)
+        for (int64_t qb = 0; qb < m.num_q_blocks; ++qb) {
+          const int32_t n = b.kv_num_blocks[bb * b.num_batch_stride + h * b.num_head_stride + qb * b.num_qblock_stride];
+          if (n < 0 || n > m.max_kv_blocks)
+            return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_num_blocks[", bb, ",", h, ",", qb, "] is ", n,
+                        " but must be in [0, ", m.max_kv_blocks, "]");
+          std::fill(seen.begin(), seen.end(), 0);
+          for (int32_t t = 0; t < n; ++t) {
+            const int32_t kb = b.kv_indices[bb * b.idx_batch_stride + h * b.idx_head_stride + qb * b.idx_qblock_stride +
+                                            t * b.idx_stride];
+            if (kb < 0 || kb >= kv_blocks)
+              return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_indices[", bb, ",", h, ",", qb, ",", t, "] is ", kb,
+                          " but must be in [0, ", kv_blocks, ")");
+            if (seen[kb]++)
+              return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_indices[", bb, ",", h, ",", qb, "] lists key block ", kb,
+                          " twice");
+          }
+        }
+  }
+  return FLASH_OK;
+}
+
+}  // namespace
+
+int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
+  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  if (args->struct_size < sizeof(flash_fwd_args))
+    return fail(FLASH_ERROR_STRUCT_SIZE, "args->struct_size is ", args->struct_size, " but must be at least ",
+                sizeof(flash_fwd_args), " (call flash_fwd_args_init)");
+  const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &lse = args->lse;
+
+  FLASH_CHECK(check_tensor(q, "q", 4, true));
+  FLASH_CHECK(check_tensor(k, "k", 4, true));
+  FLASH_CHECK(check_tensor(v, "v", 4, true));
+  FLASH_CHECK(check_tensor(o, "o", 4, true));
+
+  const struct { const flash_tensor* t; const char* n; } others[] = {{&k, "k"}, {&v, "v"}, {&o, "o"}};
+  for (const auto& x : others) {
+    if (x.t->dtype != q.dtype)
+      return fail(FLASH_ERROR_DTYPE_MISMATCH, x.n, ".dtype is ", dtype_name(x.t->dtype), " but q.dtype is ",
+                  dtype_name(q.dtype));
+    if (x.t->device_type != q.device_type || x.t->device_id != q.device_id)
+      return fail(FLASH_ERROR_DEVICE_MISMATCH, x.n, " is on ", device_name(*x.t), " but q is on ", device_name(q));
+  }
+
+  // Shapes: q [b, sq, hq, d]; k, v [b, sk, hkv, d]; o like q.
+  FLASH_CHECK(check_dim(k, "k", 0, q, "q", 0));
+  FLASH_CHECK(check_dim(k, "k", 3, q, "q", 3));
+  for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(v, "v", i, k, "k", i));
+  for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(o, "o", i, q, "q", i));
+  if (q.shape[2] % k.shape[2] != 0)
+    return fail(FLASH_ERROR_BAD_SHAPE, "q.shape[2] (heads_q) is ", q.shape[2], ", not a multiple of k.shape[2] (heads_kv) ",
+                k.shape[2]);
+  const int64_t d = q.shape[3];
+  if (d % 8 != 0 || d > 256)
+    return fail(FLASH_ERROR_UNSUPPORTED_HEAD_DIM, "head_dim (q.shape[3]) is ", d, " but must be a multiple of 8 in [8, 256]");
+
+  if (q.device_type == FLASH_DEVICE_CUDA && q.dtype == FLASH_DTYPE_FP32)
+    return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, "q.dtype is fp32 but CUDA tensors must be fp16 or bf16");
+
+  // Outputs: no aliasing inside o, and o must not overlap any input (it would be read after written).
+  FLASH_CHECK(check_no_self_overlap(o, "o"));
+  for (const auto& x : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v")})
+    if (overlaps(o, *x.first)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "o overlaps ", x.second, " in memory");
+
+  const bool want_lse = lse.data != nullptr;
+  if (want_lse) {
+    FLASH_CHECK(check_tensor(lse, "lse", 3, false));
+    if (lse.dtype != FLASH_DTYPE_FP32)
+      return fail(FLASH_ERROR_DTYPE_MISMATCH, "lse.dtype is ", dtype_name(lse.dtype), " but must be fp32");
+    if (lse.device_type != q.device_type || lse.device_id != q.device_id)
+      return fail(FLASH_ERROR_DEVICE_MISMATCH, "lse is on ", device_name(lse), " but q is on ", device_name(q));
+    FLASH_CHECK(check_dim(lse, "lse", 0, q, "q", 0));
+    FLASH_CHECK(check_dim(lse, "lse", 1, q, "q", 2));
+    FLASH_CHECK(check_dim(lse, "lse", 2, q, "q", 1));
+    FLASH_CHECK(check_no_self_overlap(lse, "lse"));
+    for (const auto& x : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v"), std::make_pair(&o, "o")})
+      if (overlaps(lse, *x.first)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "lse overlaps ", x.second, " in memory");
+  }
+
+  // Scalars.
+  if (!std::isfinite(args->softmax_scale))
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is not finite");
+  if (args->causal != 0 && args->causal != 1)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal is ", args->causal, " but must be 0 or 1");
+  if (args->causal_alignment != FLASH_ALIGN_BOTTOM_RIGHT && args->causal_alignment != FLASH_ALIGN_TOP_LEFT)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal_alignment is ", args->causal_alignment,
+                " but must be FLASH_ALIGN_BOTTOM_RIGHT (0) or FLASH_ALIGN_TOP_LEFT (1)");
+  if (args->window_left < -1) return fail(FLASH_ERROR_BAD_MASK, "window_left is ", args->window_left, " but must be >= -1");
+  if (args->window_right < -1) return fail(FLASH_ERROR_BAD_MASK, "window_right is ", args->window_right, " but must be >= -1");
+  if (args->algorithm < 0 || args->algorithm >= FLASH_ALGO_COUNT)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "algorithm is ", args->algorithm, ", not a FLASH_ALGO_* value");
+  if ((args->flags & ~FLASH_FLAG_DETERMINISTIC) != 0)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x", std::to_string(args->flags & ~FLASH_FLAG_DETERMINISTIC));
+
+  // Normalise.
+  *p = FwdParams{};
+  p->q = q.data;
+  p->k = k.data;
+  p->v = v.data;
+  p->o = o.data;
+  p->lse = want_lse ? static_cast<float*>(lse.data) : nullptr;
+  p->q_batch_stride = q.strides[0], p->q_row_stride = q.strides[1], p->q_head_stride = q.strides[2];
+  p->k_batch_stride = k.strides[0], p->k_row_stride = k.strides[1], p->k_head_stride = k.strides[2];
+  p->v_batch_stride = v.strides[0], p->v_row_stride = v.strides[1], p->v_head_stride = v.strides[2];
+  p->o_batch_stride = o.strides[0], p->o_row_stride = o.strides[1], p->o_head_stride = o.strides[2];
+  if (want_lse) p->lse_batch_stride = lse.strides[0], p->lse_head_stride = lse.strides[1], p->lse_row_stride = lse.strides[2];
+  p->batch = static_cast<int32_t>(q.shape[0]);
+  p->seqlen_q = static_cast<int32_t>(q.shape[1]);
+  p->heads_q = static_cast<int32_t>(q.shape[2]);
+  p->seqlen_k = static_cast<int32_t>(k.shape[1]);
+  p->heads_kv = static_cast<int32_t>(k.shape[2]);
+  p->head_ratio = p->heads_q / p->heads_kv;
+  p->head_dim = static_cast<int32_t>(d);
+  p->dtype = static_cast<DType>(q.dtype);
+  p->scale = args->softmax_scale != 0.0f ? args->softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p->scale_log2 = static_cast<float>(static_cast<double>(p->scale) * 1.4426950408889634);
+  p->window_left = args->window_left;
+  // causal is the window (w, 0): it caps window_right at 0 whatever the caller put there.
+  p->window_right = args->causal ? 0 : args->window_right;
+  p->diag_offset = args->causal_alignment == FLASH_ALIGN_BOTTOM_RIGHT ? int64_t{p->seqlen_k} - p->seqlen_q : 0;
+  p->is_causal = p->window_right == 0 && p->window_left < 0;
+  p->has_window = p->window_left >= 0 || p->window_right >= 0;
+  p->device_id = q.device_type == FLASH_DEVICE_CUDA ? q.device_id : -1;
+  p->stream = args->stream;
+  p->workspace = args->workspace;
+  p->workspace_size = args->workspace_size;
+  p->flags = args->flags;
+  if (args->block_mask != nullptr) {
+    p->has_block_mask = true;
+    FLASH_CHECK(check_block_mask(*args->block_mask, q, k.shape[1], p));
+  }
+  return FLASH_OK;
+}
+
+}  // namespace flash

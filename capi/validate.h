@@ -1,0 +1,9 @@
+// capi/validate.h -- checking and normalising the caller's arguments (see validate.cpp).
+#pragma once
+#include "../flash.h"
+#include "../libflash/params.h"
+
+namespace flash {
+// FLASH_OK and a filled *p, or a status with the thread's message set.
+int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p);
+}

@@ -1,0 +1,241 @@
+/*
+ * flash.h -- libflash, exact IO-aware attention behind a stable C ABI.
+ *
+ *   O = softmax(softmax_scale * Q K^T + mask) V
+ *
+ * computed the FlashAttention way (tiles of Q, K, V through on-chip memory, an online softmax, no N x N
+ * matrix in device memory). This is the only public header. It is C99 and C++ clean and has no
+ * dependency beyond <stddef.h> and <stdint.h>; it can be dlopen'ed from any language.
+ *
+ * ---------------------------------------------------------------------------------------------------
+ * ABI RULES (read before changing anything in this file)
+ *
+ *  Major version (FLASH_VERSION_MAJOR, and the SONAME libflash.so.<major>) changes when, and only when,
+ *  something a compiled caller relies on changes:
+ *    - a function is removed, renamed, or its parameters or return type change;
+ *    - a struct field is removed, reordered, retyped, or its meaning or unit changes;
+ *    - a status code, dtype, device, algorithm or flag value changes meaning or is reused;
+ *    - the default written by a flash_*_init() function changes the result of a call.
+ *  Minor version changes when something is only added:
+ *    - a new function, a new constant (status, dtype, algorithm, mask kind, flag);
+ *    - a new field APPENDED at the end of a struct. Callers built against an older header pass a smaller
+ *      struct_size; the library treats every field past it as holding its default. Never insert a field.
+ *  Patch version: no ABI change at all (bug fixes, speed).
+ *
+ * CONVENTIONS
+ *  - Every function returns an int32_t status (FLASH_OK == 0) unless it is a pure query. On failure a
+ *    thread-local message naming the exact problem is available from flash_last_error_message().
+ *  - The library never prints, never exits, never aborts, and never writes memory other than the outputs
+ *    (and workspace) the caller named.
+ *  - Argument structs are passed by pointer, start with size_t struct_size, hold fixed-width fields only
+ *    (no C enum types), and have an init function that fills in struct_size and the defaults. Always call
+ *    the init function first, then set the fields you need.
+ *  - Fields written by the library are marked "out".
+ *  - GPU calls are asynchronous on the stream the caller gives (NULL = the legacy default stream) and never
+ *    synchronise the device. Loading the library makes no CUDA call.
+ *  - Thread safety: every entry point may be called concurrently from several threads. The last-error
+ *    message is per thread.
+ * ---------------------------------------------------------------------------------------------------
+ */
+#ifndef FLASH_H_
+#define FLASH_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  if defined(FLASH_BUILDING_LIBRARY)
+#    define FLASH_API __declspec(dllexport)
+#  else
+#    define FLASH_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) || defined(__clang__)
+#  define FLASH_API __attribute__((visibility("default")))
+#else
+#  define FLASH_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version ------------------------------------------------------------------------------------ */
+#define FLASH_VERSION_MAJOR 1
+#define FLASH_VERSION_MINOR 0
+#define FLASH_VERSION_PATCH 0
+#define FLASH_VERSION_NUMBER (FLASH_VERSION_MAJOR * 10000 + FLASH_VERSION_MINOR * 100 + FLASH_VERSION_PATCH)
+
+FLASH_API uint32_t flash_version_number(void); /* MAJOR*10000 + MINOR*100 + PATCH of the loaded library */
+FLASH_API uint32_t flash_version_major(void);
+FLASH_API uint32_t flash_version_minor(void);
+FLASH_API uint32_t flash_version_patch(void);
+FLASH_API const char* flash_version_string(void); /* "1.0.0", static storage */
+FLASH_API const char* flash_build_info(void);     /* compiler, CUDA version, GPU targets; static storage */
+
+/* ---- Status codes (int32_t, pinned, with gaps; a value is never reused) --------------------------- */
+#define FLASH_OK 0
+/* 100..199: the arguments are wrong */
+#define FLASH_ERROR_INVALID_ARGUMENT 100  /* an argument value is out of its range */
+#define FLASH_ERROR_NULL_POINTER 101      /* a required pointer is NULL */
+#define FLASH_ERROR_STRUCT_SIZE 102       /* struct_size is smaller than the first version of the struct */
+#define FLASH_ERROR_BAD_SHAPE 110         /* a shape is zero, negative, overflowing or inconsistent */
+#define FLASH_ERROR_BAD_STRIDE 111        /* a stride is invalid (last dimension not contiguous, ...) */
+#define FLASH_ERROR_DTYPE_MISMATCH 120    /* tensors that must share a dtype do not */
+#define FLASH_ERROR_UNSUPPORTED_DTYPE 121 /* this dtype is not supported here (fp32 on a GPU, ...) */
+#define FLASH_ERROR_DEVICE_MISMATCH 130   /* tensors live on different devices */
+#define FLASH_ERROR_UNSUPPORTED_HEAD_DIM 140 /* head_dim is not a multiple of 8 in [8, 256] */
+#define FLASH_ERROR_BAD_MASK 150          /* window or block mask is invalid */
+/* 200..299: the request is valid but cannot be served on this machine */
+#define FLASH_ERROR_NO_CUDA_DEVICE 200    /* a CUDA tensor was given and there is no usable CUDA device/driver */
+#define FLASH_ERROR_ALGORITHM_UNAVAILABLE 210 /* the named algorithm is not built in or not usable here */
+#define FLASH_ERROR_UNSUPPORTED 220       /* the algorithm does not support this combination of options */
+/* 300..399: resources */
+#define FLASH_ERROR_OUT_OF_MEMORY 300     /* a host or device allocation failed (naive's S at long lengths) */
+#define FLASH_ERROR_WORKSPACE_TOO_SMALL 310 /* the caller's workspace is smaller than the size query said */
+/* 400..499: the CUDA runtime or a library below us failed */
+#define FLASH_ERROR_CUDA 400              /* a CUDA call or kernel launch failed; the message has its text */
+#define FLASH_ERROR_CUBLAS 410            /* a cuBLAS call failed (algorithm naive) */
+/* 900: a bug in libflash */
+#define FLASH_ERROR_INTERNAL 900
+
+FLASH_API const char* flash_status_string(int32_t status); /* "FLASH_ERROR_BAD_SHAPE", static storage */
+/* Message of the last failed call on this thread ("" if none). Valid until the next call on this thread. */
+FLASH_API const char* flash_last_error_message(void);
+
+/* ---- Data types and devices (values follow DLPack's device codes) ----------------------------------- */
+#define FLASH_DTYPE_FP32 1 /* CPU only */
+#define FLASH_DTYPE_FP16 2
+#define FLASH_DTYPE_BF16 3
+
+#define FLASH_DEVICE_CPU 1
+#define FLASH_DEVICE_CUDA 2
+
+/* ---- Algorithms -------------------------------------------------------------------------------------- */
+#define FLASH_ALGO_AUTO 0  /* the fastest available for the device and options */
+#define FLASH_ALGO_CPU 1   /* FlashAttention (Algorithm 1) on the host, fp32 accumulation, threaded */
+#define FLASH_ALGO_NAIVE 2 /* materialised S and P (cuBLAS on the GPU); the baseline, O(N^2) memory */
+#define FLASH_ALGO_SM80 3  /* fused mma.sync tensor-core kernel, sm_80 and newer */
+#define FLASH_ALGO_SM90 4  /* warp-specialised wgmma + TMA kernel, sm_90a */
+#define FLASH_ALGO_COUNT 5 /* one past the largest value; grows with new algorithms */
+
+FLASH_API const char* flash_algorithm_name(int32_t algorithm); /* "sm80"; NULL for an unknown value */
+FLASH_API int32_t flash_algorithm_from_name(const char* name); /* FLASH_ALGO_*, or -1 */
+
+/* ---- Mask constants ----------------------------------------------------------------------------------- */
+/* Where the causal diagonal (and window) sits when seqlen_q != seqlen_k.
+ *   BOTTOM_RIGHT (FlashAttention-2): query i sees key j iff j <= i + seqlen_k - seqlen_q.
+ *   TOP_LEFT (PyTorch is_causal):    query i sees key j iff j <= i. */
+#define FLASH_ALIGN_BOTTOM_RIGHT 0
+#define FLASH_ALIGN_TOP_LEFT 1
+
+/* ---- Tensor descriptor (DLPack-like) -------------------------------------------------------------- */
+/* Q, K, V, O are [batch, seqlen, heads, head_dim] (ndim 4); LSE is [batch, heads, seqlen_q] (ndim 3).
+ * Strides are in ELEMENTS (not bytes), may be any non-negative value, but the last dimension of
+ * Q, K, V and O must be contiguous (stride 1). Unused trailing shape/stride entries are ignored. */
+typedef struct flash_tensor {
+  void* data;          /* host pointer (device_type CPU) or device pointer (CUDA) */
+  int32_t dtype;       /* FLASH_DTYPE_* */
+  int32_t device_type; /* FLASH_DEVICE_* */
+  int32_t device_id;   /* CUDA ordinal; 0 for the CPU */
+  int32_t ndim;        /* 4 for q/k/v/o, 3 for lse */
+  int64_t shape[4];
+  int64_t strides[4];  /* in elements */
+} flash_tensor;
+
+/* Fills a descriptor for a densely packed (row-major) tensor. Returns the descriptor by value: it is a
+ * plain C struct, never extended (a new layout would be a new type). */
+FLASH_API flash_tensor flash_tensor_contiguous(void* data, int32_t dtype, int32_t device_type,
+                                               int32_t device_id, int32_t ndim, const int64_t* shape);
+
+/* ---- Block-sparse mask (compact form, as FlexAttention's BlockMask) --------------------------------- */
+/* For query block qb (rows [qb*block_m, (qb+1)*block_m)) of batch b and head h, the key blocks kept are
+ *   kv_indices[b, h, qb, 0 .. kv_num_blocks[b, h, qb] - 1]   (key rows [kb*block_n, (kb+1)*block_n)).
+ * Arrays are int32, live on the same device as Q, and are indexed with the element strides below; a
+ * stride of 0 broadcasts over batch or heads. Indices need not be sorted but must not repeat. */
+typedef struct flash_block_mask {
+  size_t struct_size;
+  int32_t block_m;             /* query rows per block: 64 or 128 */
+  int32_t block_n;             /* key rows per block: 64 or 128 */
+  int32_t num_q_blocks;        /* must equal ceil(seqlen_q / block_m) */
+  int32_t max_kv_blocks;       /* length of the last dimension of kv_indices */
+  const int32_t* kv_num_blocks; /* [batch, heads, num_q_blocks] */
+  const int32_t* kv_indices;    /* [batch, heads, num_q_blocks, max_kv_blocks] */
+  int64_t kv_num_blocks_strides[3];
+  int64_t kv_indices_strides[4];
+} flash_block_mask;
+
+FLASH_API int32_t flash_block_mask_init(flash_block_mask* mask);
+
+/* ---- Forward ------------------------------------------------------------------------------------------ */
+#define FLASH_FLAG_DETERMINISTIC 1u /* bitwise-reproducible results run to run (backward; forward always is) */
+
+typedef struct flash_fwd_args {
+  size_t struct_size;          /* = sizeof(flash_fwd_args), set by flash_fwd_args_init */
+  flash_tensor q;              /* [batch, seqlen_q, heads_q, head_dim] */
+  flash_tensor k;              /* [batch, seqlen_k, heads_kv, head_dim]; heads_q % heads_kv == 0 (GQA/MQA) */
+  flash_tensor v;              /* [batch, seqlen_k, heads_kv, head_dim] */
+  flash_tensor o;              /* out: [batch, seqlen_q, heads_q, head_dim], dtype of q */
+  flash_tensor lse;            /* out, optional (data == NULL: not written): fp32 [batch, heads_q, seqlen_q],
+                                  natural-log log-sum-exp of the scaled, masked scores; -inf for a row that
+                                  sees no key */
+  float softmax_scale;         /* 0 (default) means 1/sqrt(head_dim) */
+  int32_t causal;              /* 0 or 1; the same as window_right = 0 */
+  int32_t causal_alignment;    /* FLASH_ALIGN_BOTTOM_RIGHT (default) or FLASH_ALIGN_TOP_LEFT; also places
+                                  the sliding window */
+  int32_t window_left;         /* keys more than window_left before the diagonal are masked; -1 = unbounded */
+  int32_t window_right;        /* keys more than window_right after the diagonal are masked; -1 = unbounded */
+  int32_t algorithm;           /* FLASH_ALGO_*; default FLASH_ALGO_AUTO */
+  uint32_t flags;              /* FLASH_FLAG_*; default 0 */
+  int32_t algorithm_used;      /* out: the algorithm that ran (useful with AUTO) */
+  const flash_block_mask* block_mask; /* optional block-sparse mask, NULL = dense */
+  void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
+  void* workspace;             /* optional device (or host) scratch; NULL = the library allocates */
+  size_t workspace_size;       /* bytes at workspace */
+} flash_fwd_args;
+
+FLASH_API int32_t flash_fwd_args_init(flash_fwd_args* args);
+/* Bytes of workspace flash_fwd would use for these arguments with the algorithm they name (after AUTO is
+ * resolved); 0 when none is needed. */
+FLASH_API int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes /* out */);
+/* O (and LSE) for the arguments; asynchronous on args->stream for CUDA tensors. */
+FLASH_API int32_t flash_fwd(flash_fwd_args* args);
+
+/* ---- Capability query --------------------------------------------------------------------------------- */
+typedef struct flash_device_info {
+  size_t struct_size;
+  int32_t device_type;         /* FLASH_DEVICE_* */
+  int32_t device_id;
+  char name[256];              /* "NVIDIA H100 80GB HBM3", or the CPU's model name */
+  int32_t cc_major;            /* compute capability (0 for the CPU) */
+  int32_t cc_minor;
+  int32_t multiprocessors;     /* SMs, or hardware threads on the CPU */
+  int32_t clock_khz;           /* SM clock (0 if unknown) */
+  int32_t memory_clock_khz;
+  int32_t memory_bus_width_bits;
+  int64_t shared_mem_per_sm;   /* bytes; M in the IO analysis */
+  int64_t shared_mem_per_block_optin; /* bytes a CTA may opt into */
+  int64_t l2_cache_bytes;
+  int64_t total_memory_bytes;
+  uint32_t algorithms;         /* bit (1u << FLASH_ALGO_x) set for each algorithm usable on this device */
+} flash_device_info;
+
+FLASH_API int32_t flash_device_info_init(flash_device_info* info);
+/* Number of devices of a type: 1 for the CPU; CUDA devices (0 without a driver, never an error). */
+FLASH_API int32_t flash_device_count(int32_t device_type, int32_t* count /* out */);
+FLASH_API int32_t flash_get_device_info(int32_t device_type, int32_t device_id, flash_device_info* info /* out */);
+/* Algorithms built into this library (bit 1u << FLASH_ALGO_x), whatever the hardware. */
+FLASH_API uint32_t flash_compiled_algorithms(void);
+
+/* ---- Layout check for bindings ------------------------------------------------------------------------ */
+#define FLASH_STRUCT_TENSOR 1
+#define FLASH_STRUCT_FWD_ARGS 2
+#define FLASH_STRUCT_BLOCK_MASK 3
+#define FLASH_STRUCT_DEVICE_INFO 4
+/* sizeof() of a public struct as this library was compiled; 0 for an unknown id. */
+FLASH_API size_t flash_struct_size(int32_t which);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLASH_H_ */

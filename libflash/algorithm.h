@@ -1,0 +1,31 @@
+// libflash/algorithm.h -- what every backend provides to the dispatcher.
+//
+// Each algorithm (cpu, naive, sm80, sm90) defines one `Algorithm` record in its own source file; the
+// dispatcher (libflash/dispatch.cpp) holds the list. Adding a backend is one record and one line there.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "params.h"
+
+namespace flash {
+
+struct Algorithm {
+  int32_t id;           // FLASH_ALGO_*
+  const char* name;     // "sm80"
+  int32_t device_type;  // FLASH_DEVICE_* it runs on
+  // Usable on this device at all (hardware, driver, libraries present)? If not, *why says so.
+  bool (*available)(int32_t device_id, std::string* why);
+  // Supports this particular problem (dtype, head_dim, mask kind, strides)? If not, *why says so.
+  bool (*supports)(const FwdParams& p, std::string* why);
+  // Workspace bytes the forward needs; 0 if none.
+  size_t (*fwd_workspace)(const FwdParams& p);
+  // Runs the forward. Returns a FLASH_* status (and sets the message on failure).
+  int32_t (*fwd)(const FwdParams& p);
+};
+
+// All algorithms compiled into this library, in order of preference for AUTO (fastest first).
+const Algorithm* const* algorithms(int* count);
+const Algorithm* find_algorithm(int32_t id, int32_t device_type);
+
+}  // namespace flash

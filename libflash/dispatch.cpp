@@ -1,0 +1,160 @@
+// libflash/dispatch.cpp -- the list of algorithms, and the path from a validated call to a backend.
+#include "dispatch.h"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "error.h"
+#ifdef FLASH_WITH_CUDA
+#include "cuda/runtime.h"
+#endif
+
+namespace flash {
+
+// Each record lives next to its implementation.
+extern const Algorithm kCpuFlash;   // libflash/cpu/flash_cpu.cpp
+extern const Algorithm kCpuNaive;   // libflash/cpu/naive_cpu.cpp
+#ifdef FLASH_WITH_CUDA
+extern const Algorithm kCudaSm80;   // libflash/cuda/sm80/
+extern const Algorithm kCudaNaive;  // libflash/cuda/naive/
+#endif
+#ifdef FLASH_WITH_SM90
+extern const Algorithm kCudaSm90;   // libflash/cuda/sm90/
+#endif
+
+namespace {
+// Preference order for AUTO: fastest first. Naive is last on each device: it is the baseline, picked
+// only when nothing fused supports the problem.
+const Algorithm* const kAlgorithms[] = {
+#ifdef FLASH_WITH_SM90
+    &kCudaSm90,
+#endif
+#ifdef FLASH_WITH_CUDA
+    &kCudaSm80,
+    &kCudaNaive,
+#endif
+    &kCpuFlash,
+    &kCpuNaive,
+};
+constexpr int kNumAlgorithms = sizeof(kAlgorithms) / sizeof(kAlgorithms[0]);
+
+const char* device_word(int32_t device_type) { return device_type == FLASH_DEVICE_CUDA ? "CUDA" : "CPU"; }
+
+std::string compiled_names() {
+  std::string s;
+  for (const Algorithm* a : kAlgorithms) {
+    if (s.find(a->name) != std::string::npos) continue;
+    if (!s.empty()) s += ", ";
+    s += a->name;
+  }
+  return s;
+}
+}  // namespace
+
+const Algorithm* const* algorithms(int* count) {
+  *count = kNumAlgorithms;
+  return kAlgorithms;
+}
+
+const Algorithm* find_algorithm(int32_t id, int32_t device_type) {
+  for (const Algorithm* a : kAlgorithms)
+    if (a->id == id && a->device_type == device_type) return a;
+  return nullptr;
+}
+
+int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t requested, const Algorithm** out) {
+  const int device_id = device_type == FLASH_DEVICE_CUDA ? p.device_id : 0;
+  std::string why;
+  if (requested != FLASH_ALGO_AUTO) {
+    const Algorithm* a = find_algorithm(requested, device_type);
+    if (a == nullptr) {
+      bool other_device = false;
+      for (const Algorithm* b : kAlgorithms) other_device |= b->id == requested;
+      const char* name = flash_algorithm_name(requested);
+      if (other_device)
+        return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", name, " does not run on the ", device_word(device_type),
+                    " (the tensors are on the ", device_word(device_type), ")");
+      return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", name, " is not built into this library (built: ",
+                  compiled_names(), ")");
+    }
+    if (!a->available(device_id, &why))
+      return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", a->name, " is unavailable: ", why);
+    if (!a->supports(p, &why)) return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " does not support this call: ", why);
+    *out = a;
+    return FLASH_OK;
+  }
+  std::string reasons;
+  for (const Algorithm* a : kAlgorithms) {
+    if (a->device_type != device_type) continue;
+    why.clear();
+    if (a->available(device_id, &why) && a->supports(p, &why)) {
+      *out = a;
+      return FLASH_OK;
+    }
+    reasons += std::string(reasons.empty() ? "" : "; ") + a->name + ": " + why;
+  }
+  return fail(FLASH_ERROR_UNSUPPORTED, "no algorithm supports this call on the ", device_word(device_type), " (", reasons, ")");
+}
+
+int32_t check_cuda_tensors(const flash_fwd_args& args) {
+#ifdef FLASH_WITH_CUDA
+  const int id = args.q.device_id;
+  if (const int32_t s = cuda::require_device(id); s != FLASH_OK) return s;
+  const struct { const flash_tensor* t; const char* n; } ts[] = {
+      {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}, {&args.lse, "lse"}};
+  for (const auto& x : ts)
+    if (x.t->data != nullptr)
+      if (const int32_t s = cuda::check_device_pointer(x.t->data, id, x.n); s != FLASH_OK) return s;
+  if (args.block_mask != nullptr) {
+    if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_num_blocks, id, "block_mask->kv_num_blocks"); s != FLASH_OK) return s;
+    if (args.block_mask->kv_indices != nullptr)
+      if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_indices, id, "block_mask->kv_indices"); s != FLASH_OK) return s;
+  }
+  return FLASH_OK;
+#else
+  (void)args;
+  return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
+#endif
+}
+
+int32_t run_fwd(const Algorithm& alg, FwdParams& p, int32_t device_type) {
+  const size_t need = alg.fwd_workspace(p);
+  if (need > 0 && p.workspace != nullptr && p.workspace_size < need)
+    return fail(FLASH_ERROR_WORKSPACE_TOO_SMALL, "workspace_size is ", p.workspace_size, " bytes but algorithm ", alg.name,
+                " needs ", need, " for this call (see flash_fwd_workspace_size)");
+  if (device_type == FLASH_DEVICE_CPU) {
+    std::unique_ptr<char[]> owned;
+    if (need > 0 && p.workspace == nullptr) {
+      owned.reset(new (std::nothrow) char[need]);
+      if (!owned) return fail(FLASH_ERROR_OUT_OF_MEMORY, "could not allocate ", need, " bytes of host workspace");
+      p.workspace = owned.get();
+      p.workspace_size = need;
+    }
+    return alg.fwd(p);
+  }
+#ifdef FLASH_WITH_CUDA
+  cuda::DeviceGuard guard(p.device_id);
+  void* owned = nullptr;
+  if (need > 0 && p.workspace == nullptr) {
+    if (const int32_t s = cuda::malloc_async(&owned, need, p.stream); s != FLASH_OK) return s;
+    p.workspace = owned;
+    p.workspace_size = need;
+  }
+  const int32_t status = alg.fwd(p);
+  cuda::free_async(owned, p.stream);  // stream-ordered: freed after the kernels that use it
+  return status;
+#else
+  return fail(FLASH_ERROR_INTERNAL, "CUDA algorithm in a CPU-only build");
+#endif
+}
+
+uint32_t available_algorithms(int32_t device_type, int32_t device_id) {
+  uint32_t mask = 0;
+  std::string why;
+  for (const Algorithm* a : kAlgorithms)
+    if (a->device_type == device_type && a->available(device_id, &why)) mask |= 1u << a->id;
+  return mask;
+}
+
+}  // namespace flash

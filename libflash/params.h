@@ -1,0 +1,77 @@
+// libflash/params.h -- the one internal parameter struct, carried from the C ABI to every backend.
+//
+// capi/ validates a flash_fwd_args and normalises it into FwdParams: element strides split per axis,
+// the default scale resolved, the causal flag folded into the window, the diagonal offset of the
+// alignment precomputed. Backends read nothing else. Plain data: it can be copied into a CUDA kernel's
+// parameter space as is.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace flash {
+
+enum class DType : int32_t { FP32 = 1, FP16 = 2, BF16 = 3 };
+
+inline size_t dtype_size(DType t) { return t == DType::FP32 ? 4 : 2; }
+
+// Block-sparse mask, normalised (pointers on the device of Q; strides in elements; 0 broadcasts).
+struct BlockMaskParams {
+  const int32_t* kv_num_blocks = nullptr;  // [b, h, num_q_blocks]
+  const int32_t* kv_indices = nullptr;     // [b, h, num_q_blocks, max_kv_blocks]
+  int64_t num_batch_stride = 0, num_head_stride = 0, num_qblock_stride = 0;
+  int64_t idx_batch_stride = 0, idx_head_stride = 0, idx_qblock_stride = 0, idx_stride = 0;
+  int32_t block_m = 0, block_n = 0, num_q_blocks = 0, max_kv_blocks = 0;
+};
+
+struct FwdParams {
+  // Inputs and outputs. Row = one (batch, seq position, head) vector of head_dim contiguous elements.
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // may be null: not wanted
+
+  // Element strides. Index of element (b, s, h, d) of q is b*q_batch_stride + s*q_row_stride + h*q_head_stride + d.
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+  int32_t batch, heads_q, heads_kv, head_ratio;  // head_ratio = heads_q / heads_kv (GQA group size)
+  int32_t seqlen_q, seqlen_k, head_dim;
+  DType dtype;
+
+  float scale;       // softmax scale (resolved: 1/sqrt(d) by default)
+  float scale_log2;  // scale * log2(e): exp(scale*x) == exp2(scale_log2*x)
+
+  // Mask. Query i sees key j iff
+  //   (window_left  < 0 || j >= i + diag_offset - window_left) &&
+  //   (window_right < 0 || j <= i + diag_offset + window_right) &&
+  //   (block_mask == off || block (i / block_m, j / block_n) is listed).
+  // causal is folded in as window_right = min(window_right, 0). diag_offset = seqlen_k - seqlen_q for
+  // bottom-right alignment, 0 for top-left.
+  int32_t window_left, window_right;
+  int64_t diag_offset;
+  bool is_causal;      // window_right == 0 && window_left < 0 (the common case kernels specialise)
+  bool has_window;     // window_left >= 0 || window_right >= 0
+  bool has_block_mask;
+  BlockMaskParams block_mask;
+
+  // Execution.
+  int32_t device_id;
+  void* stream;
+  void* workspace;
+  size_t workspace_size;
+  uint32_t flags;
+};
+
+// True iff query row i may attend to key j under the window part of the mask (not the block mask).
+inline bool window_visible(const FwdParams& p, int64_t i, int64_t j) {
+  const int64_t diag = i + p.diag_offset;
+  if (p.window_left >= 0 && j < diag - p.window_left) return false;
+  if (p.window_right >= 0 && j > diag + p.window_right) return false;
+  return true;
+}
+
+}  // namespace flash

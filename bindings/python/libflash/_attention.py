@@ -1,0 +1,236 @@
+"""libflash.attention(), devices(), version()."""
+
+import ctypes
+import threading
+from collections import namedtuple
+
+from . import _capi, _mask
+from ._arrays import Allocator, current_stream, describe, kind_of, stream_pointer
+from ._errors import FlashError, check, error
+
+_ALIGNMENTS = {
+    "bottom_right": _capi.FLASH_ALIGN_BOTTOM_RIGHT,
+    "bottom-right": _capi.FLASH_ALIGN_BOTTOM_RIGHT,
+    "br": _capi.FLASH_ALIGN_BOTTOM_RIGHT,
+    "top_left": _capi.FLASH_ALIGN_TOP_LEFT,
+    "top-left": _capi.FLASH_ALIGN_TOP_LEFT,
+    "tl": _capi.FLASH_ALIGN_TOP_LEFT,
+}
+
+
+def _algorithm_id(algorithm):
+    if isinstance(algorithm, str):
+        a = _capi.flash_algorithm_from_name(algorithm.lower().encode())
+        if a < 0:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "unknown algorithm %r (known: %s)"
+                        % (algorithm, ", ".join(algorithm_names())))
+        return a
+    return int(algorithm)
+
+
+def algorithm_names():
+    names = []
+    for i in range(_capi.FLASH_ALGO_COUNT):
+        n = _capi.flash_algorithm_name(i)
+        if n:
+            names.append(n.decode())
+    return names
+
+
+def _alignment(a):
+    if isinstance(a, str):
+        try:
+            return _ALIGNMENTS[a.lower()]
+        except KeyError:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "causal_alignment is %r; use 'bottom_right' "
+                        "(FlashAttention-2) or 'top_left' (PyTorch is_causal)" % (a,)) from None
+    return int(a)
+
+
+def _window(window):
+    if window is None:
+        return -1, -1
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise ValueError("libflash: window must be a (left, right) pair, -1 meaning unbounded") from None
+    left = -1 if left is None else int(left)
+    right = -1 if right is None else int(right)
+    return left, right
+
+
+def _check_no_grad(descs):
+    if any(d.kind == "torch" for d in descs):
+        import torch
+
+        if torch.is_grad_enabled() and any(d.kind == "torch" and d.obj.requires_grad for d in descs):
+            raise RuntimeError(
+                "libflash: an input requires grad, but libflash has no backward pass yet (forward only). "
+                "Call it under torch.no_grad() / torch.inference_mode(), or pass .detach()ed tensors.")
+
+
+def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=(-1, -1), block_mask=None,
+              block_size=None, softmax_scale=None, return_lse=False, algorithm="auto", out=None, stream=None,
+              deterministic=False):
+    """Exact attention O = softmax(softmax_scale * Q K^T + mask) V, computed the FlashAttention way.
+
+    q: [batch, seqlen_q, heads_q, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim], heads_q a
+    multiple of heads_kv (GQA/MQA). Any strides, but the last dimension must be contiguous.
+    numpy arrays run on the CPU backend (float32, float16, and bfloat16 through ml_dtypes); torch tensors,
+    CuPy/Numba arrays (__cuda_array_interface__) and CUDA __dlpack__ producers run on their GPU (float16,
+    bfloat16), asynchronously on `stream` (a cudaStream_t int, torch.cuda.Stream, cupy stream) or, by
+    default, the framework's current stream. The result is the same kind of array as q.
+
+    causal: query i sees keys j <= i + offset, offset = seqlen_k - seqlen_q for causal_alignment
+        "bottom_right" (FlashAttention-2, the default) or 0 for "top_left" (PyTorch's is_causal).
+    window: (left, right): keys more than `left` before / `right` after the diagonal are masked (-1 =
+        unbounded), placed by the same alignment; causal is window right = 0.
+    block_mask: a BlockMask, a compact (kv_num_blocks, kv_indices[, block_size]) tuple, or a dense boolean
+        [B|1, H|1, num_q_blocks, num_kv_blocks] map (True = kept). block_size (64 or 128, or a pair) is
+        inferred from a dense map's shape when not given; a compact tuple's block_n defaults to 128.
+    softmax_scale: None = 1/sqrt(head_dim).
+    return_lse: also return the fp32 log-sum-exp [batch, heads_q, seqlen_q] (-inf for rows that see no key).
+    algorithm: "auto", "cpu", "naive", "sm80", "sm90" (or the FLASH_ALGO_* int).
+    out: optional preallocated output (same shape/dtype/device as q).
+
+    Returns out, or (out, lse) when return_lse. Raises FlashError on any invalid argument.
+    """
+    if kind_of(q) is None:
+        raise TypeError("libflash: q is a %s.%s; expected a numpy array, a torch tensor, or an array exposing "
+                        "__cuda_array_interface__ or __dlpack__" % (type(q).__module__, type(q).__name__))
+    user_stream = stream_pointer(stream)
+    dq = describe(q, "q", user_stream)
+    dk = describe(k, "k", user_stream)
+    dv = describe(v, "v", user_stream)
+    _check_no_grad((dq, dk, dv))
+
+    args = _capi.flash_fwd_args()
+    check(_capi.flash_fwd_args_init(ctypes.byref(args)))
+    args.q = dq.tensor("q", 4)
+    args.k = dk.tensor("k", 4)
+    args.v = dv.tensor("v", 4)
+
+    if dq.is_cuda:
+        run_stream = user_stream if user_stream is not None else current_stream(dq)
+    else:
+        run_stream = 0
+    alloc = Allocator(dq, run_stream)
+
+    if len(dq.shape) != 4 or len(dk.shape) != 4:
+        # Let the library name the problem (it checks ndim first); o/lse need a 4-d q to be shaped.
+        args.o = args.q
+        check(_capi.flash_fwd(ctypes.byref(args)))
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "q and k must be 4-d [batch, seqlen, heads, head_dim]")
+    batch, seqlen_q, heads_q, head_dim = dq.shape
+    seqlen_k = dk.shape[1]
+
+    if out is None:
+        out = alloc.empty((batch, seqlen_q, heads_q, head_dim), "like")
+    do = describe(out, "out", user_stream)
+    args.o = do.tensor("out", 4)
+    lse = None
+    if return_lse:
+        lse = alloc.empty((batch, heads_q, seqlen_q), "float32")
+        dl = describe(lse, "lse", user_stream)
+        args.lse = dl.tensor("lse", 3)
+
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+        if softmax_scale == 0.0:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is 0; the ABI reads 0 as 'the default "
+                        "1/sqrt(head_dim)'. Pass None for the default")
+        args.softmax_scale = softmax_scale
+    args.causal = 1 if causal else 0
+    args.causal_alignment = _alignment(causal_alignment)
+    args.window_left, args.window_right = _window(window)
+    for name, w in (("window_left", args.window_left), ("window_right", args.window_right)):
+        if w < -1:
+            raise error(_capi.FLASH_ERROR_BAD_MASK, "%s is %d but must be >= -1" % (name, w))
+    args.algorithm = _algorithm_id(algorithm)
+    args.flags = _capi.FLASH_FLAG_DETERMINISTIC if deterministic else 0
+    args.stream = run_stream or None
+
+    bm, keep = _mask.build(block_mask, block_size, dq, batch, heads_q, seqlen_q, seqlen_k, alloc)
+    if bm is not None:
+        args.block_mask = ctypes.pointer(bm)
+
+    # ctypes drops the GIL for the call; the CPU backend runs threaded, GPU calls return at once.
+    check(_capi.flash_fwd(ctypes.byref(args)))
+    _last.algorithm_used = args.algorithm_used
+    del keep  # GPU: mask memory came from a stream-ordered allocator on run_stream (see Allocator)
+    return (out, lse) if return_lse else out
+
+
+_last = threading.local()
+
+
+def last_algorithm_used():
+    """Name of the algorithm the last successful attention() call on this thread ran (e.g. "sm80")."""
+    n = _capi.flash_algorithm_name(getattr(_last, "algorithm_used", -1))
+    return n.decode() if n else None
+
+
+# ---- Devices and version ---------------------------------------------------------------------------------
+DeviceInfo = namedtuple("DeviceInfo", [
+    "device_type", "device_id", "name", "compute_capability", "multiprocessors", "clock_khz", "memory_clock_khz",
+    "memory_bus_width_bits", "shared_mem_per_sm", "shared_mem_per_block_optin", "l2_cache_bytes",
+    "total_memory_bytes", "algorithms"])
+
+
+def _algorithm_list(mask):
+    return [n for i, n in enumerate(algorithm_names()) if mask & (1 << i)]
+
+
+def device_info(device_type, device_id=0):
+    """DeviceInfo for ("cpu"|"cuda"|FLASH_DEVICE_*, id)."""
+    if isinstance(device_type, str):
+        device_type = {"cpu": _capi.FLASH_DEVICE_CPU, "cuda": _capi.FLASH_DEVICE_CUDA}[device_type.lower()]
+    info = _capi.flash_device_info()
+    check(_capi.flash_device_info_init(ctypes.byref(info)))
+    check(_capi.flash_get_device_info(int(device_type), int(device_id), ctypes.byref(info)))
+    return DeviceInfo(
+        "cuda" if info.device_type == _capi.FLASH_DEVICE_CUDA else "cpu", info.device_id,
+        info.name.decode("utf-8", "replace"), (info.cc_major, info.cc_minor), info.multiprocessors, info.clock_khz,
+        info.memory_clock_khz, info.memory_bus_width_bits, info.shared_mem_per_sm, info.shared_mem_per_block_optin,
+        info.l2_cache_bytes, info.total_memory_bytes, _algorithm_list(info.algorithms))
+
+
+def device_count(device_type="cuda"):
+    if isinstance(device_type, str):
+        device_type = {"cpu": _capi.FLASH_DEVICE_CPU, "cuda": _capi.FLASH_DEVICE_CUDA}[device_type.lower()]
+    n = ctypes.c_int32(0)
+    check(_capi.flash_device_count(int(device_type), ctypes.byref(n)))
+    return n.value
+
+
+def devices():
+    """DeviceInfo for the CPU and every CUDA device the library can use."""
+    out = [device_info("cpu", 0)]
+    for i in range(device_count("cuda")):
+        try:
+            out.append(device_info("cuda", i))
+        except FlashError:
+            pass
+    return out
+
+
+def version():
+    """Version string of the loaded library, e.g. "1.0.0"."""
+    return _capi.flash_version_string().decode()
+
+
+def version_info():
+    return (_capi.flash_version_major(), _capi.flash_version_minor(), _capi.flash_version_patch())
+
+
+def build_info():
+    return _capi.flash_build_info().decode()
+
+
+def compiled_algorithms():
+    """Names of the algorithms built into the loaded library."""
+    return _algorithm_list(_capi.flash_compiled_algorithms())
+
+
+def library_path():
+    return _capi.library_path

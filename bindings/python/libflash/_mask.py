@@ -1,0 +1,183 @@
+"""Block-sparse masks: the compact form the ABI takes, and the dense boolean block map bindings accept.
+
+Compact form (as FlexAttention's BlockMask): for query block qb of batch b and head h the key blocks kept
+are kv_indices[b, h, qb, :kv_num_blocks[b, h, qb]]. Arrays are int32, [B|1, H|1, num_q_blocks] and
+[B|1, H|1, num_q_blocks, max_kv_blocks]; a dimension of 1 broadcasts over batch or heads (stride 0).
+Dense form: a boolean [B|1, H|1, num_q_blocks, num_kv_blocks] map, True = the block is kept.
+Heads are the query heads (heads_q).
+"""
+
+import ctypes
+
+import numpy as np
+
+from . import _capi
+from ._arrays import describe, kind_of, to_host
+from ._errors import error
+
+BLOCK_SIZES = (64, 128)
+
+
+def _pair(block_size):
+    if block_size is None:
+        return None
+    if isinstance(block_size, (tuple, list)):
+        if len(block_size) != 2:
+            raise ValueError("libflash: block_size must be an int or a (block_m, block_n) pair")
+        m, n = int(block_size[0]), int(block_size[1])
+    else:
+        m = n = int(block_size)
+    return m, n
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def dense_to_compact(dense):
+    """(kv_num_blocks, kv_indices) int32 numpy arrays from a dense boolean block map [..., nq, nk].
+
+    Kept key blocks are listed in ascending order; entries past the count are padding (never read).
+    """
+    m = np.asarray(dense)
+    if m.dtype != np.bool_:
+        m = m != 0
+    while m.ndim < 4:
+        m = m[np.newaxis]
+    counts = m.sum(axis=-1, dtype=np.int32)
+    width = max(int(counts.max()) if counts.size else 0, 1)
+    # A stable sort of ~m puts the kept blocks first, in ascending index order.
+    order = np.argsort(~m, axis=-1, kind="stable")[..., :width].astype(np.int32)
+    return np.ascontiguousarray(counts), np.ascontiguousarray(order), int(counts.max()) if counts.size else 0
+
+
+class BlockMask:
+    """A block-sparse mask in the compact form, reusable across calls.
+
+    BlockMask(kv_num_blocks, kv_indices, block_size=128): int32 arrays [B|1, H|1, num_q_blocks] and
+        [B|1, H|1, num_q_blocks, max_kv_blocks] (numpy, or device arrays of the inputs' framework).
+    BlockMask.from_dense(block_map, block_size=128): from a boolean [B|1, H|1, num_q_blocks, num_kv_blocks]
+        map (any array kind; device maps are copied to the host once, here).
+    block_size: 64 or 128, or a (block_m, block_n) pair.
+    """
+
+    def __init__(self, kv_num_blocks, kv_indices, block_size=128, max_kv_blocks=None):
+        bm, bn = _pair(block_size) or (128, 128)
+        self.block_m, self.block_n = bm, bn
+        self.kv_num_blocks = kv_num_blocks
+        self.kv_indices = kv_indices
+        self.max_kv_blocks = max_kv_blocks  # None: kv_indices.shape[-1]
+
+    @classmethod
+    def from_dense(cls, block_map, block_size=128):
+        counts, indices, maxk = dense_to_compact(to_host(block_map, "block_mask"))
+        return cls(counts, indices, block_size, max_kv_blocks=maxk)
+
+    def __repr__(self):
+        return "BlockMask(block_size=(%d, %d), kv_num_blocks shape %s, kv_indices shape %s)" % (
+            self.block_m, self.block_n, tuple(self.kv_num_blocks.shape), tuple(self.kv_indices.shape))
+
+
+def _infer_block(n_blocks, seqlen, name):
+    """Block size whose block count for `seqlen` is n_blocks (128 first). Unambiguous in effect: if both
+    64 and 128 give the same count, seqlen <= 64 and one block covers every row either way."""
+    for bs in (128, 64):
+        if _cdiv(seqlen, bs) == n_blocks:
+            return bs
+    raise error(_capi.FLASH_ERROR_BAD_MASK,
+                "block_mask has %d %s blocks, but seqlen %d gives %d blocks of 128 or %d blocks of 64"
+                % (n_blocks, name, seqlen, _cdiv(seqlen, 128), _cdiv(seqlen, 64)))
+
+
+def build(block_mask, block_size, q, batch, heads_q, seqlen_q, seqlen_k, alloc):
+    """A (flash_block_mask, keepalive) pair for attention(), or (None, None) when block_mask is None.
+
+    block_mask: a BlockMask; a (kv_num_blocks, kv_indices) or (kv_num_blocks, kv_indices, block_size) tuple;
+    or a dense boolean block map. q: the Desc of q (device and framework for uploads).
+    """
+    if block_mask is None:
+        return None, None
+    bs = _pair(block_size)
+    maxk = None
+    if isinstance(block_mask, BlockMask):
+        if bs is None:
+            bs = (block_mask.block_m, block_mask.block_n)
+        counts, indices, maxk = block_mask.kv_num_blocks, block_mask.kv_indices, block_mask.max_kv_blocks
+    elif isinstance(block_mask, (tuple, list)):
+        if len(block_mask) == 3:
+            if bs is None:
+                bs = _pair(block_mask[2])
+        elif len(block_mask) != 2:
+            raise ValueError("libflash: a compact block_mask is (kv_num_blocks, kv_indices[, block_size])")
+        counts, indices = block_mask[0], block_mask[1]
+        if bs is None:
+            bs = (_infer_block(int(counts.shape[-1]), seqlen_q, "query"), 128)
+    else:
+        dense = to_host(block_mask, "block_mask")
+        if dense.ndim < 2 or dense.ndim > 4:
+            raise error(_capi.FLASH_ERROR_BAD_MASK, "a dense block_mask must be [B|1, H|1, num_q_blocks, "
+                        "num_kv_blocks] (got %d dimensions)" % dense.ndim)
+        if bs is None:
+            bs = (_infer_block(dense.shape[-2], seqlen_q, "query"), _infer_block(dense.shape[-1], seqlen_k, "key"))
+        nk = _cdiv(seqlen_k, bs[1])
+        if dense.shape[-1] != nk:
+            raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask.shape[-1] is %d but seqlen_k %d with block_n %d "
+                        "needs %d key blocks" % (dense.shape[-1], seqlen_k, bs[1], nk))
+        counts, indices, maxk = dense_to_compact(dense)
+
+    bm, bn = bs
+    # Host arrays go where q lives (numpy int32 for the CPU, the input's framework for the GPU).
+    keep = []
+
+    def place(a, name, ndim):
+        if kind_of(a) is None or kind_of(a) == "numpy":
+            a = np.asarray(a)
+            if a.dtype != np.int32:
+                if a.dtype.kind not in "iu":
+                    raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask %s has dtype %s; it must be int32" % (name, a.dtype))
+                a = a.astype(np.int32)
+            while a.ndim < ndim:
+                a = a[np.newaxis]
+            a = alloc.upload_int32(a)
+        d = describe(a, "block_mask " + name)
+        if d.dtype != "int32":
+            raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask %s has dtype %s; it must be int32" % (name, d.dtype))
+        if len(d.shape) != ndim:
+            raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask %s must have %d dimensions, not %d"
+                        % (name, ndim, len(d.shape)))
+        if d.device_type != q.device_type or (q.is_cuda and d.device_id != q.device_id):
+            raise error(_capi.FLASH_ERROR_DEVICE_MISMATCH, "block_mask %s is not on the device of q" % name)
+        keep.append(d)
+        return d
+
+    dc = place(counts, "kv_num_blocks", 3)
+    di = place(indices, "kv_indices", 4)
+
+    def bstrides(d, what):
+        st = list(d.strides)
+        for axis, (extent, full, label) in enumerate(((d.shape[0], batch, "batch"), (d.shape[1], heads_q, "heads"))):
+            if extent == 1:
+                st[axis] = 0
+            elif extent != full:
+                raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask %s.shape[%d] is %d but must be 1 or %s %d"
+                            % (what, axis, extent, label, full))
+        return st
+
+    nq = _cdiv(seqlen_q, bm)
+    if dc.shape[2] != nq or di.shape[2] != nq:
+        raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask has %d query blocks but seqlen_q %d with block_m %d "
+                    "needs %d" % (dc.shape[2], seqlen_q, bm, nq))
+    cs, is_ = bstrides(dc, "kv_num_blocks"), bstrides(di, "kv_indices")
+
+    m = _capi.flash_block_mask()
+    _capi.flash_block_mask_init(ctypes.byref(m))
+    m.block_m, m.block_n = bm, bn
+    m.num_q_blocks = nq
+    m.max_kv_blocks = int(di.shape[3]) if maxk is None else int(maxk)
+    m.kv_num_blocks = dc.ptr
+    m.kv_indices = di.ptr
+    for i in range(3):
+        m.kv_num_blocks_strides[i] = cs[i]
+    for i in range(4):
+        m.kv_indices_strides[i] = is_[i]
+    return m, keep

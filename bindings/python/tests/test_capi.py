@@ -1,0 +1,119 @@
+"""The ctypes layer: struct layouts, constants and declarations against the loaded library."""
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import libflash
+from libflash import capi
+
+PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("which", sorted(capi.STRUCTS))
+def test_struct_sizes_match_library(which):
+    cls, _ = capi.STRUCTS[which]
+    assert ctypes.sizeof(cls) == capi.flash_struct_size(which), cls.__name__
+    assert capi.flash_struct_size(99) == 0
+
+
+def test_struct_offsets_lp64():
+    """Offsets by hand from flash.h's field order (LP64: 8-byte pointers/size_t)."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        pytest.skip("offsets written for LP64")
+    T = capi.flash_tensor
+    assert (T.data.offset, T.dtype.offset, T.ndim.offset, T.shape.offset, T.strides.offset) == (0, 8, 20, 24, 56)
+    assert ctypes.sizeof(T) == 88
+    A = capi.flash_fwd_args
+    assert A.q.offset == 8 and A.lse.offset == 8 + 4 * 88 and A.softmax_scale.offset == 8 + 5 * 88
+    assert A.algorithm_used.offset == A.softmax_scale.offset + 28
+    assert A.block_mask.offset == 480 and A.workspace_size.offset == 504 and ctypes.sizeof(A) == 512
+    M = capi.flash_block_mask
+    assert (M.kv_num_blocks.offset, M.kv_indices_strides.offset, ctypes.sizeof(M)) == (24, 64, 96)
+    D = capi.flash_device_info
+    assert D.name.offset == 16 and D.cc_major.offset == 272 and D.algorithms.offset == 328
+
+
+def test_init_functions_write_defaults():
+    a = capi.flash_fwd_args()
+    assert capi.flash_fwd_args_init(ctypes.byref(a)) == capi.FLASH_OK
+    assert a.struct_size == ctypes.sizeof(a)
+    assert (a.window_left, a.window_right, a.causal_alignment, a.algorithm) == (-1, -1, capi.FLASH_ALIGN_BOTTOM_RIGHT, 0)
+    m = capi.flash_block_mask()
+    assert capi.flash_block_mask_init(ctypes.byref(m)) == capi.FLASH_OK
+    assert (m.struct_size, m.block_m, m.block_n) == (ctypes.sizeof(m), 128, 128)
+    info = capi.flash_device_info()
+    assert capi.flash_device_info_init(ctypes.byref(info)) == capi.FLASH_OK
+    assert info.struct_size == ctypes.sizeof(info)
+
+
+def test_tensor_contiguous_by_value():
+    shape = (ctypes.c_int64 * 4)(2, 3, 4, 5)
+    t = capi.flash_tensor_contiguous(ctypes.c_void_p(0x1000), capi.FLASH_DTYPE_FP16, capi.FLASH_DEVICE_CPU, 0, 4, shape)
+    assert t.data == 0x1000 and t.dtype == capi.FLASH_DTYPE_FP16 and t.ndim == 4
+    assert list(t.shape) == [2, 3, 4, 5] and list(t.strides) == [60, 20, 5, 1]
+
+
+def test_status_and_algorithm_names_match_constants():
+    for name in dir(capi):
+        if name == "FLASH_OK" or name.startswith("FLASH_ERROR_"):
+            assert capi.flash_status_string(getattr(capi, name)).decode() == name
+    assert capi.flash_status_string(12345).decode() == "FLASH_ERROR_UNKNOWN_STATUS"
+    for name in ("AUTO", "CPU", "NAIVE", "SM80", "SM90"):
+        code = getattr(capi, "FLASH_ALGO_" + name)
+        assert capi.flash_algorithm_name(code).decode() == name.lower()
+        assert capi.flash_algorithm_from_name(name.lower().encode()) == code
+    assert capi.flash_algorithm_name(capi.FLASH_ALGO_COUNT) is None
+    assert capi.flash_algorithm_from_name(b"nope") == -1
+
+
+def test_version():
+    assert capi.flash_version_major() == capi.FLASH_VERSION_MAJOR
+    n = capi.flash_version_number()
+    assert n == capi.flash_version_major() * 10000 + capi.flash_version_minor() * 100 + capi.flash_version_patch()
+    assert libflash.version() == "%d.%d.%d" % libflash.version_info()
+
+
+def test_workspace_size_query():
+    q = np.zeros((1, 16, 2, 32), np.float32)
+    o = np.zeros_like(q)
+    a = capi.flash_fwd_args()
+    capi.flash_fwd_args_init(ctypes.byref(a))
+    shape = (ctypes.c_int64 * 4)(*q.shape)
+    for name, arr in (("q", q), ("k", q), ("v", q), ("o", o)):
+        setattr(a, name, capi.flash_tensor_contiguous(arr.ctypes.data, capi.FLASH_DTYPE_FP32, capi.FLASH_DEVICE_CPU,
+                                                      0, 4, shape))
+    n = ctypes.c_size_t(12345)
+    assert capi.flash_fwd_workspace_size(ctypes.byref(a), ctypes.byref(n)) == capi.FLASH_OK
+    assert capi.flash_fwd(ctypes.byref(a)) == capi.FLASH_OK
+    assert a.algorithm_used == capi.FLASH_ALGO_CPU
+
+
+def test_device_count_without_driver_is_not_an_error():
+    assert libflash.device_count("cpu") == 1
+    assert libflash.device_count("cuda") >= 0
+
+
+def _import_in_subprocess(env_path):
+    env = dict(os.environ)
+    env["LIBFLASH_PATH"] = env_path
+    env["PYTHONPATH"] = PKG_DIR
+    return subprocess.run([sys.executable, "-c", "import libflash; print(libflash.library_path())"], env=env,
+                          capture_output=True, text=True)
+
+
+def test_library_search_errors_name_what_was_tried():
+    r = _import_in_subprocess("/nonexistent/libflash.so")
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "/nonexistent/libflash.so" in r.stderr and "no such file" in r.stderr
+
+
+def test_library_path_may_be_a_directory():
+    d = os.path.dirname(libflash.library_path())
+    r = _import_in_subprocess(d)
+    assert r.returncode == 0, r.stderr
+    assert os.path.dirname(r.stdout.strip()) == d

@@ -1,0 +1,168 @@
+"""Error paths: every invalid call raises FlashError with the right FLASH_ERROR_* code."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import libflash
+from libflash import FlashError, capi
+
+
+def arrays(b=1, sq=16, sk=16, hq=2, hkv=2, d=32, dtype=np.float32):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((b, sq, hq, d)).astype(dtype), rng.standard_normal((b, sk, hkv, d)).astype(dtype),
+            rng.standard_normal((b, sk, hkv, d)).astype(dtype))
+
+
+def raises(code, fn, *a, **kw):
+    with pytest.raises(FlashError) as ei:
+        fn(*a, **kw)
+    e = ei.value
+    assert e.status == code, str(e)
+    assert e.status_name == capi.flash_status_string(code).decode()
+    assert e.message and e.status_name in str(e)
+    return e
+
+
+def test_dtype_mismatch():
+    q, k, v = arrays()
+    e = raises(capi.FLASH_ERROR_DTYPE_MISMATCH, libflash.attention, q, k.astype(np.float16), v)
+    assert "k.dtype" in e.message
+    raises(capi.FLASH_ERROR_DTYPE_MISMATCH, libflash.attention, q, k, v.astype(np.float16))
+    raises(capi.FLASH_ERROR_DTYPE_MISMATCH, libflash.attention, q, k, v, out=np.empty(q.shape, np.float16))
+
+
+def test_unsupported_dtype():
+    q, k, v = arrays(dtype=np.float64)
+    e = raises(capi.FLASH_ERROR_UNSUPPORTED_DTYPE, libflash.attention, q, k, v)
+    assert "float64" in e.message
+    q, k, v = arrays()
+    raises(capi.FLASH_ERROR_UNSUPPORTED_DTYPE, libflash.attention, q.astype(np.int32), k, v)
+
+
+@pytest.mark.parametrize("d", [4, 12, 100, 264, 512])
+def test_bad_head_dim(d):
+    q, k, v = arrays(d=d)
+    e = raises(capi.FLASH_ERROR_UNSUPPORTED_HEAD_DIM, libflash.attention, q, k, v)
+    assert str(d) in e.message
+
+
+def test_non_contiguous_last_dim():
+    q, k, v = arrays(d=64)
+    big = np.repeat(q, 2, axis=-1)
+    e = raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, big[..., ::2], k, v)
+    assert "contiguous" in e.message
+    big_k = np.repeat(k, 2, axis=-1)
+    raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q, big_k[..., ::2], v)
+    out = np.empty(q.shape[:-1] + (128,), np.float32)[..., ::2]
+    raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q, k, v, out=out)
+
+
+def test_negative_strides():
+    q, k, v = arrays()
+    raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q[:, ::-1], k, v)
+
+
+def test_output_self_overlap():
+    q, k, v = arrays()
+    out = np.broadcast_to(np.empty((1, 1, 2, 32), np.float32), q.shape)  # stride 0 on seqlen
+    raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q, k, v, out=out)
+
+
+def test_output_overlaps_input():
+    q, k, v = arrays()
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, out=q)
+
+
+@pytest.mark.parametrize("case", ["batch", "head_dim", "heads_ratio", "v_seqlen", "v_heads", "out_shape",
+                                  "ndim3", "ndim5", "k_ndim3", "empty"])
+def test_bad_shapes(case):
+    q, k, v = arrays(b=2, hq=4, hkv=2)
+    kw = {}
+    if case == "batch":
+        k = k[:1]
+    elif case == "head_dim":
+        k = np.ascontiguousarray(np.concatenate([k, k], axis=-1))
+    elif case == "heads_ratio":
+        q = np.ascontiguousarray(np.concatenate([q, q[:, :, :1]], axis=2))  # 5 heads vs 2
+    elif case == "v_seqlen":
+        v = v[:, :10]
+    elif case == "v_heads":
+        v = v[:, :, :1]
+    elif case == "out_shape":
+        kw["out"] = np.empty((2, 15, 4, 32), np.float32)
+    elif case == "ndim3":
+        q = q[0]
+    elif case == "ndim5":
+        q = q[None]
+    elif case == "k_ndim3":
+        k = k[0]
+    elif case == "empty":
+        q = q[:, :0]
+    raises(capi.FLASH_ERROR_BAD_SHAPE, libflash.attention, q, k, v, **kw)
+
+
+def test_bad_window_and_alignment():
+    q, k, v = arrays()
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, window=(-2, -1))
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, window=(0, -5))
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, causal_alignment="middle")
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, causal_alignment=7)
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, softmax_scale=float("nan"))
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, softmax_scale=0.0)
+
+
+def test_algorithms():
+    q, k, v = arrays()
+    e = raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, algorithm="fastest")
+    assert "fastest" in e.message
+    raises(capi.FLASH_ERROR_ALGORITHM_UNAVAILABLE, libflash.attention, q, k, v, algorithm="sm80")
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, algorithm=99)
+
+
+def test_block_mask_errors():
+    q, k, v = arrays(sq=200, sk=300)  # 2 query blocks, 3 key blocks of 128
+    ok = np.ones((1, 1, 2, 3), bool)
+    libflash.attention(q, k, v, block_mask=ok)
+    # Wrong number of blocks for the sequence lengths.
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=np.ones((1, 1, 3, 3), bool))
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=np.ones((1, 1, 2, 4), bool))
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=ok, block_size=64)
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=np.ones((2, 3), bool), block_size=96)
+    # Batch/head extents that neither match nor broadcast.
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=np.ones((1, 3, 2, 3), bool))
+    # Compact form: an index out of range, a repeated index, a count too large, a wrong dtype.
+    counts = np.full((1, 1, 2), 2, np.int32)
+    idx = np.array([[[[0, 3, 0], [1, 2, 0]]]], np.int32)
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=(counts, idx))
+    idx = np.array([[[[0, 0, 0], [1, 2, 0]]]], np.int32)
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=(counts, idx))
+    idx = np.array([[[[0, 1, 2], [1, 2, 0]]]], np.int32)
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=(np.full((1, 1, 2), 4, np.int32), idx))
+    raises(capi.FLASH_ERROR_BAD_MASK, libflash.attention, q, k, v, block_mask=(counts.astype(np.float32), idx))
+    libflash.attention(q, k, v, block_mask=(counts, idx))
+
+
+def test_type_errors():
+    q, k, v = arrays()
+    with pytest.raises(TypeError):
+        libflash.attention(q.tolist(), k, v)
+    with pytest.raises(TypeError):
+        libflash.attention(q, k, v, stream="default")
+
+
+def test_flash_error_is_picklable():
+    e = FlashError(110, "FLASH_ERROR_BAD_SHAPE", "q.shape[1] is 0")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert (e2.status, e2.status_name, e2.message) == (110, "FLASH_ERROR_BAD_SHAPE", "q.shape[1] is 0")
+    assert isinstance(e2, RuntimeError)
+
+
+def test_error_message_is_per_call():
+    q, k, v = arrays()
+    with pytest.raises(FlashError):
+        libflash.attention(q, k[..., :16], v)
+    libflash.attention(q, k, v)  # a later success is unaffected
+    e = raises(capi.FLASH_ERROR_UNSUPPORTED_HEAD_DIM, libflash.attention, q[..., :12], k[..., :12], v[..., :12])
+    assert "head_dim" in e.message

@@ -1,0 +1,138 @@
+"""CuPy (and Numba) inputs through __cuda_array_interface__: results against the numpy float64 reference,
+the result kind, strides, block masks and non-default streams. Skipped without CuPy or a CUDA device."""
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+import libflash  # noqa: E402
+from libflash import FlashError, capi  # noqa: E402
+from reference import attention_ref  # noqa: E402
+
+
+def _cuda_ok():
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0 and libflash.device_count("cuda") > 0
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device for CuPy, or a CPU-only libflash")
+ATOL = 5e-3
+
+
+def rand(rng, shape):
+    return cupy.asarray(rng.standard_normal(shape).astype(np.float16))
+
+
+def check(o, lse, q, k, v, **mask):
+    assert isinstance(o, cupy.ndarray) and o.dtype == q.dtype and o.shape == q.shape
+    assert o.device.id == q.device.id
+    ro, rlse = attention_ref(cupy.asnumpy(q), cupy.asnumpy(k), cupy.asnumpy(v), **mask)
+    oh = cupy.asnumpy(o).astype(np.float64)
+    assert np.isfinite(oh).all()
+    np.testing.assert_allclose(oh, ro, atol=ATOL, rtol=ATOL)
+    if lse is not None:
+        lh = cupy.asnumpy(lse)
+        assert lh.dtype == np.float32
+        empty = np.isneginf(rlse)
+        assert np.array_equal(np.isneginf(lh), empty)
+        np.testing.assert_allclose(lh[~empty], rlse[~empty], atol=2e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random(seed):
+    rng = np.random.default_rng(seed)
+    b, sq, sk = int(rng.integers(1, 3)), int(rng.integers(1, 400)), int(rng.integers(1, 400))
+    hkv = int(rng.choice([1, 2]))
+    hq = hkv * int(rng.choice([1, 3]))
+    d = int(rng.choice([64, 128, 40]))
+    q, k, v = rand(rng, (b, sq, hq, d)), rand(rng, (b, sk, hkv, d)), rand(rng, (b, sk, hkv, d))
+    causal = bool(seed % 2)
+    alignment = "top_left" if seed % 3 == 0 else "bottom_right"
+    o, lse = libflash.attention(q, k, v, causal=causal, causal_alignment=alignment, return_lse=True)
+    cupy.cuda.get_current_stream().synchronize()
+    check(o, lse, q, k, v, causal=causal, alignment=alignment)
+
+
+def test_strided_views_and_out():
+    rng = np.random.default_rng(20)
+    qkv = rand(rng, (2, 200, 3, 4, 64))
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    out = cupy.full((2, 4, 200, 64), cupy.nan, dtype=cupy.float16).transpose(0, 2, 1, 3)
+    r = libflash.attention(q, k, v, window=(50, 10), out=out)
+    assert r is out
+    check(out, None, q, k, v, window=(50, 10))
+
+
+def test_block_masks():
+    rng = np.random.default_rng(21)
+    q, k, v = rand(rng, (1, 300, 2, 64)), rand(rng, (1, 260, 2, 64)), rand(rng, (1, 260, 2, 64))
+    dense = rng.random((1, 2, 5, 5)) < 0.5  # block 64
+    o = libflash.attention(q, k, v, block_mask=cupy.asarray(dense))
+    check(o, None, q, k, v, block_map=dense, block=(64, 64))
+    counts = dense.sum(-1).astype(np.int32)
+    idx = np.argsort(~dense, axis=-1, kind="stable").astype(np.int32)
+    o = libflash.attention(q, k, v, block_mask=(cupy.asarray(counts), cupy.asarray(idx), 64), causal=True)
+    check(o, None, q, k, v, block_map=dense, block=(64, 64), causal=True)
+
+
+_spin = None
+
+
+def _sleep_on(stream, cycles=200_000_000):
+    global _spin
+    if _spin is None:
+        _spin = cupy.RawKernel(r'''
+        extern "C" __global__ void spin(long long cycles) {
+          long long start = clock64();
+          while (clock64() - start < cycles) {}
+        }''', "spin")
+    with stream:
+        _spin((1,), (1,), (np.int64(cycles),))
+
+
+@pytest.mark.parametrize("how", ["object", "int", "current"])
+def test_non_default_stream(how):
+    rng = np.random.default_rng(22)
+    q, k, v = rand(rng, (2, 512, 4, 64)), rand(rng, (2, 512, 4, 64)), rand(rng, (2, 512, 4, 64))
+    s = cupy.cuda.Stream(non_blocking=True)
+    q_late = cupy.full_like(q, cupy.nan)
+    cupy.cuda.Device().synchronize()
+    _sleep_on(s)
+    with s:
+        q_late[...] = q  # written only after the spin; NaN until then
+    if how == "current":
+        with s:
+            o, lse = libflash.attention(q_late, k, v, causal=True, return_lse=True)
+    else:
+        o, lse = libflash.attention(q_late, k, v, causal=True, return_lse=True, stream=s if how == "object" else s.ptr)
+    s.synchronize()
+    check(o, lse, q, k, v, causal=True)
+
+
+def test_errors():
+    q = cupy.zeros((1, 64, 2, 64), cupy.float32)
+    with pytest.raises(FlashError) as e:
+        libflash.attention(q, q.copy(), q.copy())
+    assert e.value.status == capi.FLASH_ERROR_UNSUPPORTED_DTYPE
+    h = q.astype(cupy.float16)
+    with pytest.raises(FlashError) as e:
+        libflash.attention(h, cupy.asnumpy(h), h.copy())
+    assert e.value.status == capi.FLASH_ERROR_DEVICE_MISMATCH
+    with pytest.raises(FlashError) as e:
+        libflash.attention(cupy.zeros((1, 64, 2, 128), cupy.float16)[..., ::2], h.copy(), h.copy())
+    assert e.value.status == capi.FLASH_ERROR_BAD_STRIDE
+
+
+def test_numba_arrays():
+    numba_cuda = pytest.importorskip("numba.cuda")
+    rng = np.random.default_rng(23)
+    qh, kh, vh = (rng.standard_normal((1, 100, 2, 64)).astype(np.float16) for _ in range(3))
+    q, k, v = numba_cuda.to_device(qh), numba_cuda.to_device(kh), numba_cuda.to_device(vh)
+    o = libflash.attention(q, k, v, causal=True)
+    assert type(o).__module__.startswith("numba")
+    numba_cuda.synchronize()
+    ro, _ = attention_ref(qh, kh, vh, causal=True)
+    np.testing.assert_allclose(o.copy_to_host().astype(np.float64), ro, atol=ATOL, rtol=ATOL)

@@ -1,0 +1,3 @@
+// One instantiation per file so the build compiles them in parallel.
+#include "fwd_kernel.cuh"
+FLASH_SM80_INSTANTIATE(256, 0, FP16)

@@ -1,0 +1,480 @@
+// libflash/cuda/sm80/fwd_kernel.cuh -- the fused FlashAttention-2 forward kernel for sm_80 and newer.
+//
+// One CTA owns one query block Q_i (block_m rows) of one (batch, head). Its warps split the rows
+// ("split-Q": warp w owns rows [w*rows_per_warp, (w+1)*rows_per_warp)) and each reads all of every K_j,
+// V_j tile, so the online softmax of a row never leaves its 4-lane quad. Per key block j:
+//
+//   S     = Q_i K_j^T                     mma.sync m16n8k16, fp32 accumulate, Q and K by ldmatrix
+//   row_max_new = max(row_max, rowmax(S))
+//   P     = exp2(S * scale_log2 - row_max_new * scale_log2)
+//   row_sum = exp2((row_max - row_max_new) * scale_log2) * row_sum + rowsum(P)
+//   O     = exp2((row_max - row_max_new) * scale_log2) * O + P V_j    P straight from the S registers
+//
+// then O /= row_sum, LSE = row_max * scale + log(row_sum), both written once.
+//
+// Data movement: Q, K, V go global -> shared with cp.async (16-byte chunks, zero-filled past the
+// sequence or head-dim end, so no stale shared memory can turn into 0 * NaN). One K and one V buffer:
+// V_j is loaded while QK^T_j runs and K_{j+1} while softmax and P V_j run (FA2's schedule; with two
+// CTAs per SM the other CTA's math covers what is left). Shared tiles are stored in pages of 64 (or 32)
+// columns with the 16-byte chunk index XORed by the row, so ldmatrix's eight row addresses and the
+// cp.async writes each hit eight different bank groups.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../../params.h"
+#include "../runtime.h"
+#include "tile_table.h"
+
+namespace flash::sm80 {
+
+// ---- PTX wrappers -----------------------------------------------------------------------------------
+__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, int src_bytes) {
+  // src_bytes = 0: nothing is read and the 16 shared bytes are zero-filled.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <DType T>
+struct Elem;
+template <>
+struct Elem<DType::BF16> {
+  using type = __nv_bfloat16;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  // D += A B, m16n8k16, A row-major 16x16, B col-major 16x8, fp32 accumulate.
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Elem<DType::FP16> {
+  using type = __half;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// ---- Compile-time shape of one instantiation ----------------------------------------------------------
+template <int kHeadDim_, int kVariant_, DType kDType_>
+struct Traits {
+  static constexpr TileShape kShape = tile_shape(kHeadDim_, kVariant_);
+  static_assert(kShape.head_dim == kHeadDim_, "no tile_table entry for this head dim / variant");
+  static constexpr DType kDType = kDType_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kShape.block_m;
+  static constexpr int kBlockN = kShape.block_n;
+  static constexpr int kWarps = kShape.warps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowsPerWarp = kBlockM / kWarps;
+  static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
+  static constexpr int kNTiles = kBlockN / 8;        // n8 tiles of S per m16 tile
+  static constexpr int kDTiles = kHeadDim / 8;       // n8 tiles of O per m16 tile
+  static constexpr int kKSteps = kHeadDim / 16;      // k16 steps of Q K^T
+  static_assert(kRowsPerWarp % 16 == 0 && kBlockN % 16 == 0 && kHeadDim % 16 == 0, "tile shape");
+  // Shared layout of a [rows][kHeadDim] tile: kPages pages of [rows][kPageCols]; a row of a page is
+  // kRowBytes (128 or 64) and its 16-byte chunk cc is stored at cc ^ swizzle(row).
+  static constexpr int kPageCols = kHeadDim % 64 == 0 ? 64 : 32;
+  static constexpr int kPageChunks = kPageCols / 8;
+  static constexpr int kRowBytes = kPageCols * 2;
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kSmemBytes = kQBytes + 2 * kKVBytes;
+  static_assert(kSmemBytes == kShape.smem_bytes(), "tile_table smem formula out of date");
+
+  // 128-byte rows: chunk ^= row % 8. 64-byte rows (two per 128-byte bank line): chunk ^= (row / 2) % 4,
+  // so rows 2k and 2k+1 share a pattern but sit in different halves of the line.
+  static __device__ __forceinline__ uint32_t in_page(int row, int cc) {
+    const int sw = kPageChunks == 8 ? (row & 7) : ((row >> 1) & 3);
+    return uint32_t(row * kRowBytes + ((cc ^ sw) << 4));
+  }
+  template <int kRows>
+  static __device__ __forceinline__ uint32_t chunk_offset(int row, int chunk) {
+    return uint32_t((chunk / kPageChunks) * kRows * kRowBytes) + in_page(row, chunk % kPageChunks);
+  }
+};
+
+// ---- Which key blocks a query block visits (the GPU twin of cpu/block_range.h) -----------------------
+template <int kBlockN>
+struct KeyBlocks {
+  int lo, hi;        // keys visible to at least one row of the query block: [lo, hi)
+  int cursor, n_lo;  // dense: from the last block down to n_lo (reverse: the masked diagonal comes first)
+  // block-sparse: the listed mask blocks, each split into `sub_per` blocks of kBlockN keys
+  const int32_t* list = nullptr;
+  int list_stride = 0, count = 0, pos = 0, sub = 0, sub_per = 1, cur = 0, n_mask_blocks = 0;
+
+  __device__ KeyBlocks(const FwdParams& p, int b, int h, int q_begin, int q_end, int m_block, int block_m) {
+    int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
+    int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+    lo = int(max(lo64, int64_t(0)));
+    hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
+    n_lo = lo / kBlockN;
+    cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
+    if (p.has_block_mask) {
+      const BlockMaskParams& m = p.block_mask;
+      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
+      count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+      list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+      list_stride = int(m.idx_stride);
+      sub_per = m.block_n / kBlockN;
+      sub = sub_per;
+      n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
+      if (lo >= hi) count = 0;
+    }
+  }
+
+  // Next key block (in units of kBlockN), or -1 when done.
+  __device__ __forceinline__ int next(bool sparse) {
+    if (!sparse) return cursor >= n_lo ? cursor-- : -1;
+    while (true) {
+      if (sub == sub_per) {
+        if (pos >= count) return -1;
+        cur = list[int64_t(pos++) * list_stride];
+        sub = 0;
+        if (cur < 0 || cur >= n_mask_blocks) {  // out-of-range index: skipped, as the CPU path does
+          sub = sub_per;
+          continue;
+        }
+      }
+      const int64_t n = int64_t(cur) * sub_per + sub++;
+      if (n * kBlockN < hi && (n + 1) * kBlockN > lo) return int(n);  // outside the window: never loaded
+    }
+  }
+
+  // Does some (row, key) of this tile fall outside the sequence or the window? Only those pay the
+  // element test; blocks wholly inside take the unmasked path.
+  __device__ __forceinline__ bool needs_mask(const FwdParams& p, int n, int q_first, int q_last) const {
+    const int64_t k_begin = int64_t(n) * kBlockN, k_last = k_begin + kBlockN - 1;
+    if (k_last >= p.seqlen_k) return true;
+    if (p.window_left >= 0 && k_begin < q_last + p.diag_offset - p.window_left) return true;
+    if (p.window_right >= 0 && k_last > q_first + p.diag_offset + p.window_right) return true;
+    return false;
+  }
+};
+
+// ---- The kernel -------------------------------------------------------------------------------------
+template <class K>
+__global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+  using E = Elem<K::kDType>;
+  using T = typename E::type;
+  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kMTiles = K::kMTiles, kNTiles = K::kNTiles;
+  constexpr int kDTiles = K::kDTiles, kRowBytes = K::kRowBytes, kPageChunks = K::kPageChunks;
+  const float kNegInf = -INFINITY;
+
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t q_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t k_smem = q_smem + K::kQBytes;
+  const uint32_t v_smem = k_smem + K::kKVBytes;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row g (and g+8), columns 2t, 2t+1
+  // Reverse order: with bottom-right causal masks the last query blocks see the most keys; start them first.
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / p.head_ratio;  // GQA: kv head = h / head_ratio
+  const int q_begin = m_block * kBlockM;
+  const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
+  const int chunks_valid = p.head_dim / 8;  // head-dim chunks past this are zero-filled, never read
+
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q_begin) * p.q_row_stride + h * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h_kv * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
+  // Outputs (computed where used, so no register holds them through the main loop).
+#define FLASH_SM80_OUTPUT_POINTERS                                                                                 \
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + int64_t(q_begin) * p.o_row_stride + h * p.o_head_stride; \
+  float* lse = p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + int64_t(q_begin) * p.lse_row_stride : nullptr;
+
+  // global -> shared, 16 bytes per cp.async; rows past rows_valid and chunks past the head dim read 0.
+  // Thread tid copies chunk cc = tid % kPageChunks of rows row0 + pass * kStepRows of every page, so
+  // 8 (or 4) consecutive threads read one 128-byte (64-byte) row segment and the swizzle of its rows is
+  // the same every pass: one base address per thread, the rest are immediates.
+  constexpr int kStepRows = K::kThreads / kPageChunks;
+  static_assert(K::kThreads % kPageChunks == 0 && kStepRows % 8 == 0, "load pattern");
+  const int load_row0 = tid / kPageChunks, load_cc = tid % kPageChunks;
+  const uint32_t load_lane = K::in_page(load_row0, load_cc);
+  auto load_tile = [&](auto rows_tag, uint32_t dst, const T* src, int64_t row_stride, int rows_valid) {
+    constexpr int kRows = decltype(rows_tag)::value;
+    static_assert(kRows % kStepRows == 0, "load pattern");
+    const T* src_row = src + load_row0 * row_stride + load_cc * 8;
+#pragma unroll
+    for (int pass = 0; pass < kRows / kStepRows; ++pass) {
+      const bool row_ok = load_row0 + pass * kStepRows < rows_valid;
+#pragma unroll
+      for (int page = 0; page < K::kHeadDim / K::kPageCols; ++page) {
+        const bool ok = row_ok && page * kPageChunks + load_cc < chunks_valid;
+        cp_async_16(dst + page * kRows * kRowBytes + pass * kStepRows * kRowBytes + load_lane,
+                    ok ? src_row + page * K::kPageCols : src, ok ? 16 : 0);
+      }
+      src_row += kStepRows * row_stride;
+    }
+  };
+  using RowsM = std::integral_constant<int, kBlockM>;
+  using RowsN = std::integral_constant<int, kBlockN>;
+
+  const bool sparse = p.has_block_mask;
+  KeyBlocks<kBlockN> blocks(p, b, h, q_begin, q_begin + q_rows, m_block, kBlockM);
+  int n_block = blocks.next(sparse);
+
+  if (n_block < 0) {  // no visible key anywhere in this query block: O = 0, LSE = -inf
+    FLASH_SM80_OUTPUT_POINTERS
+    for (int idx = tid; idx < q_rows * K::kChunksPerRow; idx += K::kThreads) {
+      const int row = idx / K::kChunksPerRow, chunk = idx % K::kChunksPerRow;
+      if (chunk < chunks_valid) *reinterpret_cast<uint4*>(o + row * p.o_row_stride + chunk * 8) = make_uint4(0, 0, 0, 0);
+    }
+    if (lse)
+      for (int row = tid; row < q_rows; row += K::kThreads) lse[row * p.lse_row_stride] = kNegInf;
+    return;
+  }
+
+  load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
+  load_tile(RowsN{}, k_smem, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_block * kBlockN);
+  cp_async_commit();
+
+  // A negative softmax scale is folded into Q's sign so that -inf stays the masked value and the running
+  // max stays a max: scale * q.k == |scale| * (-q).k.
+  const uint32_t q_sign = p.scale < 0.f ? 0x80008000u : 0u;
+  const float scale_log2 = fabsf(p.scale_log2);
+
+  // Per-lane ldmatrix offsets inside a page (the XOR with the step's chunk is applied per step).
+  const int warp_row0 = warp * K::kRowsPerWarp;
+  const uint32_t q_lane = K::in_page(warp_row0 + (lane & 15), lane >> 4);          // A: rows 0-15, chunk +0/+1
+  const uint32_t k_lane = K::in_page((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // B: keys 0-15, chunk +0/+1
+  const uint32_t v_lane = K::in_page((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);  // B^T: keys 0-15, chunk +0/+1
+
+  float acc_o[kMTiles][kDTiles][4];
+  float row_max[kMTiles][2], row_sum[kMTiles][2];  // rows g and g+8 of each m16 tile; row_sum is this lane's part
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.f;
+    row_max[mt][0] = row_max[mt][1] = kNegInf;
+    row_sum[mt][0] = row_sum[mt][1] = 0.f;
+  }
+
+  for (bool first = true;; first = false) {
+    cp_async_wait_all();
+    __syncthreads();  // K_j (and Q) landed for every thread's copies; every warp is done reading V_{j-1}
+    load_tile(RowsN{}, v_smem, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
+    cp_async_commit();
+
+    // S = Q_i K_j^T
+    float s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < K::kKSteps; ++ks) {
+      const int chunk = ks * 2, page = chunk / kPageChunks, cc = chunk % kPageChunks;
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        ldmatrix_x4(a[mt], q_smem + page * kBlockM * kRowBytes + mt * 16 * kRowBytes + (q_lane ^ (cc << 4)));
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[mt][r] ^= q_sign;
+      }
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, k_smem + page * kBlockN * kRowBytes + np * 16 * kRowBytes + (k_lane ^ (cc << 4)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          E::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
+          E::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+        }
+      }
+    }
+
+    const int n_next = blocks.next(sparse);
+    cp_async_wait_all();
+    __syncthreads();  // V_j landed; every warp is done reading K_j, so K_{j+1} may overwrite it
+    if (n_next >= 0) {
+      load_tile(RowsN{}, k_smem, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
+      cp_async_commit();
+    }
+
+    // Element mask, only on blocks that cross the sequence end or a window edge. Per row, the visible
+    // keys of this block are the columns [lo, hi) relative to this lane's first column.
+    if (blocks.needs_mask(p, n_block, q_begin, q_begin + q_rows - 1)) {
+      const int64_t col0 = int64_t(n_block) * kBlockN + 2 * t;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t diag = q_begin + warp_row0 + mt * 16 + g + r * 8 + p.diag_offset;  // query row + offset
+          int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
+          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
+          hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+          const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
+          const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = nt * 8 + e;
+              if (c < lo_rel || c >= hi_rel) s[mt][nt][2 * r + e] = kNegInf;
+            }
+        }
+    }
+
+    uint32_t p_frag[kMTiles][kNTiles][2];  // P in the input dtype, the accumulator layout of S
+    // Online softmax (Algorithm 1, lines 9-11, in base 2 with the scale folded into one FFMA).
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float block_max = kNegInf;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) block_max = fmaxf(block_max, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+        // A row lives in the 4 lanes of a quad.
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
+        block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
+        const float max_new = fmaxf(row_max[mt][r], block_max);
+        // A row with nothing visible yet keeps max -inf; subtract 0 then, so exp2(-inf - -inf) never makes NaN.
+        const float max_scaled = max_new == kNegInf ? 0.f : max_new * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const float p0 = exp2f(s[mt][nt][2 * r] * scale_log2 - max_scaled);
+          const float p1 = exp2f(s[mt][nt][2 * r + 1] * scale_log2 - max_scaled);
+          sum += p0 + p1;  // row_sum from the fp32 P, as the reference does
+          p_frag[mt][nt][r] = E::pack(p0, p1);  // packed at once: halves the registers S occupied
+        }
+        if (first) {
+          row_sum[mt][r] = sum;
+        } else {
+          // exp2(-inf) = 0 when the old max was -inf, which also zeroes the (zero) O rows.
+          const float correction = exp2f(row_max[mt][r] * scale_log2 - max_scaled);
+          row_sum[mt][r] = row_sum[mt][r] * correction + sum;
+#pragma unroll
+          for (int dt = 0; dt < kDTiles; ++dt) {
+            acc_o[mt][dt][2 * r] *= correction;
+            acc_o[mt][dt][2 * r + 1] *= correction;
+          }
+        }
+        row_max[mt][r] = max_new;
+      }
+
+    // O += P V_j. The S accumulator of two adjacent n8 tiles is exactly the A fragment of one k16 step.
+#pragma unroll
+    for (int kc = 0; kc < kBlockN / 16; ++kc) {
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = p_frag[mt][2 * kc][0];
+        a[mt][1] = p_frag[mt][2 * kc][1];
+        a[mt][2] = p_frag[mt][2 * kc + 1][0];
+        a[mt][3] = p_frag[mt][2 * kc + 1][1];
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        const int chunk = dp * 2, page = chunk / kPageChunks, cc = chunk % kPageChunks;
+        uint32_t bv[4];
+        ldmatrix_x4_trans(bv, v_smem + page * kBlockN * kRowBytes + kc * 16 * kRowBytes + (v_lane ^ (cc << 4)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          E::mma(acc_o[mt][2 * dp], a[mt], bv[0], bv[1]);
+          E::mma(acc_o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+        }
+      }
+    }
+
+    if (n_next < 0) break;
+    n_block = n_next;
+  }
+
+  // Epilogue: O /= row_sum; O goes through this warp's own rows of the Q tile (no other warp reads them)
+  // so the global stores are 16-byte and row-contiguous.
+  const float scale = fabsf(p.scale);
+  FLASH_SM80_OUTPUT_POINTERS
+#undef FLASH_SM80_OUTPUT_POINTERS
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      // sum >= 1 for a row that saw a key (its max contributes exp2(0)); 0 for one that saw none.
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = warp_row0 + mt * 16 + g + r * 8;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const uint32_t packed = E::pack(acc_o[mt][dt][2 * r] * inv, acc_o[mt][dt][2 * r + 1] * inv);
+        const uint32_t addr = q_smem + K::template chunk_offset<kBlockM>(row, dt) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(packed));
+      }
+      if (lse != nullptr && t == 0 && row < q_rows)
+        lse[row * p.lse_row_stride] = sum > 0.f ? row_max[mt][r] * scale + logf(sum) : kNegInf;
+    }
+  __syncwarp();
+  constexpr int kWarpChunks = K::kRowsPerWarp * K::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < (kWarpChunks + 31) / 32; ++i) {
+    const int idx = lane + i * 32;
+    if (kWarpChunks % 32 != 0 && idx >= kWarpChunks) break;
+    const int row = warp_row0 + idx / K::kChunksPerRow, chunk = idx % K::kChunksPerRow;
+    if (row < q_rows && chunk < chunks_valid) {
+      uint4 val;
+      const uint32_t addr = q_smem + K::template chunk_offset<kBlockM>(row, chunk);
+      asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w) : "r"(addr));
+      *reinterpret_cast<uint4*>(o + row * p.o_row_stride + chunk * 8) = val;
+    }
+  }
+}
+
+// ---- Host launch, one instantiation per .cu file ----------------------------------------------------
+template <int kHeadDim, int kVariant, DType kDType>
+int32_t launch_fwd(const FwdParams& p) {
+  using K = Traits<kHeadDim, kVariant, kDType>;
+  auto* kernel = fwd_kernel<K>;
+  // Above 48 KB a kernel must opt in to dynamic shared memory (per device; cheap to repeat).
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+      e != cudaSuccess)
+    return cuda::status_from(e, "cudaFuncSetAttribute(sm80 fwd, MaxDynamicSharedMemorySize)");
+  const dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, K::kThreads, K::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(p);
+  return cuda::check_launch("sm80 fwd kernel");
+}
+
+}  // namespace flash::sm80
+
+// One line per .cu file: FLASH_SM80_INSTANTIATE(128, 0, BF16)
+#define FLASH_SM80_INSTANTIATE(D, VARIANT, DTYPE) \
+  template int32_t flash::sm80::launch_fwd<D, VARIANT, flash::DType::DTYPE>(const flash::FwdParams&);

@@ -1,0 +1,103 @@
+// libflash/cuda/sm80/sm80.cpp -- the Algorithm record of the fused mma.sync forward (FLASH_ALGO_SM80):
+// what it can run, and the switch from a call's (head dim, dtype) to one compiled instantiation.
+#include <cstdint>
+#include <string>
+
+#include "../../../flash.h"
+#include "../../algorithm.h"
+#include "../../error.h"
+#include "../runtime.h"
+#include "launch.h"
+#include "tile_table.h"
+
+namespace flash {
+namespace sm80 {
+namespace {
+
+bool available(int32_t device_id, std::string* why) {
+  const int cc = cuda::compute_capability(device_id);
+  if (cc >= 80) return true;
+  *why = "needs compute capability 8.0 or newer (device " + std::to_string(device_id) + " has " + std::to_string(cc / 10) +
+         "." + std::to_string(cc % 10) + ")";
+  return false;
+}
+
+// cp.async moves 16-byte chunks: every row start must be 16-byte aligned, so the base pointers must be and
+// every stride that is used (extent > 1) must be a multiple of 8 elements.
+bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (const auto& [stride, extent] : stride_extent)
+    if (extent > 1 && stride % 8 != 0) return false;
+  return true;
+}
+
+bool supports(const FwdParams& p, std::string* why) {
+  if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
+    *why = "supports fp16 and bf16 only";
+    return false;
+  }
+  const int d = compiled_head_dim(p.head_dim);
+  if (d == 0 || p.head_dim % 8 != 0) {
+    *why = "head_dim " + std::to_string(p.head_dim) + " is not a multiple of 8 in [8, 256]";
+    return false;
+  }
+  const int variant = pick_variant(d, cuda::shared_mem_per_block_optin(p.device_id));
+  if (variant < 0) {
+    *why = "head_dim " + std::to_string(p.head_dim) + " needs " + std::to_string(tile_shape(d, 1).head_dim ? tile_shape(d, 1).smem_bytes() : tile_shape(d, 0).smem_bytes()) +
+           " bytes of shared memory per block; this device offers " + std::to_string(cuda::shared_mem_per_block_optin(p.device_id));
+    return false;
+  }
+  if (!aligned(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
+      !aligned(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
+      !aligned(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
+      !aligned(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}})) {
+    *why = "needs 16-byte aligned q/k/v/o pointers and batch/row/head strides that are multiples of 8 elements "
+           "(cp.async moves 16-byte chunks)";
+    return false;
+  }
+  if (p.batch > 65535 || p.heads_q > 65535) {
+    *why = "batch and heads_q must be at most 65535 (grid dimensions)";
+    return false;
+  }
+  if (p.has_block_mask) {
+    const TileShape t = tile_shape(d, variant);
+    if (p.block_mask.block_n % t.block_n != 0 || p.block_mask.block_m % t.block_m != 0) {
+      *why = "block-sparse masks need block_n a multiple of " + std::to_string(t.block_n) + " and block_m a multiple of " +
+             std::to_string(t.block_m) + " at head_dim " + std::to_string(p.head_dim) + " (mask has " +
+             std::to_string(p.block_mask.block_m) + " x " + std::to_string(p.block_mask.block_n) + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t workspace(const FwdParams&) { return 0; }
+
+template <DType T>
+int32_t fwd_typed(const FwdParams& p, int d, int variant) {
+  switch (d) {
+    case 32: return launch_fwd<32, 0, T>(p);
+    case 64: return launch_fwd<64, 0, T>(p);
+    case 96: return launch_fwd<96, 0, T>(p);
+    case 128: return launch_fwd<128, 0, T>(p);
+    case 192: return launch_fwd<192, 0, T>(p);
+    case 256: return variant == 0 ? launch_fwd<256, 0, T>(p) : launch_fwd<256, 1, T>(p);
+  }
+  return fail(FLASH_ERROR_INTERNAL, "sm80: no kernel compiled for head_dim ", p.head_dim);
+}
+
+int32_t fwd(const FwdParams& p) {
+  if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
+  const int d = compiled_head_dim(p.head_dim);
+  const int variant = pick_variant(d, cuda::shared_mem_per_block_optin(p.device_id));
+  if (d == 0 || variant < 0) return fail(FLASH_ERROR_INTERNAL, "sm80: fwd called on an unsupported problem");
+  return p.dtype == DType::BF16 ? fwd_typed<DType::BF16>(p, d, variant) : fwd_typed<DType::FP16>(p, d, variant);
+}
+
+}  // namespace
+}  // namespace sm80
+
+extern const Algorithm kCudaSm80 = {FLASH_ALGO_SM80, "sm80", FLASH_DEVICE_CUDA, sm80::available, sm80::supports,
+                                    sm80::workspace, sm80::fwd};
+
+}  // namespace flash

@@ -59,11 +59,15 @@ int32_t fwd_typed(const FwdParams& p) {
     for (int64_t i = 0; i < sq; ++i) {
       float* row = P + i * sk;
       const float mx = *std::max_element(row, row + sk);
-      float sum = 0.0f;
+      // The row sum runs over up to seqlen_k terms: accumulate it in double so the baseline's error is
+      // that of its stored fp32 matrices, not of a long sequential float sum.
+      double sum = 0.0;
       for (int64_t j = 0; j < sk; ++j) sum += (row[j] = mx == neg_inf ? 0.0f : std::exp(row[j] - mx));
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = sum > 0.0 ? static_cast<float>(1.0 / sum) : 0.0f;
       for (int64_t j = 0; j < sk; ++j) row[j] *= inv;
-      if (p.lse) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = sum > 0.0f ? mx + std::log(sum) : neg_inf;
+      if (p.lse)
+        p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] =
+            sum > 0.0 ? static_cast<float>(mx + std::log(sum)) : neg_inf;
     }
     // O = P V.
     std::vector<float> acc(d);

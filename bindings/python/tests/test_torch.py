@@ -233,6 +233,7 @@ def test_many_streams_concurrently():
     g = torch.Generator().manual_seed(11)
     streams = [torch.cuda.Stream() for _ in range(4)]
     probs = [tuple(rand((1, 256 + 64 * i, 2, 64), torch.bfloat16, gen=g) for _ in range(3)) for i in range(4)]
+    torch.cuda.synchronize()  # the inputs were made on the default stream
     outs = []
     for s, (q, k, v) in zip(streams, probs):
         with torch.cuda.stream(s):

@@ -120,7 +120,8 @@ def _contiguous_strides(shape):
 
 
 def _describe_numpy(x, name):
-    return Desc(x, "numpy", x.ctypes.data, x.dtype.name, _capi.FLASH_DEVICE_CPU, 0, x.shape,
+    dtype = x.dtype.name if x.dtype.isnative else "%s (non-native byte order)" % x.dtype.name
+    return Desc(x, "numpy", x.ctypes.data, dtype, _capi.FLASH_DEVICE_CPU, 0, x.shape,
                 _elem_strides(x.strides, x.itemsize, name), keepalive=x)
 
 

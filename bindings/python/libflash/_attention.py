@@ -127,6 +127,8 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
     if out is None:
         out = alloc.empty((batch, seqlen_q, heads_q, head_dim), "like")
     do = describe(out, "out", user_stream)
+    if do.kind == "numpy" and not out.flags.writeable:
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "out is a read-only numpy array")
     args.o = do.tensor("out", 4)
     lse = None
     if return_lse:

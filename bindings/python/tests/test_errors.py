@@ -59,6 +59,14 @@ def test_non_contiguous_last_dim():
     raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q, k, v, out=out)
 
 
+def test_byte_order_and_read_only_out():
+    q, k, v = arrays()
+    raises(capi.FLASH_ERROR_UNSUPPORTED_DTYPE, libflash.attention, q.astype(">f4"), k, v)
+    out = np.empty_like(q)
+    out.flags.writeable = False
+    raises(capi.FLASH_ERROR_INVALID_ARGUMENT, libflash.attention, q, k, v, out=out)
+
+
 def test_negative_strides():
     q, k, v = arrays()
     raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q[:, ::-1], k, v)
@@ -66,7 +74,8 @@ def test_negative_strides():
 
 def test_output_self_overlap():
     q, k, v = arrays()
-    out = np.broadcast_to(np.empty((1, 1, 2, 32), np.float32), q.shape)  # stride 0 on seqlen
+    base = np.empty((1, 1, 2, 32), np.float32)
+    out = np.lib.stride_tricks.as_strided(base, q.shape, (0, 0, 128, 4), writeable=True)  # stride 0 on seqlen
     raises(capi.FLASH_ERROR_BAD_STRIDE, libflash.attention, q, k, v, out=out)
 
 

@@ -1,0 +1,481 @@
+// cli/src/bench.cpp -- `fa-bench run`: one measured row per case.
+//
+// Per case: inputs generated on the host from the seed (uniform in [-1, 1), rounded to the dtype) and
+// uploaded once per shape; the workspace sized by flash_fwd_workspace_size and passed explicitly, so the
+// call's whole footprint is known; `warmup` untimed calls, then `reps` timed calls with the last-level
+// cache flushed before each; with --check the output is poisoned (all bits set, a NaN in every dtype)
+// before the first call and compared with the fp64 reference after the last.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <unistd.h>
+
+#include "bench.hpp"
+#include "device.hpp"
+#include "numeric.hpp"
+
+#ifndef FA_BENCH_GIT_REVISION
+#define FA_BENCH_GIT_REVISION ""
+#endif
+
+namespace fabench {
+namespace {
+
+using nlohmann::json;
+
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Uniform values in [-1, 1), rounded to the dtype, written as the dtype's bits.
+std::vector<unsigned char> random_tensor(size_t elements, int32_t dtype, uint64_t seed) {
+  std::vector<unsigned char> out(elements * dtype_size(dtype));
+  uint64_t state = seed;
+  for (size_t i = 0; i < elements; ++i) {
+    const float x = static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    if (dtype == FLASH_DTYPE_FP32) {
+      reinterpret_cast<float*>(out.data())[i] = x;
+    } else {
+      reinterpret_cast<uint16_t*>(out.data())[i] = dtype == FLASH_DTYPE_FP16 ? float_to_fp16(x) : float_to_bf16(x);
+    }
+  }
+  return out;
+}
+
+// The inputs of one shape, shared by the algorithms measured on it.
+struct Inputs {
+  std::string key;
+  Device* dev = nullptr;
+  void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  size_t q_bytes = 0, kv_bytes = 0;
+  std::vector<unsigned char> hq, hk, hv;  // host copies (kept for --check)
+  std::string error;                      // allocation failure
+  void release() {
+    if (dev) {
+      dev->release(q), dev->release(k), dev->release(v), dev->release(o);
+    }
+    q = k = v = o = nullptr;
+    hq.clear(), hk.clear(), hv.clear();
+    hq.shrink_to_fit(), hk.shrink_to_fit(), hv.shrink_to_fit();
+  }
+  ~Inputs() { release(); }
+};
+
+std::string shape_key(const Case& c) {
+  return std::to_string(c.dtype) + "/" + std::to_string(c.batch) + "/" + std::to_string(c.heads_q) + "/" +
+         std::to_string(c.heads_kv) + "/" + std::to_string(c.seqlen_q) + "/" + std::to_string(c.seqlen_k) + "/" +
+         std::to_string(c.head_dim);
+}
+
+std::string human_bytes(double b) {
+  char buf[64];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+void set_error(json& row, const std::string& status, int32_t code, const std::string& message) {
+  row["error"] = {{"status", status}, {"code", code}, {"message", message}};
+}
+
+void set_flash_error(json& row, int32_t status, const std::string& context) {
+  const std::string msg = flash_last_error_message();
+  set_error(row, flash_status_string(status), status, context + (msg.empty() ? "" : ": " + msg));
+}
+
+// The keys every row has, with null for what was not measured (a dashboard can rely on them).
+json base_row(const Case& c, const std::string& device) {
+  json row;
+  row["name"] = c.mode + "/" + dtype_name(c.dtype) + "/" + c.algo + "/b" + std::to_string(c.batch) + "/h" +
+                std::to_string(c.heads_q) + "/hkv" + std::to_string(c.heads_kv) + "/sq" + std::to_string(c.seqlen_q) +
+                "/sk" + std::to_string(c.seqlen_k) + "/d" + std::to_string(c.head_dim) + "/" + c.mask.label();
+  row["device"] = device;
+  row["algo"] = c.algo;
+  row["algo_used"] = nullptr;
+  row["mode"] = c.mode;
+  row["dtype"] = dtype_name(c.dtype);
+  row["batch"] = c.batch;
+  row["heads_q"] = c.heads_q;
+  row["heads_kv"] = c.heads_kv;
+  row["seqlen_q"] = c.seqlen_q;
+  row["seqlen_k"] = c.seqlen_k;
+  row["head_dim"] = c.head_dim;
+  row["mask"] = c.mask.label();
+  row["causal"] = c.mask.causal;
+  row["causal_alignment"] = c.mask.alignment == FLASH_ALIGN_TOP_LEFT ? "top_left" : "bottom_right";
+  row["window_left"] = c.mask.window_left;
+  row["window_right"] = c.mask.effective_window_right();
+  row["block_sparse"] = nullptr;
+  for (const char* k : {"warmup", "reps", "time_ms_median", "time_ms_min", "time_ms_max", "time_ms_mean", "flops",
+                        "visible_pairs", "mask_density", "tflops", "tflops_peak", "peak_mem_bytes", "workspace_bytes",
+                        "io_model_naive_bytes", "io_model_flash_bytes", "io_model_bytes", "io_model_gbps",
+                        "max_abs_error", "max_rel_error", "check_tolerance", "check_passed", "check_sampled_heads",
+                        "check_sampled_rows", "speedup_over_naive", "error"})
+    row[k] = nullptr;
+  return row;
+}
+
+double mode_factor(const std::string& mode) { return mode == "bwd" ? 2.5 : mode == "fwd_bwd" ? 3.5 : 1.0; }
+
+json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_device_info& info, Inputs& in) {
+  json row = base_row(c, device_string(cfg.device_type, cfg.device_id));
+  row["warmup"] = cfg.warmup;
+  row["reps"] = cfg.reps;
+
+  // The mask and its exact FLOP count.
+  BlockPattern pattern;
+  bool has_blocks = false;
+  try {
+    has_blocks = make_block_pattern(c.mask, c.seqlen_q, c.seqlen_k, cfg.seed, &pattern);
+  } catch (const std::exception& e) {
+    set_error(row, "FA_BENCH_BAD_MASK", -1, e.what());
+    return row;
+  }
+  const MaskModel mask(c.mask, c.seqlen_q, c.seqlen_k, has_blocks ? &pattern : nullptr);
+  const int64_t pairs = mask.total_pairs();
+  const double fraction = double(pairs) / (double(c.seqlen_q) * double(c.seqlen_k));
+  const double flops = forward_flops(pairs, c.batch, c.heads_q, c.head_dim) * mode_factor(c.mode);
+  row["visible_pairs"] = pairs;
+  row["mask_density"] = fraction;
+  row["flops"] = flops;
+  if (has_blocks)
+    row["block_sparse"] = {{"block_m", pattern.block_m},
+                           {"block_n", pattern.block_n},
+                           {"num_q_blocks", pattern.num_q_blocks},
+                           {"max_kv_blocks", pattern.max_kv_blocks},
+                           {"block_density", pattern.block_density(c.seqlen_k)},
+                           {"seed", cfg.seed}};
+  const IoModel io = io_model(c, info.shared_mem_per_sm, fraction);
+  row["io_model_naive_bytes"] = io.naive_bytes;
+  row["io_model_flash_bytes"] = io.flash_bytes;
+
+  if (c.mode != "fwd") {
+    set_error(row, "FA_BENCH_NOT_SUPPORTED", -1,
+              "mode " + c.mode + " is not supported by this library (flash.h " + flash_version_string() +
+                  " has a forward pass only: no flash_bwd)");
+    return row;
+  }
+  const int32_t algo = flash_algorithm_from_name(c.algo.c_str());
+  if (algo < 0) {
+    set_error(row, "FLASH_ERROR_ALGORITHM_UNAVAILABLE", FLASH_ERROR_ALGORITHM_UNAVAILABLE,
+              "'" + c.algo + "' is not an algorithm of this library");
+    return row;
+  }
+
+  // Inputs, shared across the algorithms of one shape.
+  const size_t es = dtype_size(c.dtype);
+  const size_t q_elems = size_t(c.batch * c.seqlen_q * c.heads_q * c.head_dim);
+  const size_t kv_elems = size_t(c.batch * c.seqlen_k * c.heads_kv * c.head_dim);
+  const std::string key = shape_key(c);
+  if (in.key != key) {
+    in.release();
+    in.key = key;
+    in.error.clear();
+    in.q_bytes = q_elems * es;
+    in.kv_bytes = kv_elems * es;
+    const double need = 2.0 * double(in.q_bytes) + 2.0 * double(in.kv_bytes);
+    if (cfg.device_type == FLASH_DEVICE_CPU && info.total_memory_bytes > 0 && need > 0.75 * double(info.total_memory_bytes)) {
+      in.error = "the inputs and output need " + human_bytes(need) + ", more than 3/4 of the host's memory";
+    } else {
+      in.q = dev.alloc(in.q_bytes), in.o = dev.alloc(in.q_bytes);
+      in.k = dev.alloc(in.kv_bytes), in.v = dev.alloc(in.kv_bytes);
+      if (!in.q || !in.k || !in.v || !in.o) {
+        in.error = "could not allocate " + human_bytes(need) + " for q, k, v and o: " + dev.last_error();
+      } else {
+        const uint64_t s = cfg.seed ^ std::hash<std::string>{}(key);
+        in.hq = random_tensor(q_elems, c.dtype, s + 1);
+        in.hk = random_tensor(kv_elems, c.dtype, s + 2);
+        in.hv = random_tensor(kv_elems, c.dtype, s + 3);
+        if (!dev.upload(in.q, in.hq.data(), in.q_bytes) || !dev.upload(in.k, in.hk.data(), in.kv_bytes) ||
+            !dev.upload(in.v, in.hv.data(), in.kv_bytes))
+          in.error = "upload failed: " + dev.last_error();
+        if (!cfg.check) in.hq.clear(), in.hk.clear(), in.hv.clear();
+      }
+    }
+  }
+  if (!in.error.empty()) {
+    set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY, "fa-bench: " + in.error);
+    return row;
+  }
+
+  // The block mask, on the device of q.
+  struct Owned {
+    Device& d;
+    void* p = nullptr;
+    ~Owned() { d.release(p); }
+  } mask_num{dev}, mask_idx{dev}, workspace{dev};
+  flash_block_mask bm;
+  flash_block_mask_init(&bm);
+  size_t mask_bytes = 0;
+  if (has_blocks) {
+    const size_t nb = pattern.kv_num_blocks.size() * 4, ib = pattern.kv_indices.size() * 4;
+    mask_bytes = nb + ib;
+    mask_num.p = dev.alloc(nb);
+    mask_idx.p = dev.alloc(ib);
+    if (!mask_num.p || !mask_idx.p || !dev.upload(mask_num.p, pattern.kv_num_blocks.data(), nb) ||
+        (ib > 0 && !dev.upload(mask_idx.p, pattern.kv_indices.data(), ib))) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY, "fa-bench: block mask upload failed: " + dev.last_error());
+      return row;
+    }
+    bm.block_m = pattern.block_m;
+    bm.block_n = pattern.block_n;
+    bm.num_q_blocks = pattern.num_q_blocks;
+    bm.max_kv_blocks = pattern.max_kv_blocks;
+    bm.kv_num_blocks = static_cast<const int32_t*>(mask_num.p);
+    bm.kv_indices = pattern.max_kv_blocks > 0 ? static_cast<const int32_t*>(mask_idx.p) : nullptr;
+    // One pattern for every batch and head: stride 0 broadcasts.
+    bm.kv_num_blocks_strides[0] = 0, bm.kv_num_blocks_strides[1] = 0, bm.kv_num_blocks_strides[2] = 1;
+    bm.kv_indices_strides[0] = 0, bm.kv_indices_strides[1] = 0, bm.kv_indices_strides[2] = pattern.max_kv_blocks,
+    bm.kv_indices_strides[3] = 1;
+  }
+
+  flash_fwd_args args;
+  flash_fwd_args_init(&args);
+  const int64_t qshape[4] = {c.batch, c.seqlen_q, c.heads_q, c.head_dim};
+  const int64_t kshape[4] = {c.batch, c.seqlen_k, c.heads_kv, c.head_dim};
+  args.q = flash_tensor_contiguous(in.q, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+  args.k = flash_tensor_contiguous(in.k, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
+  args.v = flash_tensor_contiguous(in.v, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
+  args.o = flash_tensor_contiguous(in.o, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+  args.causal = c.mask.causal ? 1 : 0;
+  args.causal_alignment = c.mask.alignment;
+  args.window_left = c.mask.window_left;
+  args.window_right = c.mask.window_right;
+  args.algorithm = algo;
+  args.block_mask = has_blocks ? &bm : nullptr;
+  args.stream = dev.stream();
+
+  size_t ws = 0;
+  if (const int32_t s = flash_fwd_workspace_size(&args, &ws); s != FLASH_OK) {
+    set_flash_error(row, s, "flash_fwd_workspace_size");
+    return row;
+  }
+  row["workspace_bytes"] = ws;
+  const double peak = double(2 * in.q_bytes + 2 * in.kv_bytes + ws + mask_bytes);
+  row["peak_mem_bytes"] = static_cast<int64_t>(peak);
+  if (ws > 0) {
+    if (cfg.device_type == FLASH_DEVICE_CPU && info.total_memory_bytes > 0 && peak > 0.75 * double(info.total_memory_bytes)) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+                "fa-bench: the call needs " + human_bytes(peak) + " (workspace " + human_bytes(double(ws)) +
+                    "), more than 3/4 of the host's memory; not attempted");
+      return row;
+    }
+    workspace.p = dev.alloc(ws);
+    if (!workspace.p) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+                "fa-bench: could not allocate the " + human_bytes(double(ws)) +
+                    " workspace flash_fwd_workspace_size asked for: " + dev.last_error());
+      return row;
+    }
+    args.workspace = workspace.p;
+    args.workspace_size = ws;
+  }
+
+  if (cfg.check) {  // poison o: a row the library forgets to write shows up as NaN
+    std::vector<unsigned char> poison(in.q_bytes, 0xFF);
+    dev.upload(in.o, poison.data(), in.q_bytes);
+  }
+  int32_t status = FLASH_OK;
+  for (int w = 0; w < cfg.warmup && status == FLASH_OK; ++w) dev.time_call([&] { return flash_fwd(&args); }, &status);
+  std::vector<double> times;
+  for (int r = 0; r < cfg.reps && status == FLASH_OK; ++r) {
+    if (cfg.flush) dev.flush_cache();
+    times.push_back(dev.time_call([&] { return flash_fwd(&args); }, &status));
+  }
+  if (status != FLASH_OK) {
+    if (status == FLASH_ERROR_CUDA && std::string(flash_last_error_message()).empty())
+      set_error(row, flash_status_string(status), status, "CUDA: " + dev.last_error());
+    else
+      set_flash_error(row, status, "flash_fwd");
+    return row;
+  }
+  row["algo_used"] = flash_algorithm_name(args.algorithm_used) ? flash_algorithm_name(args.algorithm_used) : "unknown";
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  double mean = 0;
+  for (double t : times) mean += t / double(n);
+  row["time_ms_median"] = median;
+  row["time_ms_min"] = sorted.front();
+  row["time_ms_max"] = sorted.back();
+  row["time_ms_mean"] = mean;
+  row["tflops"] = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
+  row["tflops_peak"] = sorted.front() > 0 ? flops / (sorted.front() * 1e-3) / 1e12 : 0.0;
+  const double model = args.algorithm_used == FLASH_ALGO_NAIVE ? io.naive_bytes : io.flash_bytes;
+  row["io_model_bytes"] = model;
+  row["io_model_gbps"] = median > 0 ? model / (median * 1e-3) / 1e9 : 0.0;
+
+  if (cfg.check) {
+    std::vector<unsigned char> ho(in.q_bytes);
+    if (!dev.download(ho.data(), in.o, in.q_bytes)) {
+      set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: download of o failed: " + dev.last_error());
+      return row;
+    }
+    const CheckResult r = check_against_reference(c, mask, in.hq.data(), in.hk.data(), in.hv.data(), ho.data(), cfg.seed);
+    row["max_abs_error"] = r.max_abs_error;
+    row["max_rel_error"] = r.max_rel_error;
+    row["check_tolerance"] = r.tolerance;
+    row["check_passed"] = r.passed;
+    row["check_sampled_heads"] = r.sampled_heads;
+    row["check_sampled_rows"] = r.sampled_rows;
+  }
+  return row;
+}
+
+std::string iso_date_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void progress(size_t done, size_t total, const std::string& what) {
+  constexpr int kWidth = 30;
+  const int filled = total ? int(kWidth * done / total) : kWidth;
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-60.60s", filled, "##############################", kWidth - filled, "", done,
+               total, what.c_str());
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+IoModel io_model(const Case& c, int64_t shared_mem_per_sm, double f) {
+  const double e = double(dtype_size(c.dtype)), d = double(c.head_dim), sq = double(c.seqlen_q), sk = double(c.seqlen_k);
+  const double bh = double(c.batch) * double(c.heads_q);
+  IoModel m{};
+  // Standard attention (paper, Algorithm 0): read Q, K; write S; read S, write P; read P, V; write O.
+  m.naive_bytes = bh * e * (2 * sq * d + 2 * sk * d + 4 * sq * sk);
+  // FlashAttention (Algorithm 1): K and V read once; for each of the Tc key blocks every query block
+  // reads Q_i and O_i and writes O_i (3 e sq d) and reads and writes l_i, m_i in fp32 (16 sq). Key blocks
+  // the mask skips entirely are not visited, so that term scales with the visible fraction f.
+  const double M = shared_mem_per_sm > 0 ? double(shared_mem_per_sm) : 48.0 * 1024;
+  m.block_c = std::max<int64_t>(1, int64_t(std::ceil(M / (4.0 * d * e))));
+  const double tc = std::ceil(sk / double(m.block_c));
+  m.flash_bytes = bh * (e * 2 * sk * d + f * tc * (3 * e * sq * d + 16 * sq));
+  return m;
+}
+
+json make_meta(const RunConfig& cfg) {
+  json meta;
+  meta["tool"] = "fa-bench";
+  meta["argv"] = cfg.argv;
+  meta["library_version"] = flash_version_string();
+  meta["library_version_number"] = flash_version_number();
+  meta["build_info"] = flash_build_info();
+  const char* env_rev = std::getenv("FA_BENCH_GIT_REVISION");
+  meta["git_revision"] = env_rev && *env_rev ? env_rev : FA_BENCH_GIT_REVISION;
+  meta["date"] = iso_date_utc();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  meta["hostname"] = host;
+  meta["fa_bench_cuda_runtime"] = built_with_cuda();
+  flash_device_info info;
+  flash_device_info_init(&info);
+  json dev;
+  dev["type"] = cfg.device_type == FLASH_DEVICE_CUDA ? "cuda" : "cpu";
+  dev["id"] = cfg.device_id;
+  dev["string"] = device_string(cfg.device_type, cfg.device_id);
+  if (flash_get_device_info(cfg.device_type, cfg.device_id, &info) == FLASH_OK) {
+    dev["name"] = info.name;
+    dev["compute_capability"] = std::to_string(info.cc_major) + "." + std::to_string(info.cc_minor);
+    dev["multiprocessors"] = info.multiprocessors;
+    dev["clock_khz"] = info.clock_khz;
+    dev["memory_clock_khz"] = info.memory_clock_khz;
+    dev["memory_bus_width_bits"] = info.memory_bus_width_bits;
+    dev["shared_mem_per_sm_bytes"] = info.shared_mem_per_sm;
+    dev["shared_mem_per_block_optin_bytes"] = info.shared_mem_per_block_optin;
+    dev["l2_cache_bytes"] = info.l2_cache_bytes;
+    dev["total_memory_bytes"] = info.total_memory_bytes;
+    dev["algorithms"] = algorithm_names(info.algorithms);
+  } else {
+    dev["name"] = "unknown";
+    dev["error"] = flash_last_error_message();
+  }
+  meta["device"] = dev;
+  meta["timing"] = {{"method", cfg.device_type == FLASH_DEVICE_CUDA ? "cuda_events" : "steady_clock"},
+                    {"statistic", "median, min, max and mean over reps, after warmup untimed calls"},
+                    {"warmup", cfg.warmup},
+                    {"reps", cfg.reps},
+                    {"cache_flush", cfg.flush ? "a buffer of twice the last-level cache (l2_cache_bytes) is written before each timed call"
+                                              : "none (--no-flush)"}};
+  meta["flop_model"] =
+      "forward: 4 * head_dim FLOPs per visible (query, key) pair, pairs counted exactly from the mask applied "
+      "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward";
+  meta["peak_mem_method"] =
+      "analytic: bytes of q, k, v, o + flash_fwd_workspace_size (the workspace is passed explicitly, so the library "
+      "allocates nothing else) + the block mask arrays";
+  meta["io_model"] = {
+      {"source", "FlashAttention (Dao et al. 2022): Algorithm 0 (standard) and Algorithm 1 / Theorem 2 (flash)"},
+      {"naive_bytes", "e*b*h*(2*sq*d + 2*sk*d + 4*sq*sk): read Q,K; write S; read S, write P; read P,V; write O; S and P at the input dtype's size e"},
+      {"flash_bytes", "b*h*(e*2*sk*d + f*Tc*(3*e*sq*d + 16*sq)), Bc = ceil(M/(4*d*e)), Tc = ceil(sk/Bc), f = visible fraction of the mask"},
+      {"M_bytes", info.shared_mem_per_sm},
+      {"M_source", "flash_device_info.shared_mem_per_sm"}};
+  meta["check"] = {{"enabled", cfg.check},
+                   {"reference", "fp64 on the host from the dtype-rounded inputs; max_rel_error = max|o-ref| / max|ref|"},
+                   {"sampling", "all heads and rows up to 4e8 multiply-adds; beyond that 4 (batch, head) pairs and evenly spaced rows"}};
+  meta["seed"] = cfg.seed;
+  return meta;
+}
+
+void add_speedups(json& results) {
+  std::map<std::string, double> naive;
+  auto key = [](const json& r) {
+    return r["mode"].get<std::string>() + "|" + r["dtype"].get<std::string>() + "|" + r["batch"].dump() + "|" +
+           r["heads_q"].dump() + "|" + r["heads_kv"].dump() + "|" + r["seqlen_q"].dump() + "|" + r["seqlen_k"].dump() + "|" +
+           r["head_dim"].dump() + "|" + r["mask"].get<std::string>();
+  };
+  for (const json& r : results)
+    if (r["algo"] == "naive" && r["error"].is_null() && r["time_ms_median"].is_number())
+      naive[key(r)] = r["time_ms_median"].get<double>();
+  for (json& r : results) {
+    if (r["algo"] == "naive" || !r["error"].is_null() || !r["time_ms_median"].is_number()) continue;
+    const auto it = naive.find(key(r));
+    const double t = r["time_ms_median"].get<double>();
+    if (it != naive.end() && t > 0) r["speedup_over_naive"] = it->second / t;
+  }
+}
+
+json run_benchmark(const RunConfig& cfg) {
+  json doc;
+  doc["schema_version"] = kSchemaVersion;
+  doc["meta"] = make_meta(cfg);
+  doc["results"] = json::array();
+  flash_device_info info;
+  flash_device_info_init(&info);
+  if (flash_get_device_info(cfg.device_type, cfg.device_id, &info) != FLASH_OK)
+    throw std::runtime_error("device " + device_string(cfg.device_type, cfg.device_id) + ": " + flash_last_error_message());
+  std::string err;
+  std::unique_ptr<Device> dev = open_device(cfg.device_type, cfg.device_id, info.l2_cache_bytes, &err);
+  if (!dev) throw std::runtime_error(err);
+  doc["meta"]["timing"]["cache_flush_bytes"] = cfg.flush ? dev->flush_bytes() : 0;
+  const std::vector<Case> cases = expand_cases(cfg);
+  const bool bar = cfg.progress && cases.size() > 1 && isatty(STDERR_FILENO);
+  Inputs inputs;
+  inputs.dev = dev.get();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    if (bar)
+      progress(i, cases.size(), c.mode + " " + c.algo + " " + dtype_name(c.dtype) + " sq=" + std::to_string(c.seqlen_q) +
+                                    " d=" + std::to_string(c.head_dim) + " " + c.mask.label());
+    doc["results"].push_back(measure(c, cfg, *dev, info, inputs));
+  }
+  if (bar) progress(cases.size(), cases.size(), "done");
+  add_speedups(doc["results"]);
+  return doc;
+}
+
+}  // namespace fabench

@@ -1,0 +1,95 @@
+// cli/src/bench.hpp -- `fa-bench run`: the configuration, the expansion into cases, and one measured row
+// per case.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flash.h"
+#include "mask.hpp"
+
+namespace fabench {
+
+// The version of the result files' layout (bench_results/README.md). Bump it when a key is renamed,
+// removed or changes meaning; adding keys does not bump it.
+constexpr int kSchemaVersion = 1;
+
+struct RunConfig {
+  int32_t device_type = FLASH_DEVICE_CPU;
+  int32_t device_id = 0;
+  bool device_given = false;
+  std::vector<std::string> algos;     // empty: every concrete algorithm available on the device
+  std::vector<std::string> modes{"fwd"};
+  std::vector<int32_t> dtypes;        // empty: bf16 on a GPU, fp32 on the CPU
+  int64_t batch = 2;
+  int64_t heads = 8;
+  int64_t heads_kv = 0;               // 0: = heads
+  std::vector<int64_t> seqlens;       // empty: {1024} (or the grid's)
+  int64_t seqlen_k = 0;               // 0: = seqlen_q
+  std::vector<int64_t> head_dims;     // empty: {128} (or the grid's {64, 128})
+  std::vector<MaskSpec> masks;        // default {none}; --causal adds causal to each
+  bool causal = false;
+  std::string grid;                   // "" or "standard"
+  int warmup = -1, reps = -1;         // -1: per device (GPU 5 / 20, CPU 1 / 3)
+  bool check = false;
+  bool flush = true;
+  std::string json_path, csv_path;
+  uint64_t seed = 0x5eed;
+  bool progress = true;
+  std::vector<std::string> argv;
+};
+
+// One measurement to make.
+struct Case {
+  std::string algo;  // a name from flash_algorithm_name, as requested ("auto" included)
+  std::string mode;  // fwd | bwd | fwd_bwd
+  int32_t dtype;
+  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  MaskSpec mask;
+};
+
+std::string run_help();
+// Throws std::invalid_argument on a bad flag value. argv[0] is the program, argv[1] may be "run".
+RunConfig parse_run_args(int argc, const char* const* argv);
+// Fills the device-dependent defaults (device, algos, dtypes, warmup/reps) from the library.
+void resolve_defaults(RunConfig* cfg);
+std::vector<Case> expand_cases(const RunConfig& cfg);
+
+const char* dtype_name(int32_t dtype);
+int32_t dtype_from_name(const std::string& name);  // -1 if unknown
+size_t dtype_size(int32_t dtype);
+std::string device_string(int32_t device_type, int32_t device_id);  // "cpu", "cuda:0"
+// "cpu" | "cuda" | "cuda:N" -> type, id. Throws std::invalid_argument.
+void parse_device(const std::string& s, int32_t* type, int32_t* id);
+// Names of the algorithms set in a FLASH_ALGO_* bit mask (flash_algorithm_name).
+std::vector<std::string> algorithm_names(uint32_t mask);
+
+// The paper's IO model (FlashAttention, Theorem 2 and Algorithm 0), in bytes, for one forward.
+struct IoModel {
+  double naive_bytes;  // e * b * h * (2 sq d + 2 sk d + 4 sq sk)
+  double flash_bytes;  // b * h * (e * 2 sk d + f * Tc * (3 e sq d + 16 sq)), Bc = ceil(M / (4 d e)), Tc = ceil(sk / Bc)
+  int64_t block_c;     // Bc
+};
+IoModel io_model(const Case& c, int64_t shared_mem_per_sm, double visible_fraction);
+
+// The fp64 reference check of one output (see reference.cpp).
+struct CheckResult {
+  double max_abs_error = 0, max_rel_error = 0, tolerance = 0;
+  int64_t sampled_heads = 0, sampled_rows = 0;
+  bool passed = true;
+};
+// q, k, v, o: host copies in `dtype`, [b, s, h, d] contiguous.
+CheckResult check_against_reference(const Case& c, const MaskModel& mask, const void* q, const void* k, const void* v,
+                                    const void* o, uint64_t seed);
+double check_tolerance(int32_t dtype);
+
+// Measures every case; returns the complete result document ({schema_version, meta, results}).
+nlohmann::json run_benchmark(const RunConfig& cfg);
+// The meta block for a device.
+nlohmann::json make_meta(const RunConfig& cfg);
+// Fills speedup_over_naive in each successful non-naive row that has a successful naive twin.
+void add_speedups(nlohmann::json& results);
+
+}  // namespace fabench

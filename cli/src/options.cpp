@@ -1,0 +1,259 @@
+// cli/src/options.cpp -- `fa-bench run` flags, device defaults and the expansion into cases.
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include <cxxopts.hpp>
+
+#include "bench.hpp"
+#include "device.hpp"
+
+namespace fabench {
+
+const char* dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case FLASH_DTYPE_FP32: return "fp32";
+    case FLASH_DTYPE_FP16: return "fp16";
+    case FLASH_DTYPE_BF16: return "bf16";
+    default: return "unknown";
+  }
+}
+
+int32_t dtype_from_name(const std::string& name) {
+  if (name == "fp32" || name == "float32") return FLASH_DTYPE_FP32;
+  if (name == "fp16" || name == "float16" || name == "half") return FLASH_DTYPE_FP16;
+  if (name == "bf16" || name == "bfloat16") return FLASH_DTYPE_BF16;
+  return -1;
+}
+
+size_t dtype_size(int32_t dtype) { return dtype == FLASH_DTYPE_FP32 ? 4 : 2; }
+
+std::string device_string(int32_t type, int32_t id) {
+  return type == FLASH_DEVICE_CUDA ? "cuda:" + std::to_string(id) : std::string("cpu");
+}
+
+void parse_device(const std::string& s, int32_t* type, int32_t* id) {
+  if (s == "cpu") {
+    *type = FLASH_DEVICE_CPU;
+    *id = 0;
+    return;
+  }
+  if (s == "cuda" || s == "gpu") {
+    *type = FLASH_DEVICE_CUDA;
+    *id = 0;
+    return;
+  }
+  if (s.rfind("cuda:", 0) == 0) {
+    const std::string n = s.substr(5);
+    if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit) && n.size() < 6) {
+      *type = FLASH_DEVICE_CUDA;
+      *id = std::stoi(n);
+      return;
+    }
+  }
+  throw std::invalid_argument("--device '" + s + "': expected cpu, cuda or cuda:N");
+}
+
+std::vector<std::string> algorithm_names(uint32_t mask) {
+  std::vector<std::string> out;
+  for (int32_t a = 0; a < 32; ++a)
+    if (mask & (1u << a))
+      if (const char* n = flash_algorithm_name(a)) out.push_back(n);
+  return out;
+}
+
+namespace {
+
+cxxopts::Options make_options() {
+  cxxopts::Options o("fa-bench run", "Measure libflash attention (flash vs naive) on one shape or a sweep.");
+  o.add_options()
+    ("device", "cpu | cuda | cuda:N (default: the first GPU, else the CPU)", cxxopts::value<std::string>())
+    ("algo", "algorithms, comma separated: auto, cpu, naive, sm80, sm90 (default: every one the device has)",
+     cxxopts::value<std::vector<std::string>>())
+    ("batch", "batch size", cxxopts::value<int64_t>()->default_value("2"))
+    ("heads", "query heads", cxxopts::value<int64_t>()->default_value("8"))
+    ("heads-kv", "key/value heads (GQA/MQA; default = --heads)", cxxopts::value<int64_t>())
+    ("seqlen", "query sequence lengths, comma separated (default 1024)", cxxopts::value<std::vector<int64_t>>())
+    ("seqlen-k", "key sequence length (default = each --seqlen)", cxxopts::value<int64_t>())
+    ("head-dim", "head dims, comma separated (default 128; the grid: 64,128)", cxxopts::value<std::vector<int64_t>>())
+    ("dtype", "fp16 | bf16 | fp32, comma separated (default bf16 on a GPU, fp32 on the CPU)",
+     cxxopts::value<std::vector<std::string>>())
+    ("causal", "causal mask (bottom-right aligned), added to every --mask")
+    ("mask", "mask terms joined by '+', alternatives separated by ';': none, causal, causal-br, causal-tl, "
+             "window:L,R, window-tl:L,R, block-sparse:DENSITY[:BLOCK], block-sparse-file:PATH",
+     cxxopts::value<std::string>()->default_value("none"))
+    ("mode", "fwd | bwd | fwd_bwd, comma separated (this library has fwd only; others give error rows)",
+     cxxopts::value<std::vector<std::string>>()->default_value("fwd"))
+    ("grid", "standard: the papers' grid (batch*seqlen = 16384, hidden 2048 so heads = 2048/d, seqlen 512..16384)",
+     cxxopts::value<std::string>())
+    ("warmup", "untimed calls before timing (default GPU 5, CPU 1)", cxxopts::value<int>())
+    ("reps", "timed repetitions (default GPU 20, CPU 3)", cxxopts::value<int>())
+    ("check", "compare the output with an fp64 reference (heads and rows sampled for large shapes)")
+    ("no-flush", "do not flush the last-level cache between repetitions")
+    ("json", "write results as JSON (schema: bench_results/README.md)", cxxopts::value<std::string>())
+    ("csv", "write results as CSV", cxxopts::value<std::string>())
+    ("seed", "random seed for inputs and random block masks", cxxopts::value<uint64_t>()->default_value("24301"))
+    ("no-progress", "no progress bar on stderr")
+    ("h,help", "this help");
+  return o;
+}
+
+template <class T>
+void require_positive(const std::vector<T>& v, const char* flag) {
+  for (const T& x : v)
+    if (x <= 0) throw std::invalid_argument(std::string("--") + flag + " values must be positive");
+}
+
+}  // namespace
+
+std::string run_help() { return make_options().help(); }
+
+RunConfig parse_run_args(int argc, const char* const* argv) {
+  // Skip a leading "run" so `fa-bench run ...` and `fa-bench ...` parse alike.
+  std::vector<const char*> args(argv, argv + argc);
+  if (args.size() > 1 && std::strcmp(args[1], "run") == 0) args.erase(args.begin() + 1);
+  RunConfig cfg;
+  for (int i = 0; i < argc; ++i) cfg.argv.push_back(argv[i]);
+  cxxopts::Options options = make_options();
+  cxxopts::ParseResult r;
+  try {
+    r = options.parse(static_cast<int>(args.size()), args.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (!r.unmatched().empty()) throw std::invalid_argument("unexpected argument '" + r.unmatched()[0] + "'");
+  if (r.count("device")) {
+    parse_device(r["device"].as<std::string>(), &cfg.device_type, &cfg.device_id);
+    cfg.device_given = true;
+  }
+  if (r.count("algo")) {
+    for (const std::string& a : r["algo"].as<std::vector<std::string>>()) {
+      if (flash_algorithm_from_name(a.c_str()) < 0) {
+        std::string known;
+        for (int32_t i = 0; i < FLASH_ALGO_COUNT; ++i)
+          if (const char* n = flash_algorithm_name(i)) known += std::string(known.empty() ? "" : ", ") + n;
+        throw std::invalid_argument("--algo '" + a + "' is not an algorithm of this library (" + known + ")");
+      }
+      cfg.algos.push_back(a);
+    }
+  }
+  for (const std::string& m : r["mode"].as<std::vector<std::string>>()) {
+    if (m != "fwd" && m != "bwd" && m != "fwd_bwd") throw std::invalid_argument("--mode '" + m + "': expected fwd, bwd or fwd_bwd");
+  }
+  cfg.modes = r["mode"].as<std::vector<std::string>>();
+  if (r.count("dtype"))
+    for (const std::string& d : r["dtype"].as<std::vector<std::string>>()) {
+      const int32_t t = dtype_from_name(d);
+      if (t < 0) throw std::invalid_argument("--dtype '" + d + "': expected fp16, bf16 or fp32");
+      cfg.dtypes.push_back(t);
+    }
+  cfg.batch = r["batch"].as<int64_t>();
+  cfg.heads = r["heads"].as<int64_t>();
+  if (r.count("heads-kv")) cfg.heads_kv = r["heads-kv"].as<int64_t>();
+  if (cfg.batch <= 0 || cfg.heads <= 0 || (r.count("heads-kv") && cfg.heads_kv <= 0))
+    throw std::invalid_argument("--batch, --heads and --heads-kv must be positive");
+  if (cfg.heads_kv > 0 && cfg.heads % cfg.heads_kv != 0)
+    throw std::invalid_argument("--heads (" + std::to_string(cfg.heads) + ") must be a multiple of --heads-kv (" +
+                                std::to_string(cfg.heads_kv) + ")");
+  if (r.count("seqlen")) cfg.seqlens = r["seqlen"].as<std::vector<int64_t>>();
+  require_positive(cfg.seqlens, "seqlen");
+  if (r.count("seqlen-k")) {
+    cfg.seqlen_k = r["seqlen-k"].as<int64_t>();
+    if (cfg.seqlen_k <= 0) throw std::invalid_argument("--seqlen-k must be positive");
+  }
+  if (r.count("head-dim")) cfg.head_dims = r["head-dim"].as<std::vector<int64_t>>();
+  require_positive(cfg.head_dims, "head-dim");
+  cfg.causal = r.count("causal") > 0;
+  cfg.masks = parse_mask_list(r["mask"].as<std::string>());
+  if (cfg.causal)
+    for (MaskSpec& m : cfg.masks) {
+      if (m.causal && m.alignment != FLASH_ALIGN_BOTTOM_RIGHT)
+        throw std::invalid_argument("--causal (bottom-right) conflicts with a top-left mask; use --mask causal-tl alone");
+      m.causal = true;
+    }
+  if (r.count("grid")) {
+    cfg.grid = r["grid"].as<std::string>();
+    if (cfg.grid != "standard") throw std::invalid_argument("--grid '" + cfg.grid + "': the only grid is 'standard'");
+  }
+  if (r.count("warmup")) cfg.warmup = r["warmup"].as<int>();
+  if (r.count("reps")) cfg.reps = r["reps"].as<int>();
+  if (r.count("warmup") && cfg.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
+  if (r.count("reps") && cfg.reps < 1) throw std::invalid_argument("--reps must be >= 1");
+  cfg.check = r.count("check") > 0;
+  cfg.flush = r.count("no-flush") == 0;
+  cfg.progress = r.count("no-progress") == 0;
+  if (r.count("json")) cfg.json_path = r["json"].as<std::string>();
+  if (r.count("csv")) cfg.csv_path = r["csv"].as<std::string>();
+  cfg.seed = r["seed"].as<uint64_t>();
+  return cfg;
+}
+
+void resolve_defaults(RunConfig* cfg) {
+  if (!cfg->device_given) {
+    int32_t n = 0;
+    if (built_with_cuda() && flash_device_count(FLASH_DEVICE_CUDA, &n) == FLASH_OK && n > 0) {
+      cfg->device_type = FLASH_DEVICE_CUDA;
+      cfg->device_id = 0;
+    } else {
+      cfg->device_type = FLASH_DEVICE_CPU;
+      cfg->device_id = 0;
+    }
+  }
+  const bool gpu = cfg->device_type == FLASH_DEVICE_CUDA;
+  if (cfg->algos.empty()) {
+    flash_device_info info;
+    flash_device_info_init(&info);
+    uint32_t mask = flash_compiled_algorithms();
+    if (flash_get_device_info(cfg->device_type, cfg->device_id, &info) == FLASH_OK) mask = info.algorithms;
+    mask &= ~(1u << FLASH_ALGO_AUTO);
+    for (const std::string& n : algorithm_names(mask)) {
+      // Only the algorithms of this device kind (a CUDA-built library also reports cpu as compiled).
+      const int32_t id = flash_algorithm_from_name(n.c_str());
+      if (gpu && id == FLASH_ALGO_CPU) continue;
+      if (!gpu && (id == FLASH_ALGO_SM80 || id == FLASH_ALGO_SM90)) continue;
+      cfg->algos.push_back(n);
+    }
+    if (cfg->algos.empty()) cfg->algos.push_back("auto");
+  }
+  if (cfg->dtypes.empty()) cfg->dtypes.push_back(gpu ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP32);
+  if (cfg->warmup < 0) cfg->warmup = gpu ? 5 : 1;
+  if (cfg->reps < 0) cfg->reps = gpu ? 20 : 3;
+}
+
+std::vector<Case> expand_cases(const RunConfig& cfg) {
+  std::vector<Case> out;
+  const bool grid = cfg.grid == "standard";
+  std::vector<int64_t> seqlens = cfg.seqlens, head_dims = cfg.head_dims;
+  if (seqlens.empty()) seqlens = grid ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384} : std::vector<int64_t>{1024};
+  if (head_dims.empty()) head_dims = grid ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{128};
+  for (int32_t dtype : cfg.dtypes)
+    for (const std::string& mode : cfg.modes)
+      for (const MaskSpec& mask : cfg.masks)
+        for (int64_t d : head_dims)
+          for (int64_t s : seqlens)
+            for (const std::string& algo : cfg.algos) {
+              Case c;
+              c.algo = algo;
+              c.mode = mode;
+              c.dtype = dtype;
+              c.head_dim = d;
+              c.seqlen_q = s;
+              c.seqlen_k = cfg.seqlen_k > 0 ? cfg.seqlen_k : s;
+              c.mask = mask;
+              if (grid) {
+                // FlashAttention-2/3 papers: 16k tokens per batch, hidden size 2048.
+                c.batch = std::max<int64_t>(1, 16384 / s);
+                c.heads_q = std::max<int64_t>(1, 2048 / d);
+                c.heads_kv = c.heads_q;
+              } else {
+                c.batch = cfg.batch;
+                c.heads_q = cfg.heads;
+                c.heads_kv = cfg.heads_kv > 0 ? cfg.heads_kv : cfg.heads;
+              }
+              out.push_back(c);
+            }
+  return out;
+}
+
+}  // namespace fabench

@@ -1,0 +1,27 @@
+// cli/src/results.hpp -- result documents: writing (JSON, CSV, a table), reading back and checking the
+// schema (bench_results/README.md), and the axes that identify a row across runs.
+#pragma once
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fabench {
+
+// The axes that identify a measurement across runs (device aside): mode, dtype, algo, batch, heads_q,
+// heads_kv, seqlen_q, seqlen_k, head_dim, mask.
+std::string row_key(const nlohmann::json& row);
+// A short human label of the same axes.
+std::string row_label(const nlohmann::json& row);
+
+// Empty when `doc` is a valid result document of a schema version this fa-bench reads; otherwise the
+// problems, one a line.
+std::vector<std::string> validate_document(const nlohmann::json& doc);
+// Reads and validates a file; throws std::runtime_error naming the file and the problem.
+nlohmann::json load_document(const std::string& path);
+void write_json(const nlohmann::json& doc, const std::string& path);
+void write_csv(const nlohmann::json& doc, std::ostream& out);
+void print_table(const nlohmann::json& doc, std::ostream& out);
+
+}  // namespace fabench

@@ -133,8 +133,9 @@ fn from_pkg_config(searched: &mut Vec<String>) -> Option<Found> {
             how: "pkg-config flash".to_string(),
         }),
         Err(e) => {
-            let first = e.to_string().lines().next().unwrap_or("").to_string();
-            searched.push(format!("pkg-config flash ({first})"));
+            let why = e.to_string().lines().next().unwrap_or("").to_string();
+            let path = env::var("PKG_CONFIG_PATH").unwrap_or_default();
+            searched.push(format!("pkg-config flash >= 1.0 with PKG_CONFIG_PATH={path:?}: {why}"));
             None
         }
     }
@@ -197,7 +198,7 @@ impl bindgen::callbacks::ParseCallbacks for Callbacks {
 }
 
 fn main() {
-    for var in ["LIBFLASH_DIR", "LIBFLASH_INCLUDE_DIR", "LIBFLASH_NO_RPATH"] {
+    for var in ["LIBFLASH_DIR", "LIBFLASH_INCLUDE_DIR", "LIBFLASH_NO_RPATH", "PKG_CONFIG_PATH"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");

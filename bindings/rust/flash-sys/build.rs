@@ -285,7 +285,5 @@ fn main() {
         .generate()
         .unwrap_or_else(|e| fail(&format!("bindgen could not parse {}: {e:?}", header.display())));
     let out = PathBuf::from(env::var("OUT_DIR").expect("OUT_DIR")).join("bindings.rs");
-    bindings
-        .write_to_file(&out)
-        .unwrap_or_else(|e| fail(&format!("could not write {}: {e}", out.display())));
+    bindings.write_to_file(&out).unwrap_or_else(|e| fail(&format!("could not write {}: {e}", out.display())));
 }

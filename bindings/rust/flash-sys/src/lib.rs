@@ -52,7 +52,11 @@ mod abi {
     #[test]
     fn header_and_library_versions_agree() {
         unsafe {
-            assert_eq!(flash_version_major(), FLASH_VERSION_MAJOR, "flash.h and libflash have different major versions");
+            assert_eq!(
+                flash_version_major(),
+                FLASH_VERSION_MAJOR,
+                "flash.h and libflash have different major versions"
+            );
             assert!(flash_version_number() >= FLASH_VERSION_MAJOR * 10000);
         }
     }

@@ -54,11 +54,21 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let cast = |x: &[f32]| x.iter().map(|&y| bf16::from_f32(y)).collect::<Vec<_>>();
         let (q, k, v) = (cast(&q), cast(&k), cast(&v));
         let mut o = vec![bf16::ZERO; q.len()];
-        let used = options.run(&Tensor::new(&q, qs)?, &Tensor::new(&k, kvs)?, &Tensor::new(&v, kvs)?, &mut TensorMut::new(&mut o, qs)?)?;
+        let used = options.run(
+            &Tensor::new(&q, qs)?,
+            &Tensor::new(&k, kvs)?,
+            &Tensor::new(&v, kvs)?,
+            &mut TensorMut::new(&mut o, qs)?,
+        )?;
         (o.iter().map(|x| x.to_f64()).collect(), used)
     } else {
         let mut o = vec![0f32; q.len()];
-        let used = options.run(&Tensor::new(&q, qs)?, &Tensor::new(&k, kvs)?, &Tensor::new(&v, kvs)?, &mut TensorMut::new(&mut o, qs)?)?;
+        let used = options.run(
+            &Tensor::new(&q, qs)?,
+            &Tensor::new(&k, kvs)?,
+            &Tensor::new(&v, kvs)?,
+            &mut TensorMut::new(&mut o, qs)?,
+        )?;
         (o.iter().map(|&x| x as f64).collect(), used)
     };
     let elapsed = start.elapsed();
@@ -70,12 +80,22 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let visible = |j: usize| !causal || j as i64 <= i as i64 + sk as i64 - sq as i64;
         let scores: Vec<(usize, f64)> = (0..sk)
             .filter(|&j| visible(j))
-            .map(|j| (j, qi.iter().zip(&k[j * h * d..][..d]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() / (d as f64).sqrt()))
+            .map(|j| {
+                (
+                    j,
+                    qi.iter().zip(&k[j * h * d..][..d]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>()
+                        / (d as f64).sqrt(),
+                )
+            })
             .collect();
         let max = scores.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
         let sum: f64 = scores.iter().map(|s| (s.1 - max).exp()).sum();
         for c in 0..d {
-            let want = if scores.is_empty() { 0.0 } else { scores.iter().map(|&(j, s)| (s - max).exp() / sum * v[j * h * d + c] as f64).sum() };
+            let want = if scores.is_empty() {
+                0.0
+            } else {
+                scores.iter().map(|&(j, s)| (s - max).exp() / sum * v[j * h * d + c] as f64).sum()
+            };
             worst = worst.max((o[i * h * d + c] - want).abs());
         }
     }

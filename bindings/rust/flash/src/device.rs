@@ -1,6 +1,5 @@
 //! Version, build and capability queries.
 
-
 use flash_sys as sys;
 
 use crate::error::{check, static_str, Result};
@@ -26,7 +25,11 @@ pub struct Version {
 pub fn version() -> Version {
     // Safety: pure queries.
     unsafe {
-        Version { major: sys::flash_version_major(), minor: sys::flash_version_minor(), patch: sys::flash_version_patch() }
+        Version {
+            major: sys::flash_version_major(),
+            minor: sys::flash_version_minor(),
+            patch: sys::flash_version_patch(),
+        }
     }
 }
 

@@ -58,8 +58,8 @@ pub use flash_sys as sys;
 pub use half;
 
 pub use device::{
-    build_info, compiled_algorithms, cuda_device_count, device_info, version, version_string, AlgorithmSet,
-    DeviceInfo, Version, HEADER_VERSION,
+    build_info, compiled_algorithms, cuda_device_count, device_info, version, version_string, AlgorithmSet, DeviceInfo,
+    Version, HEADER_VERSION,
 };
 pub use error::{status_name, Error, ErrorKind, Result};
 pub use forward::{forward, Algorithm, Alignment, Forward};

@@ -67,7 +67,7 @@ impl BlockMask {
     /// for the call it is used in (see [`num_blocks`]).
     pub fn from_dense(block_m: usize, block_n: usize, shape: [usize; 4], map: &[bool]) -> Result<Self> {
         let [batch, heads, nq, nk] = shape;
-        if shape.iter().any(|&x| x == 0) {
+        if shape.contains(&0) {
             return Err(bad_mask(format!("block map shape {shape:?} has a zero extent")));
         }
         let total = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
@@ -101,7 +101,7 @@ impl BlockMask {
         kv_indices: Vec<i32>,
     ) -> Result<Self> {
         let [batch, heads, nq] = shape;
-        if shape.iter().any(|&x| x == 0) {
+        if shape.contains(&0) {
             return Err(bad_mask(format!("block mask shape {shape:?} has a zero extent")));
         }
         let rows = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x));

@@ -15,7 +15,15 @@ fn assert_error(e: Error, kind: ErrorKind, code: i32, message: &str) {
 }
 
 /// Runs a host forward with q [1, sq, hq, d] and k, v [1, sk, hkv, dk].
-fn host_forward(f: Forward<'_>, sq: usize, sk: usize, hq: usize, hkv: usize, d: usize, dk: usize) -> flash::Result<Algorithm> {
+fn host_forward(
+    f: Forward<'_>,
+    sq: usize,
+    sk: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    dk: usize,
+) -> flash::Result<Algorithm> {
     let q = vec![0.5f32; sq * hq * d];
     let kv = vec![0.5f32; sk * hkv * dk];
     let mut o = vec![0f32; q.len()];
@@ -58,7 +66,12 @@ fn last_dimension_not_contiguous() {
     let mut o = vec![0f32; 4 * 8];
     let qv = Tensor::with_strides(&q, [1, 4, 1, 8], [64, 16, 16, 2]).unwrap();
     let e = Forward::new().run(&qv, &qv, &qv, &mut TensorMut::new(&mut o, [1, 4, 1, 8]).unwrap()).unwrap_err();
-    assert_error(e, ErrorKind::BadStride, sys::FLASH_ERROR_BAD_STRIDE, "q.strides[3] is 2 but the last dimension must be contiguous");
+    assert_error(
+        e,
+        ErrorKind::BadStride,
+        sys::FLASH_ERROR_BAD_STRIDE,
+        "q.strides[3] is 2 but the last dimension must be contiguous",
+    );
 }
 
 #[test]
@@ -68,7 +81,13 @@ fn lse_shape_must_match_q() {
     let mut lse = vec![0f32; 5];
     let t = Tensor::new(&q, [1, 4, 1, 8]).unwrap();
     let e = Forward::new()
-        .run_with_lse(&t, &t, &t, &mut TensorMut::new(&mut o, [1, 4, 1, 8]).unwrap(), &mut TensorMut::new(&mut lse, [1, 1, 5]).unwrap())
+        .run_with_lse(
+            &t,
+            &t,
+            &t,
+            &mut TensorMut::new(&mut o, [1, 4, 1, 8]).unwrap(),
+            &mut TensorMut::new(&mut lse, [1, 1, 5]).unwrap(),
+        )
         .unwrap_err();
     assert_error(e, ErrorKind::BadShape, sys::FLASH_ERROR_BAD_SHAPE, "lse.shape[2] is 5 but q.shape[1] is 4");
 }
@@ -82,7 +101,12 @@ fn scale_must_be_finite() {
 #[test]
 fn unknown_algorithm_value() {
     let e = host_forward(Forward::new().algorithm(Algorithm::from_raw(77)), 4, 4, 1, 1, 8, 8).unwrap_err();
-    assert_error(e, ErrorKind::InvalidArgument, sys::FLASH_ERROR_INVALID_ARGUMENT, "algorithm is 77, not a FLASH_ALGO_* value");
+    assert_error(
+        e,
+        ErrorKind::InvalidArgument,
+        sys::FLASH_ERROR_INVALID_ARGUMENT,
+        "algorithm is 77, not a FLASH_ALGO_* value",
+    );
 }
 
 #[test]
@@ -103,7 +127,12 @@ fn block_size_not_64_or_128() {
 fn block_mask_with_the_wrong_number_of_query_blocks() {
     let mask = BlockMask::from_dense(64, 64, [1, 1, 1, 2], &[true, true]).unwrap();
     let e = host_forward(Forward::new().block_mask(&mask), 100, 100, 1, 1, 8, 8).unwrap_err();
-    assert_error(e, ErrorKind::BadMask, sys::FLASH_ERROR_BAD_MASK, "block_mask->num_q_blocks is 1 but seqlen_q 100 with block_m 64 needs 2");
+    assert_error(
+        e,
+        ErrorKind::BadMask,
+        sys::FLASH_ERROR_BAD_MASK,
+        "block_mask->num_q_blocks is 1 but seqlen_q 100 with block_m 64 needs 2",
+    );
 }
 
 #[test]
@@ -113,18 +142,36 @@ fn block_mask_index_repeated_or_out_of_range() {
     assert_error(e, ErrorKind::BadMask, sys::FLASH_ERROR_BAD_MASK, "lists key block 0 twice");
     let mask = BlockMask::from_compact(64, 64, [1, 1, 1], 2, vec![1], vec![5, 0]).unwrap();
     let e = host_forward(Forward::new().block_mask(&mask), 64, 128, 1, 1, 8, 8).unwrap_err();
-    assert_error(e, ErrorKind::BadMask, sys::FLASH_ERROR_BAD_MASK, "block_mask->kv_indices[0,0,0,0] is 5 but must be in [0, 2)");
+    assert_error(
+        e,
+        ErrorKind::BadMask,
+        sys::FLASH_ERROR_BAD_MASK,
+        "block_mask->kv_indices[0,0,0,0] is 5 but must be in [0, 2)",
+    );
     let mask = BlockMask::from_compact(64, 64, [1, 1, 1], 2, vec![3], vec![0, 1]).unwrap();
     let e = host_forward(Forward::new().block_mask(&mask), 64, 128, 1, 1, 8, 8).unwrap_err();
-    assert_error(e, ErrorKind::BadMask, sys::FLASH_ERROR_BAD_MASK, "block_mask->kv_num_blocks[0,0,0] is 3 but must be in [0, 2]");
+    assert_error(
+        e,
+        ErrorKind::BadMask,
+        sys::FLASH_ERROR_BAD_MASK,
+        "block_mask->kv_num_blocks[0,0,0] is 3 but must be in [0, 2]",
+    );
 }
 
 // Raw tensors over host memory reach the library's dtype/device checks that typed views rule out.
 fn raw_host<T>(data: &mut [T], dtype: DType, shape: [usize; 4]) -> RawTensor {
     // Safety: `data` is a live host allocation holding the whole (contiguous) shape for the duration of
     // each test's call, and no call writes through an input.
-    unsafe { RawTensor::from_raw_parts(data.as_mut_ptr() as *mut c_void, dtype, Device::Cpu, shape, flash::contiguous_strides(shape)) }
-        .unwrap()
+    unsafe {
+        RawTensor::from_raw_parts(
+            data.as_mut_ptr() as *mut c_void,
+            dtype,
+            Device::Cpu,
+            shape,
+            flash::contiguous_strides(shape),
+        )
+    }
+    .unwrap()
 }
 
 #[test]
@@ -135,7 +182,14 @@ fn dtypes_disagree() {
     let mut o = vec![0f32; 32];
     let s = [1, 4, 1, 8];
     let e = Forward::new()
-        .run_raw(&raw_host(&mut q, DType::Fp32, s), &raw_host(&mut k, DType::Fp16, s), &raw_host(&mut v, DType::Fp32, s), &raw_host(&mut o, DType::Fp32, s), None, Stream::default())
+        .run_raw(
+            &raw_host(&mut q, DType::Fp32, s),
+            &raw_host(&mut k, DType::Fp16, s),
+            &raw_host(&mut v, DType::Fp32, s),
+            &raw_host(&mut o, DType::Fp32, s),
+            None,
+            Stream::default(),
+        )
         .unwrap_err();
     assert_error(e, ErrorKind::DtypeMismatch, sys::FLASH_ERROR_DTYPE_MISMATCH, "k.dtype is fp16 but q.dtype is fp32");
 }
@@ -163,9 +217,7 @@ fn host_and_device_tensors_mixed() {
     let mut q = vec![0u16; 32];
     let s = [1, 4, 1, 8];
     let k = fake_cuda(0x10_0000, DType::Fp16, s);
-    let e = Forward::new()
-        .run_raw(&raw_host(&mut q, DType::Fp16, s), &k, &k, &k, None, Stream::default())
-        .unwrap_err();
+    let e = Forward::new().run_raw(&raw_host(&mut q, DType::Fp16, s), &k, &k, &k, None, Stream::default()).unwrap_err();
     assert_error(e, ErrorKind::DeviceMismatch, sys::FLASH_ERROR_DEVICE_MISMATCH, "k is on cuda:0 but q is on cpu");
 }
 
@@ -173,8 +225,15 @@ fn host_and_device_tensors_mixed() {
 fn fp32_on_a_gpu() {
     let s = [1, 4, 1, 8];
     let t = |a| fake_cuda(a, DType::Fp32, s);
-    let e = Forward::new().run_raw(&t(0x10_0000), &t(0x20_0000), &t(0x30_0000), &t(0x40_0000), None, Stream::default()).unwrap_err();
-    assert_error(e, ErrorKind::UnsupportedDtype, sys::FLASH_ERROR_UNSUPPORTED_DTYPE, "q.dtype is fp32 but CUDA tensors must be fp16 or bf16");
+    let e = Forward::new()
+        .run_raw(&t(0x10_0000), &t(0x20_0000), &t(0x30_0000), &t(0x40_0000), None, Stream::default())
+        .unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::UnsupportedDtype,
+        sys::FLASH_ERROR_UNSUPPORTED_DTYPE,
+        "q.dtype is fp32 but CUDA tensors must be fp16 or bf16",
+    );
 }
 
 #[test]
@@ -184,7 +243,9 @@ fn cuda_tensors_without_a_cuda_device() {
     }
     let s = [1, 4, 1, 8];
     let t = |a| fake_cuda(a, DType::Bf16, s);
-    let e = Forward::new().run_raw(&t(0x10_0000), &t(0x20_0000), &t(0x30_0000), &t(0x40_0000), None, Stream::default()).unwrap_err();
+    let e = Forward::new()
+        .run_raw(&t(0x10_0000), &t(0x20_0000), &t(0x30_0000), &t(0x40_0000), None, Stream::default())
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoCudaDevice, "{e}");
     assert!(e.message().starts_with("no CUDA device"), "{e}");
 }
@@ -198,7 +259,12 @@ fn host_block_mask_with_device_tensors() {
         .block_mask(&mask)
         .run_raw(&t(0x10_0000), &t(0x20_0000), &t(0x30_0000), &t(0x40_0000), None, Stream::default())
         .unwrap_err();
-    assert_error(e, ErrorKind::DeviceMismatch, sys::FLASH_ERROR_DEVICE_MISMATCH, "block_mask is on Cpu but q is on Some(Cuda(0))");
+    assert_error(
+        e,
+        ErrorKind::DeviceMismatch,
+        sys::FLASH_ERROR_DEVICE_MISMATCH,
+        "block_mask is on Cpu but q is on Some(Cuda(0))",
+    );
 }
 
 #[test]
@@ -231,7 +297,12 @@ fn workspace_smaller_than_the_query_says() {
 fn slice_too_short_for_the_shape() {
     let q = vec![0f32; 31];
     let e = Tensor::new(&q, [1, 4, 1, 8]).unwrap_err();
-    assert_error(e, ErrorKind::BadShape, sys::FLASH_ERROR_BAD_SHAPE, "shape [1, 4, 1, 8] has 32 elements but the slice has 31");
+    assert_error(
+        e,
+        ErrorKind::BadShape,
+        sys::FLASH_ERROR_BAD_SHAPE,
+        "shape [1, 4, 1, 8] has 32 elements but the slice has 31",
+    );
 }
 
 #[test]
@@ -254,7 +325,12 @@ fn strides_past_the_slice() {
 fn output_elements_sharing_memory() {
     let mut o = vec![0f32; 64];
     let e = TensorMut::with_strides(&mut o, [2, 4, 1, 8], [0, 8, 8, 1]).unwrap_err();
-    assert_error(e, ErrorKind::BadStride, sys::FLASH_ERROR_BAD_STRIDE, "strides[0] is 0, so distinct output elements would share memory");
+    assert_error(
+        e,
+        ErrorKind::BadStride,
+        sys::FLASH_ERROR_BAD_STRIDE,
+        "strides[0] is 0, so distinct output elements would share memory",
+    );
 }
 
 #[test]
@@ -267,7 +343,12 @@ fn window_beyond_int32() {
 fn block_mask_batch_or_heads_not_covering_q() {
     let mask = BlockMask::from_dense(64, 64, [1, 2, 1, 1], &[true, true]).unwrap();
     let e = host_forward(Forward::new().block_mask(&mask), 64, 64, 3, 1, 8, 8).unwrap_err();
-    assert_error(e, ErrorKind::BadMask, sys::FLASH_ERROR_BAD_MASK, "block_mask has heads 2 but q.shape[2] is 3 (1 broadcasts)");
+    assert_error(
+        e,
+        ErrorKind::BadMask,
+        sys::FLASH_ERROR_BAD_MASK,
+        "block_mask has heads 2 but q.shape[2] is 3 (1 broadcasts)",
+    );
 }
 
 #[test]

@@ -43,11 +43,8 @@ impl Elem for bf16 {
 }
 
 fn forward_options<'m>(m: &Masking, mask: Option<&'m BlockMask>, alg: Algorithm) -> Forward<'m> {
-    let mut f = Forward::new()
-        .causal(m.causal)
-        .alignment(m.alignment())
-        .window(m.window_left, m.window_right)
-        .algorithm(alg);
+    let mut f =
+        Forward::new().causal(m.causal).alignment(m.alignment()).window(m.window_left, m.window_right).algorithm(alg);
     if let Some(s) = m.scale {
         f = f.scale(s as f32);
     }
@@ -143,7 +140,8 @@ fn sliding_windows_and_causal_window() {
                 check_case::<f32>(s, &m, 22, Algorithm::NAIVE);
             }
             // causal + a left window: the window (wl, 0), whatever window_right says.
-            let m = Masking { causal: true, top_left, window_left: Some(10), window_right: Some(50), ..Default::default() };
+            let m =
+                Masking { causal: true, top_left, window_left: Some(10), window_right: Some(50), ..Default::default() };
             check_case::<f32>(s, &m, 23, Algorithm::CPU);
         }
     }

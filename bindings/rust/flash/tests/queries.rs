@@ -5,7 +5,12 @@ use flash::{Algorithm, Device};
 #[test]
 fn version_matches_the_header_major() {
     let v = flash::version();
-    assert_eq!(v.major, flash::HEADER_VERSION.major, "libflash {v:?} loaded, bindings built for {:?}", flash::HEADER_VERSION);
+    assert_eq!(
+        v.major,
+        flash::HEADER_VERSION.major,
+        "libflash {v:?} loaded, bindings built for {:?}",
+        flash::HEADER_VERSION
+    );
     assert!(v >= flash::Version { minor: 0, patch: 0, ..flash::HEADER_VERSION });
     assert_eq!(flash::version_string(), format!("{}.{}.{}", v.major, v.minor, v.patch));
     assert!(flash::build_info().starts_with("libflash "), "{}", flash::build_info());

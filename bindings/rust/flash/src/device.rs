@@ -2,6 +2,7 @@
 
 use flash_sys as sys;
 
+use crate::abi::LibSized;
 use crate::error::{check, static_str, Result};
 use crate::forward::Algorithm;
 use crate::tensor::Device;
@@ -108,11 +109,12 @@ pub struct DeviceInfo {
 /// # Ok::<(), flash::Error>(())
 /// ```
 pub fn device_info(device: Device) -> Result<DeviceInfo> {
-    let mut info = sys::flash_device_info::default();
-    // Safety: valid pointers to a flash_device_info.
-    check(unsafe { sys::flash_device_info_init(&mut info) })?;
+    let mut buf = LibSized::<sys::flash_device_info>::zeroed();
+    // Safety: a buffer as large as the library's flash_device_info (see abi.rs).
+    check(unsafe { sys::flash_device_info_init(buf.as_mut_ptr()) })?;
     let (device_type, device_id) = device.raw_type_and_id();
-    check(unsafe { sys::flash_get_device_info(device_type, device_id, &mut info) })?;
+    check(unsafe { sys::flash_get_device_info(device_type, device_id, buf.as_mut_ptr()) })?;
+    let info = buf.get();
     // The library NUL-terminates name; bound the read by the array anyway.
     let bytes: Vec<u8> = info.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     Ok(DeviceInfo {

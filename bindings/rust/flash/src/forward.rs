@@ -6,6 +6,7 @@ use std::os::raw::c_void;
 
 use flash_sys as sys;
 
+use crate::abi::LibSized;
 use crate::error::{check, static_str, Error, Result};
 use crate::mask::BlockMask;
 use crate::tensor::{Element, RawTensor, Stream, Tensor, TensorMut};
@@ -237,10 +238,11 @@ impl<'m> Forward<'m> {
         o: sys::flash_tensor,
         lse: Option<sys::flash_tensor>,
         stream: Stream,
-    ) -> Result<sys::flash_fwd_args> {
-        let mut a = sys::flash_fwd_args::default();
-        // Safety: a valid pointer to a flash_fwd_args.
-        check(unsafe { sys::flash_fwd_args_init(&mut a) })?;
+    ) -> Result<LibSized<sys::flash_fwd_args>> {
+        let mut buf = LibSized::<sys::flash_fwd_args>::zeroed();
+        // Safety: a buffer as large as the library's flash_fwd_args (see abi.rs).
+        check(unsafe { sys::flash_fwd_args_init(buf.as_mut_ptr()) })?;
+        let a = buf.get_mut();
         if let Some(mask) = self.block_mask {
             mask.check_against(&q)?;
             a.block_mask = mask.as_ptr();
@@ -262,14 +264,15 @@ impl<'m> Forward<'m> {
         a.stream = stream.as_raw();
         a.workspace = self.workspace;
         a.workspace_size = self.workspace_size;
-        Ok(a)
+        Ok(buf)
     }
 
-    fn call(&self, mut a: sys::flash_fwd_args) -> Result<Algorithm> {
+    fn call(&self, mut a: LibSized<sys::flash_fwd_args>) -> Result<Algorithm> {
         // Safety: every tensor in `a` is a checked host view borrowed for this call, or a RawTensor /
-        // BlockMask / workspace whose unsafe constructor's caller guaranteed the memory.
-        check(unsafe { sys::flash_fwd(&mut a) })?;
-        Ok(Algorithm(a.algorithm_used))
+        // BlockMask / workspace whose unsafe constructor's caller guaranteed the memory; the struct is
+        // library-sized (abi.rs).
+        check(unsafe { sys::flash_fwd(a.as_mut_ptr()) })?;
+        Ok(Algorithm(a.get().algorithm_used))
     }
 
     /// Runs on host tensors; returns the algorithm that ran.
@@ -346,10 +349,10 @@ impl<'m> Forward<'m> {
     }
 }
 
-fn workspace_size(a: &sys::flash_fwd_args) -> Result<usize> {
+fn workspace_size(a: &LibSized<sys::flash_fwd_args>) -> Result<usize> {
     let mut bytes = 0usize;
-    // Safety: valid pointers; the query reads the descriptors only, never tensor data.
-    check(unsafe { sys::flash_fwd_workspace_size(a, &mut bytes) })?;
+    // Safety: valid, library-sized pointers; the query reads the descriptors only, never tensor data.
+    check(unsafe { sys::flash_fwd_workspace_size(a.as_ptr(), &mut bytes) })?;
     Ok(bytes)
 }
 

@@ -48,6 +48,7 @@
 
 #![warn(missing_debug_implementations)]
 
+mod abi;
 mod device;
 mod error;
 mod forward;

@@ -2,6 +2,7 @@
 
 use flash_sys as sys;
 
+use crate::abi::LibSized;
 use crate::error::{check, Error, Result};
 use crate::tensor::Device;
 
@@ -39,7 +40,7 @@ pub fn num_blocks(seqlen: usize, block: usize) -> usize {
 /// ```
 #[derive(Debug)]
 pub struct BlockMask {
-    raw: sys::flash_block_mask,
+    raw: LibSized<sys::flash_block_mask>,
     device: Device,
     /// Batch and head extents of the arrays (1 = broadcast); None for a mask made from raw pointers.
     extents: Option<(usize, usize)>,
@@ -53,10 +54,10 @@ pub struct BlockMask {
 unsafe impl Send for BlockMask {}
 unsafe impl Sync for BlockMask {}
 
-fn initialised() -> Result<sys::flash_block_mask> {
-    let mut raw = sys::flash_block_mask::default();
-    // Safety: a valid pointer to a flash_block_mask.
-    check(unsafe { sys::flash_block_mask_init(&mut raw) })?;
+fn initialised() -> Result<LibSized<sys::flash_block_mask>> {
+    let mut raw = LibSized::<sys::flash_block_mask>::zeroed();
+    // Safety: a buffer as large as the library's flash_block_mask (see abi.rs).
+    check(unsafe { sys::flash_block_mask_init(raw.as_mut_ptr()) })?;
     Ok(raw)
 }
 
@@ -120,7 +121,8 @@ impl BlockMask {
                 rows.saturating_mul(max_kv_blocks)
             )));
         }
-        let mut raw = initialised()?;
+        let mut buf = initialised()?;
+        let raw = buf.get_mut();
         raw.block_m = to_i32(block_m, "block_m")?;
         raw.block_n = to_i32(block_n, "block_n")?;
         raw.num_q_blocks = to_i32(nq, "num_q_blocks")?;
@@ -132,7 +134,7 @@ impl BlockMask {
         raw.kv_num_blocks = kv_num_blocks.as_ptr();
         raw.kv_indices = kv_indices.as_ptr();
         Ok(BlockMask {
-            raw,
+            raw: buf,
             device: Device::Cpu,
             extents: Some((batch, heads)),
             _kv_num_blocks: kv_num_blocks,
@@ -161,7 +163,8 @@ impl BlockMask {
         kv_indices: *const i32,
         kv_indices_strides: [i64; 4],
     ) -> Result<Self> {
-        let mut raw = initialised()?;
+        let mut buf = initialised()?;
+        let raw = buf.get_mut();
         raw.block_m = block_m;
         raw.block_n = block_n;
         raw.num_q_blocks = num_q_blocks;
@@ -170,20 +173,20 @@ impl BlockMask {
         raw.kv_num_blocks_strides = kv_num_blocks_strides;
         raw.kv_indices = kv_indices;
         raw.kv_indices_strides = kv_indices_strides;
-        Ok(BlockMask { raw, device, extents: None, _kv_num_blocks: Vec::new(), _kv_indices: Vec::new() })
+        Ok(BlockMask { raw: buf, device, extents: None, _kv_num_blocks: Vec::new(), _kv_indices: Vec::new() })
     }
 
     pub fn block_m(&self) -> i32 {
-        self.raw.block_m
+        self.raw.get().block_m
     }
     pub fn block_n(&self) -> i32 {
-        self.raw.block_n
+        self.raw.get().block_n
     }
     pub fn num_q_blocks(&self) -> i32 {
-        self.raw.num_q_blocks
+        self.raw.get().num_q_blocks
     }
     pub fn max_kv_blocks(&self) -> i32 {
-        self.raw.max_kv_blocks
+        self.raw.get().max_kv_blocks
     }
     pub fn device(&self) -> Device {
         self.device
@@ -191,7 +194,7 @@ impl BlockMask {
 
     /// The descriptor handed to the library.
     pub fn as_raw(&self) -> &sys::flash_block_mask {
-        &self.raw
+        self.raw.get()
     }
 
     /// Checks what the library cannot: the arrays live where Q does, and cover Q's batch and heads
@@ -217,7 +220,7 @@ impl BlockMask {
     }
 
     pub(crate) fn as_ptr(&self) -> *const sys::flash_block_mask {
-        &self.raw
+        self.raw.as_ptr()
     }
 }
 

@@ -39,7 +39,8 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, int
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <int N>  // wait until at most N of this thread's committed groups are still in flight
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -87,15 +88,15 @@ struct Elem<DType::FP16> {
 };
 
 // ---- Compile-time shape of one instantiation ----------------------------------------------------------
-template <int kHeadDim_, int kVariant_, DType kDType_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_, DType kDType_>
 struct Traits {
-  static constexpr TileShape kShape = tile_shape(kHeadDim_, kVariant_);
-  static_assert(kShape.head_dim == kHeadDim_, "no tile_table entry for this head dim / variant");
   static constexpr DType kDType = kDType_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kShape.block_m;
-  static constexpr int kBlockN = kShape.block_n;
-  static constexpr int kWarps = kShape.warps;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kStages = kStages_;
+  static_assert(kStages == 1 || kStages == 2, "stages");
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMTiles = kRowsPerWarp / 16;  // m16 tiles per warp
@@ -111,8 +112,8 @@ struct Traits {
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = kQBytes + 2 * kKVBytes;
-  static_assert(kSmemBytes == kShape.smem_bytes(), "tile_table smem formula out of date");
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes;
+  static_assert(kSmemBytes == TileShape{kHeadDim, 0, kBlockM, kBlockN, kWarps, kStages}.smem_bytes(), "smem formula");
 
   // 128-byte rows: chunk ^= row % 8. 64-byte rows (two per 128-byte bank line): chunk ^= (row / 2) % 4,
   // so rows 2k and 2k+1 share a pattern but sit in different halves of the line.
@@ -196,8 +197,8 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
 
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t q_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t k_smem = q_smem + K::kQBytes;
-  const uint32_t v_smem = k_smem + K::kKVBytes;
+  const uint32_t k_smem0 = q_smem + K::kQBytes;                       // K buffers [kStages]
+  const uint32_t v_smem0 = k_smem0 + K::kStages * K::kKVBytes;         // V buffers [kStages]
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row g (and g+8), columns 2t, 2t+1
@@ -259,8 +260,12 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
   }
 
   load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
-  load_tile(RowsN{}, k_smem, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_block * kBlockN);
+  load_tile(RowsN{}, k_smem0, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_block * kBlockN);
   cp_async_commit();
+  if constexpr (K::kStages == 2) {
+    load_tile(RowsN{}, v_smem0, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
+    cp_async_commit();
+  }
 
   // A negative softmax scale is folded into Q's sign so that -inf stays the masked value and the running
   // max stays a max: scale * q.k == |scale| * (-q).k.
@@ -285,11 +290,28 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
     row_sum[mt][0] = row_sum[mt][1] = 0.f;
   }
 
-  for (bool first = true;; first = false) {
-    cp_async_wait_all();
-    __syncthreads();  // K_j (and Q) landed for every thread's copies; every warp is done reading V_{j-1}
-    load_tile(RowsN{}, v_smem, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
-    cp_async_commit();
+  for (int step = 0;; ++step) {
+    const bool first = step == 0;
+    const uint32_t stage_offset = K::kStages == 2 ? uint32_t(step & 1) * K::kKVBytes : 0u;
+    const uint32_t k_smem = k_smem0 + stage_offset, v_smem = v_smem0 + stage_offset;
+    int n_next;
+    if constexpr (K::kStages == 1) {
+      cp_async_wait<0>();
+      __syncthreads();  // K_j (and Q) landed for every thread's copies; every warp is done reading V_{j-1}
+      load_tile(RowsN{}, v_smem, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
+      cp_async_commit();
+    } else {
+      cp_async_wait<1>();  // K_j landed (V_j may still be in flight)
+      __syncthreads();     // ... for every thread's copies; every warp is done with step j-1's buffers
+      n_next = blocks.next(sparse);
+      if (n_next >= 0) {  // K_{j+1}, V_{j+1} into the other buffers: a whole step to arrive
+        const uint32_t other = uint32_t((step + 1) & 1) * K::kKVBytes;
+        load_tile(RowsN{}, k_smem0 + other, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
+        cp_async_commit();
+        load_tile(RowsN{}, v_smem0 + other, v + int64_t(n_next) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_next * kBlockN);
+        cp_async_commit();
+      }
+    }
 
     // S = Q_i K_j^T
     float s[kMTiles][kNTiles][4];
@@ -321,12 +343,14 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
       }
     }
 
-    const int n_next = blocks.next(sparse);
-    cp_async_wait_all();
-    __syncthreads();  // V_j landed; every warp is done reading K_j, so K_{j+1} may overwrite it
-    if (n_next >= 0) {
-      load_tile(RowsN{}, k_smem, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
-      cp_async_commit();
+    if constexpr (K::kStages == 1) {
+      n_next = blocks.next(sparse);
+      cp_async_wait<0>();
+      __syncthreads();  // V_j landed; every warp is done reading K_j, so K_{j+1} may overwrite it
+      if (n_next >= 0) {
+        load_tile(RowsN{}, k_smem, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
+        cp_async_commit();
+      }
     }
 
     // Element mask, only on blocks that cross the sequence end or a window edge. Per row, the visible
@@ -390,6 +414,12 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
         }
         row_max[mt][r] = max_new;
       }
+
+    if constexpr (K::kStages == 2) {
+      if (n_next >= 0) cp_async_wait<2>();  // V_j landed; K_{j+1}, V_{j+1} may still be in flight
+      else cp_async_wait<0>();
+      __syncthreads();
+    }
 
     // O += P V_j. The S accumulator of two adjacent n8 tiles is exactly the A fragment of one k16 step.
 #pragma unroll
@@ -460,9 +490,8 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
 }
 
 // ---- Host launch, one instantiation per .cu file ----------------------------------------------------
-template <int kHeadDim, int kVariant, DType kDType>
-int32_t launch_fwd(const FwdParams& p) {
-  using K = Traits<kHeadDim, kVariant, kDType>;
+template <class K>
+int32_t launch(const FwdParams& p) {
   auto* kernel = fwd_kernel<K>;
   // Above 48 KB a kernel must opt in to dynamic shared memory (per device; cheap to repeat).
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
@@ -471,6 +500,13 @@ int32_t launch_fwd(const FwdParams& p) {
   const dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
   kernel<<<grid, K::kThreads, K::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(p);
   return cuda::check_launch("sm80 fwd kernel");
+}
+
+template <int kHeadDim, int kVariant, DType kDType>
+int32_t launch_fwd(const FwdParams& p) {
+  constexpr TileShape t = tile_shape(kHeadDim, kVariant);
+  static_assert(t.head_dim == kHeadDim, "no tile_table entry for this head dim / variant");
+  return launch<Traits<kHeadDim, t.block_m, t.block_n, t.warps, t.stages, kDType>>(p);
 }
 
 }  // namespace flash::sm80

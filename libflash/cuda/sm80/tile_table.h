@@ -24,20 +24,21 @@ struct TileShape {
   int block_m;   // query rows per CTA
   int block_n;   // key rows per step of the main loop
   int warps;     // block_m / warps query rows per warp: 16 or 32 (1 or 2 m16 MMA tiles)
+  int stages;    // K/V buffers: 1 = FA2's schedule, 2 = K_{j+1}, V_{j+1} loaded during all of step j
 
-  constexpr int smem_bytes() const { return (block_m + 2 * block_n) * head_dim * 2; }
+  constexpr int smem_bytes() const { return (block_m + 2 * stages * block_n) * head_dim * 2; }
 };
 
 // clang-format off
 inline constexpr TileShape kTileTable[] = {
-  // d    var  block_m block_n warps   why
-  {  32,  0,   128,    128,    4 },  // tiny O (32 regs); wide key block halves the loop trips and softmax overheads. 24 KB.
-  {  64,  0,   128,    128,    4 },  // FA2's sm80 choice: S 64 + O 64 fp32 regs/thread; 128x64 tried: more loop overhead. 48 KB.
-  {  96,  0,   128,    64,     4 },  // O 96 + S 32 regs; a 128-key block would push past 255 registers. 48 KB.
-  { 128,  0,   128,    64,     4 },  // FA2's sm80 choice: O 128 + S 64 regs, 32 rows/warp halve K/V smem reads per MMA. 64 KB, 2 CTAs/SM.
-  { 192,  0,   128,    64,     8 },  // 16 rows/warp keep O at 96 regs; 8 warps keep 128 query rows per K/V load. 96 KB.
-  { 256,  0,   128,    64,     8 },  // O 128 regs at 16 rows/warp. 128 KB: fits sm_80 (163 KB) and sm_90 (227 KB).
-  { 256,  1,    64,    64,     4 },  // fallback for 99 KB parts (sm_86/sm_89): 96 KB.
+  // d    var  block_m block_n warps stages  why
+  {  32,  0,   128,    128,    4,    1 },  // tiny O (32 regs); wide key block halves the loop trips and softmax overheads. 24 KB.
+  {  64,  0,   128,    128,    4,    1 },  // FA2's sm80 choice: S 64 + O 64 fp32 regs/thread; 128x64 tried: more loop overhead. 48 KB.
+  {  96,  0,   128,    64,     4,    1 },  // O 96 + S 32 regs; a 128-key block would push past 255 registers. 48 KB.
+  { 128,  0,   128,    64,     4,    1 },  // FA2's sm80 choice: O 128 + S 64 regs, 32 rows/warp halve K/V smem reads per MMA. 64 KB, 2 CTAs/SM.
+  { 192,  0,   128,    64,     8,    1 },  // 16 rows/warp keep O at 96 regs; 8 warps keep 128 query rows per K/V load. 96 KB.
+  { 256,  0,   128,    64,     8,    1 },  // O 128 regs at 16 rows/warp. 128 KB: fits sm_80 (163 KB) and sm_90 (227 KB).
+  { 256,  1,    64,    64,     4,    1 },  // fallback for 99 KB parts (sm_86/sm_89): 96 KB.
 };
 // clang-format on
 
@@ -46,7 +47,7 @@ inline constexpr int kCompiledHeadDims[] = {32, 64, 96, 128, 192, 256};
 constexpr TileShape tile_shape(int head_dim, int variant) {
   for (const TileShape& t : kTileTable)
     if (t.head_dim == head_dim && t.variant == variant) return t;
-  return TileShape{0, 0, 0, 0, 0};
+  return TileShape{0, 0, 0, 0, 0, 0};
 }
 
 // Smallest compiled head dim >= d; 0 if none.

@@ -61,7 +61,7 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------------------------------ */
 #define FLASH_VERSION_MAJOR 1
-#define FLASH_VERSION_MINOR 0
+#define FLASH_VERSION_MINOR 1
 #define FLASH_VERSION_PATCH 0
 #define FLASH_VERSION_NUMBER (FLASH_VERSION_MAJOR * 10000 + FLASH_VERSION_MINOR * 100 + FLASH_VERSION_PATCH)
 
@@ -69,7 +69,7 @@ FLASH_API uint32_t flash_version_number(void); /* MAJOR*10000 + MINOR*100 + PATC
 FLASH_API uint32_t flash_version_major(void);
 FLASH_API uint32_t flash_version_minor(void);
 FLASH_API uint32_t flash_version_patch(void);
-FLASH_API const char* flash_version_string(void); /* "1.0.0", static storage */
+FLASH_API const char* flash_version_string(void); /* "1.1.0", static storage */
 FLASH_API const char* flash_build_info(void);     /* compiler, CUDA version, GPU targets; static storage */
 
 /* ---- Status codes (int32_t, pinned, with gaps; a value is never reused) --------------------------- */
@@ -233,6 +233,46 @@ FLASH_API uint32_t flash_compiled_algorithms(void);
 #define FLASH_STRUCT_DEVICE_INFO 4
 /* sizeof() of a public struct as this library was compiled; 0 for an unknown id. */
 FLASH_API size_t flash_struct_size(int32_t which);
+
+/* ---- Backward (since 1.1) ------------------------------------------------------------------------------ */
+/* Gradients of O = softmax(softmax_scale * Q K^T + mask) V with respect to Q, K and V, given dO, the
+ * forward's O and its LSE. Nothing N x N is stored: P is recomputed tile by tile from Q, K and LSE
+ * (FlashAttention's backward). The mask options must be those of the forward that produced O and LSE.
+ * GQA/MQA: dk and dv are [batch, seqlen_k, heads_kv, head_dim], each the sum of the gradients of the
+ * heads_q / heads_kv query heads that share that key/value head. A query row that sees no key
+ * (LSE = -inf) contributes nothing and gets dq = 0; keys no query sees get dk = dv = 0. */
+typedef struct flash_bwd_args {
+  size_t struct_size;          /* = sizeof(flash_bwd_args), set by flash_bwd_args_init */
+  flash_tensor q;              /* [batch, seqlen_q, heads_q, head_dim] */
+  flash_tensor k;              /* [batch, seqlen_k, heads_kv, head_dim]; heads_q % heads_kv == 0 (GQA/MQA) */
+  flash_tensor v;              /* [batch, seqlen_k, heads_kv, head_dim] */
+  flash_tensor o;              /* the forward's output: [batch, seqlen_q, heads_q, head_dim], dtype of q */
+  flash_tensor d_o;            /* dL/dO: [batch, seqlen_q, heads_q, head_dim], dtype of q */
+  flash_tensor lse;            /* required: the forward's fp32 [batch, heads_q, seqlen_q] log-sum-exp */
+  flash_tensor dq;             /* out: dL/dQ, shape and dtype of q (any strides, contiguous last dim) */
+  flash_tensor dk;             /* out: dL/dK, shape and dtype of k */
+  flash_tensor dv;             /* out: dL/dV, shape and dtype of v */
+  float softmax_scale;         /* as flash_fwd_args (0 = 1/sqrt(head_dim)) */
+  int32_t causal;              /* as flash_fwd_args */
+  int32_t causal_alignment;    /* as flash_fwd_args */
+  int32_t window_left;         /* as flash_fwd_args */
+  int32_t window_right;        /* as flash_fwd_args */
+  int32_t algorithm;           /* FLASH_ALGO_*; default FLASH_ALGO_AUTO (the first with a backward) */
+  uint32_t flags;              /* FLASH_FLAG_DETERMINISTIC: dq, dk, dv bitwise identical run to run */
+  int32_t algorithm_used;      /* out: the algorithm that ran */
+  const flash_block_mask* block_mask; /* as flash_fwd_args */
+  void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
+  void* workspace;             /* optional scratch on the tensors' device; NULL = the library allocates */
+  size_t workspace_size;       /* bytes at workspace */
+} flash_bwd_args;
+
+FLASH_API int32_t flash_bwd_args_init(flash_bwd_args* args);
+/* Bytes of workspace flash_bwd would use for these arguments (after AUTO is resolved); 0 if none. */
+FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes /* out */);
+/* dQ, dK, dV for the arguments; asynchronous on args->stream for CUDA tensors. */
+FLASH_API int32_t flash_bwd(flash_bwd_args* args);
+
+#define FLASH_STRUCT_BWD_ARGS 5 /* for flash_struct_size (since 1.1) */
 
 #ifdef __cplusplus
 } /* extern "C" */

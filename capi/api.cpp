@@ -1,6 +1,7 @@
 // capi/api.cpp -- the extern "C" entry points of flash.h.
 //
-// The path of one call: flash_fwd -> validate_fwd (capi/validate.cpp: check every rule, normalise into
+// The path of one call (flash_bwd the same with validate_bwd, select_bwd_algorithm, run_bwd, bwd()):
+// flash_fwd -> validate_fwd (capi/validate.cpp: check every rule, normalise into
 // flash::FwdParams) -> select_algorithm (libflash/dispatch.cpp) -> run_fwd (workspace, device guard) ->
 // the backend's fwd() -> status. Nothing here throws across the ABI: every exception becomes a status.
 #include <cstring>
@@ -56,6 +57,14 @@ int32_t prepare_fwd(const flash_fwd_args* args, flash::FwdParams* p, const flash
   if (args->q.device_type == FLASH_DEVICE_CUDA)
     if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
   return flash::select_algorithm(*p, args->q.device_type, args->algorithm, alg);
+}
+
+// Shared validation + selection for flash_bwd and flash_bwd_workspace_size.
+int32_t prepare_bwd(const flash_bwd_args* args, flash::BwdParams* p, const flash::Algorithm** alg) {
+  if (const int32_t s = flash::validate_bwd(args, p); s != FLASH_OK) return s;
+  if (args->q.device_type == FLASH_DEVICE_CUDA)
+    if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
+  return flash::select_bwd_algorithm(*p, args->q.device_type, args->algorithm, alg);
 }
 
 }  // namespace
@@ -194,6 +203,43 @@ FLASH_API int32_t flash_fwd(flash_fwd_args* args) {
   });
 }
 
+FLASH_API int32_t flash_bwd_args_init(flash_bwd_args* args) {
+  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  std::memset(args, 0, sizeof(*args));
+  args->struct_size = sizeof(*args);
+  args->softmax_scale = 0.0f;  // 1/sqrt(head_dim)
+  args->causal = 0;
+  args->causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
+  args->window_left = -1;
+  args->window_right = -1;
+  args->algorithm = FLASH_ALGO_AUTO;
+  args->algorithm_used = -1;
+  return FLASH_OK;
+}
+
+FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes) {
+  return guarded([&]() -> int32_t {
+    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
+    *bytes = 0;
+    flash::BwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_bwd(args, &p, &alg); s != FLASH_OK) return s;
+    *bytes = flash::bwd_workspace(*alg, p);
+    return FLASH_OK;
+  });
+}
+
+FLASH_API int32_t flash_bwd(flash_bwd_args* args) {
+  return guarded([&]() -> int32_t {
+    flash::BwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_bwd(args, &p, &alg); s != FLASH_OK) return s;
+    const int32_t s = flash::run_bwd(*alg, p, args->q.device_type);
+    if (s == FLASH_OK) args->algorithm_used = alg->id;
+    return s;
+  });
+}
+
 FLASH_API int32_t flash_device_info_init(flash_device_info* info) {
   if (info == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "info is NULL");
   std::memset(info, 0, sizeof(*info));
@@ -267,6 +313,7 @@ FLASH_API size_t flash_struct_size(int32_t which) {
     case FLASH_STRUCT_FWD_ARGS: return sizeof(flash_fwd_args);
     case FLASH_STRUCT_BLOCK_MASK: return sizeof(flash_block_mask);
     case FLASH_STRUCT_DEVICE_INFO: return sizeof(flash_device_info);
+    case FLASH_STRUCT_BWD_ARGS: return sizeof(flash_bwd_args);
     default: return 0;
   }
 }

@@ -1,4 +1,5 @@
-// capi/validate.cpp -- turns a caller's flash_fwd_args into a checked, normalised flash::FwdParams.
+// capi/validate.cpp -- turns a caller's flash_fwd_args (flash_bwd_args) into a checked, normalised
+// flash::FwdParams (flash::BwdParams); the two share every helper below.
 //
 // Every rule of the ABI is enforced here, once, before any backend runs, and each failure names the
 // exact field and value ("k.shape[3] is 96 but q.shape[3] is 128"). Backends may then assume a valid
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -181,21 +183,25 @@ int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64
   return FLASH_OK;
 }
 
-}  // namespace
+struct Named {
+  const flash_tensor* t;
+  const char* n;
+};
 
-int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
-  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  if (args->struct_size < sizeof(flash_fwd_args))
-    return fail(FLASH_ERROR_STRUCT_SIZE, "args->struct_size is ", args->struct_size, " but must be at least ",
-                sizeof(flash_fwd_args), " (call flash_fwd_args_init)");
-  const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &lse = args->lse;
-
+// q, k, v and the tensors shaped like them: each tensor's own fields, then dtype and device agreement,
+// then shapes (q [b, sq, hq, d]; k, v [b, sk, hkv, d]; like_q as q; like_k as k), GQA and head_dim.
+// Shared by the forward (like_q = {o}) and the backward (like_q = {o, d_o, dq}, like_k = {dk, dv}).
+int32_t check_attention_tensors(const flash_tensor& q, const flash_tensor& k, const flash_tensor& v,
+                                std::initializer_list<Named> like_q, std::initializer_list<Named> like_k) {
   FLASH_CHECK(check_tensor(q, "q", 4, true));
   FLASH_CHECK(check_tensor(k, "k", 4, true));
   FLASH_CHECK(check_tensor(v, "v", 4, true));
-  FLASH_CHECK(check_tensor(o, "o", 4, true));
+  for (const Named& x : like_q) FLASH_CHECK(check_tensor(*x.t, x.n, 4, true));
+  for (const Named& x : like_k) FLASH_CHECK(check_tensor(*x.t, x.n, 4, true));
 
-  const struct { const flash_tensor* t; const char* n; } others[] = {{&k, "k"}, {&v, "v"}, {&o, "o"}};
+  std::vector<Named> others = {{&k, "k"}, {&v, "v"}};
+  others.insert(others.end(), like_q.begin(), like_q.end());
+  others.insert(others.end(), like_k.begin(), like_k.end());
   for (const auto& x : others) {
     if (x.t->dtype != q.dtype)
       return fail(FLASH_ERROR_DTYPE_MISMATCH, x.n, ".dtype is ", dtype_name(x.t->dtype), " but q.dtype is ",
@@ -204,11 +210,13 @@ int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
       return fail(FLASH_ERROR_DEVICE_MISMATCH, x.n, " is on ", device_name(*x.t), " but q is on ", device_name(q));
   }
 
-  // Shapes: q [b, sq, hq, d]; k, v [b, sk, hkv, d]; o like q.
   FLASH_CHECK(check_dim(k, "k", 0, q, "q", 0));
   FLASH_CHECK(check_dim(k, "k", 3, q, "q", 3));
   for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(v, "v", i, k, "k", i));
-  for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(o, "o", i, q, "q", i));
+  for (const Named& x : like_q)
+    for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(*x.t, x.n, i, q, "q", i));
+  for (const Named& x : like_k)
+    for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(*x.t, x.n, i, k, "k", i));
   if (q.shape[2] % k.shape[2] != 0)
     return fail(FLASH_ERROR_BAD_SHAPE, "q.shape[2] (heads_q) is ", q.shape[2], ", not a multiple of k.shape[2] (heads_kv) ",
                 k.shape[2]);
@@ -218,44 +226,55 @@ int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
 
   if (q.device_type == FLASH_DEVICE_CUDA && q.dtype == FLASH_DTYPE_FP32)
     return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, "q.dtype is fp32 but CUDA tensors must be fp16 or bf16");
+  return FLASH_OK;
+}
 
-  // Outputs: no aliasing inside o, and o must not overlap any input (it would be read after written).
-  FLASH_CHECK(check_no_self_overlap(o, "o"));
-  for (const auto& x : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v")})
-    if (overlaps(o, *x.first)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "o overlaps ", x.second, " in memory");
+// The LSE tensor's own fields and its agreement with q: fp32 [b, hq, sq] on q's device.
+int32_t check_lse_tensor(const flash_tensor& lse, const flash_tensor& q) {
+  FLASH_CHECK(check_tensor(lse, "lse", 3, false));
+  if (lse.dtype != FLASH_DTYPE_FP32)
+    return fail(FLASH_ERROR_DTYPE_MISMATCH, "lse.dtype is ", dtype_name(lse.dtype), " but must be fp32");
+  if (lse.device_type != q.device_type || lse.device_id != q.device_id)
+    return fail(FLASH_ERROR_DEVICE_MISMATCH, "lse is on ", device_name(lse), " but q is on ", device_name(q));
+  FLASH_CHECK(check_dim(lse, "lse", 0, q, "q", 0));
+  FLASH_CHECK(check_dim(lse, "lse", 1, q, "q", 2));
+  FLASH_CHECK(check_dim(lse, "lse", 2, q, "q", 1));
+  return FLASH_OK;
+}
 
-  const bool want_lse = lse.data != nullptr;
-  if (want_lse) {
-    FLASH_CHECK(check_tensor(lse, "lse", 3, false));
-    if (lse.dtype != FLASH_DTYPE_FP32)
-      return fail(FLASH_ERROR_DTYPE_MISMATCH, "lse.dtype is ", dtype_name(lse.dtype), " but must be fp32");
-    if (lse.device_type != q.device_type || lse.device_id != q.device_id)
-      return fail(FLASH_ERROR_DEVICE_MISMATCH, "lse is on ", device_name(lse), " but q is on ", device_name(q));
-    FLASH_CHECK(check_dim(lse, "lse", 0, q, "q", 0));
-    FLASH_CHECK(check_dim(lse, "lse", 1, q, "q", 2));
-    FLASH_CHECK(check_dim(lse, "lse", 2, q, "q", 1));
-    FLASH_CHECK(check_no_self_overlap(lse, "lse"));
-    for (const auto& x : {std::make_pair(&q, "q"), std::make_pair(&k, "k"), std::make_pair(&v, "v"), std::make_pair(&o, "o")})
-      if (overlaps(lse, *x.first)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "lse overlaps ", x.second, " in memory");
-  }
+// An output: no two of its elements share memory, and it overlaps none of `others` (inputs, or outputs
+// already checked).
+int32_t check_output(const flash_tensor& t, const char* name, std::initializer_list<Named> others) {
+  FLASH_CHECK(check_no_self_overlap(t, name));
+  for (const Named& x : others)
+    if (overlaps(t, *x.t)) return fail(FLASH_ERROR_INVALID_ARGUMENT, name, " overlaps ", x.n, " in memory");
+  return FLASH_OK;
+}
 
-  // Scalars.
-  if (!std::isfinite(args->softmax_scale))
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is not finite");
-  if (args->causal != 0 && args->causal != 1)
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal is ", args->causal, " but must be 0 or 1");
-  if (args->causal_alignment != FLASH_ALIGN_BOTTOM_RIGHT && args->causal_alignment != FLASH_ALIGN_TOP_LEFT)
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal_alignment is ", args->causal_alignment,
+// The scalar options, which flash_fwd_args and flash_bwd_args share field for field.
+template <class Args>
+int32_t check_options(const Args& a) {
+  if (!std::isfinite(a.softmax_scale)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is not finite");
+  if (a.causal != 0 && a.causal != 1)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal is ", a.causal, " but must be 0 or 1");
+  if (a.causal_alignment != FLASH_ALIGN_BOTTOM_RIGHT && a.causal_alignment != FLASH_ALIGN_TOP_LEFT)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal_alignment is ", a.causal_alignment,
                 " but must be FLASH_ALIGN_BOTTOM_RIGHT (0) or FLASH_ALIGN_TOP_LEFT (1)");
-  if (args->window_left < -1) return fail(FLASH_ERROR_BAD_MASK, "window_left is ", args->window_left, " but must be >= -1");
-  if (args->window_right < -1) return fail(FLASH_ERROR_BAD_MASK, "window_right is ", args->window_right, " but must be >= -1");
-  if (args->algorithm < 0 || args->algorithm >= FLASH_ALGO_COUNT)
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, "algorithm is ", args->algorithm, ", not a FLASH_ALGO_* value");
-  if ((args->flags & ~FLASH_FLAG_DETERMINISTIC) != 0)
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x", std::to_string(args->flags & ~FLASH_FLAG_DETERMINISTIC));
+  if (a.window_left < -1) return fail(FLASH_ERROR_BAD_MASK, "window_left is ", a.window_left, " but must be >= -1");
+  if (a.window_right < -1) return fail(FLASH_ERROR_BAD_MASK, "window_right is ", a.window_right, " but must be >= -1");
+  if (a.algorithm < 0 || a.algorithm >= FLASH_ALGO_COUNT)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "algorithm is ", a.algorithm, ", not a FLASH_ALGO_* value");
+  if ((a.flags & ~FLASH_FLAG_DETERMINISTIC) != 0)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "flags has unknown bits 0x", std::to_string(a.flags & ~FLASH_FLAG_DETERMINISTIC));
+  return FLASH_OK;
+}
 
-  // Normalise.
-  *p = FwdParams{};
+// Normalises what the forward and the backward share (q, k, v, o, lse, sizes, scale, mask, execution)
+// into *p, then checks the block mask. `lse` may have data == NULL (the forward's optional LSE).
+template <class Args>
+int32_t normalise_common(const Args& a, FwdParams* p) {
+  const flash_tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o, &lse = a.lse;
+  const bool want_lse = lse.data != nullptr;
   p->q = q.data;
   p->k = k.data;
   p->v = v.data;
@@ -272,25 +291,83 @@ int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
   p->seqlen_k = static_cast<int32_t>(k.shape[1]);
   p->heads_kv = static_cast<int32_t>(k.shape[2]);
   p->head_ratio = p->heads_q / p->heads_kv;
+  const int64_t d = q.shape[3];
   p->head_dim = static_cast<int32_t>(d);
   p->dtype = static_cast<DType>(q.dtype);
-  p->scale = args->softmax_scale != 0.0f ? args->softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  p->scale = a.softmax_scale != 0.0f ? a.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   p->scale_log2 = static_cast<float>(static_cast<double>(p->scale) * 1.4426950408889634);
-  p->window_left = args->window_left;
+  p->window_left = a.window_left;
   // causal is the window (w, 0): it caps window_right at 0 whatever the caller put there.
-  p->window_right = args->causal ? 0 : args->window_right;
-  p->diag_offset = args->causal_alignment == FLASH_ALIGN_BOTTOM_RIGHT ? int64_t{p->seqlen_k} - p->seqlen_q : 0;
+  p->window_right = a.causal ? 0 : a.window_right;
+  p->diag_offset = a.causal_alignment == FLASH_ALIGN_BOTTOM_RIGHT ? int64_t{p->seqlen_k} - p->seqlen_q : 0;
   p->is_causal = p->window_right == 0 && p->window_left < 0;
   p->has_window = p->window_left >= 0 || p->window_right >= 0;
   p->device_id = q.device_type == FLASH_DEVICE_CUDA ? q.device_id : -1;
-  p->stream = args->stream;
-  p->workspace = args->workspace;
-  p->workspace_size = args->workspace_size;
-  p->flags = args->flags;
-  if (args->block_mask != nullptr) {
+  p->stream = a.stream;
+  p->workspace = a.workspace;
+  p->workspace_size = a.workspace_size;
+  p->flags = a.flags;
+  if (a.block_mask != nullptr) {
     p->has_block_mask = true;
-    FLASH_CHECK(check_block_mask(*args->block_mask, q, k.shape[1], p));
+    FLASH_CHECK(check_block_mask(*a.block_mask, q, k.shape[1], p));
   }
+  return FLASH_OK;
+}
+
+}  // namespace
+
+int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
+  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  if (args->struct_size < sizeof(flash_fwd_args))
+    return fail(FLASH_ERROR_STRUCT_SIZE, "args->struct_size is ", args->struct_size, " but must be at least ",
+                sizeof(flash_fwd_args), " (call flash_fwd_args_init)");
+  const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &lse = args->lse;
+
+  FLASH_CHECK(check_attention_tensors(q, k, v, {{&o, "o"}}, {}));
+
+  // Outputs: no aliasing inside o, and o must not overlap any input (it would be read after written).
+  FLASH_CHECK(check_output(o, "o", {{&q, "q"}, {&k, "k"}, {&v, "v"}}));
+
+  if (lse.data != nullptr) {
+    FLASH_CHECK(check_lse_tensor(lse, q));
+    FLASH_CHECK(check_output(lse, "lse", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}}));
+  }
+
+  FLASH_CHECK(check_options(*args));
+  *p = FwdParams{};
+  return normalise_common(*args, p);
+}
+
+int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p) {
+  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  if (args->struct_size < sizeof(flash_bwd_args))
+    return fail(FLASH_ERROR_STRUCT_SIZE, "args->struct_size is ", args->struct_size, " but must be at least ",
+                sizeof(flash_bwd_args), " (call flash_bwd_args_init)");
+  const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &d_o = args->d_o, &lse = args->lse;
+  const flash_tensor &dq = args->dq, &dk = args->dk, &dv = args->dv;
+
+  FLASH_CHECK(check_attention_tensors(q, k, v, {{&o, "o"}, {&d_o, "d_o"}, {&dq, "dq"}}, {{&dk, "dk"}, {&dv, "dv"}}));
+  // The backward recomputes P from the forward's LSE: it is required.
+  FLASH_CHECK(check_lse_tensor(lse, q));
+
+  // Outputs: none aliases itself, another gradient, or an input (inputs are read after outputs are written).
+  FLASH_CHECK(check_output(dq, "dq", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "d_o"}, {&lse, "lse"}}));
+  FLASH_CHECK(check_output(dk, "dk", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "d_o"}, {&lse, "lse"}, {&dq, "dq"}}));
+  FLASH_CHECK(check_output(dv, "dv", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "d_o"}, {&lse, "lse"}, {&dq, "dq"},
+                                      {&dk, "dk"}}));
+
+  FLASH_CHECK(check_options(*args));
+  *p = BwdParams{};
+  FLASH_CHECK(normalise_common(*args, p));
+  p->d_o = d_o.data;
+  p->dq = dq.data;
+  p->dk = dk.data;
+  p->dv = dv.data;
+  p->do_batch_stride = d_o.strides[0], p->do_row_stride = d_o.strides[1], p->do_head_stride = d_o.strides[2];
+  p->dq_batch_stride = dq.strides[0], p->dq_row_stride = dq.strides[1], p->dq_head_stride = dq.strides[2];
+  p->dk_batch_stride = dk.strides[0], p->dk_row_stride = dk.strides[1], p->dk_head_stride = dk.strides[2];
+  p->dv_batch_stride = dv.strides[0], p->dv_row_stride = dv.strides[1], p->dv_head_stride = dv.strides[2];
+  p->deterministic = (args->flags & FLASH_FLAG_DETERMINISTIC) != 0;
   return FLASH_OK;
 }
 

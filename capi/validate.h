@@ -6,4 +6,5 @@
 namespace flash {
 // FLASH_OK and a filled *p, or a status with the thread's message set.
 int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p);
+int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p);
 }

@@ -22,6 +22,15 @@ struct Algorithm {
   size_t (*fwd_workspace)(const FwdParams& p);
   // Runs the forward. Returns a FLASH_* status (and sets the message on failure).
   int32_t (*fwd)(const FwdParams& p);
+
+  // ---- Backward (optional; appended with defaults so records written as {id, ..., fwd} compile as is).
+  // nullptr bwd: this algorithm has no backward pass (flash_bwd says so; AUTO skips it).
+  // Supports this backward problem? nullptr: the same answer as supports() for the forward.
+  bool (*supports_bwd)(const BwdParams& p, std::string* why) = nullptr;
+  // Workspace bytes the backward needs; nullptr: none.
+  size_t (*bwd_workspace)(const BwdParams& p) = nullptr;
+  // Runs the backward. Returns a FLASH_* status (and sets the message on failure).
+  int32_t (*bwd)(const BwdParams& p) = nullptr;
 };
 
 // All algorithms compiled into this library, in order of preference for AUTO (fastest first).

@@ -63,21 +63,74 @@ const Algorithm* find_algorithm(int32_t id, int32_t device_type) {
   return nullptr;
 }
 
+namespace {
+// The algorithm named by `requested` for tensors on device_type, or the reason there is none.
+int32_t find_requested(int32_t requested, int32_t device_type, const Algorithm** out) {
+  const Algorithm* a = find_algorithm(requested, device_type);
+  if (a == nullptr) {
+    bool other_device = false;
+    for (const Algorithm* b : kAlgorithms) other_device |= b->id == requested;
+    const char* name = flash_algorithm_name(requested);
+    if (other_device)
+      return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", name, " does not run on the ", device_word(device_type),
+                  " (the tensors are on the ", device_word(device_type), ")");
+    return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", name, " is not built into this library (built: ",
+                compiled_names(), ")");
+  }
+  *out = a;
+  return FLASH_OK;
+}
+
+// Whether `a` has a backward that supports p (supports_bwd if given, else the forward's supports()).
+bool supports_backward(const Algorithm& a, const BwdParams& p, std::string* why) {
+  if (a.bwd == nullptr) {
+    *why = "no backward pass yet";
+    return false;
+  }
+  return a.supports_bwd != nullptr ? a.supports_bwd(p, why) : a.supports(p, why);
+}
+
+// Runs `body` with p.workspace holding at least `need` bytes: the caller's (checked) or allocated for
+// the call (host memory, or stream-ordered device memory freed after the work queued on p.stream).
+template <class Body>
+int32_t with_workspace(const Algorithm& alg, FwdParams& p, int32_t device_type, size_t need, const char* size_query,
+                       Body&& body) {
+  if (need > 0 && p.workspace != nullptr && p.workspace_size < need)
+    return fail(FLASH_ERROR_WORKSPACE_TOO_SMALL, "workspace_size is ", p.workspace_size, " bytes but algorithm ", alg.name,
+                " needs ", need, " for this call (see ", size_query, ")");
+  if (device_type == FLASH_DEVICE_CPU) {
+    std::unique_ptr<char[]> owned;
+    if (need > 0 && p.workspace == nullptr) {
+      owned.reset(new (std::nothrow) char[need]);
+      if (!owned) return fail(FLASH_ERROR_OUT_OF_MEMORY, "could not allocate ", need, " bytes of host workspace");
+      p.workspace = owned.get();
+      p.workspace_size = need;
+    }
+    return body();
+  }
+#ifdef FLASH_WITH_CUDA
+  cuda::DeviceGuard guard(p.device_id);
+  void* owned = nullptr;
+  if (need > 0 && p.workspace == nullptr) {
+    if (const int32_t s = cuda::malloc_async(&owned, need, p.stream); s != FLASH_OK) return s;
+    p.workspace = owned;
+    p.workspace_size = need;
+  }
+  const int32_t status = body();
+  cuda::free_async(owned, p.stream);  // stream-ordered: freed after the kernels that use it
+  return status;
+#else
+  return fail(FLASH_ERROR_INTERNAL, "CUDA algorithm in a CPU-only build");
+#endif
+}
+}  // namespace
+
 int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t requested, const Algorithm** out) {
   const int device_id = device_type == FLASH_DEVICE_CUDA ? p.device_id : 0;
   std::string why;
   if (requested != FLASH_ALGO_AUTO) {
-    const Algorithm* a = find_algorithm(requested, device_type);
-    if (a == nullptr) {
-      bool other_device = false;
-      for (const Algorithm* b : kAlgorithms) other_device |= b->id == requested;
-      const char* name = flash_algorithm_name(requested);
-      if (other_device)
-        return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", name, " does not run on the ", device_word(device_type),
-                    " (the tensors are on the ", device_word(device_type), ")");
-      return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", name, " is not built into this library (built: ",
-                  compiled_names(), ")");
-    }
+    const Algorithm* a = nullptr;
+    if (const int32_t s = find_requested(requested, device_type, &a); s != FLASH_OK) return s;
     if (!a->available(device_id, &why))
       return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", a->name, " is unavailable: ", why);
     if (!a->supports(p, &why)) return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " does not support this call: ", why);
@@ -96,6 +149,36 @@ int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t reques
   }
   return fail(FLASH_ERROR_UNSUPPORTED, "no algorithm supports this call on the ", device_word(device_type), " (", reasons, ")");
 }
+
+int32_t select_bwd_algorithm(const BwdParams& p, int32_t device_type, int32_t requested, const Algorithm** out) {
+  const int device_id = device_type == FLASH_DEVICE_CUDA ? p.device_id : 0;
+  std::string why;
+  if (requested != FLASH_ALGO_AUTO) {
+    const Algorithm* a = nullptr;
+    if (const int32_t s = find_requested(requested, device_type, &a); s != FLASH_OK) return s;
+    if (!a->available(device_id, &why))
+      return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", a->name, " is unavailable: ", why);
+    if (a->bwd == nullptr) return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " has no backward pass yet");
+    if (!supports_backward(*a, p, &why))
+      return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " does not support this backward call: ", why);
+    *out = a;
+    return FLASH_OK;
+  }
+  std::string reasons;
+  for (const Algorithm* a : kAlgorithms) {
+    if (a->device_type != device_type) continue;
+    why.clear();
+    if (a->available(device_id, &why) && supports_backward(*a, p, &why)) {
+      *out = a;
+      return FLASH_OK;
+    }
+    reasons += std::string(reasons.empty() ? "" : "; ") + a->name + ": " + why;
+  }
+  return fail(FLASH_ERROR_UNSUPPORTED, "no algorithm supports this backward call on the ", device_word(device_type), " (",
+              reasons, ")");
+}
+
+size_t bwd_workspace(const Algorithm& alg, const BwdParams& p) { return alg.bwd_workspace ? alg.bwd_workspace(p) : 0; }
 
 int32_t check_cuda_tensors(const flash_fwd_args& args) {
 #ifdef FLASH_WITH_CUDA
@@ -118,35 +201,34 @@ int32_t check_cuda_tensors(const flash_fwd_args& args) {
 #endif
 }
 
-int32_t run_fwd(const Algorithm& alg, FwdParams& p, int32_t device_type) {
-  const size_t need = alg.fwd_workspace(p);
-  if (need > 0 && p.workspace != nullptr && p.workspace_size < need)
-    return fail(FLASH_ERROR_WORKSPACE_TOO_SMALL, "workspace_size is ", p.workspace_size, " bytes but algorithm ", alg.name,
-                " needs ", need, " for this call (see flash_fwd_workspace_size)");
-  if (device_type == FLASH_DEVICE_CPU) {
-    std::unique_ptr<char[]> owned;
-    if (need > 0 && p.workspace == nullptr) {
-      owned.reset(new (std::nothrow) char[need]);
-      if (!owned) return fail(FLASH_ERROR_OUT_OF_MEMORY, "could not allocate ", need, " bytes of host workspace");
-      p.workspace = owned.get();
-      p.workspace_size = need;
-    }
-    return alg.fwd(p);
-  }
+int32_t check_cuda_tensors(const flash_bwd_args& args) {
 #ifdef FLASH_WITH_CUDA
-  cuda::DeviceGuard guard(p.device_id);
-  void* owned = nullptr;
-  if (need > 0 && p.workspace == nullptr) {
-    if (const int32_t s = cuda::malloc_async(&owned, need, p.stream); s != FLASH_OK) return s;
-    p.workspace = owned;
-    p.workspace_size = need;
+  const int id = args.q.device_id;
+  if (const int32_t s = cuda::require_device(id); s != FLASH_OK) return s;
+  const struct { const flash_tensor* t; const char* n; } ts[] = {
+      {&args.q, "q"}, {&args.k, "k"},   {&args.v, "v"},   {&args.o, "o"},  {&args.d_o, "d_o"},
+      {&args.lse, "lse"}, {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
+  for (const auto& x : ts)
+    if (x.t->data != nullptr)
+      if (const int32_t s = cuda::check_device_pointer(x.t->data, id, x.n); s != FLASH_OK) return s;
+  if (args.block_mask != nullptr) {
+    if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_num_blocks, id, "block_mask->kv_num_blocks"); s != FLASH_OK) return s;
+    if (args.block_mask->kv_indices != nullptr)
+      if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_indices, id, "block_mask->kv_indices"); s != FLASH_OK) return s;
   }
-  const int32_t status = alg.fwd(p);
-  cuda::free_async(owned, p.stream);  // stream-ordered: freed after the kernels that use it
-  return status;
+  return FLASH_OK;
 #else
-  return fail(FLASH_ERROR_INTERNAL, "CUDA algorithm in a CPU-only build");
+  (void)args;
+  return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
 #endif
+}
+
+int32_t run_fwd(const Algorithm& alg, FwdParams& p, int32_t device_type) {
+  return with_workspace(alg, p, device_type, alg.fwd_workspace(p), "flash_fwd_workspace_size", [&] { return alg.fwd(p); });
+}
+
+int32_t run_bwd(const Algorithm& alg, BwdParams& p, int32_t device_type) {
+  return with_workspace(alg, p, device_type, bwd_workspace(alg, p), "flash_bwd_workspace_size", [&] { return alg.bwd(p); });
 }
 
 uint32_t available_algorithms(int32_t device_type, int32_t device_id) {

@@ -66,6 +66,20 @@ struct FwdParams {
   uint32_t flags;
 };
 
+// The backward's parameters: the forward's (q, k, v, o, lse now all inputs; lse is never null) plus dO and
+// the three gradients. capi/ fills it from flash_bwd_args with the same normalisation as the forward.
+struct BwdParams : FwdParams {
+  const void* d_o = nullptr;  // [b, sq, hq, d], dtype of q
+  void* dq = nullptr;         // out: [b, sq, hq, d]
+  void* dk = nullptr;         // out: [b, sk, hkv, d], summed over each GQA group
+  void* dv = nullptr;         // out: [b, sk, hkv, d]
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+  bool deterministic = false;  // FLASH_FLAG_DETERMINISTIC
+};
+
 // True iff query row i may attend to key j under the window part of the mask (not the block mask).
 inline bool window_visible(const FwdParams& p, int64_t i, int64_t j) {
   const int64_t diag = i + p.diag_offset;

@@ -65,3 +65,34 @@ class KeyBlocks {
 };
 
 }  // namespace flash::cpu
+
+// ---- The backward's view: one key block against each query block -----------------------------------
+namespace flash::cpu {
+
+// True if some (row, key) of rows [q_begin, q_end) x keys [k_begin, k_end) is inside the window (the
+// window part of the mask only). The keys visible to a run of rows are one interval, as in KeyBlocks.
+inline bool tile_in_window(const FwdParams& p, int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) {
+  if (p.window_left >= 0 && k_end <= q_begin + p.diag_offset - p.window_left) return false;
+  if (p.window_right >= 0 && k_begin > q_end - 1 + p.diag_offset + p.window_right) return false;
+  return true;
+}
+
+// True if some (row, key) of the tile is masked by the window, so it needs the element test.
+inline bool tile_partial(const FwdParams& p, int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) {
+  if (p.window_left >= 0 && k_begin < q_end - 1 + p.diag_offset - p.window_left) return true;
+  if (p.window_right >= 0 && k_end - 1 > q_begin + p.diag_offset + p.window_right) return true;
+  return false;
+}
+
+// True if the block mask (if any) lists key block kb for (batch b, query head h, query block qb).
+inline bool block_listed(const FwdParams& p, int64_t b, int64_t h, int64_t qb, int64_t kb) {
+  if (!p.has_block_mask) return true;
+  const BlockMaskParams& m = p.block_mask;
+  const int32_t n = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+  const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+  for (int32_t t = 0; t < n; ++t)
+    if (list[t * m.idx_stride] == kb) return true;
+  return false;
+}
+
+}  // namespace flash::cpu

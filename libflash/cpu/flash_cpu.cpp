@@ -11,10 +11,14 @@
 //     O_i   = exp(m_i - m_new) * O_i + P_ij V_j
 //   O_i /= l_i;  LSE_i = m_i + log(l_i)
 // Extra memory is O(block_m * (d + block_n)) per thread: the N x N matrix never exists.
+// The backward (further down) is FlashAttention's: per key block, P recomputed from the saved LSE.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../flash.h"
@@ -153,6 +157,264 @@ int32_t fwd(const FwdParams& p) {
   return fail(FLASH_ERROR_INTERNAL, "cpu: unknown dtype");
 }
 
+// ---- Backward ---------------------------------------------------------------------------------------
+//
+// FlashAttention's backward (the paper's Algorithm 4, FlashAttention-2's loop order): nothing N x N is
+// stored; P is recomputed tile by tile from Q, K and the forward's LSE.
+//   1. Preprocess: D_i = rowsum(dO_i o O_i) (fp32), dQacc = 0.
+//   2. One work item per (batch, kv head, key block j); K_j, V_j and fp32 dK_j, dV_j stay in the item's
+//      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
+//      block j, and every query head h of the kv head's GQA group:
+//        S  = Q_i K_j^T,   P = exp(scale * S - LSE_i)    (0 where masked, 0 for a row with LSE = -inf)
+//        dV_j += P^T dO_i
+//        dP = dO_i V_j^T,  dS = P o (dP - D_i)
+//        dK_j += dS^T Q_i                                 (times scale at the end)
+//        dQacc_i += dS K_j                                (times scale at the end)
+//   3. dQ = scale * dQacc, rounded to the dtype.
+// dQ is the one reduction across work items. Key blocks add into a query block's rows strictly in key
+// block order 0, 1, 2, ...: a per-(batch, kv head, query block) counter says which key block's turn it
+// is (each item waits for its turn, adds its tile, passes the turn on, visiting query blocks in order).
+// Items are handed out in increasing key block order, so the lowest unfinished item never waits and the
+// scheme cannot deadlock; consecutive key blocks of one head run as a wavefront. The sum is therefore
+// the same sequence of fp32 additions whatever the thread count: the cpu backward is always bitwise
+// deterministic (FLASH_FLAG_DETERMINISTIC costs nothing here).
+//
+// Workspace (exactly bwd_workspace()): fp32 dQacc [b, hq, sq, d], fp32 D [b, hq, sq], int32 turn
+// counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N).
+// Per thread: O((block_m + block_n) * d + block_m * block_n) fp32 scratch (plus block_m * d per GQA
+// head for the dQ tiles waiting for their turn).
+
+struct BwdLayout {
+  int block_m, block_n;
+  int64_t q_blocks, k_blocks;
+  size_t dq_elems, d_elems, counters;
+  size_t bytes() const { return (dq_elems + d_elems) * sizeof(float) + counters * sizeof(std::atomic<int32_t>); }
+};
+
+BwdLayout bwd_layout(const BwdParams& p) {
+  BwdLayout l;
+  l.block_m = p.has_block_mask ? p.block_mask.block_m : kBlockM;
+  l.block_n = p.has_block_mask ? p.block_mask.block_n : kBlockN;
+  l.q_blocks = (p.seqlen_q + l.block_m - 1) / l.block_m;
+  l.k_blocks = (p.seqlen_k + l.block_n - 1) / l.block_n;
+  l.dq_elems = size_t(p.batch) * p.heads_q * p.seqlen_q * p.head_dim;
+  l.d_elems = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  l.counters = size_t(p.batch) * p.heads_kv * l.q_blocks;
+  return l;
+}
+
+struct BwdScratch {
+  std::vector<float> k, v, kt, vt, dk, dv, q, d_o, p, dp, lse, D, dq;
+  std::vector<char> head_done;  // per GQA head: a dQ tile waits in dq
+};
+
+template <DType T>
+void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int64_t kb, float* dq_acc, const float* D,
+              std::atomic<int32_t>* turns, BwdScratch& w) {
+  using E = Elem<T>;
+  using St = typename E::storage;
+  const int d = p.head_dim, bm = l.block_m, bn = l.block_n;
+  const int64_t k_begin = kb * bn, k_end = std::min<int64_t>(k_begin + bn, p.seqlen_k);
+  const int64_t cols = k_end - k_begin;
+  const int ratio = p.head_ratio;
+  const float scale = p.scale;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const St* k = static_cast<const St*>(p.k);
+  const St* v = static_cast<const St*>(p.v);
+  const St* q = static_cast<const St*>(p.q);
+  const St* dO = static_cast<const St*>(p.d_o);
+
+  w.k.assign(size_t(bn) * d, 0.0f);
+  w.v.assign(size_t(bn) * d, 0.0f);
+  w.kt.assign(size_t(d) * bn, 0.0f);  // K_j^T, V_j^T: the inner loops then run over contiguous keys
+  w.vt.assign(size_t(d) * bn, 0.0f);
+  w.dk.assign(size_t(bn) * d, 0.0f);
+  w.dv.assign(size_t(bn) * d, 0.0f);
+  w.q.resize(size_t(bm) * d);
+  w.d_o.resize(size_t(bm) * d);
+  w.p.resize(size_t(bm) * bn);
+  w.dp.resize(size_t(bm) * bn);
+  w.lse.resize(bm);
+  w.D.resize(bm);
+  w.dq.resize(size_t(ratio) * bm * d);
+  for (int64_t c = 0; c < cols; ++c) {
+    const St* ks = k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride;
+    const St* vs = v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride;
+    for (int e = 0; e < d; ++e) {
+      w.k[c * d + e] = w.kt[e * bn + c] = E::load(ks[e]);
+      w.v[c * d + e] = w.vt[e * bn + c] = E::load(vs[e]);
+    }
+  }
+
+  for (int64_t qb = 0; qb < l.q_blocks; ++qb) {
+    const int64_t q_begin = qb * bm, q_end = std::min<int64_t>(q_begin + bm, p.seqlen_q);
+    const int64_t rows = q_end - q_begin;
+    const bool in_window = tile_in_window(p, q_begin, q_end, k_begin, k_end);
+    const bool partial = in_window && tile_partial(p, q_begin, q_end, k_begin, k_end);
+    bool any = false;                       // some head of the group computed a dQ tile for this block
+    std::vector<char>& head_done = w.head_done;
+    head_done.assign(ratio, 0);
+    for (int g = 0; in_window && g < ratio; ++g) {
+      const int64_t h = hk * ratio + g;
+      if (!block_listed(p, b, h, qb, kb)) continue;
+      // Q_i, dO_i, LSE_i, D_i.
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = q_begin + r;
+        const St* qs = q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride;
+        const St* ds = dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
+        for (int e = 0; e < d; ++e) {
+          w.q[r * d + e] = E::load(qs[e]);
+          w.d_o[r * d + e] = E::load(ds[e]);
+        }
+        w.lse[r] = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride];
+        w.D[r] = D[(b * p.heads_q + h) * p.seqlen_q + i];
+      }
+      // P = exp(scale * Q K^T - LSE), masked entries and empty rows 0.
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = &w.p[r * bn];
+        std::fill(s, s + bn, 0.0f);
+        const float* qr = &w.q[r * d];
+        for (int e = 0; e < d; ++e) {
+          const float x = qr[e];
+          const float* kt = &w.kt[e * bn];
+          for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
+        }
+        const float lse = w.lse[r];
+        const int64_t i = q_begin + r;
+        for (int64_t c = 0; c < cols; ++c) {
+          const bool visible = lse != neg_inf && (!partial || window_visible(p, i, k_begin + c));
+          s[c] = visible ? std::exp(scale * s[c] - lse) : 0.0f;
+        }
+      }
+      // dV_j += P^T dO_i.
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* pr = &w.p[r * bn];
+        const float* dor = &w.d_o[r * d];
+        for (int64_t c = 0; c < cols; ++c) {
+          const float pc = pr[c];
+          if (pc == 0.0f) continue;
+          float* dvr = &w.dv[c * d];
+          for (int e = 0; e < d; ++e) dvr[e] += pc * dor[e];
+        }
+      }
+      // dP = dO_i V_j^T, dS = P o (dP - D) (in place of dP).
+      for (int64_t r = 0; r < rows; ++r) {
+        float* dp = &w.dp[r * bn];
+        std::fill(dp, dp + bn, 0.0f);
+        const float* dor = &w.d_o[r * d];
+        for (int e = 0; e < d; ++e) {
+          const float x = dor[e];
+          const float* vt = &w.vt[e * bn];
+          for (int64_t c = 0; c < cols; ++c) dp[c] += x * vt[c];
+        }
+        const float* pr = &w.p[r * bn];
+        const float Dr = w.D[r];
+        for (int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - Dr);
+      }
+      // dK_j += dS^T Q_i;  dQ tile = dS K_j.
+      float* dq = &w.dq[size_t(g) * bm * d];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* ds = &w.dp[r * bn];
+        const float* qr = &w.q[r * d];
+        float* dqr = &dq[r * d];
+        std::fill(dqr, dqr + d, 0.0f);
+        for (int64_t c = 0; c < cols; ++c) {
+          const float x = ds[c];
+          if (x == 0.0f) continue;
+          float* dkr = &w.dk[c * d];
+          const float* kr = &w.k[c * d];
+          for (int e = 0; e < d; ++e) {
+            dkr[e] += x * qr[e];
+            dqr[e] += x * kr[e];
+          }
+        }
+      }
+      head_done[g] = 1;
+      any = true;
+    }
+    // Our turn on this query block (key blocks add in order 0, 1, 2, ...): add the tiles, pass it on.
+    std::atomic<int32_t>& turn = turns[(b * p.heads_kv + hk) * l.q_blocks + qb];
+    while (turn.load(std::memory_order_acquire) != kb) std::this_thread::yield();
+    if (any)
+      for (int g = 0; g < ratio; ++g) {
+        if (!head_done[g]) continue;
+        const int64_t h = hk * ratio + g;
+        float* acc = dq_acc + ((b * p.heads_q + h) * p.seqlen_q + q_begin) * d;
+        const float* dq = &w.dq[size_t(g) * bm * d];
+        for (int64_t x = 0; x < rows * d; ++x) acc[x] += dq[x];
+      }
+    turn.store(static_cast<int32_t>(kb + 1), std::memory_order_release);
+  }
+
+  // dK_j = scale * dS^T Q, dV_j: written once, by their only owner.
+  St* dk = static_cast<St*>(p.dk);
+  St* dv = static_cast<St*>(p.dv);
+  for (int64_t c = 0; c < cols; ++c) {
+    St* dks = dk + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
+    St* dvs = dv + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
+    for (int e = 0; e < d; ++e) {
+      dks[e] = E::store(w.dk[c * d + e] * scale);
+      dvs[e] = E::store(w.dv[c * d + e]);
+    }
+  }
+}
+
+template <DType T>
+int32_t bwd_typed(const BwdParams& p) {
+  using E = Elem<T>;
+  using St = typename E::storage;
+  const BwdLayout l = bwd_layout(p);
+  const int d = p.head_dim;
+  float* dq_acc = static_cast<float*>(p.workspace);
+  float* D = dq_acc + l.dq_elems;
+  std::atomic<int32_t>* turns = reinterpret_cast<std::atomic<int32_t>*>(D + l.d_elems);
+  for (size_t x = 0; x < l.counters; ++x) new (&turns[x]) std::atomic<int32_t>(0);
+
+  // 1. D = rowsum(dO o O), dQacc = 0.
+  const int64_t bh_rows = int64_t{p.batch} * p.heads_q;
+  parallel_for(bh_rows, [&](int64_t bh, int) {
+    const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
+    const St* o = static_cast<const St*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
+    const St* dO = static_cast<const St*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride;
+    for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      float sum = 0.0f;
+      for (int e = 0; e < d; ++e) sum += E::load(o[i * p.o_row_stride + e]) * E::load(dO[i * p.do_row_stride + e]);
+      D[bh * p.seqlen_q + i] = sum;
+    }
+    std::fill(dq_acc + bh * p.seqlen_q * d, dq_acc + (bh + 1) * p.seqlen_q * d, 0.0f);
+  });
+
+  // 2. Key blocks: item = ((b * hkv) + hk) * k_blocks + kb, so key blocks of one head are handed out in
+  //    order (the dQ turns rely on it).
+  const int64_t items = int64_t{p.batch} * p.heads_kv * l.k_blocks;
+  std::vector<BwdScratch> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
+  parallel_for(items, [&](int64_t item, int t) {
+    const int64_t kb = item % l.k_blocks, bh = item / l.k_blocks;
+    bwd_item<T>(p, l, bh / p.heads_kv, bh % p.heads_kv, kb, dq_acc, D, turns, scratch[t]);
+  });
+
+  // 3. dQ = scale * dQacc.
+  parallel_for(bh_rows, [&](int64_t bh, int) {
+    const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
+    St* dq = static_cast<St*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride;
+    const float* acc = dq_acc + bh * p.seqlen_q * d;
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int e = 0; e < d; ++e) dq[i * p.dq_row_stride + e] = E::store(acc[i * d + e] * p.scale);
+  });
+  return FLASH_OK;
+}
+
+int32_t bwd(const BwdParams& p) {
+  switch (p.dtype) {
+    case DType::FP32: return bwd_typed<DType::FP32>(p);
+    case DType::FP16: return bwd_typed<DType::FP16>(p);
+    case DType::BF16: return bwd_typed<DType::BF16>(p);
+  }
+  return fail(FLASH_ERROR_INTERNAL, "cpu: unknown dtype");
+}
+
+size_t bwd_workspace(const BwdParams& p) { return bwd_layout(p).bytes(); }
+
 bool available(int32_t, std::string*) { return true; }
 bool supports(const FwdParams&, std::string*) { return true; }
 size_t workspace(const FwdParams&) { return 0; }
@@ -160,7 +422,8 @@ size_t workspace(const FwdParams&) { return 0; }
 }  // namespace
 }  // namespace cpu
 
-extern const Algorithm kCpuFlash = {FLASH_ALGO_CPU, "cpu", FLASH_DEVICE_CPU, cpu::available, cpu::supports, cpu::workspace,
-                                    cpu::fwd};
+extern const Algorithm kCpuFlash = {FLASH_ALGO_CPU,   "cpu",          FLASH_DEVICE_CPU, cpu::available,
+                                    cpu::supports,    cpu::workspace, cpu::fwd,         /*supports_bwd=*/nullptr,
+                                    cpu::bwd_workspace, cpu::bwd};
 
 }  // namespace flash

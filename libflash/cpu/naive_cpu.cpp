@@ -2,7 +2,7 @@
 //
 // For each (batch, head): S = scale * Q K^T written out in full (seqlen_q x seqlen_k fp32, in the
 // workspace), masked, softmax row by row into P in place, then O = P V. This is what the FlashAttention
-// paper compares against; its O(N^2) memory is the point.
+// paper compares against; its O(N^2) memory is the point. Its backward (below) materialises P, dP, dS.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -94,6 +94,109 @@ int32_t fwd(const FwdParams& p) {
   return fail(FLASH_ERROR_INTERNAL, "naive: unknown dtype");
 }
 
+// ---- Backward: standard attention's backward, every N x N matrix materialised -------------------------
+//
+// One work item per (batch, kv head), so the GQA group's dK and dV sums stay in one thread (no races,
+// deterministic). For each query head h of the group, in fp32:
+//   P  = exp(scale * Q K^T - LSE)      [sq x sk]   (the forward's P, recomputed from its LSE)
+//   dP = dO V^T                        [sq x sk]
+//   D  = rowsum(P o dP)                            (the softmax backward as frameworks write it)
+//   dS = P o (dP - D)                  (in place of dP)
+//   dQ = scale * dS K,  dK += scale * dS^T Q,  dV += P^T dO
+// Workspace per thread slot: P, dP (2 * sq * sk fp32) and the fp32 dK, dV sums (2 * sk * d).
+
+size_t bwd_slot_floats(const BwdParams& p) {
+  return 2 * size_t(p.seqlen_q) * size_t(p.seqlen_k) + 2 * size_t(p.seqlen_k) * size_t(p.head_dim);
+}
+int64_t bwd_slots(const BwdParams& p) { return std::min<int64_t>(num_threads(), int64_t{p.batch} * p.heads_kv); }
+
+template <DType T>
+int32_t bwd_typed(const BwdParams& p) {
+  using E = Elem<T>;
+  using St = typename E::storage;
+  const int d = p.head_dim;
+  const int64_t sq = p.seqlen_q, sk = p.seqlen_k;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* slots = static_cast<float*>(p.workspace);
+  const size_t slot_floats = bwd_slot_floats(p);
+  parallel_for(int64_t{p.batch} * p.heads_kv, [&](int64_t bhk, int t) {
+    const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
+    float* P = slots + t * slot_floats;
+    float* dS = P + sq * sk;
+    float* dk_acc = dS + sq * sk;
+    float* dv_acc = dk_acc + sk * d;
+    std::fill(dk_acc, dk_acc + 2 * sk * d, 0.0f);
+    const St* k = static_cast<const St*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
+    const St* v = static_cast<const St*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+    std::vector<float> row(d);
+    for (int64_t h = hk * p.head_ratio; h < (hk + 1) * p.head_ratio; ++h) {
+      const St* q = static_cast<const St*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
+      const St* dO = static_cast<const St*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride;
+      const float* lse = p.lse + b * p.lse_batch_stride + h * p.lse_head_stride;
+      // P and dP.
+      for (int64_t i = 0; i < sq; ++i) {
+        const float l = lse[i * p.lse_row_stride];
+        for (int64_t j = 0; j < sk; ++j) {
+          float s = 0.0f, dp = 0.0f;
+          for (int e = 0; e < d; ++e) {
+            s += E::load(q[i * p.q_row_stride + e]) * E::load(k[j * p.k_row_stride + e]);
+            dp += E::load(dO[i * p.do_row_stride + e]) * E::load(v[j * p.v_row_stride + e]);
+          }
+          const bool visible = l != neg_inf && window_visible(p, i, j) && block_listed(p, b, h, i, j);
+          P[i * sk + j] = visible ? std::exp(s * p.scale - l) : 0.0f;
+          dS[i * sk + j] = dp;
+        }
+      }
+      // dS = P o (dP - rowsum(P o dP)); the row sum in double, as the forward's softmax sum.
+      for (int64_t i = 0; i < sq; ++i) {
+        double D = 0.0;
+        for (int64_t j = 0; j < sk; ++j) D += double(P[i * sk + j]) * dS[i * sk + j];
+        for (int64_t j = 0; j < sk; ++j) dS[i * sk + j] = P[i * sk + j] * (dS[i * sk + j] - static_cast<float>(D));
+      }
+      // dQ = scale * dS K (this head's own rows).
+      St* dq = static_cast<St*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride;
+      for (int64_t i = 0; i < sq; ++i) {
+        std::fill(row.begin(), row.end(), 0.0f);
+        for (int64_t j = 0; j < sk; ++j) {
+          const float x = dS[i * sk + j];
+          if (x == 0.0f) continue;
+          for (int e = 0; e < d; ++e) row[e] += x * E::load(k[j * p.k_row_stride + e]);
+        }
+        for (int e = 0; e < d; ++e) dq[i * p.dq_row_stride + e] = E::store(row[e] * p.scale);
+      }
+      // dK += dS^T Q, dV += P^T dO (summed over the group's heads).
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t j = 0; j < sk; ++j) {
+          const float x = dS[i * sk + j], pij = P[i * sk + j];
+          if (x == 0.0f && pij == 0.0f) continue;
+          for (int e = 0; e < d; ++e) {
+            dk_acc[j * d + e] += x * E::load(q[i * p.q_row_stride + e]);
+            dv_acc[j * d + e] += pij * E::load(dO[i * p.do_row_stride + e]);
+          }
+        }
+    }
+    St* dk = static_cast<St*>(p.dk) + b * p.dk_batch_stride + hk * p.dk_head_stride;
+    St* dv = static_cast<St*>(p.dv) + b * p.dv_batch_stride + hk * p.dv_head_stride;
+    for (int64_t j = 0; j < sk; ++j)
+      for (int e = 0; e < d; ++e) {
+        dk[j * p.dk_row_stride + e] = E::store(dk_acc[j * d + e] * p.scale);
+        dv[j * p.dv_row_stride + e] = E::store(dv_acc[j * d + e]);
+      }
+  });
+  return FLASH_OK;
+}
+
+int32_t bwd(const BwdParams& p) {
+  switch (p.dtype) {
+    case DType::FP32: return bwd_typed<DType::FP32>(p);
+    case DType::FP16: return bwd_typed<DType::FP16>(p);
+    case DType::BF16: return bwd_typed<DType::BF16>(p);
+  }
+  return fail(FLASH_ERROR_INTERNAL, "naive: unknown dtype");
+}
+
+size_t bwd_workspace(const BwdParams& p) { return bwd_slot_floats(p) * sizeof(float) * size_t(bwd_slots(p)); }
+
 bool available(int32_t, std::string*) { return true; }
 bool supports(const FwdParams&, std::string*) { return true; }
 size_t workspace(const FwdParams& p) { return matrix_bytes(p) * size_t(slots(p)); }
@@ -101,7 +204,8 @@ size_t workspace(const FwdParams& p) { return matrix_bytes(p) * size_t(slots(p))
 }  // namespace
 }  // namespace cpu
 
-extern const Algorithm kCpuNaive = {FLASH_ALGO_NAIVE, "naive", FLASH_DEVICE_CPU, cpu::available, cpu::supports,
-                                    cpu::workspace, cpu::fwd};
+extern const Algorithm kCpuNaive = {FLASH_ALGO_NAIVE, "naive",        FLASH_DEVICE_CPU, cpu::available,
+                                    cpu::supports,    cpu::workspace, cpu::fwd,         /*supports_bwd=*/nullptr,
+                                    cpu::bwd_workspace, cpu::bwd};
 
 }  // namespace flash

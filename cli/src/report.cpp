@@ -1,6 +1,499 @@
+// cli/src/report.cpp -- see report.hpp.
+//
+// Page layout, per device: the runs it read; for each configuration group (mode, dtype, head dim, mask,
+// heads) three charts against sequence length: TFLOP/s per algorithm, speedup over naive, peak memory
+// (log scale: flash linear, naive quadratic); then, with two runs or more, every configuration's history
+// by commit with regressions marked; then the latest numbers as a table and the error rows.
 #include "report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <cxxopts.hpp>
+
+#include "bench.hpp"
+#include "compare.hpp"
+#include "results.hpp"
+#include "svg.hpp"
+
 namespace fabench {
-std::vector<ReportInput> collect_inputs(const std::vector<std::string>&, std::vector<std::string>*) { return {}; }
-std::string render_html(const std::vector<ReportInput>&, double) { return ""; }
-int cmd_report(int, const char* const*) { return 2; }
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+json Run::as_document() const {
+  return {{"schema_version", kSchemaVersion}, {"meta", meta}, {"results", results}};
 }
+
+std::vector<ReportInput> collect_inputs(const std::vector<std::string>& paths, std::vector<std::string>* skipped) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      for (const auto& e : fs::recursive_directory_iterator(p, ec))
+        if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+    } else {
+      files.push_back(p);
+    }
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  std::vector<ReportInput> out;
+  for (const std::string& f : files) {
+    try {
+      out.push_back({f, load_document(f)});
+    } catch (const std::exception& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ReportInput& a, const ReportInput& b) {
+    return a.doc["meta"].value("date", "") < b.doc["meta"].value("date", "");
+  });
+  return out;
+}
+
+namespace {
+
+std::string device_of(const json& doc) {
+  const json& d = doc["meta"]["device"];
+  return d.value("name", "unknown device");
+}
+
+std::string short_rev(const std::string& r) { return r.empty() ? "(no revision)" : r.substr(0, 12); }
+std::string day_of(const std::string& date) { return date.substr(0, 10); }
+
+bool ok_row(const json& r) { return r["error"].is_null() && r["time_ms_median"].is_number(); }
+
+// The axes shared by the points of one chart: everything but algo, batch and seqlen_q.
+std::string group_key(const json& r) {
+  std::ostringstream os;
+  os << r.value("mode", "") << '|' << r.value("dtype", "") << '|' << r.value("mask", "") << '|' << std::setw(4)
+     << r.value("head_dim", int64_t{0}) << '|' << r.value("heads_q", int64_t{0}) << '|' << r.value("heads_kv", int64_t{0})
+     << '|' << (r.value("seqlen_k", int64_t{0}) == r.value("seqlen_q", int64_t{0}) ? int64_t{0} : r.value("seqlen_k", int64_t{0}));
+  return os.str();
+}
+
+std::string group_title(const json& r) {
+  std::ostringstream os;
+  os << r.value("mode", "") << " · " << r.value("dtype", "") << " · d=" << r.value("head_dim", int64_t{0}) << " · "
+     << r.value("mask", "") << " · " << r.value("heads_q", int64_t{0}) << " heads";
+  if (r.value("heads_kv", int64_t{0}) != r.value("heads_q", int64_t{0})) os << " (" << r.value("heads_kv", int64_t{0}) << " kv)";
+  if (r.value("seqlen_k", int64_t{0}) != r.value("seqlen_q", int64_t{0})) os << " · seqlen_k=" << r.value("seqlen_k", int64_t{0});
+  return os.str();
+}
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '-';
+  return out;
+}
+
+std::string error_tip(const json& r) {
+  return r.value("algo", "") + " at seqlen " + std::to_string(r.value("seqlen_q", int64_t{0})) + ": " +
+         r["error"].value("status", "") + " — " + r["error"].value("message", "");
+}
+
+const char* kStyle = R"CSS(
+body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:24px;color:#222;background:#f7f7f8}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:19px;margin:28px 0 8px;border-bottom:2px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px} .sub{color:#666;font-size:13px}
+table{border-collapse:collapse;font-size:12px;background:#fff;margin:6px 0}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right} th{background:#f0f0f3} td.l,th.l{text-align:left}
+.group{background:#fff;border:1px solid #e2e2e6;border-radius:6px;padding:8px 10px;margin:10px 0}
+.group h3{margin:2px 0 6px} .charts{display:flex;flex-wrap:wrap;gap:10px}
+svg.chart text{font-size:11px;fill:#333} svg.chart .ctitle{font-size:12px;font-weight:600}
+svg.chart .grid{stroke:#eee} svg.chart .axis,svg.chart .xtick{stroke:#888} svg.chart .ref{stroke:#999;stroke-dasharray:4 3}
+svg.chart .legend{font-size:11px} .reg{color:#c00;font-weight:600} .imp{color:#080} .err{color:#c00}
+tr.regression td{background:#fff0f0} details{margin:8px 0} summary{cursor:pointer;font-weight:600}
+)CSS";
+
+struct DeviceView {
+  std::string name;
+  std::vector<Run> runs;
+  std::map<std::string, json> current;  // row_key -> row (latest run wins)
+  std::map<std::string, std::string> current_rev;
+};
+
+void html_groups(std::ostringstream& h, const DeviceView& dv) {
+  std::map<std::string, std::vector<const json*>> groups;
+  for (const auto& [k, r] : dv.current) groups[group_key(r)].push_back(&r);
+  for (const auto& [gk, rows] : groups) {
+    const std::string title = group_title(*rows[0]);
+    // Series per algorithm, points sorted by seqlen.
+    std::map<std::string, std::vector<const json*>> by_algo;
+    for (const json* r : rows) by_algo[(*r)["algo"].get<std::string>()].push_back(r);
+    std::vector<ChartSeries> tflops, speedup, memory;
+    size_t idx = 0;
+    for (auto& [algo, rs] : by_algo) {
+      std::sort(rs.begin(), rs.end(), [](const json* a, const json* b) {
+        return (*a)["seqlen_q"].get<int64_t>() < (*b)["seqlen_q"].get<int64_t>();
+      });
+      const std::string color = series_color(algo, idx++);
+      ChartSeries t{algo, color, {}}, s{algo, color, {}}, m{algo, color, {}};
+      for (const json* rp : rs) {
+        const json& r = *rp;
+        const double x = double(r["seqlen_q"].get<int64_t>());
+        const std::string where = algo + " · seqlen " + std::to_string(r["seqlen_q"].get<int64_t>()) + " · batch " +
+                                  std::to_string(r["batch"].get<int64_t>());
+        const std::string rev = " (" + short_rev(dv.current_rev.at(row_key(r))) + ")";
+        if (!ok_row(r)) {
+          ChartPoint p;
+          p.x = x, p.error = true, p.tip = error_tip(r);
+          t.points.push_back(p);
+          m.points.push_back(p);
+          continue;
+        }
+        ChartPoint p;
+        p.x = x;
+        p.y = r["tflops"].get<double>();
+        p.tip = where + ": " + format_number(p.y) + " TFLOP/s, " + format_number(r["time_ms_median"].get<double>()) + " ms" + rev;
+        t.points.push_back(p);
+        if (r["speedup_over_naive"].is_number()) {
+          ChartPoint q = p;
+          q.y = r["speedup_over_naive"].get<double>();
+          q.tip = where + ": " + format_number(q.y, 3) + "x over naive" + rev;
+          s.points.push_back(q);
+        }
+        if (r["peak_mem_bytes"].is_number()) {
+          ChartPoint q = p;
+          q.y = r["peak_mem_bytes"].get<double>();
+          q.tip = where + ": peak " + format_bytes(q.y) + rev;
+          m.points.push_back(q);
+        }
+      }
+      tflops.push_back(t);
+      if (!s.points.empty()) speedup.push_back(s);
+      memory.push_back(m);
+    }
+    h << "<div class=\"group\" data-group=\"" << html_escape(gk) << "\"><h3>" << html_escape(title) << "</h3><div class=\"charts\">";
+    ChartSpec spec;
+    spec.kind = "tflops";
+    spec.title = "TFLOP/s (exact mask FLOPs)";
+    spec.x_label = "sequence length";
+    spec.y_label = "TFLOP/s";
+    h << svg_line_chart(spec, tflops);
+    if (!speedup.empty()) {
+      spec.kind = "speedup";
+      spec.title = "speedup over naive";
+      spec.y_label = "× naive";
+      spec.reference_y = 1.0;
+      h << svg_line_chart(spec, speedup);
+      spec.reference_y = -1;
+    }
+    spec.kind = "memory";
+    spec.title = "peak memory of the call (log)";
+    spec.y_label = "bytes";
+    spec.log_y = true;
+    h << svg_line_chart(spec, memory);
+    h << "</div></div>\n";
+  }
+}
+
+void html_history(std::ostringstream& h, const DeviceView& dv, double thr) {
+  if (dv.runs.size() < 2) {
+    h << "<p class=\"sub\">History: one run of this device so far; history and regression marks appear from the second run.</p>";
+    return;
+  }
+  struct Line {
+    std::string key, label;
+    std::vector<ChartPoint> pts;
+    double last_change = 0;
+    bool has_change = false;  // the last two points are both measured
+    bool regressed = false;
+    int flagged = 0;
+  };
+  std::map<std::string, Line> lines;
+  for (size_t i = 0; i < dv.runs.size(); ++i) {
+    const Run& run = dv.runs[i];
+    for (const json& r : run.results) {
+      Line& l = lines[row_key(r)];
+      l.key = row_key(r);
+      l.label = row_label(r);
+      ChartPoint p;
+      p.x = double(i);
+      const std::string at = short_rev(run.revision) + " " + day_of(run.date);
+      if (ok_row(r)) {
+        p.y = r["tflops"].get<double>();
+        p.tip = at + ": " + format_number(p.y) + " TFLOP/s, " + format_number(r["time_ms_median"].get<double>()) + " ms";
+      } else {
+        p.error = true;
+        p.tip = at + ": " + r["error"].value("status", "") + " — " + r["error"].value("message", "");
+      }
+      p.x_label = short_rev(run.revision);
+      l.pts.push_back(p);
+    }
+  }
+  // Mark regressions: a point more than thr% slower (in time, i.e. in TFLOP/s for the same FLOPs) than the
+  // point before it, or failing after a success.
+  std::vector<Line*> order;
+  for (auto& [k, l] : lines) {
+    for (size_t i = 1; i < l.pts.size(); ++i) {
+      const ChartPoint &a = l.pts[i - 1], &b = l.pts[i];
+      bool reg = false;
+      if (!a.error && !b.error && b.y > 0) {
+        const double change = (a.y / b.y - 1.0) * 100.0;  // time change
+        reg = change > thr;
+        if (i + 1 == l.pts.size()) l.last_change = change, l.has_change = true;
+      } else if (!a.error && b.error) {
+        reg = true;
+      }
+      if (reg) {
+        l.pts[i].flagged = true;
+        l.pts[i].tip += " — REGRESSION";
+        ++l.flagged;
+        if (i + 1 == l.pts.size()) l.regressed = true;
+      }
+    }
+    order.push_back(&l);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const Line* a, const Line* b) {
+    if (a->regressed != b->regressed) return a->regressed;
+    if ((a->flagged > 0) != (b->flagged > 0)) return a->flagged > 0;
+    return std::fabs(a->last_change) > std::fabs(b->last_change);
+  });
+  int now = 0;
+  for (const Line* l : order) now += l->regressed;
+  h << "<h3>History by commit (" << dv.runs.size() << " runs, regression = more than " << format_number(thr, 3)
+    << "% slower than the run before)</h3>";
+  h << "<p class=\"sub\">Runs, oldest first: ";
+  for (size_t i = 0; i < dv.runs.size(); ++i)
+    h << (i ? " → " : "") << "<code>" << html_escape(short_rev(dv.runs[i].revision)) << "</code> " << html_escape(day_of(dv.runs[i].date));
+  h << ". <span class=\"" << (now ? "reg" : "imp") << "\" data-regressions=\"" << now << "\">" << now
+    << " configuration(s) regressed in the latest run.</span></p>";
+  h << "<table class=\"history\"><tr><th class=\"l\">configuration</th><th>TFLOP/s by run</th><th>first</th><th>latest</th>"
+       "<th>time change (last step)</th><th class=\"l\">verdict</th></tr>";
+  for (const Line* l : order) {
+    auto val = [](const ChartPoint& p) { return p.error ? std::string("error") : format_number(p.y); };
+    h << "<tr class=\"" << (l->regressed ? "regression" : "") << "\" data-key=\"" << html_escape(l->key) << "\"><td class=\"l\">"
+      << html_escape(l->label) << "</td><td>" << svg_sparkline(l->pts, l->key) << "</td><td>" << val(l->pts.front())
+      << "</td><td>" << val(l->pts.back()) << "</td><td>"
+      << (l->has_change ? (l->last_change >= 0 ? "+" : "") + format_number(l->last_change, 3) + "%" : "-")
+      << "</td><td class=\"l " << (l->regressed ? "reg" : l->has_change && l->last_change < -thr ? "imp" : "") << "\">"
+      << (l->regressed                               ? "REGRESSION"
+          : l->has_change && l->last_change < -thr ? "improved"
+          : l->flagged                             ? "regressed earlier"
+          : l->pts.size() > 1                      ? "ok"
+                                                   : "new")
+      << "</td></tr>";
+  }
+  h << "</table>";
+}
+
+void html_table(std::ostringstream& h, const DeviceView& dv) {
+  h << "<details class=\"data\"><summary>Latest numbers (" << dv.current.size() << " rows)</summary><table class=\"data\">"
+       "<tr><th class=\"l\">algo</th><th class=\"l\">mode</th><th class=\"l\">dtype</th><th>batch</th><th>heads</th>"
+       "<th>seqlen_q</th><th>seqlen_k</th><th>d</th><th class=\"l\">mask</th><th>median ms</th><th>TFLOP/s</th>"
+       "<th>× naive</th><th>peak memory</th><th>max rel err</th><th class=\"l\">revision</th><th class=\"l\">error</th></tr>";
+  std::vector<const json*> rows;
+  for (const auto& [k, r] : dv.current) rows.push_back(&r);
+  std::sort(rows.begin(), rows.end(), [](const json* a, const json* b) {
+    const std::string ga = group_key(*a), gb = group_key(*b);
+    if (ga != gb) return ga < gb;
+    if ((*a)["seqlen_q"] != (*b)["seqlen_q"]) return (*a)["seqlen_q"].get<int64_t>() < (*b)["seqlen_q"].get<int64_t>();
+    return (*a)["algo"].get<std::string>() < (*b)["algo"].get<std::string>();
+  });
+  auto num = [](const json& v, int sig) { return v.is_number() ? format_number(v.get<double>(), sig) : std::string("-"); };
+  for (const json* rp : rows) {
+    const json& r = *rp;
+    h << "<tr data-key=\"" << html_escape(row_key(r)) << "\"><td class=\"l\">" << html_escape(r.value("algo", ""))
+      << "</td><td class=\"l\">" << html_escape(r.value("mode", "")) << "</td><td class=\"l\">" << html_escape(r.value("dtype", ""))
+      << "</td><td>" << r["batch"] << "</td><td>" << r["heads_q"];
+    if (r["heads_kv"] != r["heads_q"]) h << "/" << r["heads_kv"];
+    h << "</td><td>" << r["seqlen_q"] << "</td><td>" << r["seqlen_k"] << "</td><td>" << r["head_dim"] << "</td><td class=\"l\">"
+      << html_escape(r.value("mask", "")) << "</td><td class=\"ms\">" << num(r["time_ms_median"], 4) << "</td><td class=\"tflops\">"
+      << num(r["tflops"], 4) << "</td><td>" << num(r["speedup_over_naive"], 3) << "</td><td>"
+      << (r["peak_mem_bytes"].is_number() ? format_bytes(r["peak_mem_bytes"].get<double>()) : "-") << "</td><td>"
+      << num(r["max_rel_error"], 2) << "</td><td class=\"l\"><code>" << html_escape(short_rev(dv.current_rev.at(row_key(r))))
+      << "</code></td><td class=\"l err\">"
+      << (r["error"].is_object() ? html_escape(r["error"].value("status", "") + ": " + r["error"].value("message", "")) : "")
+      << "</td></tr>";
+  }
+  h << "</table></details>";
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<Run>>> group_runs(const std::vector<ReportInput>& inputs) {
+  std::vector<std::pair<std::string, std::vector<Run>>> out;
+  for (const ReportInput& in : inputs) {
+    const std::string dev = device_of(in.doc);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == dev; });
+    if (it == out.end()) {
+      out.emplace_back(dev, std::vector<Run>{});
+      it = out.end() - 1;
+    }
+    const std::string rev = in.doc["meta"].value("git_revision", "");
+    auto run = std::find_if(it->second.begin(), it->second.end(), [&](const Run& r) { return r.revision == rev; });
+    if (run == it->second.end()) {
+      it->second.push_back(Run{dev, rev, "", "", {}, json::object(), json::array()});
+      run = it->second.end() - 1;
+    }
+    run->files.push_back(in.path);
+    const std::string date = in.doc["meta"].value("date", "");
+    if (date >= run->date) {
+      run->date = date;
+      run->meta = in.doc["meta"];
+      run->library_version = in.doc["meta"].value("library_version", "");
+    }
+    // Merge rows: a later file replaces a row with equal axes.
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < run->results.size(); ++i) index[row_key(run->results[i])] = i;
+    for (const json& r : in.doc["results"]) {
+      const auto f = index.find(row_key(r));
+      if (f != index.end()) run->results[f->second] = r;
+      else {
+        index[row_key(r)] = run->results.size();
+        run->results.push_back(r);
+      }
+    }
+  }
+  for (auto& [dev, runs] : out)
+    std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.date < b.date; });
+  return out;
+}
+
+std::string render_html(const std::vector<ReportInput>& inputs, double thr, const std::string& title) {
+  const auto devices = group_runs(inputs);
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(title)
+    << "</title><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><style>" << kStyle
+    << "</style></head><body>\n";
+  h << "<h1>" << html_escape(title) << "</h1><p class=\"sub\">Drawn by <code>fa-bench report</code> from " << inputs.size()
+    << " result file(s); every chart is inline SVG (no script, nothing fetched). TFLOP/s counts the FLOPs of the mask "
+       "actually applied (4·d per visible query-key pair); peak memory is q+k+v+o+workspace. Hover a point for its "
+       "numbers.</p>\n";
+  if (devices.empty()) h << "<p>No fa-bench result files.</p>";
+  h << "<ul class=\"toc\">";
+  for (const auto& [dev, runs] : devices)
+    h << "<li><a href=\"#dev-" << slug(dev) << "\">" << html_escape(dev) << "</a> (" << runs.size() << " run(s))</li>";
+  h << "</ul>\n";
+  for (const auto& [dev, runs] : devices) {
+    DeviceView dv;
+    dv.name = dev;
+    dv.runs = runs;
+    for (const Run& run : runs)
+      for (const json& r : run.results) {
+        dv.current[row_key(r)] = r;
+        dv.current_rev[row_key(r)] = run.revision;
+      }
+    const json& meta = runs.back().meta;
+    const json& d = meta["device"];
+    h << "<section class=\"device\" id=\"dev-" << slug(dev) << "\" data-device=\"" << html_escape(dev) << "\"><h2>"
+      << html_escape(dev) << "</h2>";
+    h << "<p class=\"sub\">" << html_escape(d.value("string", "")) << " · " << d.value("multiprocessors", 0)
+      << (d.value("type", "") == "cuda" ? " SMs" : " threads");
+    if (d.value("clock_khz", 0) > 0) h << " · " << d.value("clock_khz", 0) / 1000 << " MHz";
+    if (d.contains("shared_mem_per_sm_bytes")) h << " · shared memory/SM " << format_bytes(d.value("shared_mem_per_sm_bytes", 0.0));
+    if (d.contains("l2_cache_bytes")) h << " · L2 " << format_bytes(d.value("l2_cache_bytes", 0.0));
+    if (d.contains("total_memory_bytes")) h << " · memory " << format_bytes(d.value("total_memory_bytes", 0.0));
+    h << ". Latest run: <code>" << html_escape(short_rev(runs.back().revision)) << "</code>, "
+      << html_escape(runs.back().date) << ", libflash " << html_escape(runs.back().library_version) << " ("
+      << html_escape(meta.value("build_info", "")) << ").</p>";
+    h << "<table class=\"runs\"><tr><th class=\"l\">revision</th><th class=\"l\">date</th><th class=\"l\">library</th>"
+         "<th>rows</th><th>errors</th><th class=\"l\">files</th></tr>";
+    for (const Run& run : runs) {
+      int errors = 0;
+      for (const json& r : run.results) errors += !ok_row(r);
+      std::string files;
+      for (const std::string& f : run.files) files += (files.empty() ? "" : ", ") + fs::path(f).filename().string();
+      h << "<tr><td class=\"l\"><code>" << html_escape(short_rev(run.revision)) << "</code></td><td class=\"l\">"
+        << html_escape(run.date) << "</td><td class=\"l\">" << html_escape(run.library_version) << "</td><td>"
+        << run.results.size() << "</td><td>" << errors << "</td><td class=\"l\">" << html_escape(files) << "</td></tr>";
+    }
+    h << "</table>";
+    html_groups(h, dv);
+    html_history(h, dv, thr);
+    html_table(h, dv);
+    h << "</section>\n";
+  }
+  h << "</body></html>\n";
+  return h.str();
+}
+
+int render_markdown(const std::vector<ReportInput>& inputs, const json* baseline, double thr, std::string* out) {
+  std::ostringstream md;
+  int regressions = 0;
+  const auto devices = group_runs(inputs);
+  if (devices.empty()) md << "No fa-bench result files.\n";
+  for (const auto& [dev, runs] : devices) {
+    const Run& latest = runs.back();
+    json base;
+    if (baseline && device_of(*baseline) == dev) base = *baseline;
+    else if (runs.size() >= 2) base = runs[runs.size() - 2].as_document();
+    if (base.is_null()) {
+      md << "### fa-bench: " << dev << " `" << short_rev(latest.revision) << "`\n\nNo baseline for this device yet.\n\n"
+         << "| config | median ms | TFLOP/s | × naive |\n|---|---:|---:|---:|\n";
+      for (const json& r : latest.results) {
+        md << "| " << row_label(r) << " | "
+           << (ok_row(r) ? format_number(r["time_ms_median"].get<double>()) : r["error"].value("status", "error")) << " | "
+           << (r["tflops"].is_number() ? format_number(r["tflops"].get<double>()) : "-") << " | "
+           << (r["speedup_over_naive"].is_number() ? format_number(r["speedup_over_naive"].get<double>(), 3) : "-") << " |\n";
+      }
+      md << "\n";
+      continue;
+    }
+    const CompareResult c = compare_documents(base, latest.as_document(), thr);
+    regressions += c.regressions;
+    print_compare_markdown(c, md);
+    md << "\n";
+  }
+  *out = md.str();
+  return regressions;
+}
+
+int cmd_report(int argc, const char* const* argv) {
+  cxxopts::Options o("fa-bench report", "Result files (or directories of them) as an HTML dashboard or a markdown summary.");
+  o.add_options()("html", "write the self-contained HTML page here", cxxopts::value<std::string>())
+      ("markdown", "write the markdown summary (changes against the baseline, regressions first) here; '-' or no value: stdout",
+       cxxopts::value<std::string>()->implicit_value("-"))
+      ("baseline", "compare against this result file (default: each device's previous run)", cxxopts::value<std::string>())
+      ("max-regression", "percent slowdown marked as a regression", cxxopts::value<double>()->default_value("5"))
+      ("title", "page title", cxxopts::value<std::string>()->default_value("libflash performance"))
+      ("fail-on-regression", "exit 1 when the markdown summary finds a regression")
+      ("inputs", "", cxxopts::value<std::vector<std::string>>())("h,help", "this help");
+  o.parse_positional({"inputs"});
+  o.positional_help("FILES_OR_DIRS...");
+  const auto r = o.parse(argc, argv);
+  if (r.count("help")) {
+    std::cout << o.help();
+    return 0;
+  }
+  if (!r.count("inputs")) throw std::invalid_argument("report needs result files or directories");
+  if (!r.count("html") && !r.count("markdown")) throw std::invalid_argument("report needs --html FILE and/or --markdown");
+  std::vector<std::string> skipped;
+  const auto inputs = collect_inputs(r["inputs"].as<std::vector<std::string>>(), &skipped);
+  for (const std::string& s : skipped) std::cerr << "fa-bench report: skipped " << s << "\n";
+  const double thr = r["max-regression"].as<double>();
+  int regressions = 0;
+  if (r.count("html")) {
+    const std::string path = r["html"].as<std::string>();
+    std::ofstream out(path);
+    if (!out) throw std::runtime_error("cannot write " + path);
+    out << render_html(inputs, thr, r["title"].as<std::string>());
+    std::cerr << "wrote " << path << " (" << inputs.size() << " result file(s))\n";
+  }
+  if (r.count("markdown")) {
+    json base;
+    if (r.count("baseline")) base = load_document(r["baseline"].as<std::string>());
+    std::string md;
+    regressions = render_markdown(inputs, r.count("baseline") ? &base : nullptr, thr, &md);
+    const std::string path = r["markdown"].as<std::string>();
+    if (path == "-") {
+      std::cout << md;
+    } else {
+      std::ofstream out(path);
+      if (!out) throw std::runtime_error("cannot write " + path);
+      out << md;
+    }
+  }
+  return r.count("fail-on-regression") && regressions > 0 ? 1 : 0;
+}
+
+}  // namespace fabench

@@ -165,10 +165,12 @@ int32_t fwd(const FwdParams& p) {
 //   2. One work item per (batch, kv head, key block j); K_j, V_j and fp32 dK_j, dV_j stay in the item's
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
 //      block j, and every query head h of the kv head's GQA group:
-//        S  = Q_i K_j^T,   P = exp(scale * S - LSE_i)    (0 where masked, 0 for a row with LSE = -inf)
+//        S  = (scale * Q_i) K_j^T,  P = exp(S - LSE_i)  (0 where masked, 0 for a row with LSE = -inf;
+//                                                         S bit for bit the forward's: same scaling, same
+//                                                         summation order, so P matches the forward's LSE)
 //        dV_j += P^T dO_i
 //        dP = dO_i V_j^T,  dS = P o (dP - D_i)
-//        dK_j += dS^T Q_i                                 (times scale at the end)
+//        dK_j += dS^T (scale * Q_i)
 //        dQacc_i += dS K_j                                (times scale at the end)
 //   3. dQ = scale * dQacc, rounded to the dtype.
 // dQ is the one reduction across work items. Key blocks add into a query block's rows strictly in key
@@ -263,13 +265,13 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
         const St* qs = q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride;
         const St* ds = dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
         for (int e = 0; e < d; ++e) {
-          w.q[r * d + e] = E::load(qs[e]);
+          w.q[r * d + e] = E::load(qs[e]) * scale;  // as the forward loads it
           w.d_o[r * d + e] = E::load(ds[e]);
         }
         w.lse[r] = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride];
         w.D[r] = D[(b * p.heads_q + h) * p.seqlen_q + i];
       }
-      // P = exp(scale * Q K^T - LSE), masked entries and empty rows 0.
+      // P = exp(S - LSE), masked entries and empty rows 0.
       for (int64_t r = 0; r < rows; ++r) {
         float* s = &w.p[r * bn];
         std::fill(s, s + bn, 0.0f);
@@ -283,7 +285,7 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
         const int64_t i = q_begin + r;
         for (int64_t c = 0; c < cols; ++c) {
           const bool visible = lse != neg_inf && (!partial || window_visible(p, i, k_begin + c));
-          s[c] = visible ? std::exp(scale * s[c] - lse) : 0.0f;
+          s[c] = visible ? std::exp(s[c] - lse) : 0.0f;
         }
       }
       // dV_j += P^T dO_i.
@@ -311,7 +313,7 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
         const float Dr = w.D[r];
         for (int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - Dr);
       }
-      // dK_j += dS^T Q_i;  dQ tile = dS K_j.
+      // dK_j += dS^T (scale Q_i);  dQ tile = dS K_j.
       float* dq = &w.dq[size_t(g) * bm * d];
       for (int64_t r = 0; r < rows; ++r) {
         const float* ds = &w.dp[r * bn];
@@ -346,14 +348,14 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
     turn.store(static_cast<int32_t>(kb + 1), std::memory_order_release);
   }
 
-  // dK_j = scale * dS^T Q, dV_j: written once, by their only owner.
+  // dK_j, dV_j: written once, by their only owner.
   St* dk = static_cast<St*>(p.dk);
   St* dv = static_cast<St*>(p.dv);
   for (int64_t c = 0; c < cols; ++c) {
     St* dks = dk + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
     St* dvs = dv + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
     for (int e = 0; e < d; ++e) {
-      dks[e] = E::store(w.dk[c * d + e] * scale);
+      dks[e] = E::store(w.dk[c * d + e]);
       dvs[e] = E::store(w.dv[c * d + e]);
     }
   }

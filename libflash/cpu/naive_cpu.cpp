@@ -98,7 +98,8 @@ int32_t fwd(const FwdParams& p) {
 //
 // One work item per (batch, kv head), so the GQA group's dK and dV sums stay in one thread (no races,
 // deterministic). For each query head h of the group, in fp32:
-//   P  = exp(scale * Q K^T - LSE)      [sq x sk]   (the forward's P, recomputed from its LSE)
+//   P  = exp((scale * Q) K^T - LSE)    [sq x sk]   (the forward's P, recomputed from its LSE; Q scaled
+//                                                   first, as the cpu forward does, so S matches its bits)
 //   dP = dO V^T                        [sq x sk]
 //   D  = rowsum(P o dP)                            (the softmax backward as frameworks write it)
 //   dS = P o (dP - D)                  (in place of dP)
@@ -139,11 +140,11 @@ int32_t bwd_typed(const BwdParams& p) {
         for (int64_t j = 0; j < sk; ++j) {
           float s = 0.0f, dp = 0.0f;
           for (int e = 0; e < d; ++e) {
-            s += E::load(q[i * p.q_row_stride + e]) * E::load(k[j * p.k_row_stride + e]);
+            s += E::load(q[i * p.q_row_stride + e]) * p.scale * E::load(k[j * p.k_row_stride + e]);
             dp += E::load(dO[i * p.do_row_stride + e]) * E::load(v[j * p.v_row_stride + e]);
           }
           const bool visible = l != neg_inf && window_visible(p, i, j) && block_listed(p, b, h, i, j);
-          P[i * sk + j] = visible ? std::exp(s * p.scale - l) : 0.0f;
+          P[i * sk + j] = visible ? std::exp(s - l) : 0.0f;
           dS[i * sk + j] = dp;
         }
       }

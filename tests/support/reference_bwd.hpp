@@ -1,0 +1,213 @@
+// tests/support/reference_bwd.hpp -- the fp64 reference backward and its "naive same-dtype" twin.
+//
+// Header-only, written from the definitions, sharing no code with the library (it reuses only the
+// test-side conversions and mask of reference.hpp). Everything is materialised per (batch, head):
+//
+//   S = scale * Q K^T (masked), P = softmax(S), O = P V
+//   dV = P^T dO,  dP = dO V^T,  D_i = sum_j P_ij dP_ij (= rowsum(dO o O)),  dS = P o (dP - D)
+//   dQ = scale * dS K,  dK = scale * dS^T Q,  dK and dV of a kv head summed over its GQA group.
+//
+//   mode 0 (exact):  double everywhere.
+//   mode 1 (naive same-dtype): standard attention's backward as a framework runs it in the input dtype,
+//     matching reference.hpp's naive forward: S rounded to the dtype, P rounded to the dtype; every GEMM
+//     accumulates in fp32 and rounds its result to the dtype (dV, dP, dQ, dK per head); D accumulated in
+//     fp32; dS = P o (dP - D) computed in fp32 and rounded; the GQA group sum of the per-head dK, dV in
+//     fp32, rounded once more. Its error against mode 0 is the yardstick for the library's error.
+//
+// Tensors are dense double arrays in [b, s, h, d] order (to_dense converts a flash_tensor), so the
+// finite-difference checks can perturb inputs in double.
+//
+// Input sensitivity (mode 0, when the O and LSE the backward was given are passed): a backward is handed
+// the forward's O (rounded to the dtype, with the forward's error) and LSE (fp32), not the exact ones;
+// no algorithm can undo that. dq_in, dk_in, dv_in bound, to first order and element by element, how much
+// those given inputs move the exact gradients when P is recomputed from the given LSE and
+// D = rowsum(dO o O) from the given O (FlashAttention's formulation):
+//   dL_i = |LSE_given - LSE|,  dD_i = |rowsum(dO o O_given) - D_i|,
+//   t_ij = P_ij (dL_i (|dP_ij - D_i| + |D_i|) + dD_i)   (|D_i| covers D = rowsum(P o dP), as naive has it)
+//   dv_in = sum_i P_ij dL_i |dO_i|,  dq_in = scale sum_j t_ij |K_j|,  dk_in = scale sum_i t_ij |Q_i|.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "reference.hpp"
+
+namespace flash_ref {
+
+// A packed [b, s, h, d] tensor of doubles.
+struct Dense {
+  int64_t b = 0, s = 0, h = 0, d = 0;
+  std::vector<double> x;
+  Dense() = default;
+  Dense(int64_t b_, int64_t s_, int64_t h_, int64_t d_) : b(b_), s(s_), h(h_), d(d_), x(b_ * s_ * h_ * d_, 0.0) {}
+  double& at(int64_t i, int64_t j, int64_t k, int64_t e) { return x[((i * s + j) * h + k) * d + e]; }
+  double at(int64_t i, int64_t j, int64_t k, int64_t e) const { return x[((i * s + j) * h + k) * d + e]; }
+};
+
+inline Dense to_dense(const flash_tensor& t) {
+  Dense r(t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
+  for (int64_t a = 0; a < r.b; ++a)
+    for (int64_t b = 0; b < r.s; ++b)
+      for (int64_t c = 0; c < r.h; ++c)
+        for (int64_t e = 0; e < r.d; ++e) r.at(a, b, c, e) = load(t.data, t.dtype, offset4(t, a, b, c, e));
+  return r;
+}
+
+struct Grads {
+  Dense dq, dk, dv;
+  // dq_empty[(b*sq + i)*hq + h]: row i of head h sees no key (its gradient must be exactly 0).
+  // dk_unseen[(b*sk + j)*hkv + hk]: no query of the group sees key j (dk, dv exactly 0).
+  std::vector<uint8_t> dq_empty, dk_unseen;
+  Dense dq_in, dk_in, dv_in;  // input sensitivity (see the top of this file); zero when not asked for
+};
+
+// The exact forward O (mode 0 only): used by the finite-difference checks.
+inline Dense forward_exact(const Problem& pr, const Dense& q, const Dense& k, const Dense& v) {
+  const int64_t B = pr.batch, SQ = pr.seqlen_q, SK = pr.seqlen_k, H = pr.heads_q, D = pr.head_dim;
+  const int64_t ratio = pr.heads_q / pr.heads_kv;
+  const double inf = std::numeric_limits<double>::infinity();
+  Dense o(B, SQ, H, D);
+  std::vector<double> s(SK);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < SQ; ++i) {
+        double mx = -inf;
+        for (int64_t j = 0; j < SK; ++j) {
+          if (!pr.mask.visible(b, h, i, j, SQ, SK)) { s[j] = -inf; continue; }
+          double dot = 0;
+          for (int64_t e = 0; e < D; ++e) dot += q.at(b, i, h, e) * k.at(b, j, h / ratio, e);
+          s[j] = dot * pr.scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == -inf) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < SK; ++j) sum += (s[j] = s[j] == -inf ? 0.0 : std::exp(s[j] - mx));
+        for (int64_t j = 0; j < SK; ++j)
+          if (s[j] != 0.0)
+            for (int64_t e = 0; e < D; ++e) o.at(b, i, h, e) += s[j] / sum * v.at(b, j, h / ratio, e);
+      }
+  return o;
+}
+
+// Gradients of sum(O o dO) with respect to q, k, v. `dtype` is the one rounded to in mode 1.
+// o_given / lse_given (lse [b, hq, sq] packed): the forward outputs the backward under test was given,
+// for the input sensitivity (mode 0 only).
+inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& k, const Dense& v, const Dense& dout,
+                                int32_t dtype, int mode, const Dense* o_given = nullptr,
+                                const std::vector<double>* lse_given = nullptr) {
+  const int64_t B = pr.batch, SQ = pr.seqlen_q, SK = pr.seqlen_k, H = pr.heads_q, HK = pr.heads_kv, D = pr.head_dim;
+  const int64_t ratio = H / HK;
+  const bool naive = mode == 1;
+  const double inf = std::numeric_limits<double>::infinity();
+  auto rnd = [&](double x) { return naive ? round_to(dtype, static_cast<float>(x)) : x; };  // result of an op
+  auto f32 = [&](double x) { return naive ? static_cast<double>(static_cast<float>(x)) : x; };  // fp32 accumulator
+  Grads g;
+  g.dq = Dense(B, SQ, H, D);
+  g.dk = Dense(B, SK, HK, D);
+  g.dv = Dense(B, SK, HK, D);
+  g.dq_empty.assign(B * SQ * H, 0);
+  g.dk_unseen.assign(B * SK * HK, 1);
+  g.dq_in = Dense(B, SQ, H, D);
+  g.dk_in = Dense(B, SK, HK, D);
+  g.dv_in = Dense(B, SK, HK, D);
+  const bool sensitivity = !naive && o_given != nullptr && lse_given != nullptr;
+  std::vector<double> P(SQ * SK), dP(SQ * SK), dk_h(SK * D), dv_h(SK * D), acc(D), lse(SQ), dL(SQ), dD(SQ), t(SQ * SK);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t hk = 0; hk < HK; ++hk) {
+      std::vector<double> dk_sum(SK * D, 0.0), dv_sum(SK * D, 0.0);
+      for (int64_t h = hk * ratio; h < (hk + 1) * ratio; ++h) {
+        // P (the forward's, as reference.hpp computes it in each mode).
+        for (int64_t i = 0; i < SQ; ++i) {
+          double* s = &P[i * SK];
+          double mx = -inf;
+          for (int64_t j = 0; j < SK; ++j) {
+            if (!pr.mask.visible(b, h, i, j, SQ, SK)) { s[j] = -inf; continue; }
+            g.dk_unseen[(b * SK + j) * HK + hk] = 0;
+            double dot = 0;
+            for (int64_t e = 0; e < D; ++e) dot = f32(dot + q.at(b, i, h, e) * k.at(b, j, hk, e));
+            s[j] = naive ? round_to(dtype, static_cast<float>(dot * pr.scale)) : dot * pr.scale;
+            mx = std::max(mx, s[j]);
+          }
+          lse[i] = -inf;
+          if (mx == -inf) {
+            g.dq_empty[(b * SQ + i) * H + h] = 1;
+            std::fill(s, s + SK, 0.0);
+            continue;
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < SK; ++j) {
+            s[j] = s[j] == -inf ? 0.0 : f32(std::exp(s[j] - mx));
+            sum += s[j];
+          }
+          sum = f32(sum);
+          lse[i] = mx + std::log(sum);
+          for (int64_t j = 0; j < SK; ++j) s[j] = s[j] == 0.0 ? 0.0 : rnd(s[j] / sum);
+        }
+        // dP = dO V^T, D = rowsum(P o dP), dS = P o (dP - D) (into dP).
+        for (int64_t i = 0; i < SQ; ++i) {
+          double Di = 0;
+          for (int64_t j = 0; j < SK; ++j) {
+            double dot = 0;
+            for (int64_t e = 0; e < D; ++e) dot = f32(dot + dout.at(b, i, h, e) * v.at(b, j, hk, e));
+            dP[i * SK + j] = rnd(dot);
+            Di = f32(Di + P[i * SK + j] * dP[i * SK + j]);
+          }
+          if (sensitivity) {
+            dL[i] = lse[i] == -inf ? 0.0 : std::fabs((*lse_given)[(b * H + h) * SQ + i] - lse[i]);
+            double given_D = 0;
+            for (int64_t e = 0; e < D; ++e) given_D += dout.at(b, i, h, e) * o_given->at(b, i, h, e);
+            dD[i] = lse[i] == -inf ? 0.0 : std::fabs(given_D - Di);
+            for (int64_t j = 0; j < SK; ++j)
+              t[i * SK + j] = P[i * SK + j] * (dL[i] * (std::fabs(dP[i * SK + j] - Di) + std::fabs(Di)) + dD[i]);
+          }
+          for (int64_t j = 0; j < SK; ++j) dP[i * SK + j] = rnd(P[i * SK + j] * (dP[i * SK + j] - Di));
+        }
+        if (sensitivity)
+          for (int64_t i = 0; i < SQ; ++i)
+            for (int64_t j = 0; j < SK; ++j) {
+              const double tij = t[i * SK + j], pl = P[i * SK + j] * dL[i];
+              if (tij == 0.0 && pl == 0.0) continue;
+              for (int64_t e = 0; e < D; ++e) {
+                g.dq_in.at(b, i, h, e) += pr.scale * tij * std::fabs(k.at(b, j, hk, e));
+                g.dk_in.at(b, j, hk, e) += pr.scale * tij * std::fabs(q.at(b, i, h, e));
+                g.dv_in.at(b, j, hk, e) += pl * std::fabs(dout.at(b, i, h, e));
+              }
+            }
+        // dQ = scale * dS K.
+        for (int64_t i = 0; i < SQ; ++i) {
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (int64_t j = 0; j < SK; ++j) {
+            const double x = dP[i * SK + j];
+            if (x == 0.0) continue;
+            for (int64_t e = 0; e < D; ++e) acc[e] = f32(acc[e] + x * k.at(b, j, hk, e));
+          }
+          for (int64_t e = 0; e < D; ++e) g.dq.at(b, i, h, e) = rnd(acc[e] * pr.scale);
+        }
+        // This head's dK = scale * dS^T Q and dV = P^T dO.
+        std::fill(dk_h.begin(), dk_h.end(), 0.0);
+        std::fill(dv_h.begin(), dv_h.end(), 0.0);
+        for (int64_t i = 0; i < SQ; ++i)
+          for (int64_t j = 0; j < SK; ++j) {
+            const double x = dP[i * SK + j], pij = P[i * SK + j];
+            for (int64_t e = 0; e < D; ++e) {
+              if (x != 0.0) dk_h[j * D + e] = f32(dk_h[j * D + e] + x * q.at(b, i, h, e));
+              if (pij != 0.0) dv_h[j * D + e] = f32(dv_h[j * D + e] + pij * dout.at(b, i, h, e));
+            }
+          }
+        for (int64_t x = 0; x < SK * D; ++x) {
+          dk_sum[x] = f32(dk_sum[x] + rnd(dk_h[x] * pr.scale));
+          dv_sum[x] = f32(dv_sum[x] + rnd(dv_h[x]));
+        }
+      }
+      for (int64_t j = 0; j < SK; ++j)
+        for (int64_t e = 0; e < D; ++e) {
+          g.dk.at(b, j, hk, e) = ratio == 1 ? dk_sum[j * D + e] : rnd(dk_sum[j * D + e]);
+          g.dv.at(b, j, hk, e) = ratio == 1 ? dv_sum[j * D + e] : rnd(dv_sum[j * D + e]);
+        }
+    }
+  return g;
+}
+
+}  // namespace flash_ref

@@ -120,7 +120,7 @@ json base_row(const Case& c, const std::string& device) {
                         "visible_pairs", "mask_density", "tflops", "tflops_peak", "peak_mem_bytes", "workspace_bytes",
                         "io_model_naive_bytes", "io_model_flash_bytes", "io_model_bytes", "io_model_gbps",
                         "max_abs_error", "max_rel_error", "check_tolerance", "check_passed", "check_sampled_heads",
-                        "check_sampled_rows", "speedup_over_naive", "error"})
+                        "check_sampled_rows", "check_scope", "speedup_over_naive", "error"})
     row[k] = nullptr;
   return row;
 }
@@ -159,11 +159,17 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   row["io_model_naive_bytes"] = io.naive_bytes;
   row["io_model_flash_bytes"] = io.flash_bytes;
 
-  if (c.mode != "fwd") {
-    set_error(row, "FA_BENCH_NOT_SUPPORTED", -1,
-              "mode " + c.mode + " is not supported by this library (flash.h " + flash_version_string() +
-                  " has a forward pass only: no flash_bwd)");
-    return row;
+  const bool backward = c.mode != "fwd";
+  if (backward) {
+    // The IO model above is the forward's; the paper's backward model is not reproduced here.
+    row["io_model_naive_bytes"] = nullptr;
+    row["io_model_flash_bytes"] = nullptr;
+    if (flash_version_number() < 10100) {  // flash_bwd arrived in 1.1
+      set_error(row, "FA_BENCH_NOT_SUPPORTED", -1,
+                "mode " + c.mode + " is not supported by this library (libflash " + flash_version_string() +
+                    " has no flash_bwd; it needs 1.1)");
+      return row;
+    }
   }
   const int32_t algo = flash_algorithm_from_name(c.algo.c_str());
   if (algo < 0) {
@@ -213,7 +219,7 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     Device& d;
     void* p = nullptr;
     ~Owned() { d.release(p); }
-  } mask_num{dev}, mask_idx{dev}, workspace{dev};
+  } mask_num{dev}, mask_idx{dev}, workspace{dev}, bwd_workspace{dev}, lse{dev}, d_o{dev}, dq{dev}, dk{dev}, dv{dev};
   flash_block_mask bm;
   flash_block_mask_init(&bm);
   size_t mask_bytes = 0;
@@ -255,13 +261,51 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   args.block_mask = has_blocks ? &bm : nullptr;
   args.stream = dev.stream();
 
-  size_t ws = 0;
+  // Backward: the forward's LSE, a random dO and the three gradients, all on the device.
+  flash_bwd_args bargs;
+  flash_bwd_args_init(&bargs);
+  size_t bwd_bytes = 0;
+  if (backward) {
+    const size_t lse_bytes = size_t(c.batch * c.heads_q * c.seqlen_q) * 4;
+    bwd_bytes = lse_bytes + 2 * in.q_bytes + 2 * in.kv_bytes;
+    lse.p = dev.alloc(lse_bytes), d_o.p = dev.alloc(in.q_bytes), dq.p = dev.alloc(in.q_bytes);
+    dk.p = dev.alloc(in.kv_bytes), dv.p = dev.alloc(in.kv_bytes);
+    if (!lse.p || !d_o.p || !dq.p || !dk.p || !dv.p) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+                "fa-bench: could not allocate " + human_bytes(double(bwd_bytes)) + " for lse, dO, dQ, dK, dV: " + dev.last_error());
+      return row;
+    }
+    const std::vector<unsigned char> hdo = random_tensor(q_elems, c.dtype, cfg.seed ^ 0xD0D0D0D0ull);
+    if (!dev.upload(d_o.p, hdo.data(), in.q_bytes)) {
+      set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: upload of dO failed: " + dev.last_error());
+      return row;
+    }
+    const int64_t lshape[3] = {c.batch, c.heads_q, c.seqlen_q};
+    args.lse = flash_tensor_contiguous(lse.p, FLASH_DTYPE_FP32, cfg.device_type, cfg.device_id, 3, lshape);
+    bargs.q = args.q, bargs.k = args.k, bargs.v = args.v, bargs.o = args.o, bargs.lse = args.lse;
+    bargs.d_o = flash_tensor_contiguous(d_o.p, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+    bargs.dq = flash_tensor_contiguous(dq.p, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+    bargs.dk = flash_tensor_contiguous(dk.p, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
+    bargs.dv = flash_tensor_contiguous(dv.p, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
+    bargs.causal = args.causal, bargs.causal_alignment = args.causal_alignment;
+    bargs.window_left = args.window_left, bargs.window_right = args.window_right;
+    bargs.algorithm = algo;
+    bargs.block_mask = args.block_mask;
+    bargs.stream = args.stream;
+  }
+
+  size_t ws = 0, bws = 0;
   if (const int32_t s = flash_fwd_workspace_size(&args, &ws); s != FLASH_OK) {
     set_flash_error(row, s, "flash_fwd_workspace_size");
     return row;
   }
-  row["workspace_bytes"] = ws;
-  const double peak = double(2 * in.q_bytes + 2 * in.kv_bytes + ws + mask_bytes);
+  if (backward)
+    if (const int32_t s = flash_bwd_workspace_size(&bargs, &bws); s != FLASH_OK) {
+      set_flash_error(row, s, "flash_bwd_workspace_size");
+      return row;
+    }
+  row["workspace_bytes"] = ws + bws;
+  const double peak = double(2 * in.q_bytes + 2 * in.kv_bytes + ws + bws + bwd_bytes + mask_bytes);
   row["peak_mem_bytes"] = static_cast<int64_t>(peak);
   if (ws > 0) {
     if (cfg.device_type == FLASH_DEVICE_CPU && info.total_memory_bytes > 0 && peak > 0.75 * double(info.total_memory_bytes)) {
@@ -280,26 +324,50 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     args.workspace = workspace.p;
     args.workspace_size = ws;
   }
+  if (bws > 0) {
+    bwd_workspace.p = dev.alloc(bws);
+    if (!bwd_workspace.p) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+                "fa-bench: could not allocate the " + human_bytes(double(bws)) +
+                    " backward workspace flash_bwd_workspace_size asked for: " + dev.last_error());
+      return row;
+    }
+    bargs.workspace = bwd_workspace.p;
+    bargs.workspace_size = bws;
+  }
 
   if (cfg.check) {  // poison o: a row the library forgets to write shows up as NaN
     std::vector<unsigned char> poison(in.q_bytes, 0xFF);
     dev.upload(in.o, poison.data(), in.q_bytes);
   }
+  // The timed call: the forward, the backward (after one untimed forward made O and LSE), or both.
+  const char* failed_in = "flash_fwd";
+  auto call = [&]() -> int32_t {
+    if (c.mode != "bwd") {
+      failed_in = "flash_fwd";
+      if (const int32_t s = flash_fwd(&args); s != FLASH_OK) return s;
+    }
+    if (!backward) return FLASH_OK;
+    failed_in = "flash_bwd";
+    return flash_bwd(&bargs);
+  };
   int32_t status = FLASH_OK;
-  for (int w = 0; w < cfg.warmup && status == FLASH_OK; ++w) dev.time_call([&] { return flash_fwd(&args); }, &status);
+  if (c.mode == "bwd") dev.time_call([&] { return flash_fwd(&args); }, &status);
+  for (int w = 0; w < cfg.warmup && status == FLASH_OK; ++w) dev.time_call(call, &status);
   std::vector<double> times;
   for (int r = 0; r < cfg.reps && status == FLASH_OK; ++r) {
     if (cfg.flush) dev.flush_cache();
-    times.push_back(dev.time_call([&] { return flash_fwd(&args); }, &status));
+    times.push_back(dev.time_call(call, &status));
   }
   if (status != FLASH_OK) {
     if (status == FLASH_ERROR_CUDA && std::string(flash_last_error_message()).empty())
       set_error(row, flash_status_string(status), status, "CUDA: " + dev.last_error());
     else
-      set_flash_error(row, status, "flash_fwd");
+      set_flash_error(row, status, failed_in);
     return row;
   }
-  row["algo_used"] = flash_algorithm_name(args.algorithm_used) ? flash_algorithm_name(args.algorithm_used) : "unknown";
+  const int32_t used = backward ? bargs.algorithm_used : args.algorithm_used;
+  row["algo_used"] = flash_algorithm_name(used) ? flash_algorithm_name(used) : "unknown";
   std::vector<double> sorted = times;
   std::sort(sorted.begin(), sorted.end());
   const size_t n = sorted.size();
@@ -312,9 +380,11 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   row["time_ms_mean"] = mean;
   row["tflops"] = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
   row["tflops_peak"] = sorted.front() > 0 ? flops / (sorted.front() * 1e-3) / 1e12 : 0.0;
-  const double model = args.algorithm_used == FLASH_ALGO_NAIVE ? io.naive_bytes : io.flash_bytes;
-  row["io_model_bytes"] = model;
-  row["io_model_gbps"] = median > 0 ? model / (median * 1e-3) / 1e9 : 0.0;
+  if (!backward) {
+    const double model = args.algorithm_used == FLASH_ALGO_NAIVE ? io.naive_bytes : io.flash_bytes;
+    row["io_model_bytes"] = model;
+    row["io_model_gbps"] = median > 0 ? model / (median * 1e-3) / 1e9 : 0.0;
+  }
 
   if (cfg.check) {
     std::vector<unsigned char> ho(in.q_bytes);
@@ -329,6 +399,7 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     row["check_passed"] = r.passed;
     row["check_sampled_heads"] = r.sampled_heads;
     row["check_sampled_rows"] = r.sampled_rows;
+    row["check_scope"] = backward ? "o of the forward (dq, dk, dv are not checked)" : "o";
   }
   return row;
 }

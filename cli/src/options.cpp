@@ -83,7 +83,7 @@ cxxopts::Options make_options() {
     ("mask", "mask terms joined by '+', alternatives separated by ';': none, causal, causal-br, causal-tl, "
              "window:L,R, window-tl:L,R, block-sparse:DENSITY[:BLOCK], block-sparse-file:PATH",
      cxxopts::value<std::string>()->default_value("none"))
-    ("mode", "fwd | bwd | fwd_bwd, comma separated (this library has fwd only; others give error rows)",
+    ("mode", "fwd | bwd | fwd_bwd, comma separated (bwd and fwd_bwd need libflash 1.1; an algorithm without a backward gives an error row)",
      cxxopts::value<std::vector<std::string>>()->default_value("fwd"))
     ("grid", "standard: the papers' grid (batch*seqlen = 16384, hidden 2048 so heads = 2048/d, seqlen 512..16384)",
      cxxopts::value<std::string>())

@@ -57,20 +57,28 @@ TEST(Schema, RoundTripThroughAFile) {
   std::remove(path.c_str());
 }
 
-TEST(Schema, ErrorRowsAreRowsNotGaps) {
-  const json doc = tiny_run({"--algo", "cpu", "--mode", "fwd,bwd"});
-  ASSERT_EQ(doc["results"].size(), 2u);
+TEST(Schema, BackwardModesAndErrorRows) {
+  const json doc = tiny_run({"--algo", "cpu", "--mode", "fwd,bwd,fwd_bwd"});
+  ASSERT_EQ(doc["results"].size(), 3u);
   EXPECT_TRUE(validate_document(doc).empty());
-  const json& bwd = doc["results"][1];
-  EXPECT_EQ(bwd["mode"], "bwd");
-  ASSERT_TRUE(bwd["error"].is_object());
-  EXPECT_EQ(bwd["error"]["status"], "FA_BENCH_NOT_SUPPORTED");
-  EXPECT_NE(bwd["error"]["message"].get<std::string>().find("not supported by this library"), std::string::npos);
-  EXPECT_TRUE(bwd["time_ms_median"].is_null());
-  // A CUDA-only algorithm on the CPU: the library's own status and message.
+  const double fwd_flops = doc["results"][0]["flops"].get<double>();
+  for (const json& r : doc["results"]) {
+    if (r["mode"] == "fwd") continue;
+    if (flash_version_number() < 10100) {  // a library without flash_bwd: an error row, not a gap
+      EXPECT_EQ(r["error"]["status"], "FA_BENCH_NOT_SUPPORTED");
+      continue;
+    }
+    ASSERT_TRUE(r["error"].is_null()) << r.dump();
+    EXPECT_GT(r["time_ms_median"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(r["flops"].get<double>(), fwd_flops * (r["mode"] == "bwd" ? 2.5 : 3.5));
+    EXPECT_TRUE(r["io_model_flash_bytes"].is_null());
+  }
+  // A CUDA-only algorithm on the CPU: the library's own status and message, as a row.
   const json sm = tiny_run({"--algo", "sm80"});
   ASSERT_EQ(sm["results"].size(), 1u);
   EXPECT_EQ(sm["results"][0]["error"]["status"], "FLASH_ERROR_ALGORITHM_UNAVAILABLE");
+  EXPECT_TRUE(sm["results"][0]["time_ms_median"].is_null());
+  EXPECT_FALSE(sm["results"][0]["error"]["message"].get<std::string>().empty());
 }
 
 TEST(Schema, RejectsBrokenDocuments) {

@@ -136,14 +136,14 @@ struct KeyBlocks {
   const int32_t* list = nullptr;
   int list_stride = 0, count = 0, pos = 0, sub = 0, sub_per = 1, cur = 0, n_mask_blocks = 0;
 
-  __device__ KeyBlocks(const FwdParams& p, int b, int h, int q_begin, int q_end, int m_block, int block_m) {
+  __device__ KeyBlocks(const FwdParams& p, int b, int h, int q_begin, int q_end, int m_block, int block_m, bool sparse) {
     int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
     int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
     lo = int(max(lo64, int64_t(0)));
     hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
-    if (p.has_block_mask) {
+    if (sparse) {
       const BlockMaskParams& m = p.block_mask;
       const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
       count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
@@ -187,8 +187,10 @@ struct KeyBlocks {
 };
 
 // ---- The kernel -------------------------------------------------------------------------------------
-template <class K>
-__global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+// kSparse: iterate a block-sparse mask's list instead of a range. A compile-time branch so the dense
+// path carries none of the list state in registers (one kernel, both bodies).
+template <class K, bool kSparse>
+__device__ __forceinline__ void fwd_body(const FwdParams& p) {
   using E = Elem<K::kDType>;
   using T = typename E::type;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kMTiles = K::kMTiles, kNTiles = K::kNTiles;
@@ -229,6 +231,16 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
     constexpr int kRows = decltype(rows_tag)::value;
     static_assert(kRows % kStepRows == 0, "load pattern");
     const T* src_row = src + load_row0 * row_stride + load_cc * 8;
+    if (rows_valid >= kRows && chunks_valid == K::kChunksPerRow) {  // interior tile: no predicates
+#pragma unroll
+      for (int pass = 0; pass < kRows / kStepRows; ++pass) {
+#pragma unroll
+        for (int page = 0; page < K::kHeadDim / K::kPageCols; ++page)
+          cp_async_16(dst + page * kRows * kRowBytes + pass * kStepRows * kRowBytes + load_lane, src_row + page * K::kPageCols, 16);
+        src_row += kStepRows * row_stride;
+      }
+      return;
+    }
 #pragma unroll
     for (int pass = 0; pass < kRows / kStepRows; ++pass) {
       const bool row_ok = load_row0 + pass * kStepRows < rows_valid;
@@ -244,8 +256,8 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
   using RowsM = std::integral_constant<int, kBlockM>;
   using RowsN = std::integral_constant<int, kBlockN>;
 
-  const bool sparse = p.has_block_mask;
-  KeyBlocks<kBlockN> blocks(p, b, h, q_begin, q_begin + q_rows, m_block, kBlockM);
+  constexpr bool sparse = kSparse;
+  KeyBlocks<kBlockN> blocks(p, b, h, q_begin, q_begin + q_rows, m_block, kBlockM, kSparse);
   int n_block = blocks.next(sparse);
 
   if (n_block < 0) {  // no visible key anywhere in this query block: O = 0, LSE = -inf
@@ -379,6 +391,8 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
 
     uint32_t p_frag[kMTiles][kNTiles][2];  // P in the input dtype, the accumulator layout of S
     // Online softmax (Algorithm 1, lines 9-11, in base 2 with the scale folded into one FFMA).
+    float max_new[kMTiles][2];
+    bool max_moved = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -389,9 +403,18 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
         // A row lives in the 4 lanes of a quad.
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
         block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-        const float max_new = fmaxf(row_max[mt][r], block_max);
+        max_new[mt][r] = fmaxf(row_max[mt][r], block_max);
+        max_moved |= max_new[mt][r] != row_max[mt][r];
+      }
+    // Past the first few blocks the running max rarely moves; when it moved in no row of the warp the
+    // correction is exactly 1 and the O rescale (d/8*4 FMULs per row pair) is skipped, bit for bit the same.
+    const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
         // A row with nothing visible yet keeps max -inf; subtract 0 then, so exp2(-inf - -inf) never makes NaN.
-        const float max_scaled = max_new == kNegInf ? 0.f : max_new * scale_log2;
+        const float max_scaled = max_new[mt][r] == kNegInf ? 0.f : max_new[mt][r] * scale_log2;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
@@ -400,9 +423,7 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
           sum += p0 + p1;  // row_sum from the fp32 P, as the reference does
           p_frag[mt][nt][r] = E::pack(p0, p1);  // packed at once: halves the registers S occupied
         }
-        if (first) {
-          row_sum[mt][r] = sum;
-        } else {
+        if (rescale) {
           // exp2(-inf) = 0 when the old max was -inf, which also zeroes the (zero) O rows.
           const float correction = exp2f(row_max[mt][r] * scale_log2 - max_scaled);
           row_sum[mt][r] = row_sum[mt][r] * correction + sum;
@@ -411,8 +432,10 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
             acc_o[mt][dt][2 * r] *= correction;
             acc_o[mt][dt][2 * r + 1] *= correction;
           }
+        } else {
+          row_sum[mt][r] += sum;  // first block (row_sum = 0), or max unchanged (correction = 1)
         }
-        row_max[mt][r] = max_new;
+        row_max[mt][r] = max_new[mt][r];
       }
 
     if constexpr (K::kStages == 2) {
@@ -487,6 +510,12 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
       *reinterpret_cast<uint4*>(o + row * p.o_row_stride + chunk * 8) = val;
     }
   }
+}
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
+  if (p.has_block_mask) fwd_body<K, true>(p);
+  else fwd_body<K, false>(p);
 }
 
 // ---- Host launch, one instantiation per .cu file ----------------------------------------------------

@@ -325,11 +325,11 @@ struct Candidate {
   Launcher fn;
 };
 static const Candidate kCandidates[] = {
+    {128, "128x64x8w s1", Shape<128, 128, 64, 8, 1>::run},
+    {128, "128x64x8w s2", Shape<128, 128, 64, 8, 2>::run},
     {128, "128x64x4w s2", Shape<128, 128, 64, 4, 2>::run},
-    {128, "128x128x8w s1", Shape<128, 128, 128, 8, 1>::run},
-    {128, "128x32x4w s2", Shape<128, 128, 32, 4, 2>::run},
-    {64, "128x128x4w s2", Shape<64, 128, 128, 4, 2>::run},
-    {64, "128x64x4w s2", Shape<64, 128, 64, 4, 2>::run},
+    {64, "128x128x8w s1", Shape<64, 128, 128, 8, 1>::run},
+    {64, "128x64x4w s1", Shape<64, 128, 64, 4, 1>::run},
 };
 
 static int check_shapes() {

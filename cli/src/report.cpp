@@ -451,7 +451,7 @@ int render_markdown(const std::vector<ReportInput>& inputs, const json* baseline
 int cmd_report(int argc, const char* const* argv) {
   cxxopts::Options o("fa-bench report", "Result files (or directories of them) as an HTML dashboard or a markdown summary.");
   o.add_options()("html", "write the self-contained HTML page here", cxxopts::value<std::string>())
-      ("markdown", "write the markdown summary (changes against the baseline, regressions first) here; '-' or no value: stdout",
+      ("markdown", "write the markdown summary (changes against the baseline, regressions first) (--markdown=FILE); no value or '-': stdout",
        cxxopts::value<std::string>()->implicit_value("-"))
       ("baseline", "compare against this result file (default: each device's previous run)", cxxopts::value<std::string>())
       ("max-regression", "percent slowdown marked as a regression", cxxopts::value<double>()->default_value("5"))

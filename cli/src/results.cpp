@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "bench.hpp"
+#include "svg.hpp"
 
 namespace fabench {
 namespace {
@@ -213,7 +214,7 @@ void print_table(const json& doc, std::ostream& out) {
     } else {
       row.push_back(fmt(r["time_ms_median"], 3));
       row.push_back(fmt(r["time_ms_min"], 3));
-      row.push_back(fmt(r["tflops"], 3));
+      row.push_back(r["tflops"].is_number() ? format_number(r["tflops"].get<double>(), 4) : "-");
       row.push_back(r["peak_mem_bytes"].is_number() ? fmt(json(r["peak_mem_bytes"].get<double>() / 1e6), 1) : "-");
       row.push_back(r["speedup_over_naive"].is_number() ? fmt(r["speedup_over_naive"], 2) + "x" : "-");
       std::string err = fmt_sci(r["max_rel_error"]);

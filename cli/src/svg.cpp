@@ -88,7 +88,12 @@ std::string fmt_coord(double v) {
   return buf;
 }
 
-std::string tick_label(double v, bool bytes) { return bytes ? format_bytes(v) : format_number(v, 3); }
+std::string tick_label(double v, bool bytes) {
+  if (bytes) return format_bytes(v);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", v);
+  return buf;
+}
 
 }  // namespace
 
@@ -116,13 +121,18 @@ std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>
   tx0 -= pad, tx1 += pad;
   double ty0, ty1;
   std::vector<double> yticks;
+  // Log axes: decades, or powers of two for bytes (1 MiB, 4 MiB, 16 MiB, ...).
+  const double base = bytes ? 2.0 : 10.0;
+  auto logb = [&](double v) { return std::log(std::max(v, 1e-300)) / std::log(base); };
   if (spec.log_y) {
     if (!std::isfinite(y_lo)) y_lo = 1, y_hi = 10;
-    double d0 = std::floor(std::log10(y_lo)), d1 = std::ceil(std::log10(y_hi));
+    double d0 = std::floor(logb(y_lo)), d1 = std::ceil(logb(y_hi));
     if (d1 <= d0) d1 = d0 + 1;
+    const int step = std::max(1, int(std::ceil((d1 - d0) / 6)));
+    if (bytes) d0 = std::floor(d0 / step) * step;  // ticks on 2^(k*step)
     ty0 = d0, ty1 = d1;
-    const int step = std::max(1, int((d1 - d0) / 6));
-    for (double d = d0; d <= d1; d += step) yticks.push_back(std::pow(10.0, d));
+    for (double d = d0; d <= d1 + 1e-9; d += step) yticks.push_back(std::pow(base, d));
+    ty1 = std::max(ty1, logb(yticks.back()));
   } else {
     const double step = nice_step(y_hi > 0 ? y_hi : 1, 5);
     ty0 = 0, ty1 = std::ceil((y_hi > 0 ? y_hi : 1) * 1.05 / step) * step;
@@ -130,7 +140,7 @@ std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>
   }
   auto X = [&](double x) { return left + (xt(x) - tx0) / (tx1 - tx0) * pw; };
   auto Y = [&](double y) {
-    const double t = spec.log_y ? std::log10(std::max(y, 1e-300)) : y;
+    const double t = spec.log_y ? logb(y) : y;
     return top + ph - (t - ty0) / (ty1 - ty0) * ph;
   };
 

@@ -85,6 +85,19 @@ CheckResult check_against_reference(const Case& c, const MaskModel& mask, const 
                                     const void* o, uint64_t seed);
 double check_tolerance(int32_t dtype);
 
+// The fp64 reference of the backward: dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q,
+// dV = P^T dO (dK, dV summed over the query heads sharing a kv head). dQ is checked on the sampled rows of
+// the sampled heads; dK and dV need every row of a head, so they are checked only when that fits the
+// budget (else their errors stay negative = not checked). Errors are normwise per tensor.
+struct GradCheckResult {
+  double dq_rel_error = -1, dk_rel_error = -1, dv_rel_error = -1, tolerance = 0;
+  int64_t sampled_heads = 0, sampled_rows = 0;
+  bool passed = true;
+};
+GradCheckResult check_backward_against_reference(const Case& c, const MaskModel& mask, const void* q, const void* k,
+                                                 const void* v, const void* d_o, const void* dq, const void* dk,
+                                                 const void* dv, uint64_t seed);
+
 // Measures every case; returns the complete result document ({schema_version, meta, results}).
 nlohmann::json run_benchmark(const RunConfig& cfg);
 // The meta block for a device.

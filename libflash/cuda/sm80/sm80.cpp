@@ -41,10 +41,10 @@ bool supports(const FwdParams& p, std::string* why) {
     *why = "head_dim " + std::to_string(p.head_dim) + " is not a multiple of 8 in [8, 256]";
     return false;
   }
-  const int variant = pick_variant(d, cuda::shared_mem_per_block_optin(p.device_id));
+  const int variant = pick_variant(d, cuda::shared_mem_per_block_optin(p.device_id), cuda::shared_mem_per_sm(p.device_id));
   if (variant < 0) {
-    *why = "head_dim " + std::to_string(p.head_dim) + " needs " + std::to_string(tile_shape(d, 1).head_dim ? tile_shape(d, 1).smem_bytes() : tile_shape(d, 0).smem_bytes()) +
-           " bytes of shared memory per block; this device offers " + std::to_string(cuda::shared_mem_per_block_optin(p.device_id));
+    *why = "no tile shape for head_dim " + std::to_string(p.head_dim) + " fits this device's shared memory (" +
+           std::to_string(cuda::shared_mem_per_block_optin(p.device_id)) + " bytes per block)";
     return false;
   }
   if (!aligned(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
@@ -79,7 +79,7 @@ int32_t fwd_typed(const FwdParams& p, int d, int variant) {
     case 32: return launch_fwd<32, 0, T>(p);
     case 64: return launch_fwd<64, 0, T>(p);
     case 96: return launch_fwd<96, 0, T>(p);
-    case 128: return launch_fwd<128, 0, T>(p);
+    case 128: return variant == 0 ? launch_fwd<128, 0, T>(p) : launch_fwd<128, 1, T>(p);
     case 192: return launch_fwd<192, 0, T>(p);
     case 256: return variant == 0 ? launch_fwd<256, 0, T>(p) : launch_fwd<256, 1, T>(p);
   }
@@ -89,7 +89,7 @@ int32_t fwd_typed(const FwdParams& p, int d, int variant) {
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
   const int d = compiled_head_dim(p.head_dim);
-  const int variant = pick_variant(d, cuda::shared_mem_per_block_optin(p.device_id));
+  const int variant = pick_variant(d, cuda::shared_mem_per_block_optin(p.device_id), cuda::shared_mem_per_sm(p.device_id));
   if (d == 0 || variant < 0) return fail(FLASH_ERROR_INTERNAL, "sm80: fwd called on an unsupported problem");
   return p.dtype == DType::BF16 ? fwd_typed<DType::BF16>(p, d, variant) : fwd_typed<DType::FP16>(p, d, variant);
 }

@@ -7,6 +7,7 @@
 #include "../../algorithm.h"
 #include "../../error.h"
 #include "../runtime.h"
+#include "../sm80_bwd/bwd.h"
 #include "launch.h"
 #include "tile_table.h"
 
@@ -98,6 +99,7 @@ int32_t fwd(const FwdParams& p) {
 }  // namespace sm80
 
 extern const Algorithm kCudaSm80 = {FLASH_ALGO_SM80, "sm80", FLASH_DEVICE_CUDA, sm80::available, sm80::supports,
-                                    sm80::workspace, sm80::fwd};
+                                    sm80::workspace, sm80::fwd,
+                                    sm80_bwd::supports, sm80_bwd::workspace, sm80_bwd::run};  // ../sm80_bwd/
 
 }  // namespace flash

@@ -5,6 +5,9 @@
 //   P = softmax(S + mask)  one CTA per row; writes P in the input dtype (as standard attention does) and LSE
 //   O = P V                cuBLAS, fp32 accumulate, O stored in the input dtype
 //
+// The backward (bottom of this file) materialises S, dP (fp32), P and dS (input dtype) per head the same
+// way: 5 cuBLAS GEMMs and one row kernel, GQA sums in fp32, deterministic (no atomics anywhere).
+//
 // S and P are written in full to device memory (the workspace): N x N per head, which is the point of
 // the baseline. S is kept in fp32 (not the input dtype): the GEMM accumulates in fp32 anyway, and
 // rounding scores to 16 bits before the exponential costs accuracy (a bf16 score of magnitude 20 is off

@@ -29,7 +29,12 @@
  *    (and workspace) the caller named.
  *  - Argument structs are passed by pointer, start with size_t struct_size, hold fixed-width fields only
  *    (no C enum types), and have an init function that fills in struct_size and the defaults. Always call
- *    the init function first, then set the fields you need.
+ *    the init function first, then set the fields you need. The init functions take the caller's
+ *    sizeof (flash_X_init_sized(p, sizeof *p); the flash_X_init(p) macros pass it for C and C++; FFI
+ *    callers call the _sized function with their own struct size) and write only that many bytes, so a
+ *    caller built against an older header is safe with a newer library: fields it lacks read as their
+ *    defaults. A struct larger than the library knows (caller newer than library) is refused with
+ *    FLASH_ERROR_STRUCT_SIZE rather than having its new fields silently ignored.
  *  - Fields written by the library are marked "out".
  *  - GPU calls are asynchronous on the stream the caller gives (NULL = the legacy default stream) and never
  *    synchronise the device. Loading the library makes no CUDA call.
@@ -164,7 +169,8 @@ typedef struct flash_block_mask {
   int64_t kv_indices_strides[4];
 } flash_block_mask;
 
-FLASH_API int32_t flash_block_mask_init(flash_block_mask* mask);
+FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t struct_size);
+#define flash_block_mask_init(mask) flash_block_mask_init_sized((mask), sizeof(*(mask)))
 
 /* ---- Forward ------------------------------------------------------------------------------------------ */
 #define FLASH_FLAG_DETERMINISTIC 1u /* bitwise-reproducible results run to run (backward; forward always is) */
@@ -193,7 +199,8 @@ typedef struct flash_fwd_args {
   size_t workspace_size;       /* bytes at workspace */
 } flash_fwd_args;
 
-FLASH_API int32_t flash_fwd_args_init(flash_fwd_args* args);
+FLASH_API int32_t flash_fwd_args_init_sized(flash_fwd_args* args, size_t struct_size);
+#define flash_fwd_args_init(args) flash_fwd_args_init_sized((args), sizeof(*(args)))
 /* Bytes of workspace flash_fwd would use for these arguments with the algorithm they name (after AUTO is
  * resolved); 0 when none is needed. */
 FLASH_API int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes /* out */);
@@ -219,7 +226,8 @@ typedef struct flash_device_info {
   uint32_t algorithms;         /* bit (1u << FLASH_ALGO_x) set for each algorithm usable on this device */
 } flash_device_info;
 
-FLASH_API int32_t flash_device_info_init(flash_device_info* info);
+FLASH_API int32_t flash_device_info_init_sized(flash_device_info* info, size_t struct_size);
+#define flash_device_info_init(info) flash_device_info_init_sized((info), sizeof(*(info)))
 /* Number of devices of a type: 1 for the CPU; CUDA devices (0 without a driver, never an error). */
 FLASH_API int32_t flash_device_count(int32_t device_type, int32_t* count /* out */);
 FLASH_API int32_t flash_get_device_info(int32_t device_type, int32_t device_id, flash_device_info* info /* out */);
@@ -266,7 +274,8 @@ typedef struct flash_bwd_args {
   size_t workspace_size;       /* bytes at workspace */
 } flash_bwd_args;
 
-FLASH_API int32_t flash_bwd_args_init(flash_bwd_args* args);
+FLASH_API int32_t flash_bwd_args_init_sized(flash_bwd_args* args, size_t struct_size);
+#define flash_bwd_args_init(args) flash_bwd_args_init_sized((args), sizeof(*(args)))
 /* Bytes of workspace flash_bwd would use for these arguments (after AUTO is resolved); 0 if none. */
 FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes /* out */);
 /* dQ, dK, dV for the arguments; asynchronous on args->stream for CUDA tensors. */

@@ -15,6 +15,7 @@
 #include "../libflash/dispatch.h"
 #include "../libflash/error.h"
 #include "validate.h"
+#include "versioned.h"
 #ifdef FLASH_WITH_CUDA
 #include "../libflash/cuda/runtime.h"
 #endif
@@ -51,8 +52,27 @@ std::string cpu_model_name() {
   return "CPU";
 }
 
+flash_fwd_args default_fwd_args();
+flash_bwd_args default_bwd_args();
+int32_t read_block_mask(const flash_block_mask* user, flash_block_mask* local, const flash_block_mask** out);
+
+// The caller's structs at this library's layout (see capi/versioned.h), with their block mask.
+struct FwdCall {
+  flash_fwd_args args;
+  flash_block_mask mask;
+};
+struct BwdCall {
+  flash_bwd_args args;
+  flash_block_mask mask;
+};
+
 // Shared validation + selection for flash_fwd and flash_fwd_workspace_size.
-int32_t prepare_fwd(const flash_fwd_args* args, flash::FwdParams* p, const flash::Algorithm** alg) {
+int32_t prepare_fwd(const flash_fwd_args* user, FwdCall* call, flash::FwdParams* p, const flash::Algorithm** alg) {
+  if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  if (const int32_t s = flash::read_versioned(user, default_fwd_args(), &call->args, "args", "flash_fwd_args_init"); s != FLASH_OK)
+    return s;
+  const flash_fwd_args* args = &call->args;
+  if (const int32_t s = read_block_mask(args->block_mask, &call->mask, &call->args.block_mask); s != FLASH_OK) return s;
   if (const int32_t s = flash::validate_fwd(args, p); s != FLASH_OK) return s;
   if (args->q.device_type == FLASH_DEVICE_CUDA)
     if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
@@ -60,7 +80,12 @@ int32_t prepare_fwd(const flash_fwd_args* args, flash::FwdParams* p, const flash
 }
 
 // Shared validation + selection for flash_bwd and flash_bwd_workspace_size.
-int32_t prepare_bwd(const flash_bwd_args* args, flash::BwdParams* p, const flash::Algorithm** alg) {
+int32_t prepare_bwd(const flash_bwd_args* user, BwdCall* call, flash::BwdParams* p, const flash::Algorithm** alg) {
+  if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+  if (const int32_t s = flash::read_versioned(user, default_bwd_args(), &call->args, "args", "flash_bwd_args_init"); s != FLASH_OK)
+    return s;
+  const flash_bwd_args* args = &call->args;
+  if (const int32_t s = read_block_mask(args->block_mask, &call->mask, &call->args.block_mask); s != FLASH_OK) return s;
   if (const int32_t s = flash::validate_bwd(args, p); s != FLASH_OK) return s;
   if (args->q.device_type == FLASH_DEVICE_CUDA)
     if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
@@ -157,122 +182,53 @@ FLASH_API flash_tensor flash_tensor_contiguous(void* data, int32_t dtype, int32_
   return t;
 }
 
-FLASH_API int32_t flash_block_mask_init(flash_block_mask* mask) {
-  if (mask == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "mask is NULL");
-  std::memset(mask, 0, sizeof(*mask));
-  mask->struct_size = sizeof(*mask);
-  mask->block_m = 128;
-  mask->block_n = 128;
-  return FLASH_OK;
+}  // extern "C"
+
+namespace {
+flash_block_mask default_block_mask() {
+  flash_block_mask m;
+  std::memset(&m, 0, sizeof(m));
+  m.struct_size = sizeof(m);
+  m.block_m = 128;
+  m.block_n = 128;
+  return m;
+}
+flash_fwd_args default_fwd_args() {
+  flash_fwd_args a;
+  std::memset(&a, 0, sizeof(a));
+  a.struct_size = sizeof(a);
+  a.softmax_scale = 0.0f;  // 1/sqrt(head_dim)
+  a.causal = 0;
+  a.causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
+  a.window_left = -1;
+  a.window_right = -1;
+  a.algorithm = FLASH_ALGO_AUTO;
+  a.algorithm_used = -1;
+  return a;
+}
+flash_bwd_args default_bwd_args() {
+  flash_bwd_args a;
+  std::memset(&a, 0, sizeof(a));
+  a.struct_size = sizeof(a);
+  a.softmax_scale = 0.0f;  // 1/sqrt(head_dim)
+  a.causal = 0;
+  a.causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
+  a.window_left = -1;
+  a.window_right = -1;
+  a.algorithm = FLASH_ALGO_AUTO;
+  a.algorithm_used = -1;
+  return a;
+}
+flash_device_info default_device_info() {
+  flash_device_info i;
+  std::memset(&i, 0, sizeof(i));
+  i.struct_size = sizeof(i);
+  return i;
 }
 
-FLASH_API int32_t flash_fwd_args_init(flash_fwd_args* args) {
-  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  std::memset(args, 0, sizeof(*args));
-  args->struct_size = sizeof(*args);
-  args->softmax_scale = 0.0f;  // 1/sqrt(head_dim)
-  args->causal = 0;
-  args->causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
-  args->window_left = -1;
-  args->window_right = -1;
-  args->algorithm = FLASH_ALGO_AUTO;
-  args->algorithm_used = -1;
-  return FLASH_OK;
-}
-
-FLASH_API int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes) {
-  return guarded([&]() -> int32_t {
-    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
-    *bytes = 0;
-    flash::FwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_fwd(args, &p, &alg); s != FLASH_OK) return s;
-    *bytes = alg->fwd_workspace(p);
-    return FLASH_OK;
-  });
-}
-
-FLASH_API int32_t flash_fwd(flash_fwd_args* args) {
-  return guarded([&]() -> int32_t {
-    flash::FwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_fwd(args, &p, &alg); s != FLASH_OK) return s;
-    const int32_t s = flash::run_fwd(*alg, p, args->q.device_type);
-    if (s == FLASH_OK) args->algorithm_used = alg->id;
-    return s;
-  });
-}
-
-FLASH_API int32_t flash_bwd_args_init(flash_bwd_args* args) {
-  if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  std::memset(args, 0, sizeof(*args));
-  args->struct_size = sizeof(*args);
-  args->softmax_scale = 0.0f;  // 1/sqrt(head_dim)
-  args->causal = 0;
-  args->causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
-  args->window_left = -1;
-  args->window_right = -1;
-  args->algorithm = FLASH_ALGO_AUTO;
-  args->algorithm_used = -1;
-  return FLASH_OK;
-}
-
-FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes) {
-  return guarded([&]() -> int32_t {
-    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
-    *bytes = 0;
-    flash::BwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_bwd(args, &p, &alg); s != FLASH_OK) return s;
-    *bytes = flash::bwd_workspace(*alg, p);
-    return FLASH_OK;
-  });
-}
-
-FLASH_API int32_t flash_bwd(flash_bwd_args* args) {
-  return guarded([&]() -> int32_t {
-    flash::BwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_bwd(args, &p, &alg); s != FLASH_OK) return s;
-    const int32_t s = flash::run_bwd(*alg, p, args->q.device_type);
-    if (s == FLASH_OK) args->algorithm_used = alg->id;
-    return s;
-  });
-}
-
-FLASH_API int32_t flash_device_info_init(flash_device_info* info) {
-  if (info == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "info is NULL");
-  std::memset(info, 0, sizeof(*info));
-  info->struct_size = sizeof(*info);
-  return FLASH_OK;
-}
-
-FLASH_API int32_t flash_device_count(int32_t device_type, int32_t* count) {
-  return guarded([&]() -> int32_t {
-    if (count == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "count is NULL");
-    *count = 0;
-    if (device_type == FLASH_DEVICE_CPU) {
-      *count = 1;
-      return FLASH_OK;
-    }
-    if (device_type != FLASH_DEVICE_CUDA)
-      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
-#ifdef FLASH_WITH_CUDA
-    *count = flash::cuda::device_count();
-#endif
-    return FLASH_OK;
-  });
-}
-
-FLASH_API int32_t flash_get_device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
-  return guarded([&]() -> int32_t {
-    if (info == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "info is NULL");
-    if (info->struct_size < sizeof(flash_device_info))
-      return fail(FLASH_ERROR_STRUCT_SIZE, "info->struct_size is ", info->struct_size, " but must be at least ",
-                  sizeof(flash_device_info), " (call flash_device_info_init)");
-    const size_t keep = info->struct_size;
-    std::memset(info, 0, sizeof(*info));
-    info->struct_size = keep;
+// Fills *info (at this library's layout) for one device.
+int32_t device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
+  {
     if (device_type == FLASH_DEVICE_CPU) {
       if (device_id != 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_id is ", device_id, " but the CPU is device 0");
       info->device_type = FLASH_DEVICE_CPU;
@@ -296,8 +252,129 @@ FLASH_API int32_t flash_get_device_info(int32_t device_type, int32_t device_id, 
 #else
     return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
 #endif
+  }
+}
+
+// The init functions: defaults for the caller's struct_size bytes.
+template <class T>
+int32_t init_sized(T* p, size_t size, const T& defaults, const char* what, const char* init) {
+  if (p == nullptr) return fail(FLASH_ERROR_NULL_POINTER, what, " is NULL");
+  if (const int32_t s = flash::check_struct_size<T>(size, what, init); s != FLASH_OK) return s;
+  flash::write_versioned(p, defaults, size);
+  return FLASH_OK;
+}
+
+// A block mask inside args, read at the caller's version; *out points at `local` (or stays NULL).
+int32_t read_block_mask(const flash_block_mask* user, flash_block_mask* local, const flash_block_mask** out) {
+  *out = nullptr;
+  if (user == nullptr) return FLASH_OK;
+  if (const int32_t s = flash::read_versioned(user, default_block_mask(), local, "block_mask", "flash_block_mask_init");
+      s != FLASH_OK)
+    return s;
+  *out = local;
+  return FLASH_OK;
+}
+}  // namespace
+
+extern "C" {
+
+FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t struct_size) {
+  return init_sized(mask, struct_size, default_block_mask(), "mask", "flash_block_mask_init");
+}
+
+FLASH_API int32_t flash_fwd_args_init_sized(flash_fwd_args* args, size_t struct_size) {
+  return init_sized(args, struct_size, default_fwd_args(), "args", "flash_fwd_args_init");
+}
+
+FLASH_API int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes) {
+  return guarded([&]() -> int32_t {
+    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
+    *bytes = 0;
+    FwdCall call;
+    flash::FwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_fwd(args, &call, &p, &alg); s != FLASH_OK) return s;
+    *bytes = alg->fwd_workspace(p);
+    return FLASH_OK;
   });
 }
+
+FLASH_API int32_t flash_fwd(flash_fwd_args* args) {
+  return guarded([&]() -> int32_t {
+    FwdCall call;
+    flash::FwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_fwd(args, &call, &p, &alg); s != FLASH_OK) return s;
+    const int32_t s = flash::run_fwd(*alg, p, call.args.q.device_type);
+    if (s == FLASH_OK) args->algorithm_used = alg->id;
+    return s;
+  });
+}
+
+FLASH_API int32_t flash_bwd_args_init_sized(flash_bwd_args* args, size_t struct_size) {
+  return init_sized(args, struct_size, default_bwd_args(), "args", "flash_bwd_args_init");
+}
+
+FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes) {
+  return guarded([&]() -> int32_t {
+    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
+    *bytes = 0;
+    BwdCall call;
+    flash::BwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_bwd(args, &call, &p, &alg); s != FLASH_OK) return s;
+    *bytes = flash::bwd_workspace(*alg, p);
+    return FLASH_OK;
+  });
+}
+
+FLASH_API int32_t flash_bwd(flash_bwd_args* args) {
+  return guarded([&]() -> int32_t {
+    BwdCall call;
+    flash::BwdParams p;
+    const flash::Algorithm* alg = nullptr;
+    if (const int32_t s = prepare_bwd(args, &call, &p, &alg); s != FLASH_OK) return s;
+    const int32_t s = flash::run_bwd(*alg, p, call.args.q.device_type);
+    if (s == FLASH_OK) args->algorithm_used = alg->id;
+    return s;
+  });
+}
+
+FLASH_API int32_t flash_device_info_init_sized(flash_device_info* info, size_t struct_size) {
+  return init_sized(info, struct_size, default_device_info(), "info", "flash_device_info_init");
+}
+
+FLASH_API int32_t flash_device_count(int32_t device_type, int32_t* count) {
+  return guarded([&]() -> int32_t {
+    if (count == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "count is NULL");
+    *count = 0;
+    if (device_type == FLASH_DEVICE_CPU) {
+      *count = 1;
+      return FLASH_OK;
+    }
+    if (device_type != FLASH_DEVICE_CUDA)
+      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
+#ifdef FLASH_WITH_CUDA
+    *count = flash::cuda::device_count();
+#endif
+    return FLASH_OK;
+  });
+}
+
+FLASH_API int32_t flash_get_device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
+  return guarded([&]() -> int32_t {
+    if (info == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "info is NULL");
+    const size_t caller_size = info->struct_size;
+    if (const int32_t s = flash::check_struct_size<flash_device_info>(caller_size, "info", "flash_device_info_init"); s != FLASH_OK)
+      return s;
+    // Filled at this library's layout, then copied back at the caller's.
+    flash_device_info full = default_device_info();
+    const int32_t status = device_info(device_type, device_id, &full);
+    if (status == FLASH_OK) flash::write_versioned(info, full, caller_size);
+    return status;
+  });
+}
+
 
 FLASH_API uint32_t flash_compiled_algorithms(void) {
   int n = 0;

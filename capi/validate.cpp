@@ -121,9 +121,6 @@ int32_t check_dim(const flash_tensor& t, const char* tn, int td, const flash_ten
   } while (0)
 
 int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64_t seqlen_k, FwdParams* p) {
-  if (m.struct_size < sizeof(flash_block_mask))
-    return fail(FLASH_ERROR_STRUCT_SIZE, "block_mask->struct_size is ", m.struct_size, " but must be at least ",
-                sizeof(flash_block_mask), " (call flash_block_mask_init)");
   for (int32_t bs : {m.block_m, m.block_n})
     if (bs != 64 && bs != 128)
       return fail(FLASH_ERROR_BAD_MASK, "block_mask block size is ", bs, " but must be 64 or 128");
@@ -318,9 +315,6 @@ int32_t normalise_common(const Args& a, FwdParams* p) {
 
 int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
   if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  if (args->struct_size < sizeof(flash_fwd_args))
-    return fail(FLASH_ERROR_STRUCT_SIZE, "args->struct_size is ", args->struct_size, " but must be at least ",
-                sizeof(flash_fwd_args), " (call flash_fwd_args_init)");
   const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &lse = args->lse;
 
   FLASH_CHECK(check_attention_tensors(q, k, v, {{&o, "o"}}, {}));
@@ -340,9 +334,6 @@ int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
 
 int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p) {
   if (args == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  if (args->struct_size < sizeof(flash_bwd_args))
-    return fail(FLASH_ERROR_STRUCT_SIZE, "args->struct_size is ", args->struct_size, " but must be at least ",
-                sizeof(flash_bwd_args), " (call flash_bwd_args_init)");
   const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &d_o = args->d_o, &lse = args->lse;
   const flash_tensor &dq = args->dq, &dk = args->dk, &dv = args->dv;
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "flash.h"
 
@@ -128,4 +129,41 @@ TEST(Abi, CapabilityQuery) {
   EXPECT_EQ(flash_get_device_info(FLASH_DEVICE_CPU, 1, &info), FLASH_ERROR_INVALID_ARGUMENT);
   info.struct_size = 4;
   EXPECT_EQ(flash_get_device_info(FLASH_DEVICE_CPU, 0, &info), FLASH_ERROR_STRUCT_SIZE);
+}
+
+// A caller built against an older flash.h passes a smaller struct; one built against a newer header
+// passes a larger one. The init functions write only the caller's bytes; calls read fields the caller
+// lacks as defaults and refuse fields the library does not know.
+TEST(Abi, InitWritesOnlyTheCallersBytes) {
+  struct Padded {
+    flash_fwd_args args;
+    unsigned char guard[64];
+  } buf;
+  std::memset(&buf, 0xAB, sizeof(buf));
+  ASSERT_EQ(flash_fwd_args_init_sized(&buf.args, sizeof(flash_fwd_args)), FLASH_OK);
+  for (unsigned char g : buf.guard) ASSERT_EQ(g, 0xAB);
+  // Smaller than any version of the struct: refused, nothing written.
+  std::memset(&buf, 0xAB, sizeof(buf));
+  EXPECT_EQ(flash_fwd_args_init_sized(&buf.args, 8), FLASH_ERROR_STRUCT_SIZE);
+  EXPECT_EQ(reinterpret_cast<unsigned char*>(&buf.args)[0], 0xAB);
+  // Larger than this library knows (a newer header): refused, not silently truncated.
+  EXPECT_EQ(flash_fwd_args_init_sized(&buf.args, sizeof(flash_fwd_args) + 16), FLASH_ERROR_STRUCT_SIZE);
+  EXPECT_NE(std::string(flash_last_error_message()).find("newer flash.h"), std::string::npos);
+  flash_device_info info;
+  EXPECT_EQ(flash_device_info_init_sized(&info, sizeof(info) + 8), FLASH_ERROR_STRUCT_SIZE);
+}
+
+TEST(Abi, NewerCallerStructIsRefused) {
+  std::vector<float> q(64, 0.5f), o(64);
+  const int64_t shape[4] = {1, 1, 1, 64};
+  struct Bigger {
+    flash_fwd_args args;
+    int32_t future_field;
+  } b;
+  ASSERT_EQ(flash_fwd_args_init(&b.args), FLASH_OK);
+  b.args.q = b.args.k = b.args.v = flash_tensor_contiguous(q.data(), FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 4, shape);
+  b.args.o = flash_tensor_contiguous(o.data(), FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 4, shape);
+  ASSERT_EQ(flash_fwd(&b.args), FLASH_OK) << flash_last_error_message();
+  b.args.struct_size = sizeof(b);
+  EXPECT_EQ(flash_fwd(&b.args), FLASH_ERROR_STRUCT_SIZE);
 }

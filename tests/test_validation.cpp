@@ -56,7 +56,7 @@ TEST(Validation, ValidCallSucceeds) {
 TEST(Validation, NullArgs) {
   EXPECT_EQ(flash_fwd(nullptr), FLASH_ERROR_NULL_POINTER);
   EXPECT_NE(std::string(flash_last_error_message()).find("args is NULL"), std::string::npos);
-  EXPECT_EQ(flash_fwd_args_init(nullptr), FLASH_ERROR_NULL_POINTER);
+  EXPECT_EQ(flash_fwd_args_init_sized(nullptr, sizeof(flash_fwd_args)), FLASH_ERROR_NULL_POINTER);
   size_t n;
   EXPECT_EQ(flash_fwd_workspace_size(nullptr, &n), FLASH_ERROR_NULL_POINTER);
 }

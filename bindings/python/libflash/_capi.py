@@ -270,17 +270,38 @@ flash_algorithm_from_name = _declare("flash_algorithm_from_name", _i32, [ctypes.
 #                                      int32_t ndim, const int64_t* shape);
 flash_tensor_contiguous = _declare("flash_tensor_contiguous", flash_tensor,
                                    [ctypes.c_void_p, _i32, _i32, _i32, _i32, _p_i64])
-# int32_t flash_block_mask_init(flash_block_mask* mask);
-flash_block_mask_init = _declare("flash_block_mask_init", _i32, [ctypes.POINTER(flash_block_mask)])
-# int32_t flash_fwd_args_init(flash_fwd_args* args);
-flash_fwd_args_init = _declare("flash_fwd_args_init", _i32, [ctypes.POINTER(flash_fwd_args)])
+# int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t struct_size);
+flash_block_mask_init_sized = _declare("flash_block_mask_init_sized", _i32, [ctypes.POINTER(flash_block_mask), ctypes.c_size_t])
+
+
+def flash_block_mask_init(ref):
+    """The C macro flash_block_mask_init(p): defaults for a struct of this binding's size (an older or newer
+    library reads what it knows and defaults the rest)."""
+    return flash_block_mask_init_sized(ref, ctypes.sizeof(flash_block_mask))
+
+# int32_t flash_fwd_args_init_sized(flash_fwd_args* args, size_t struct_size);
+flash_fwd_args_init_sized = _declare("flash_fwd_args_init_sized", _i32, [ctypes.POINTER(flash_fwd_args), ctypes.c_size_t])
+
+
+def flash_fwd_args_init(ref):
+    """The C macro flash_fwd_args_init(p): defaults for a struct of this binding's size (an older or newer
+    library reads what it knows and defaults the rest)."""
+    return flash_fwd_args_init_sized(ref, ctypes.sizeof(flash_fwd_args))
+
 # int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes);
 flash_fwd_workspace_size = _declare("flash_fwd_workspace_size", _i32,
                                     [ctypes.POINTER(flash_fwd_args), ctypes.POINTER(ctypes.c_size_t)])
 # int32_t flash_fwd(flash_fwd_args* args);
 flash_fwd = _declare("flash_fwd", _i32, [ctypes.POINTER(flash_fwd_args)])
-# int32_t flash_device_info_init(flash_device_info* info);
-flash_device_info_init = _declare("flash_device_info_init", _i32, [ctypes.POINTER(flash_device_info)])
+# int32_t flash_device_info_init_sized(flash_device_info* info, size_t struct_size);
+flash_device_info_init_sized = _declare("flash_device_info_init_sized", _i32, [ctypes.POINTER(flash_device_info), ctypes.c_size_t])
+
+
+def flash_device_info_init(ref):
+    """The C macro flash_device_info_init(p): defaults for a struct of this binding's size (an older or newer
+    library reads what it knows and defaults the rest)."""
+    return flash_device_info_init_sized(ref, ctypes.sizeof(flash_device_info))
+
 # int32_t flash_device_count(int32_t device_type, int32_t* count);
 flash_device_count = _declare("flash_device_count", _i32, [_i32, _p_i32])
 # int32_t flash_get_device_info(int32_t device_type, int32_t device_id, flash_device_info* info);

@@ -36,15 +36,15 @@ mod abi {
     fn init_functions_fill_in_struct_size() {
         unsafe {
             let mut args = flash_fwd_args::default();
-            assert_eq!(flash_fwd_args_init(&mut args), FLASH_OK);
+            assert_eq!(flash_fwd_args_init_sized(&mut args, core::mem::size_of::<flash_fwd_args>() as _), FLASH_OK);
             assert_eq!(args.struct_size, size_of::<flash_fwd_args>());
             assert_eq!(args.window_left, -1);
             assert_eq!(args.algorithm, FLASH_ALGO_AUTO);
             let mut mask = flash_block_mask::default();
-            assert_eq!(flash_block_mask_init(&mut mask), FLASH_OK);
+            assert_eq!(flash_block_mask_init_sized(&mut mask, core::mem::size_of::<flash_block_mask>() as _), FLASH_OK);
             assert_eq!(mask.struct_size, size_of::<flash_block_mask>());
             let mut info = flash_device_info::default();
-            assert_eq!(flash_device_info_init(&mut info), FLASH_OK);
+            assert_eq!(flash_device_info_init_sized(&mut info, core::mem::size_of::<flash_device_info>() as _), FLASH_OK);
             assert_eq!(info.struct_size, size_of::<flash_device_info>());
         }
     }

@@ -85,7 +85,7 @@ mod tests {
         let mut a = LibSized::<sys::flash_fwd_args>::zeroed();
         let lib = unsafe { sys::flash_struct_size(sys::FLASH_STRUCT_FWD_ARGS) };
         assert!(a.buf.len() * 8 >= lib.max(size_of::<sys::flash_fwd_args>()));
-        assert_eq!(unsafe { sys::flash_fwd_args_init(a.as_mut_ptr()) }, sys::FLASH_OK);
+        assert_eq!(unsafe { sys::flash_fwd_args_init_sized(a.as_mut_ptr(), std::mem::size_of::<sys::flash_fwd_args>() as _) }, sys::FLASH_OK);
         assert_eq!(a.get().struct_size, lib);
         assert_eq!(a.get().window_left, -1);
     }

@@ -111,7 +111,7 @@ pub struct DeviceInfo {
 pub fn device_info(device: Device) -> Result<DeviceInfo> {
     let mut buf = LibSized::<sys::flash_device_info>::zeroed();
     // Safety: a buffer as large as the library's flash_device_info (see abi.rs).
-    check(unsafe { sys::flash_device_info_init(buf.as_mut_ptr()) })?;
+    check(unsafe { sys::flash_device_info_init_sized(buf.as_mut_ptr(), std::mem::size_of::<sys::flash_device_info>() as _) })?;
     let (device_type, device_id) = device.raw_type_and_id();
     check(unsafe { sys::flash_get_device_info(device_type, device_id, buf.as_mut_ptr()) })?;
     let info = buf.get();

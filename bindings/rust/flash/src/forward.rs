@@ -241,7 +241,7 @@ impl<'m> Forward<'m> {
     ) -> Result<LibSized<sys::flash_fwd_args>> {
         let mut buf = LibSized::<sys::flash_fwd_args>::zeroed();
         // Safety: a buffer as large as the library's flash_fwd_args (see abi.rs).
-        check(unsafe { sys::flash_fwd_args_init(buf.as_mut_ptr()) })?;
+        check(unsafe { sys::flash_fwd_args_init_sized(buf.as_mut_ptr(), std::mem::size_of::<sys::flash_fwd_args>() as _) })?;
         let a = buf.get_mut();
         if let Some(mask) = self.block_mask {
             mask.check_against(&q)?;

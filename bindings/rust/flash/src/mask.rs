@@ -57,7 +57,7 @@ unsafe impl Sync for BlockMask {}
 fn initialised() -> Result<LibSized<sys::flash_block_mask>> {
     let mut raw = LibSized::<sys::flash_block_mask>::zeroed();
     // Safety: a buffer as large as the library's flash_block_mask (see abi.rs).
-    check(unsafe { sys::flash_block_mask_init(raw.as_mut_ptr()) })?;
+    check(unsafe { sys::flash_block_mask_init_sized(raw.as_mut_ptr(), std::mem::size_of::<sys::flash_block_mask>() as _) })?;
     Ok(raw)
 }
 

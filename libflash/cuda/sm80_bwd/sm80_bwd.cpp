@@ -1,0 +1,91 @@
+// libflash/cuda/sm80_bwd/sm80_bwd.cpp -- what the sm80 backward supports, its workspace, and the switch
+// from a call's (head dim, dtype) to one compiled instantiation. Registered in the sm80 Algorithm record.
+#include <cstdint>
+#include <string>
+
+#include "../../../flash.h"
+#include "../../error.h"
+#include "../runtime.h"
+#include "bwd.h"
+
+namespace flash::sm80_bwd {
+namespace {
+
+// cp.async and the 16-byte vector loads move 16-byte chunks: every row start must be 16-byte aligned, so
+// the base pointers must be and every stride that is used (extent > 1) must be a multiple of 8 elements.
+bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (const auto& [stride, extent] : stride_extent)
+    if (extent > 1 && stride % 8 != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+bool supports(const BwdParams& p, std::string* why) {
+  if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
+    *why = "the sm80 backward supports fp16 and bf16 only";
+    return false;
+  }
+  const int d = bwd_compiled_head_dim(p.head_dim);
+  if (d == 0 || p.head_dim % 8 != 0) {
+    *why = "head_dim " + std::to_string(p.head_dim) + " is not a multiple of 8 in [8, 256]";
+    return false;
+  }
+  const int64_t optin = cuda::shared_mem_per_block_optin(p.device_id);
+  if (int64_t(bwd_shape(d).smem_bytes()) > optin) {
+    *why = "the sm80 backward at head_dim " + std::to_string(p.head_dim) + " needs " +
+           std::to_string(bwd_shape(d).smem_bytes()) + " bytes of shared memory per block; this device offers " +
+           std::to_string(optin);
+    return false;
+  }
+  const int64_t B = p.batch, SQ = p.seqlen_q, SK = p.seqlen_k, HQ = p.heads_q, HK = p.heads_kv;
+  if (!aligned(p.q, {{p.q_batch_stride, B}, {p.q_row_stride, SQ}, {p.q_head_stride, HQ}}) ||
+      !aligned(p.k, {{p.k_batch_stride, B}, {p.k_row_stride, SK}, {p.k_head_stride, HK}}) ||
+      !aligned(p.v, {{p.v_batch_stride, B}, {p.v_row_stride, SK}, {p.v_head_stride, HK}}) ||
+      !aligned(p.o, {{p.o_batch_stride, B}, {p.o_row_stride, SQ}, {p.o_head_stride, HQ}}) ||
+      !aligned(p.d_o, {{p.do_batch_stride, B}, {p.do_row_stride, SQ}, {p.do_head_stride, HQ}}) ||
+      !aligned(p.dq, {{p.dq_batch_stride, B}, {p.dq_row_stride, SQ}, {p.dq_head_stride, HQ}})) {
+    *why = "the sm80 backward needs 16-byte aligned q/k/v/o/d_o/dq pointers and batch/row/head strides that are "
+           "multiples of 8 elements (cp.async and vector loads move 16-byte chunks)";
+    return false;
+  }
+  // dk, dv are written in pairs of elements: 4-byte alignment is enough.
+  auto aligned4 = [](const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> se) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0) return false;
+    for (const auto& [stride, extent] : se)
+      if (extent > 1 && stride % 2 != 0) return false;
+    return true;
+  };
+  if (!aligned4(p.dk, {{p.dk_batch_stride, B}, {p.dk_row_stride, SK}, {p.dk_head_stride, HK}}) ||
+      !aligned4(p.dv, {{p.dv_batch_stride, B}, {p.dv_row_stride, SK}, {p.dv_head_stride, HK}})) {
+    *why = "the sm80 backward needs 4-byte aligned dk/dv pointers and even strides";
+    return false;
+  }
+  if (B * HK > 65535 || B * HQ > 65535) {
+    *why = "the sm80 backward needs batch * heads_q at most 65535 (grid dimension)";
+    return false;
+  }
+  if (p.has_block_mask && (p.block_mask.block_m % bwd_shape(d).block_m != 0 || p.block_mask.block_n % 16 != 0)) {
+    *why = "the sm80 backward needs block-sparse block_m a multiple of " + std::to_string(bwd_shape(d).block_m) +
+           " and block_n a multiple of 16";
+    return false;
+  }
+  return true;
+}
+
+size_t workspace(const BwdParams& p) { return ws_layout(p).total; }
+
+int32_t run(const BwdParams& p) {
+  if (p.batch == 0 || p.heads_q == 0) return FLASH_OK;
+  const int d = bwd_compiled_head_dim(p.head_dim);
+  const bool bf16 = p.dtype == DType::BF16;
+  switch (d) {
+    case 64: return bf16 ? launch_bwd<64, DType::BF16>(p) : launch_bwd<64, DType::FP16>(p);
+    case 128: return bf16 ? launch_bwd<128, DType::BF16>(p) : launch_bwd<128, DType::FP16>(p);
+    case 256: return bf16 ? launch_bwd<256, DType::BF16>(p) : launch_bwd<256, DType::FP16>(p);
+  }
+  return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: no kernel compiled for head_dim ", p.head_dim);
+}
+
+}  // namespace flash::sm80_bwd

@@ -1,0 +1,270 @@
+// tests/test_backward_gpu.cpp -- flash_bwd on CUDA: every CUDA algorithm that has a backward against the fp64
+// reference gradients (label: gpu). The forward that produces O and LSE runs on the host (algorithm cpu),
+// so a backward is checked on its own. Bound as the CPU backward tests: 2 x (naive same-dtype error + the
+// input sensitivity to the given O and LSE) + half an ulp of max |ref|; rows that see no key and keys no
+// query sees must be exactly 0. Deterministic mode: bitwise identical over 3 runs. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "support/harness.hpp"
+#include "support/harness_bwd.hpp"
+
+#ifdef FLASH_TEST_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace flash_test;
+using namespace flash_test::bwd;
+
+namespace {
+
+bool usable(int32_t algorithm, std::string* why) {
+  if (!cuda_available()) return *why = "no CUDA device", false;
+  flash_device_info info;
+  flash_device_info_init(&info);
+  if (flash_get_device_info(FLASH_DEVICE_CUDA, 0, &info) != FLASH_OK) return *why = flash_last_error_message(), false;
+  if (!(info.algorithms & (1u << algorithm)))
+    return *why = std::string("algorithm ") + flash_algorithm_name(algorithm) + " not available on " + info.name, false;
+  return true;
+}
+
+constexpr int32_t kGpuAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_SM90, FLASH_ALGO_NAIVE};
+
+// Runs the backward of bc on CUDA device 0: copies inputs over, poisons the gradients (NaN) on the
+// device, copies them back. Returns the status of flash_bwd (or FLASH_ERROR_CUDA).
+int32_t run_bwd_cuda(BwdCase& bc, int32_t algorithm, uint32_t flags = 0, int32_t* used = nullptr) {
+#ifdef FLASH_TEST_WITH_CUDA
+  cudaSetDevice(0);
+  std::vector<void*> buffers;
+  auto upload = [&](const HostTensor& t, flash_tensor* d, bool poison) {
+    void* ptr = nullptr;
+    const size_t bytes = std::max<size_t>(t.bytes.size(), 16);
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) return;
+    buffers.push_back(ptr);
+    if (poison) cudaMemset(ptr, 0xFF, bytes);
+    else cudaMemcpy(ptr, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice);
+    *d = t.desc;
+    d->data = ptr;
+    d->device_type = FLASH_DEVICE_CUDA;
+    d->device_id = 0;
+  };
+  flash_bwd_args args;
+  fill_bwd_args(bc, &args, algorithm, flags);
+  Case& c = bc.c;
+  upload(c.q, &args.q, false);
+  upload(c.k, &args.k, false);
+  upload(c.v, &args.v, false);
+  upload(c.o, &args.o, false);
+  upload(c.lse, &args.lse, false);
+  upload(bc.d_o, &args.d_o, false);
+  upload(bc.dq, &args.dq, true);
+  upload(bc.dk, &args.dk, true);
+  upload(bc.dv, &args.dv, true);
+  flash_block_mask dm = c.block_mask;
+  if (c.has_block_mask) {
+    void *nb = nullptr, *idx = nullptr;
+    cudaMalloc(&nb, std::max<size_t>(c.kv_num_blocks.size() * 4, 4));
+    cudaMalloc(&idx, std::max<size_t>(c.kv_indices.size() * 4, 4));
+    buffers.push_back(nb), buffers.push_back(idx);
+    cudaMemcpy(nb, c.kv_num_blocks.data(), c.kv_num_blocks.size() * 4, cudaMemcpyHostToDevice);
+    if (!c.kv_indices.empty()) cudaMemcpy(idx, c.kv_indices.data(), c.kv_indices.size() * 4, cudaMemcpyHostToDevice);
+    dm.kv_num_blocks = static_cast<const int32_t*>(nb);
+    dm.kv_indices = static_cast<const int32_t*>(idx);
+    args.block_mask = &dm;
+  }
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  args.stream = stream;
+  const int32_t s = flash_bwd(&args);
+  if (used) *used = args.algorithm_used;
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  int32_t result = e != cudaSuccess ? FLASH_ERROR_CUDA : s;
+  if (result == FLASH_OK) {
+    cudaMemcpy(bc.dq.bytes.data(), args.dq.data, bc.dq.bytes.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(bc.dk.bytes.data(), args.dk.data, bc.dk.bytes.size(), cudaMemcpyDeviceToHost);
+    cudaMemcpy(bc.dv.bytes.data(), args.dv.data, bc.dv.bytes.size(), cudaMemcpyDeviceToHost);
+  }
+  for (void* p : buffers) cudaFree(p);
+  return result;
+#else
+  (void)bc, (void)algorithm, (void)flags, (void)used;
+  return FLASH_ERROR_NO_CUDA_DEVICE;
+#endif
+}
+
+// Skips (returns false after GTEST_SKIP) when the algorithm is not usable or has no backward.
+#define REQUIRE_GPU_BACKWARD(algo)                                                                       \
+  do {                                                                                                   \
+    std::string why_;                                                                                    \
+    if (!usable((algo), &why_)) GTEST_SKIP() << why_;                                                    \
+    if (!has_backward(algo)) GTEST_SKIP() << flash_algorithm_name(algo) << " has no backward pass";     \
+  } while (0)
+
+bool has_backward(int32_t algorithm) {
+  std::mt19937_64 rng(1);
+  CaseSpec s;
+  s.batch = 1, s.seqlen_q = 16, s.seqlen_k = 16, s.head_dim = 64, s.dtype = FLASH_DTYPE_BF16;
+  BwdCase bc;
+  if (make_bwd_case(s, rng, &bc) != FLASH_OK) return false;
+  const int32_t st = run_bwd_cuda(bc, algorithm);
+  return !(st == FLASH_ERROR_UNSUPPORTED && std::string(flash_last_error_message()).find("no backward") != std::string::npos);
+}
+
+// Runs spec through `algorithm`'s backward on the GPU and checks against the references.
+void expect_gpu_bwd_ok(const CaseSpec& spec, int32_t algorithm, uint64_t salt = 0, uint32_t flags = 0) {
+  std::mt19937_64 rng(base_seed() ^ (0x6b4c3 + salt));
+  BwdCase bc;
+  ASSERT_EQ(make_bwd_case(spec, rng, &bc), FLASH_OK) << flash_last_error_message();
+  int32_t used = -1;
+  const int32_t s = run_bwd_cuda(bc, algorithm, flags, &used);
+  if (s == FLASH_ERROR_UNSUPPORTED && spec.mask.block_m > 0 &&
+      std::string(flash_last_error_message()).find("block") != std::string::npos)
+    return;  // an algorithm without block-sparse support says so
+  ASSERT_EQ(s, FLASH_OK) << flash_status_string(s) << ": " << flash_last_error_message() << "\n  case: " << spec.describe();
+  EXPECT_EQ(used, algorithm);
+  const References r = references(bc);
+  const std::string problems = check_bwd(bc, r);
+  EXPECT_TRUE(problems.empty()) << flash_algorithm_name(algorithm) << ": " << problems << "\n  case: " << spec.describe()
+                                << "\n  LIBFLASH_TEST_SEED=" << base_seed();
+}
+
+CaseSpec base(int64_t sq, int64_t sk, int64_t d, int32_t dtype) {
+  CaseSpec s;
+  s.batch = 2, s.heads_q = 4, s.heads_kv = 2, s.seqlen_q = sq, s.seqlen_k = sk, s.head_dim = d, s.dtype = dtype;
+  return s;
+}
+
+std::string algo_name(const ::testing::TestParamInfo<int32_t>& info) { return flash_algorithm_name(info.param); }
+
+}  // namespace
+
+// ---- Randomized sweep: GQA, windows/causal, block-sparse, odd lengths, head dims 8..256, fp16/bf16 ------
+
+class GpuBackwardSweep : public ::testing::TestWithParam<std::tuple<int32_t, int>> {};
+
+TEST_P(GpuBackwardSweep, MatchesReference) {
+  const auto [algorithm, index] = GetParam();
+  REQUIRE_GPU_BACKWARD(algorithm);
+  std::mt19937_64 rng(base_seed() + 15485863u * static_cast<uint64_t>(index + 1));
+  CaseSpec spec = random_spec(rng, /*gpu=*/true, /*with_masks=*/true);
+  cap_size(spec);
+  if (rng() % 4 == 0) add_block_mask(spec, rng);
+  expect_gpu_bwd_ok(spec, algorithm, static_cast<uint64_t>(index));
+}
+
+INSTANTIATE_TEST_SUITE_P(Random, GpuBackwardSweep,
+                         ::testing::Combine(::testing::ValuesIn(kGpuAlgorithms), ::testing::Range(0, 40)),
+                         [](const auto& info) {
+                           return std::string(flash_algorithm_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// ---- Edge cases --------------------------------------------------------------------------------------------
+
+class GpuBackward : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(GpuBackward, EveryHeadDim) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  for (int64_t d = 8; d <= 256; d += 8) {
+    CaseSpec s = base(77, 130, d, d % 16 ? FLASH_DTYPE_FP16 : FLASH_DTYPE_BF16);
+    s.batch = 1;
+    expect_gpu_bwd_ok(s, GetParam(), static_cast<uint64_t>(d));
+  }
+}
+
+TEST_P(GpuBackward, EmptyRowsUnseenKeysAndAlignments) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  for (int align : {FLASH_ALIGN_BOTTOM_RIGHT, FLASH_ALIGN_TOP_LEFT}) {
+    CaseSpec s = base(333, 100, 64, FLASH_DTYPE_FP16);  // bottom-right: the first rows see no key
+    s.mask.causal = 1, s.mask.alignment = align;
+    expect_gpu_bwd_ok(s, GetParam(), 1);
+    CaseSpec t = base(100, 333, 128, FLASH_DTYPE_BF16);  // top-left: the last keys are seen by no query
+    t.mask.causal = 1, t.mask.alignment = align;
+    expect_gpu_bwd_ok(t, GetParam(), 2);
+  }
+}
+
+TEST_P(GpuBackward, SlidingWindows) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  const int windows[][2] = {{0, 0}, {16, 0}, {-1, 5}, {100, 100}, {3, -1}, {256, 0}};
+  for (const auto& w : windows) {
+    CaseSpec s = base(700, 555, 64, FLASH_DTYPE_BF16);
+    s.batch = 1;
+    s.mask.window_left = w[0], s.mask.window_right = w[1];
+    expect_gpu_bwd_ok(s, GetParam(), static_cast<uint64_t>(w[0] * 7 + w[1]));
+  }
+}
+
+TEST_P(GpuBackward, GqaAndMqa) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  CaseSpec s = base(300, 257, 128, FLASH_DTYPE_BF16);
+  s.batch = 1, s.heads_q = 8, s.heads_kv = 1;
+  expect_gpu_bwd_ok(s, GetParam(), 3);
+  s.heads_kv = 2, s.mask.causal = 1;
+  expect_gpu_bwd_ok(s, GetParam(), 4);
+}
+
+TEST_P(GpuBackward, LargeMagnitudeNoNaN) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  for (int causal : {0, 1}) {
+    CaseSpec s = base(200, 300, 64, FLASH_DTYPE_BF16);
+    s.batch = 1, s.magnitude = 10.0, s.mask.causal = causal;
+    expect_gpu_bwd_ok(s, GetParam(), 5 + causal);
+  }
+}
+
+TEST_P(GpuBackward, StridedLayoutsAndHeadDim256) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  for (Layout layout : {Layout::PaddedRows, Layout::HeadMajor}) {
+    CaseSpec s = base(190, 177, 256, FLASH_DTYPE_FP16);
+    s.batch = 1, s.layout = layout;
+    expect_gpu_bwd_ok(s, GetParam(), 7);
+  }
+}
+
+TEST_P(GpuBackward, BlockSparse) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  for (int pattern = 0; pattern < 3; ++pattern) {
+    std::mt19937_64 rng(base_seed() + pattern);
+    CaseSpec s = base(600, 700, 128, FLASH_DTYPE_BF16);
+    s.batch = 1;
+    add_block_mask(s, rng, pattern);
+    expect_gpu_bwd_ok(s, GetParam(), 8 + pattern);
+    s.mask.causal = 1;
+    expect_gpu_bwd_ok(s, GetParam(), 11 + pattern);
+  }
+}
+
+TEST_P(GpuBackward, DeterministicBitwiseAcrossRuns) {
+  REQUIRE_GPU_BACKWARD(GetParam());
+  for (int variant = 0; variant < 4; ++variant) {
+    std::mt19937_64 rng(base_seed() ^ (0xde7 + variant));
+    CaseSpec s = base(1000, 1100, variant == 1 ? 64 : 128, FLASH_DTYPE_BF16);
+    s.batch = 1, s.heads_q = 8;  // GQA group of 4
+    if (variant == 1) s.mask.causal = 1;
+    if (variant == 2) s.mask.window_left = 200, s.mask.window_right = 50;
+    if (variant == 3) add_block_mask(s, rng);
+    BwdCase bc;
+    ASSERT_EQ(make_bwd_case(s, rng, &bc), FLASH_OK);
+    std::vector<unsigned char> first[3];
+    for (int run = 0; run < 3; ++run) {
+      const int32_t st = run_bwd_cuda(bc, GetParam(), FLASH_FLAG_DETERMINISTIC);
+      if (st == FLASH_ERROR_UNSUPPORTED && variant == 3) break;
+      ASSERT_EQ(st, FLASH_OK) << flash_last_error_message();
+      const HostTensor* out[3] = {&bc.dq, &bc.dk, &bc.dv};
+      for (int t = 0; t < 3; ++t) {
+        if (run == 0) first[t] = out[t]->bytes;
+        else EXPECT_TRUE(first[t] == out[t]->bytes) << "variant " << variant << ": d" << "qkv"[t] << " differs in run " << run;
+      }
+      if (run == 0) {
+        const std::string problems = check_bwd(bc, references(bc));
+        EXPECT_TRUE(problems.empty()) << "deterministic mode, variant " << variant << ": " << problems;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, GpuBackward, ::testing::ValuesIn(kGpuAlgorithms), algo_name);

@@ -38,11 +38,22 @@ for phase in "$@"; do
     bench)
       B=$BUILD/cli/fa-bench
       $B devices | tee "$OUT/devices.txt"
-      for causal in "" "--causal"; do
-        name=$([ -n "$causal" ] && echo causal || echo dense)
-        $B run --grid standard --dtype bf16 --head-dim 64,128 --algo sm80,naive $causal --warmup 5 --reps 30 \
-           --json "$OUT/fa-bench-h100-$name.json" 2>&1 | tee "$OUT/fa-bench-$name.txt" | tail -30
+      # The papers' grid, flash vs naive, dense and causal, with error checks.
+      $B run --grid standard --dtype bf16 --head-dim 64,128 --algo sm80,naive --mask "none;causal" --check \
+         --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-grid.json" > "$OUT/fa-bench-grid.txt" 2>&1
+      echo "fa-bench grid: exit $?"; tail -12 "$OUT/fa-bench-grid.txt"
+      ;;
+    masks)
+      # Issue 7's figures: block-sparse vs dense, causal vs dense, sliding window vs dense causal.
+      B=$BUILD/cli/fa-bench
+      for d in 64 128; do
+        $B run --dtype bf16 --head-dim $d --heads $((2048 / d)) --batch 2 --seqlen 4096,8192,16384 --algo sm80 \
+           --mask "none;causal;window:256,0;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" \
+           --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-masks-d$d.json" > "$OUT/fa-bench-masks-d$d.txt" 2>&1
+        echo "fa-bench masks d$d: exit $?"; tail -20 "$OUT/fa-bench-masks-d$d.txt"
       done
+      ;;
+    peers)
       if [ -f .devcarry/torch_sdpa.py ]; then
         python3 .devcarry/torch_sdpa.py --hdims 64,128 --modes fwd --backends flash,cudnn \
           --json "$OUT/torch-sdpa-h100.json" > "$OUT/torch-sdpa.log" 2>&1

@@ -507,7 +507,8 @@ TEST(BackwardAbi, InitDefaultsAndStructSize) {
   EXPECT_EQ(a.flags, 0u);
   EXPECT_EQ(a.block_mask, nullptr);
   EXPECT_EQ(a.d_o.data, nullptr);
-  EXPECT_EQ(flash_bwd_args_init(nullptr), FLASH_ERROR_NULL_POINTER);
+  flash_bwd_args* no_args = nullptr;  // a typed NULL: flash_bwd_args_init may be a sizeof-passing macro
+  EXPECT_EQ(flash_bwd_args_init(no_args), FLASH_ERROR_NULL_POINTER);
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_BWD_ARGS), sizeof(flash_bwd_args));
   EXPECT_GE(flash_version_minor(), 1u);
 }
@@ -715,8 +716,9 @@ TEST(BackwardValidation, StridesAndOverlaps) {
     expect_bwd_error(f, FLASH_ERROR_INVALID_ARGUMENT, "dv overlaps dk");
   }
   {
-    BwdFixture f;  // a gradient over the LSE
-    f.args.dk.data = f.lse.data();
+    BwdFixture f;  // a gradient over the LSE (the LSE placed inside dk: dk's span is larger than lse's,
+                   // so pointing dk at lse's buffer could also reach a neighbouring allocation)
+    f.args.lse.data = f.dk.data();
     expect_bwd_error(f, FLASH_ERROR_INVALID_ARGUMENT, "dk overlaps lse");
   }
 }

@@ -161,7 +161,7 @@ int32_t fwd(const FwdParams& p) {
 //
 // FlashAttention's backward (the paper's Algorithm 4, FlashAttention-2's loop order): nothing N x N is
 // stored; P is recomputed tile by tile from Q, K and the forward's LSE.
-//   1. Preprocess: D_i = rowsum(dO_i o O_i) (fp32), dQacc = 0.
+//   1. Preprocess: D_i = rowsum(dO_i o O_i) (summed in double, stored fp32), dQacc = 0.
 //   2. One work item per (batch, kv head, key block j); K_j, V_j and fp32 dK_j, dV_j stay in the item's
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
 //      block j, and every query head h of the kv head's GQA group:
@@ -379,9 +379,12 @@ int32_t bwd_typed(const BwdParams& p) {
     const St* o = static_cast<const St*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
     const St* dO = static_cast<const St*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride;
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
-      float sum = 0.0f;
-      for (int e = 0; e < d; ++e) sum += E::load(o[i * p.o_row_stride + e]) * E::load(dO[i * p.do_row_stride + e]);
-      D[bh * p.seqlen_q + i] = sum;
+      // In double: D is subtracted from every dP_ij of the row (dS = P o (dP - D)), so its own rounding
+      // should be one fp32 rounding, not d of them. O(b * hq * sq * d): free next to the main loop.
+      double sum = 0.0;
+      for (int e = 0; e < d; ++e)
+        sum += double(E::load(o[i * p.o_row_stride + e])) * double(E::load(dO[i * p.do_row_stride + e]));
+      D[bh * p.seqlen_q + i] = static_cast<float>(sum);
     }
     std::fill(dq_acc + bh * p.seqlen_q * d, dq_acc + (bh + 1) * p.seqlen_q * d, 0.0f);
   });

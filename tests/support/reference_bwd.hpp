@@ -23,8 +23,14 @@
 // those given inputs move the exact gradients when P is recomputed from the given LSE and
 // D = rowsum(dO o O) from the given O (FlashAttention's formulation):
 //   dL_i = |LSE_given - LSE|,  dD_i = |rowsum(dO o O_given) - D_i|,
-//   t_ij = P_ij (dL_i (|dP_ij - D_i| + |D_i|) + dD_i)   (|D_i| covers D = rowsum(P o dP), as naive has it)
-//   dv_in = sum_i P_ij dL_i |dO_i|,  dq_in = scale sum_j t_ij |K_j|,  dk_in = scale sum_i t_ij |Q_i|.
+//   r_ij = dL_i + u32 scale |Q_i|.|K_j|                   (relative error of the recomputed P_ij)
+//   t_ij = P_ij (r_ij (|dP_ij - D_i| + |D_i|) + dD_i + u32 (|dO_i|.|V_j| + |dO_i|.|O_i|))
+//   dv_in = sum_i P_ij r_ij |dO_i|,  dq_in = scale sum_j t_ij |K_j|,  dk_in = scale sum_i t_ij |Q_i|.
+// |D_i| covers D = rowsum(P o dP), as naive has it. The u32 = 2^-24 terms are one fp32 rounding of the
+// magnitudes behind the fp32 dots S_ij, dP_ij and D_i. They matter in fp32 only: there the recomputed
+// S_ij - LSE_i (the LSE came from another summation) and, with D = rowsum(dO o O) (the fused formulation:
+// P is never whole), dP_ij - D_i no longer cancel their roundings the way a materialised softmax does
+// (exactly, for a row that sees a single key, where the exact dS is 0).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -113,7 +119,9 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
   g.dk_in = Dense(B, SK, HK, D);
   g.dv_in = Dense(B, SK, HK, D);
   const bool sensitivity = !naive && o_given != nullptr && lse_given != nullptr;
-  std::vector<double> P(SQ * SK), dP(SQ * SK), dk_h(SK * D), dv_h(SK * D), acc(D), lse(SQ), dL(SQ), dD(SQ), t(SQ * SK);
+  std::vector<double> P(SQ * SK), dP(SQ * SK), dk_h(SK * D), dv_h(SK * D), acc(D), lse(SQ), dL(SQ), dD(SQ), t(SQ * SK),
+      rel(SQ * SK);
+  const double u32 = std::ldexp(1.0, -24);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t hk = 0; hk < HK; ++hk) {
       std::vector<double> dk_sum(SK * D, 0.0), dv_sum(SK * D, 0.0);
@@ -125,8 +133,12 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
           for (int64_t j = 0; j < SK; ++j) {
             if (!pr.mask.visible(b, h, i, j, SQ, SK)) { s[j] = -inf; continue; }
             g.dk_unseen[(b * SK + j) * HK + hk] = 0;
-            double dot = 0;
-            for (int64_t e = 0; e < D; ++e) dot = f32(dot + q.at(b, i, h, e) * k.at(b, j, hk, e));
+            double dot = 0, mag = 0;
+            for (int64_t e = 0; e < D; ++e) {
+              dot = f32(dot + q.at(b, i, h, e) * k.at(b, j, hk, e));
+              if (sensitivity) mag += std::fabs(q.at(b, i, h, e) * k.at(b, j, hk, e));
+            }
+            if (sensitivity) rel[i * SK + j] = u32 * pr.scale * mag;
             s[j] = naive ? round_to(dtype, static_cast<float>(dot * pr.scale)) : dot * pr.scale;
             mx = std::max(mx, s[j]);
           }
@@ -149,25 +161,35 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
         for (int64_t i = 0; i < SQ; ++i) {
           double Di = 0;
           for (int64_t j = 0; j < SK; ++j) {
-            double dot = 0;
-            for (int64_t e = 0; e < D; ++e) dot = f32(dot + dout.at(b, i, h, e) * v.at(b, j, hk, e));
+            double dot = 0, mag = 0;
+            for (int64_t e = 0; e < D; ++e) {
+              dot = f32(dot + dout.at(b, i, h, e) * v.at(b, j, hk, e));
+              if (sensitivity) mag += std::fabs(dout.at(b, i, h, e) * v.at(b, j, hk, e));
+            }
             dP[i * SK + j] = rnd(dot);
+            if (sensitivity) t[i * SK + j] = mag;  // |dO_i|.|V_j| until t is formed below
             Di = f32(Di + P[i * SK + j] * dP[i * SK + j]);
           }
           if (sensitivity) {
             dL[i] = lse[i] == -inf ? 0.0 : std::fabs((*lse_given)[(b * H + h) * SQ + i] - lse[i]);
-            double given_D = 0;
-            for (int64_t e = 0; e < D; ++e) given_D += dout.at(b, i, h, e) * o_given->at(b, i, h, e);
+            double given_D = 0, D_mag = 0;
+            for (int64_t e = 0; e < D; ++e) {
+              given_D += dout.at(b, i, h, e) * o_given->at(b, i, h, e);
+              D_mag += std::fabs(dout.at(b, i, h, e) * o_given->at(b, i, h, e));
+            }
             dD[i] = lse[i] == -inf ? 0.0 : std::fabs(given_D - Di);
-            for (int64_t j = 0; j < SK; ++j)
-              t[i * SK + j] = P[i * SK + j] * (dL[i] * (std::fabs(dP[i * SK + j] - Di) + std::fabs(Di)) + dD[i]);
+            for (int64_t j = 0; j < SK; ++j) {
+              rel[i * SK + j] += dL[i];
+              t[i * SK + j] = P[i * SK + j] * (rel[i * SK + j] * (std::fabs(dP[i * SK + j] - Di) + std::fabs(Di)) + dD[i] +
+                                               u32 * (t[i * SK + j] + D_mag));
+            }
           }
           for (int64_t j = 0; j < SK; ++j) dP[i * SK + j] = rnd(P[i * SK + j] * (dP[i * SK + j] - Di));
         }
         if (sensitivity)
           for (int64_t i = 0; i < SQ; ++i)
             for (int64_t j = 0; j < SK; ++j) {
-              const double tij = t[i * SK + j], pl = P[i * SK + j] * dL[i];
+              const double tij = t[i * SK + j], pl = P[i * SK + j] * rel[i * SK + j];
               if (tij == 0.0 && pl == 0.0) continue;
               for (int64_t e = 0; e < D; ++e) {
                 g.dq_in.at(b, i, h, e) += pr.scale * tij * std::fabs(k.at(b, j, hk, e));

@@ -52,44 +52,148 @@ std::string cpu_model_name() {
   return "CPU";
 }
 
-flash_fwd_args default_fwd_args();
-flash_bwd_args default_bwd_args();
-int32_t read_block_mask(const flash_block_mask* user, flash_block_mask* local, const flash_block_mask** out);
-
-// The caller's structs at this library's layout (see capi/versioned.h), with their block mask.
-struct FwdCall {
-  flash_fwd_args args;
-  flash_block_mask mask;
-};
-struct BwdCall {
-  flash_bwd_args args;
-  flash_block_mask mask;
-};
-
-// Shared validation + selection for flash_fwd and flash_fwd_workspace_size.
-int32_t prepare_fwd(const flash_fwd_args* user, FwdCall* call, flash::FwdParams* p, const flash::Algorithm** alg) {
-  if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  if (const int32_t s = flash::read_versioned(user, default_fwd_args(), &call->args, "args", "flash_fwd_args_init"); s != FLASH_OK)
-    return s;
-  const flash_fwd_args* args = &call->args;
-  if (const int32_t s = read_block_mask(args->block_mask, &call->mask, &call->args.block_mask); s != FLASH_OK) return s;
-  if (const int32_t s = flash::validate_fwd(args, p); s != FLASH_OK) return s;
-  if (args->q.device_type == FLASH_DEVICE_CUDA)
-    if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
-  return flash::select_algorithm(*p, args->q.device_type, args->algorithm, alg);
+// ---- Defaults: what the init functions write ---------------------------------------------------------
+template <class T>
+T zeroed() {
+  T t;
+  std::memset(static_cast<void*>(&t), 0, sizeof(t));
+  t.struct_size = sizeof(t);
+  return t;
+}
+flash_block_mask default_block_mask() {
+  flash_block_mask m = zeroed<flash_block_mask>();
+  m.block_m = 128;
+  m.block_n = 128;
+  return m;
+}
+// flash_fwd_args and flash_bwd_args share their option fields and their defaults.
+template <class Args>
+Args default_args() {
+  Args a = zeroed<Args>();
+  a.softmax_scale = 0.0f;  // 1/sqrt(head_dim)
+  a.causal = 0;
+  a.causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
+  a.window_left = -1;
+  a.window_right = -1;
+  a.algorithm = FLASH_ALGO_AUTO;
+  a.algorithm_used = -1;
+  return a;
 }
 
-// Shared validation + selection for flash_bwd and flash_bwd_workspace_size.
-int32_t prepare_bwd(const flash_bwd_args* user, BwdCall* call, flash::BwdParams* p, const flash::Algorithm** alg) {
-  if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
-  if (const int32_t s = flash::read_versioned(user, default_bwd_args(), &call->args, "args", "flash_bwd_args_init"); s != FLASH_OK)
+// The init functions: defaults for the caller's struct_size bytes.
+template <class T>
+int32_t init_sized(T* p, size_t size, const T& defaults, const char* what, const char* init) {
+  if (p == nullptr) return fail(FLASH_ERROR_NULL_POINTER, what, " is NULL");
+  if (const int32_t s = flash::check_struct_size<T>(size, what, init); s != FLASH_OK) return s;
+  flash::write_versioned(p, defaults, size);
+  return FLASH_OK;
+}
+
+// ---- One call of the forward or the backward ------------------------------------------------------------
+// What differs between the two passes; everything else (versioned read, block mask, validation, device
+// checks, selection, workspace, run) is the same code.
+template <class Args> struct Pass;
+template <> struct Pass<flash_fwd_args> {
+  using Params = flash::FwdParams;
+  static constexpr const char* init = "flash_fwd_args_init";
+  static int32_t validate(const flash_fwd_args* a, Params* p) { return flash::validate_fwd(a, p); }
+  static int32_t select(const Params& p, int32_t dev, int32_t algo, const flash::Algorithm** out) {
+    return flash::select_algorithm(p, dev, algo, out);
+  }
+  static size_t workspace(const flash::Algorithm& a, const Params& p) { return a.fwd_workspace(p); }
+  static int32_t run(const flash::Algorithm& a, Params& p, int32_t dev) { return flash::run_fwd(a, p, dev); }
+};
+template <> struct Pass<flash_bwd_args> {
+  using Params = flash::BwdParams;
+  static constexpr const char* init = "flash_bwd_args_init";
+  static int32_t validate(const flash_bwd_args* a, Params* p) { return flash::validate_bwd(a, p); }
+  static int32_t select(const Params& p, int32_t dev, int32_t algo, const flash::Algorithm** out) {
+    return flash::select_bwd_algorithm(p, dev, algo, out);
+  }
+  static size_t workspace(const flash::Algorithm& a, const Params& p) { return flash::bwd_workspace(a, p); }
+  static int32_t run(const flash::Algorithm& a, Params& p, int32_t dev) { return flash::run_bwd(a, p, dev); }
+};
+
+// The caller's arguments at this library's layout (capi/versioned.h), with their block mask, and the
+// checked problem and the algorithm chosen for it.
+template <class Args>
+struct Call {
+  Args args;
+  flash_block_mask mask;
+  typename Pass<Args>::Params params;
+  const flash::Algorithm* algorithm = nullptr;
+
+  int32_t prepare(const Args* user) {
+    if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
+    if (const int32_t s = flash::read_versioned(user, default_args<Args>(), &args, "args", Pass<Args>::init); s != FLASH_OK)
+      return s;
+    if (args.block_mask != nullptr) {
+      if (const int32_t s = flash::read_versioned(args.block_mask, default_block_mask(), &mask, "block_mask",
+                                                  "flash_block_mask_init");
+          s != FLASH_OK)
+        return s;
+      args.block_mask = &mask;
+    }
+    if (const int32_t s = Pass<Args>::validate(&args, &params); s != FLASH_OK) return s;
+    if (args.q.device_type == FLASH_DEVICE_CUDA)
+      if (const int32_t s = flash::check_cuda_tensors(args); s != FLASH_OK) return s;
+    return Pass<Args>::select(params, args.q.device_type, args.algorithm, &algorithm);
+  }
+};
+
+template <class Args>
+int32_t workspace_size(const Args* user, size_t* bytes) {
+  return guarded([&]() -> int32_t {
+    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
+    *bytes = 0;
+    Call<Args> call;
+    if (const int32_t s = call.prepare(user); s != FLASH_OK) return s;
+    *bytes = Pass<Args>::workspace(*call.algorithm, call.params);
+    return FLASH_OK;
+  });
+}
+
+template <class Args>
+int32_t execute(Args* user) {
+  return guarded([&]() -> int32_t {
+    Call<Args> call;
+    if (const int32_t s = call.prepare(user); s != FLASH_OK) return s;
+    const int32_t s = Pass<Args>::run(*call.algorithm, call.params, call.args.q.device_type);
+    if (s == FLASH_OK) user->algorithm_used = call.algorithm->id;  // a field of every version
     return s;
-  const flash_bwd_args* args = &call->args;
-  if (const int32_t s = read_block_mask(args->block_mask, &call->mask, &call->args.block_mask); s != FLASH_OK) return s;
-  if (const int32_t s = flash::validate_bwd(args, p); s != FLASH_OK) return s;
-  if (args->q.device_type == FLASH_DEVICE_CUDA)
-    if (const int32_t s = flash::check_cuda_tensors(*args); s != FLASH_OK) return s;
-  return flash::select_bwd_algorithm(*p, args->q.device_type, args->algorithm, alg);
+  });
+}
+
+
+flash_device_info default_device_info() { return zeroed<flash_device_info>(); }
+
+// Fills *info (at this library's layout) for one device.
+int32_t device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
+  {
+    if (device_type == FLASH_DEVICE_CPU) {
+      if (device_id != 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_id is ", device_id, " but the CPU is device 0");
+      info->device_type = FLASH_DEVICE_CPU;
+      const std::string name = cpu_model_name();
+      std::strncpy(info->name, name.c_str(), sizeof(info->name) - 1);
+      info->multiprocessors = static_cast<int32_t>(std::thread::hardware_concurrency());
+      const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+      info->shared_mem_per_sm = l2 > 0 ? l2 : 0;  // the fast memory a CPU thread tiles for
+      const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+      info->l2_cache_bytes = l3 > 0 ? l3 : 0;     // last-level cache
+      info->total_memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+      info->algorithms = flash::available_algorithms(FLASH_DEVICE_CPU, 0);
+      return FLASH_OK;
+    }
+    if (device_type != FLASH_DEVICE_CUDA)
+      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
+#ifdef FLASH_WITH_CUDA
+    if (const int32_t s = flash::cuda::device_info(device_id, info); s != FLASH_OK) return s;
+    info->algorithms = flash::available_algorithms(FLASH_DEVICE_CUDA, device_id);
+    return FLASH_OK;
+#else
+    return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
+#endif
+  }
 }
 
 }  // namespace
@@ -182,162 +286,33 @@ FLASH_API flash_tensor flash_tensor_contiguous(void* data, int32_t dtype, int32_
   return t;
 }
 
-}  // extern "C"
-
-namespace {
-flash_block_mask default_block_mask() {
-  flash_block_mask m;
-  std::memset(&m, 0, sizeof(m));
-  m.struct_size = sizeof(m);
-  m.block_m = 128;
-  m.block_n = 128;
-  return m;
-}
-flash_fwd_args default_fwd_args() {
-  flash_fwd_args a;
-  std::memset(&a, 0, sizeof(a));
-  a.struct_size = sizeof(a);
-  a.softmax_scale = 0.0f;  // 1/sqrt(head_dim)
-  a.causal = 0;
-  a.causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
-  a.window_left = -1;
-  a.window_right = -1;
-  a.algorithm = FLASH_ALGO_AUTO;
-  a.algorithm_used = -1;
-  return a;
-}
-flash_bwd_args default_bwd_args() {
-  flash_bwd_args a;
-  std::memset(&a, 0, sizeof(a));
-  a.struct_size = sizeof(a);
-  a.softmax_scale = 0.0f;  // 1/sqrt(head_dim)
-  a.causal = 0;
-  a.causal_alignment = FLASH_ALIGN_BOTTOM_RIGHT;
-  a.window_left = -1;
-  a.window_right = -1;
-  a.algorithm = FLASH_ALGO_AUTO;
-  a.algorithm_used = -1;
-  return a;
-}
-flash_device_info default_device_info() {
-  flash_device_info i;
-  std::memset(&i, 0, sizeof(i));
-  i.struct_size = sizeof(i);
-  return i;
-}
-
-// Fills *info (at this library's layout) for one device.
-int32_t device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
-  {
-    if (device_type == FLASH_DEVICE_CPU) {
-      if (device_id != 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_id is ", device_id, " but the CPU is device 0");
-      info->device_type = FLASH_DEVICE_CPU;
-      const std::string name = cpu_model_name();
-      std::strncpy(info->name, name.c_str(), sizeof(info->name) - 1);
-      info->multiprocessors = static_cast<int32_t>(std::thread::hardware_concurrency());
-      const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-      info->shared_mem_per_sm = l2 > 0 ? l2 : 0;  // the fast memory a CPU thread tiles for
-      const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-      info->l2_cache_bytes = l3 > 0 ? l3 : 0;     // last-level cache
-      info->total_memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-      info->algorithms = flash::available_algorithms(FLASH_DEVICE_CPU, 0);
-      return FLASH_OK;
-    }
-    if (device_type != FLASH_DEVICE_CUDA)
-      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
-#ifdef FLASH_WITH_CUDA
-    if (const int32_t s = flash::cuda::device_info(device_id, info); s != FLASH_OK) return s;
-    info->algorithms = flash::available_algorithms(FLASH_DEVICE_CUDA, device_id);
-    return FLASH_OK;
-#else
-    return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
-#endif
-  }
-}
-
-// The init functions: defaults for the caller's struct_size bytes.
-template <class T>
-int32_t init_sized(T* p, size_t size, const T& defaults, const char* what, const char* init) {
-  if (p == nullptr) return fail(FLASH_ERROR_NULL_POINTER, what, " is NULL");
-  if (const int32_t s = flash::check_struct_size<T>(size, what, init); s != FLASH_OK) return s;
-  flash::write_versioned(p, defaults, size);
-  return FLASH_OK;
-}
-
-// A block mask inside args, read at the caller's version; *out points at `local` (or stays NULL).
-int32_t read_block_mask(const flash_block_mask* user, flash_block_mask* local, const flash_block_mask** out) {
-  *out = nullptr;
-  if (user == nullptr) return FLASH_OK;
-  if (const int32_t s = flash::read_versioned(user, default_block_mask(), local, "block_mask", "flash_block_mask_init");
-      s != FLASH_OK)
-    return s;
-  *out = local;
-  return FLASH_OK;
-}
-}  // namespace
-
-extern "C" {
 
 FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t struct_size) {
   return init_sized(mask, struct_size, default_block_mask(), "mask", "flash_block_mask_init");
 }
 
 FLASH_API int32_t flash_fwd_args_init_sized(flash_fwd_args* args, size_t struct_size) {
-  return init_sized(args, struct_size, default_fwd_args(), "args", "flash_fwd_args_init");
+  return init_sized(args, struct_size, default_args<flash_fwd_args>(), "args", "flash_fwd_args_init");
 }
 
 FLASH_API int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes) {
-  return guarded([&]() -> int32_t {
-    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
-    *bytes = 0;
-    FwdCall call;
-    flash::FwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_fwd(args, &call, &p, &alg); s != FLASH_OK) return s;
-    *bytes = alg->fwd_workspace(p);
-    return FLASH_OK;
-  });
+  return workspace_size(args, bytes);
 }
 
 FLASH_API int32_t flash_fwd(flash_fwd_args* args) {
-  return guarded([&]() -> int32_t {
-    FwdCall call;
-    flash::FwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_fwd(args, &call, &p, &alg); s != FLASH_OK) return s;
-    const int32_t s = flash::run_fwd(*alg, p, call.args.q.device_type);
-    if (s == FLASH_OK) args->algorithm_used = alg->id;
-    return s;
-  });
+  return execute(args);
 }
 
 FLASH_API int32_t flash_bwd_args_init_sized(flash_bwd_args* args, size_t struct_size) {
-  return init_sized(args, struct_size, default_bwd_args(), "args", "flash_bwd_args_init");
+  return init_sized(args, struct_size, default_args<flash_bwd_args>(), "args", "flash_bwd_args_init");
 }
 
 FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes) {
-  return guarded([&]() -> int32_t {
-    if (bytes == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "bytes is NULL");
-    *bytes = 0;
-    BwdCall call;
-    flash::BwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_bwd(args, &call, &p, &alg); s != FLASH_OK) return s;
-    *bytes = flash::bwd_workspace(*alg, p);
-    return FLASH_OK;
-  });
+  return workspace_size(args, bytes);
 }
 
 FLASH_API int32_t flash_bwd(flash_bwd_args* args) {
-  return guarded([&]() -> int32_t {
-    BwdCall call;
-    flash::BwdParams p;
-    const flash::Algorithm* alg = nullptr;
-    if (const int32_t s = prepare_bwd(args, &call, &p, &alg); s != FLASH_OK) return s;
-    const int32_t s = flash::run_bwd(*alg, p, call.args.q.device_type);
-    if (s == FLASH_OK) args->algorithm_used = alg->id;
-    return s;
-  });
+  return execute(args);
 }
 
 FLASH_API int32_t flash_device_info_init_sized(flash_device_info* info, size_t struct_size) {

@@ -164,36 +164,33 @@ int32_t execute(Args* user) {
   });
 }
 
-
 flash_device_info default_device_info() { return zeroed<flash_device_info>(); }
 
 // Fills *info (at this library's layout) for one device.
 int32_t device_info(int32_t device_type, int32_t device_id, flash_device_info* info) {
-  {
-    if (device_type == FLASH_DEVICE_CPU) {
-      if (device_id != 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_id is ", device_id, " but the CPU is device 0");
-      info->device_type = FLASH_DEVICE_CPU;
-      const std::string name = cpu_model_name();
-      std::strncpy(info->name, name.c_str(), sizeof(info->name) - 1);
-      info->multiprocessors = static_cast<int32_t>(std::thread::hardware_concurrency());
-      const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-      info->shared_mem_per_sm = l2 > 0 ? l2 : 0;  // the fast memory a CPU thread tiles for
-      const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-      info->l2_cache_bytes = l3 > 0 ? l3 : 0;     // last-level cache
-      info->total_memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-      info->algorithms = flash::available_algorithms(FLASH_DEVICE_CPU, 0);
-      return FLASH_OK;
-    }
-    if (device_type != FLASH_DEVICE_CUDA)
-      return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
-#ifdef FLASH_WITH_CUDA
-    if (const int32_t s = flash::cuda::device_info(device_id, info); s != FLASH_OK) return s;
-    info->algorithms = flash::available_algorithms(FLASH_DEVICE_CUDA, device_id);
+  if (device_type == FLASH_DEVICE_CPU) {
+    if (device_id != 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_id is ", device_id, " but the CPU is device 0");
+    info->device_type = FLASH_DEVICE_CPU;
+    const std::string name = cpu_model_name();
+    std::strncpy(info->name, name.c_str(), sizeof(info->name) - 1);
+    info->multiprocessors = static_cast<int32_t>(std::thread::hardware_concurrency());
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    info->shared_mem_per_sm = l2 > 0 ? l2 : 0;  // the fast memory a CPU thread tiles for
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    info->l2_cache_bytes = l3 > 0 ? l3 : 0;     // last-level cache
+    info->total_memory_bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+    info->algorithms = flash::available_algorithms(FLASH_DEVICE_CPU, 0);
     return FLASH_OK;
-#else
-    return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
-#endif
   }
+  if (device_type != FLASH_DEVICE_CUDA)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "device_type is ", device_type, ", not a FLASH_DEVICE_* value");
+#ifdef FLASH_WITH_CUDA
+  if (const int32_t s = flash::cuda::device_info(device_id, info); s != FLASH_OK) return s;
+  info->algorithms = flash::available_algorithms(FLASH_DEVICE_CUDA, device_id);
+  return FLASH_OK;
+#else
+  return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
+#endif
 }
 
 }  // namespace

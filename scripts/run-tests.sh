@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-export EXTRA_APT_PACKAGES="${EXTRA_APT_PACKAGES:-} librust-bindgen-dev librust-pkg-config-dev librust-half-dev libclang-dev clang"
+export EXTRA_APT_PACKAGES="${EXTRA_APT_PACKAGES:-} librust-bindgen-dev librust-pkg-config-dev librust-half-dev libclang-dev clang chromium"
 bash scripts/setup.sh
 status=0
 

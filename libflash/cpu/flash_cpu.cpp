@@ -177,7 +177,8 @@ int32_t fwd(const FwdParams& p) {
 // block order 0, 1, 2, ...: a per-(batch, kv head, query block) counter says which key block's turn it
 // is (each item waits for its turn, adds its tile, passes the turn on, visiting query blocks in order).
 // Items are handed out in increasing key block order, so the lowest unfinished item never waits and the
-// scheme cannot deadlock; consecutive key blocks of one head run as a wavefront. The sum is therefore
+// scheme cannot deadlock; items are ordered key block major, so threads mostly work on different heads
+// (with fewer heads than threads, consecutive key blocks of a head run as a wavefront). The sum is therefore
 // the same sequence of fp32 additions whatever the thread count: the cpu backward is always bitwise
 // deterministic (FLASH_FLAG_DETERMINISTIC costs nothing here).
 //
@@ -389,12 +390,15 @@ int32_t bwd_typed(const BwdParams& p) {
     std::fill(dq_acc + bh * p.seqlen_q * d, dq_acc + (bh + 1) * p.seqlen_q * d, 0.0f);
   });
 
-  // 2. Key blocks: item = ((b * hkv) + hk) * k_blocks + kb, so key blocks of one head are handed out in
-  //    order (the dQ turns rely on it).
-  const int64_t items = int64_t{p.batch} * p.heads_kv * l.k_blocks;
+  // 2. Key blocks: item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head are handed out in
+  //    increasing order (the dQ turns rely on it), and the items that run side by side belong to
+  //    different heads whenever b * hkv >= threads, so they seldom wait for each other's turns; with
+  //    fewer heads the key blocks of a head run as a wavefront.
+  const int64_t heads = int64_t{p.batch} * p.heads_kv;
+  const int64_t items = heads * l.k_blocks;
   std::vector<BwdScratch> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
   parallel_for(items, [&](int64_t item, int t) {
-    const int64_t kb = item % l.k_blocks, bh = item / l.k_blocks;
+    const int64_t kb = item / heads, bh = item % heads;
     bwd_item<T>(p, l, bh / p.heads_kv, bh % p.heads_kv, kb, dq_acc, D, turns, scratch[t]);
   });
 

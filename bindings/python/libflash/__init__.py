@@ -3,22 +3,23 @@
     import libflash
     o = libflash.attention(q, k, v, causal=True)          # numpy -> CPU; torch/CuPy CUDA -> GPU
     o, lse = libflash.attention(q, k, v, return_lse=True)
+    dq, dk, dv = libflash.attention_backward(q, k, v, o, do, lse)   # gradients given dO
     libflash.devices(), libflash.version()
 
-FlashAttention-2 drop-in for PyTorch: ``from libflash.torch import flash_attn_func``.
+FlashAttention-2 drop-in for PyTorch, with autograd: ``from libflash.torch import flash_attn_func``.
 The shared library is found through LIBFLASH_PATH, a copy in libflash/lib/, or the system loader.
 """
 
 from . import _capi as capi  # the raw ctypes layer (structs, constants, functions)
-from ._attention import (DeviceInfo, algorithm_names, attention, build_info, compiled_algorithms, device_count,
-                         device_info, devices, last_algorithm_used, library_path, version, version_info)
+from ._attention import (DeviceInfo, algorithm_names, attention, attention_backward, build_info, compiled_algorithms,
+                         device_count, device_info, devices, last_algorithm_used, library_path, version, version_info)
 from ._errors import FlashError
 from ._mask import BlockMask
 
 __version__ = "1.0.0"  # of this binding; version() is the loaded library's
 
 __all__ = [
-    "attention", "BlockMask", "FlashError", "DeviceInfo", "devices", "device_info", "device_count", "version",
+    "attention", "attention_backward", "BlockMask", "FlashError", "DeviceInfo", "devices", "device_info", "device_count", "version",
     "version_info", "build_info", "compiled_algorithms", "algorithm_names", "last_algorithm_used", "library_path",
     "capi",
 ]

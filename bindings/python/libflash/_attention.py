@@ -59,14 +59,64 @@ def _window(window):
     return left, right
 
 
-def _check_no_grad(descs):
-    if any(d.kind == "torch" for d in descs):
-        import torch
+def _needs_autograd(descs):
+    """True when a torch input requires grad in grad mode: the call must then go through autograd."""
+    if not any(d.kind == "torch" for d in descs):
+        return False
+    import torch
 
-        if torch.is_grad_enabled() and any(d.kind == "torch" and d.obj.requires_grad for d in descs):
-            raise RuntimeError(
-                "libflash: an input requires grad, but libflash has no backward pass yet (forward only). "
-                "Call it under torch.no_grad() / torch.inference_mode(), or pass .detach()ed tensors.")
+    return torch.is_grad_enabled() and any(d.kind == "torch" and d.obj.requires_grad for d in descs)
+
+
+def _describe_inputs(q, names_arrays, stream):
+    """(user_stream, [Desc...], run_stream, Allocator) shared by the forward and the backward: the inputs
+    described, the stream the call runs on (the given one or the framework's current one), and an
+    allocator for results like q."""
+    if kind_of(q) is None:
+        raise TypeError("libflash: q is a %s.%s; expected a numpy array, a torch tensor, or an array exposing "
+                        "__cuda_array_interface__ or __dlpack__" % (type(q).__module__, type(q).__name__))
+    user_stream = stream_pointer(stream)
+    descs = [describe(x, name, user_stream) for name, x in names_arrays]
+    d0 = descs[0]
+    if d0.is_cuda:
+        run_stream = user_stream if user_stream is not None else current_stream(d0)
+    else:
+        run_stream = 0
+    return user_stream, descs, run_stream, Allocator(d0, run_stream)
+
+
+def _output(x, name, user_stream):
+    """Desc of a caller-given output, refusing read-only numpy arrays."""
+    d = describe(x, name, user_stream)
+    if d.kind == "numpy" and not x.flags.writeable:
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s is a read-only numpy array" % name)
+    return d
+
+
+def _set_options(args, dq, shape, alloc, run_stream, causal, causal_alignment, window, block_mask, block_size,
+                 softmax_scale, algorithm, deterministic):
+    """The option fields flash_fwd_args and flash_bwd_args share. Returns what keeps the block mask alive."""
+    batch, seqlen_q, heads_q, seqlen_k = shape
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+        if softmax_scale == 0.0:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is 0; the ABI reads 0 as 'the default "
+                        "1/sqrt(head_dim)'. Pass None for the default")
+        args.softmax_scale = softmax_scale
+    args.causal = 1 if causal else 0
+    args.causal_alignment = _alignment(causal_alignment)
+    args.window_left, args.window_right = _window(window)
+    for name, w in (("window_left", args.window_left), ("window_right", args.window_right)):
+        if w < -1:
+            raise error(_capi.FLASH_ERROR_BAD_MASK, "%s is %d but must be >= -1" % (name, w))
+    args.algorithm = _algorithm_id(algorithm)
+    args.flags = _capi.FLASH_FLAG_DETERMINISTIC if deterministic else 0
+    args.stream = run_stream or None
+
+    bm, keep = _mask.build(block_mask, block_size, dq, batch, heads_q, seqlen_q, seqlen_k, alloc)
+    if bm is not None:
+        args.block_mask = ctypes.pointer(bm)
+    return (bm, keep)
 
 
 def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=(-1, -1), block_mask=None,
@@ -92,29 +142,31 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
     return_lse: also return the fp32 log-sum-exp [batch, heads_q, seqlen_q] (-inf for rows that see no key).
     algorithm: "auto", "cpu", "naive", "sm80", "sm90" (or the FLASH_ALGO_* int).
     out: optional preallocated output (same shape/dtype/device as q).
+    deterministic: bitwise-reproducible gradients when the call goes through autograd (the forward always
+        is reproducible).
+
+    torch tensors that require grad (in grad mode) go through autograd (libflash.torch): the result has a
+    grad_fn whose backward is flash_bwd (lse, if returned, is not differentiable); out= is refused then.
 
     Returns out, or (out, lse) when return_lse. Raises FlashError on any invalid argument.
     """
-    if kind_of(q) is None:
-        raise TypeError("libflash: q is a %s.%s; expected a numpy array, a torch tensor, or an array exposing "
-                        "__cuda_array_interface__ or __dlpack__" % (type(q).__module__, type(q).__name__))
-    user_stream = stream_pointer(stream)
-    dq = describe(q, "q", user_stream)
-    dk = describe(k, "k", user_stream)
-    dv = describe(v, "v", user_stream)
-    _check_no_grad((dq, dk, dv))
+    user_stream, (dq, dk, dv), run_stream, alloc = _describe_inputs(q, (("q", q), ("k", k), ("v", v)), stream)
+    if _needs_autograd((dq, dk, dv)):
+        if out is not None:
+            raise RuntimeError("libflash: out= is not supported when an input requires grad (autograd would not "
+                               "see the write); drop out= or run under torch.no_grad()")
+        from .torch import _attention_autograd
+
+        return _attention_autograd(q, k, v, return_lse, dict(
+            causal=causal, causal_alignment=causal_alignment, window=window, block_mask=block_mask,
+            block_size=block_size, softmax_scale=softmax_scale, algorithm=algorithm, stream=stream,
+            deterministic=deterministic))
 
     args = _capi.flash_fwd_args()
     check(_capi.flash_fwd_args_init(ctypes.byref(args)))
     args.q = dq.tensor("q", 4)
     args.k = dk.tensor("k", 4)
     args.v = dv.tensor("v", 4)
-
-    if dq.is_cuda:
-        run_stream = user_stream if user_stream is not None else current_stream(dq)
-    else:
-        run_stream = 0
-    alloc = Allocator(dq, run_stream)
 
     if len(dq.shape) != 4 or len(dk.shape) != 4:
         # Let the library name the problem (it checks ndim first); o/lse need a 4-d q to be shaped.
@@ -126,35 +178,15 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
 
     if out is None:
         out = alloc.empty((batch, seqlen_q, heads_q, head_dim), "like")
-    do = describe(out, "out", user_stream)
-    if do.kind == "numpy" and not out.flags.writeable:
-        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "out is a read-only numpy array")
-    args.o = do.tensor("out", 4)
+    args.o = _output(out, "out", user_stream).tensor("out", 4)
     lse = None
     if return_lse:
         lse = alloc.empty((batch, heads_q, seqlen_q), "float32")
         dl = describe(lse, "lse", user_stream)
         args.lse = dl.tensor("lse", 3)
 
-    if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
-        if softmax_scale == 0.0:
-            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is 0; the ABI reads 0 as 'the default "
-                        "1/sqrt(head_dim)'. Pass None for the default")
-        args.softmax_scale = softmax_scale
-    args.causal = 1 if causal else 0
-    args.causal_alignment = _alignment(causal_alignment)
-    args.window_left, args.window_right = _window(window)
-    for name, w in (("window_left", args.window_left), ("window_right", args.window_right)):
-        if w < -1:
-            raise error(_capi.FLASH_ERROR_BAD_MASK, "%s is %d but must be >= -1" % (name, w))
-    args.algorithm = _algorithm_id(algorithm)
-    args.flags = _capi.FLASH_FLAG_DETERMINISTIC if deterministic else 0
-    args.stream = run_stream or None
-
-    bm, keep = _mask.build(block_mask, block_size, dq, batch, heads_q, seqlen_q, seqlen_k, alloc)
-    if bm is not None:
-        args.block_mask = ctypes.pointer(bm)
+    keep = _set_options(args, dq, (batch, seqlen_q, heads_q, seqlen_k), alloc, run_stream, causal, causal_alignment,
+                        window, block_mask, block_size, softmax_scale, algorithm, deterministic)
 
     # ctypes drops the GIL for the call; the CPU backend runs threaded, GPU calls return at once.
     check(_capi.flash_fwd(ctypes.byref(args)))
@@ -163,11 +195,73 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
     return (out, lse) if return_lse else out
 
 
+def attention_backward(q, k, v, o, do, lse, *, causal=False, causal_alignment="bottom_right", window=(-1, -1),
+                       block_mask=None, block_size=None, softmax_scale=None, algorithm="auto", deterministic=False,
+                       dq=None, dk=None, dv=None, stream=None):
+    """Gradients (dq, dk, dv) of O = attention(q, k, v, ...) given dO = dL/dO, computed the FlashAttention
+    way: P is recomputed tile by tile from q, k and the forward's log-sum-exp, nothing N x N is stored.
+
+    q, k, v: the forward's inputs; o and lse: its output and fp32 log-sum-exp (attention(...,
+    return_lse=True)); do: dL/dO, shaped and typed like o. The mask options (causal, causal_alignment,
+    window, block_mask, block_size, softmax_scale) must be the forward's. Arrays are taken as by attention()
+    (numpy -> CPU; torch, CuPy, ... on their GPU; any strides with a contiguous last dimension).
+    GQA/MQA: dk and dv are shaped like k and v, each the sum over the query heads sharing that head.
+    Rows that saw no key get dq = 0; keys no query saw get dk = dv = 0.
+
+    deterministic: bitwise-identical results run to run (FLASH_FLAG_DETERMINISTIC; the default may use
+        atomics on the GPU).
+    dq, dk, dv: optional preallocated outputs (any strides, contiguous last dimension); each one not given
+        is allocated like q (or k, v) with the inputs' framework, on the call's stream.
+    stream: as attention(): the given stream, or the framework's current one. GPU calls are asynchronous.
+
+    Returns (dq, dk, dv), the same kind of arrays as q. Raises FlashError on any invalid argument.
+    """
+    user_stream, descs, run_stream, alloc = _describe_inputs(
+        q, (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("lse", lse)), stream)
+    d_q, d_k, d_v, d_o, d_do, d_lse = descs
+    if _capi.flash_bwd is None:
+        raise error(_capi.FLASH_ERROR_ALGORITHM_UNAVAILABLE, "the loaded libflash %s (%s) has no backward pass "
+                    "(flash_bwd is in 1.1 and later)" % (version(), _capi.library_path))
+
+    args = _capi.flash_bwd_args()
+    check(_capi.flash_bwd_args_init(ctypes.byref(args)))
+    args.q = d_q.tensor("q", 4)
+    args.k = d_k.tensor("k", 4)
+    args.v = d_v.tensor("v", 4)
+    args.o = d_o.tensor("o", 4)
+    args.d_o = d_do.tensor("do", 4)
+    args.lse = d_lse.tensor("lse", 3)
+
+    if len(d_q.shape) != 4 or len(d_k.shape) != 4:
+        # Let the library name the problem (it checks each tensor's ndim first).
+        args.dq, args.dk, args.dv = args.q, args.k, args.v
+        check(_capi.flash_bwd(ctypes.byref(args)))
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "q and k must be 4-d [batch, seqlen, heads, head_dim]")
+    batch, seqlen_q, heads_q, _ = d_q.shape
+    seqlen_k = d_k.shape[1]
+
+    outs = []
+    for name, given, like in (("dq", dq, d_q), ("dk", dk, d_k), ("dv", dv, d_v)):
+        if given is None:
+            given = alloc.empty(like.shape, "like")
+        setattr(args, name, _output(given, name, user_stream).tensor(name, 4))
+        outs.append(given)
+
+    keep = _set_options(args, d_q, (batch, seqlen_q, heads_q, seqlen_k), alloc, run_stream, causal,
+                        causal_alignment, window, block_mask, block_size, softmax_scale, algorithm, deterministic)
+
+    check(_capi.flash_bwd(ctypes.byref(args)))
+    _last.algorithm_used = args.algorithm_used
+    del keep
+    return tuple(outs)
+
+
 _last = threading.local()
 
 
 def last_algorithm_used():
-    """Name of the algorithm the last successful attention() call on this thread ran (e.g. "sm80")."""
+    """Name of the algorithm the last successful attention() or attention_backward() call on this thread ran
+    (e.g. "sm80")."""
     n = _capi.flash_algorithm_name(getattr(_last, "algorithm_used", -1))
     return n.decode() if n else None
 

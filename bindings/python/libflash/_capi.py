@@ -1,6 +1,6 @@
 """Low-level ctypes declarations of flash.h (the libflash C ABI, major version 1).
 
-Everything here mirrors flash.h one to one: constants, the four public structs and every function,
+Everything here mirrors flash.h one to one: constants, the five public structs and every function,
 each declared once with its argtypes/restype next to its C prototype. Nothing here knows about
 numpy or any framework; see _attention.py for the high-level API.
 
@@ -19,7 +19,7 @@ import sys
 
 # ---- Version of the header this module mirrors --------------------------------------------------------
 FLASH_VERSION_MAJOR = 1
-FLASH_VERSION_MINOR = 0
+FLASH_VERSION_MINOR = 1
 FLASH_VERSION_PATCH = 0
 
 # ---- Status codes -------------------------------------------------------------------------------------
@@ -71,6 +71,7 @@ FLASH_STRUCT_TENSOR = 1
 FLASH_STRUCT_FWD_ARGS = 2
 FLASH_STRUCT_BLOCK_MASK = 3
 FLASH_STRUCT_DEVICE_INFO = 4
+FLASH_STRUCT_BWD_ARGS = 5  # since 1.1
 
 
 # ---- Structs ------------------------------------------------------------------------------------------
@@ -160,13 +161,48 @@ class flash_device_info(ctypes.Structure):
     ]
 
 
+class flash_bwd_args(ctypes.Structure):
+    """typedef struct flash_bwd_args { size_t struct_size; flash_tensor q, k, v, o, d_o, lse, dq, dk, dv;
+    float softmax_scale; int32_t causal, causal_alignment, window_left, window_right, algorithm;
+    uint32_t flags; int32_t algorithm_used; const flash_block_mask* block_mask; void* stream;
+    void* workspace; size_t workspace_size; } flash_bwd_args;   (since 1.1)"""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", flash_tensor),
+        ("k", flash_tensor),
+        ("v", flash_tensor),
+        ("o", flash_tensor),
+        ("d_o", flash_tensor),
+        ("lse", flash_tensor),
+        ("dq", flash_tensor),
+        ("dk", flash_tensor),
+        ("dv", flash_tensor),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("causal_alignment", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("algorithm", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("algorithm_used", ctypes.c_int32),
+        ("block_mask", ctypes.POINTER(flash_block_mask)),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+    ]
+
+
 # Struct id -> (ctypes class, may the library's struct be larger, i.e. is it extensible by appending).
 STRUCTS = {
     FLASH_STRUCT_TENSOR: (flash_tensor, False),  # never extended (a new layout would be a new type)
     FLASH_STRUCT_FWD_ARGS: (flash_fwd_args, True),
     FLASH_STRUCT_BLOCK_MASK: (flash_block_mask, True),
     FLASH_STRUCT_DEVICE_INFO: (flash_device_info, True),
+    FLASH_STRUCT_BWD_ARGS: (flash_bwd_args, True),
 }
+# Struct id -> the minor version that added it (a 1.0 library knows nothing of it: flash_struct_size says 0).
+STRUCTS_SINCE_MINOR = {FLASH_STRUCT_BWD_ARGS: 1}
 
 
 # ---- Locating and loading the library -----------------------------------------------------------------
@@ -233,7 +269,11 @@ def _load_library():
 lib, library_path = _load_library()
 
 
-def _declare(name, restype, argtypes):
+def _declare(name, restype, argtypes, optional=False):
+    """The library's function `name` with its prototype. optional: a function added in a later minor
+    version than 1.0; None when the loaded library (an older minor) does not export it."""
+    if optional and not hasattr(lib, name):
+        return None
     fn = getattr(lib, name)
     fn.restype = restype
     fn.argtypes = argtypes
@@ -311,6 +351,23 @@ flash_compiled_algorithms = _declare("flash_compiled_algorithms", _u32, [])
 # size_t flash_struct_size(int32_t which);
 flash_struct_size = _declare("flash_struct_size", ctypes.c_size_t, [_i32])
 
+# ---- Backward (since 1.1; None with a 1.0 library) ----
+# int32_t flash_bwd_args_init_sized(flash_bwd_args* args, size_t struct_size);
+flash_bwd_args_init_sized = _declare("flash_bwd_args_init_sized", _i32, [ctypes.POINTER(flash_bwd_args), ctypes.c_size_t],
+                                     optional=True)
+
+
+def flash_bwd_args_init(ref):
+    """The C macro flash_bwd_args_init(p): defaults for a struct of this binding's size (an older or newer
+    library reads what it knows and defaults the rest)."""
+    return flash_bwd_args_init_sized(ref, ctypes.sizeof(flash_bwd_args))
+
+# int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes);
+flash_bwd_workspace_size = _declare("flash_bwd_workspace_size", _i32,
+                                    [ctypes.POINTER(flash_bwd_args), ctypes.POINTER(ctypes.c_size_t)], optional=True)
+# int32_t flash_bwd(flash_bwd_args* args);
+flash_bwd = _declare("flash_bwd", _i32, [ctypes.POINTER(flash_bwd_args)], optional=True)
+
 
 # ---- Import-time checks -------------------------------------------------------------------------------
 def _check_library():
@@ -323,6 +380,8 @@ def _check_library():
     minor = flash_version_minor()
     problems = []
     for which, (cls, extensible) in STRUCTS.items():
+        if minor < STRUCTS_SINCE_MINOR.get(which, 0):
+            continue  # an older library without this struct (nor the functions that take it)
         ours = ctypes.sizeof(cls)
         theirs = flash_struct_size(which)
         # Same minor: identical layout. A newer library may only have appended fields to extensible

@@ -56,3 +56,37 @@ def attention_ref(q, k, v, softmax_scale=None, **mask):
     with np.errstate(divide="ignore"):
         lse = np.where(l[..., 0] > 0, np.log(np.where(l[..., 0] > 0, l[..., 0], 1.0)) + m_safe[..., 0], -np.inf)
     return o, lse
+
+
+def attention_grad_ref(q, k, v, do, softmax_scale=None, **mask):
+    """(dQ, dK, dV) float64 of O = attention_ref(q, k, v, ...) given dO, by the textbook chain rule on the
+    materialised P (nothing taken from the library: not its O, not its LSE):
+        dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = scale dS K,  dK = scale dS^T Q,
+    with dK, dV of a key/value head summed over the query heads sharing it (GQA). Rows that see no key
+    have P = 0 and so contribute nothing."""
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    do = np.asarray(do, dtype=np.float64)
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    g = hq // hkv
+    kr = np.repeat(k, g, axis=2)
+    vr = np.repeat(v, g, axis=2)
+    scale = 1.0 / np.sqrt(d) if softmax_scale is None else softmax_scale
+    s = np.einsum("bqhd,bkhd->bhqk", q, kr) * scale
+    ok = np.broadcast_to(visible(sq, sk, **mask), s.shape)
+    s = np.where(ok, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = p.sum(axis=-1, keepdims=True)
+    p = p / np.where(l > 0, l, 1.0)
+    dv = np.einsum("bhqk,bqhd->bkhd", p, do)
+    dp = np.einsum("bqhd,bkhd->bhqk", do, vr)
+    ds = p * (dp - (p * dp).sum(axis=-1, keepdims=True))
+    dq = np.einsum("bhqk,bkhd->bqhd", ds, kr) * scale
+    dk = np.einsum("bhqk,bqhd->bkhd", ds, q) * scale
+    # GQA: query head h uses key/value head h // g; sum each group's gradients.
+    dk = dk.reshape(b, sk, hkv, g, d).sum(axis=3)
+    dv = dv.reshape(b, sk, hkv, g, d).sum(axis=3)
+    return dq, dk, dv

@@ -34,6 +34,10 @@ def test_struct_offsets_lp64():
     assert A.block_mask.offset == 480 and A.workspace_size.offset == 504 and ctypes.sizeof(A) == 512
     M = capi.flash_block_mask
     assert (M.kv_num_blocks.offset, M.kv_indices_strides.offset, ctypes.sizeof(M)) == (24, 64, 96)
+    B = capi.flash_bwd_args
+    assert B.q.offset == 8 and B.d_o.offset == 8 + 4 * 88 and B.dv.offset == 8 + 8 * 88
+    assert B.softmax_scale.offset == 8 + 9 * 88 and B.algorithm_used.offset == B.softmax_scale.offset + 28
+    assert B.block_mask.offset == 832 and B.workspace_size.offset == 856 and ctypes.sizeof(B) == 864
     D = capi.flash_device_info
     assert D.name.offset == 16 and D.cc_major.offset == 272 and D.algorithms.offset == 328
 
@@ -46,6 +50,12 @@ def test_init_functions_write_defaults():
     m = capi.flash_block_mask()
     assert capi.flash_block_mask_init(ctypes.byref(m)) == capi.FLASH_OK
     assert (m.struct_size, m.block_m, m.block_n) == (ctypes.sizeof(m), 128, 128)
+    b = capi.flash_bwd_args()
+    b.flags = 7
+    assert capi.flash_bwd_args_init(ctypes.byref(b)) == capi.FLASH_OK
+    assert b.struct_size == ctypes.sizeof(b)
+    assert (b.window_left, b.window_right, b.causal_alignment, b.algorithm, b.flags) == (-1, -1, 0, 0, 0)
+    assert not b.block_mask and b.stream is None
     info = capi.flash_device_info()
     assert capi.flash_device_info_init(ctypes.byref(info)) == capi.FLASH_OK
     assert info.struct_size == ctypes.sizeof(info)
@@ -91,6 +101,32 @@ def test_workspace_size_query():
     assert capi.flash_fwd_workspace_size(ctypes.byref(a), ctypes.byref(n)) == capi.FLASH_OK
     assert capi.flash_fwd(ctypes.byref(a)) == capi.FLASH_OK
     assert a.algorithm_used == capi.FLASH_ALGO_CPU
+
+
+def test_bwd_workspace_size_query_and_call():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 16, 2, 32)).astype(np.float32)
+    o, lse = libflash.attention(q, q, q, return_lse=True)
+    do = np.ones_like(q)
+    grads = [np.full_like(q, np.nan) for _ in range(3)]
+    a = capi.flash_bwd_args()
+    capi.flash_bwd_args_init(ctypes.byref(a))
+    shape = (ctypes.c_int64 * 4)(*q.shape)
+    for name, arr in (("q", q), ("k", q), ("v", q), ("o", o), ("d_o", do), ("dq", grads[0]), ("dk", grads[1]),
+                      ("dv", grads[2])):
+        setattr(a, name, capi.flash_tensor_contiguous(arr.ctypes.data, capi.FLASH_DTYPE_FP32, capi.FLASH_DEVICE_CPU,
+                                                      0, 4, shape))
+    lse_shape = (ctypes.c_int64 * 3)(*lse.shape)
+    a.lse = capi.flash_tensor_contiguous(lse.ctypes.data, capi.FLASH_DTYPE_FP32, capi.FLASH_DEVICE_CPU, 0, 3, lse_shape)
+    n = ctypes.c_size_t(12345)
+    assert capi.flash_bwd_workspace_size(ctypes.byref(a), ctypes.byref(n)) == capi.FLASH_OK
+    assert capi.flash_bwd(ctypes.byref(a)) == capi.FLASH_OK
+    assert a.algorithm_used == capi.FLASH_ALGO_CPU
+    assert all(np.all(np.isfinite(g)) for g in grads)
+    assert capi.flash_bwd(None) == capi.FLASH_ERROR_NULL_POINTER
+    # A struct_size smaller than the first flash_bwd_args is refused.
+    a.struct_size = 8
+    assert capi.flash_bwd(ctypes.byref(a)) == capi.FLASH_ERROR_STRUCT_SIZE
 
 
 def test_device_count_without_driver_is_not_an_error():

@@ -313,16 +313,19 @@ def test_flash_attn_func_unsupported(kw):
         flash_attn_func(q, q, q, **kw)
 
 
-def test_requires_grad_is_refused_until_backward_exists():
-    q = torch.zeros(1, 8, 1, 64, dtype=SHIM_DTYPE, device=SHIM_DEV, requires_grad=True)
-    k = torch.zeros(1, 8, 1, 64, dtype=SHIM_DTYPE, device=SHIM_DEV)
-    with pytest.raises(RuntimeError, match="backward"):
-        flash_attn_func(q, k, k)
-    with pytest.raises(RuntimeError, match="backward"):
-        libflash.attention(q, k, k)
+def test_requires_grad_goes_through_autograd():
+    """Inputs that require grad get a grad_fn (the backward is flash_bwd; see test_torch_backward.py)."""
+    q = torch.randn(1, 8, 1, 64, dtype=SHIM_DTYPE, device=SHIM_DEV, requires_grad=True)
+    k = torch.randn(1, 8, 1, 64, dtype=SHIM_DTYPE, device=SHIM_DEV)
+    o = flash_attn_func(q, k, k)
+    assert o.grad_fn is not None
+    o2 = libflash.attention(q, k, k)
+    assert o2.grad_fn is not None
+    o.float().sum().backward()
+    assert q.grad is not None and q.grad.shape == q.shape
     with torch.no_grad():
-        flash_attn_func(q, k, k)
-        libflash.attention(q, k, k)
+        assert flash_attn_func(q, k, k).grad_fn is None
+        assert libflash.attention(q, k, k).grad_fn is None
 
 
 # ---- CPU torch tensors (no GPU needed) -----------------------------------------------------------------------

@@ -28,6 +28,7 @@ mod abi {
             assert_eq!(flash_struct_size(FLASH_STRUCT_FWD_ARGS), size_of::<flash_fwd_args>());
             assert_eq!(flash_struct_size(FLASH_STRUCT_BLOCK_MASK), size_of::<flash_block_mask>());
             assert_eq!(flash_struct_size(FLASH_STRUCT_DEVICE_INFO), size_of::<flash_device_info>());
+            assert_eq!(flash_struct_size(FLASH_STRUCT_BWD_ARGS), size_of::<flash_bwd_args>());
             assert_eq!(flash_struct_size(-1), 0);
         }
     }
@@ -43,10 +44,33 @@ mod abi {
             let mut mask = flash_block_mask::default();
             assert_eq!(flash_block_mask_init_sized(&mut mask, core::mem::size_of::<flash_block_mask>() as _), FLASH_OK);
             assert_eq!(mask.struct_size, size_of::<flash_block_mask>());
+            let mut bwd = flash_bwd_args::default();
+            assert_eq!(flash_bwd_args_init_sized(&mut bwd, core::mem::size_of::<flash_bwd_args>() as _), FLASH_OK);
+            assert_eq!(bwd.struct_size, size_of::<flash_bwd_args>());
+            assert_eq!((bwd.window_left, bwd.window_right, bwd.algorithm, bwd.flags), (-1, -1, FLASH_ALGO_AUTO, 0));
             let mut info = flash_device_info::default();
             assert_eq!(flash_device_info_init_sized(&mut info, core::mem::size_of::<flash_device_info>() as _), FLASH_OK);
             assert_eq!(info.struct_size, size_of::<flash_device_info>());
         }
+    }
+
+    /// flash_bwd_args by hand from flash.h's field order (LP64), besides bindgen's generated layout test
+    /// (bindgen_test_layout_flash_bwd_args): 8 + 9 tensors of 88 bytes, then the options as flash_fwd_args.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn bwd_args_layout_by_hand() {
+        let a = flash_bwd_args::default();
+        let base = &a as *const _ as usize;
+        let off = |p: usize| p - base;
+        assert_eq!(size_of::<flash_tensor>(), 88);
+        assert_eq!(off(&a.q as *const _ as usize), 8);
+        assert_eq!(off(&a.d_o as *const _ as usize), 8 + 4 * 88);
+        assert_eq!(off(&a.dv as *const _ as usize), 8 + 8 * 88);
+        assert_eq!(off(&a.softmax_scale as *const _ as usize), 8 + 9 * 88);
+        assert_eq!(off(&a.algorithm_used as *const _ as usize), 8 + 9 * 88 + 28);
+        assert_eq!(off(&a.block_mask as *const _ as usize), 832);
+        assert_eq!(off(&a.workspace_size as *const _ as usize), 856);
+        assert_eq!(size_of::<flash_bwd_args>(), 864);
     }
 
     #[test]

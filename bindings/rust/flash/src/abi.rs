@@ -31,6 +31,9 @@ unsafe impl PlainC for sys::flash_block_mask {
 unsafe impl PlainC for sys::flash_device_info {
     const WHICH: i32 = sys::FLASH_STRUCT_DEVICE_INFO;
 }
+unsafe impl PlainC for sys::flash_bwd_args {
+    const WHICH: i32 = sys::FLASH_STRUCT_BWD_ARGS;
+}
 
 pub(crate) struct LibSized<T: PlainC> {
     buf: Vec<u64>,
@@ -88,5 +91,12 @@ mod tests {
         assert_eq!(unsafe { sys::flash_fwd_args_init_sized(a.as_mut_ptr(), std::mem::size_of::<sys::flash_fwd_args>() as _) }, sys::FLASH_OK);
         assert_eq!(a.get().struct_size, lib);
         assert_eq!(a.get().window_left, -1);
+        let mut b = LibSized::<sys::flash_bwd_args>::zeroed();
+        let lib = unsafe { sys::flash_struct_size(sys::FLASH_STRUCT_BWD_ARGS) };
+        assert!(b.buf.len() * 8 >= lib.max(size_of::<sys::flash_bwd_args>()));
+        let ours = size_of::<sys::flash_bwd_args>();
+        assert_eq!(unsafe { sys::flash_bwd_args_init_sized(b.as_mut_ptr(), ours as _) }, sys::FLASH_OK);
+        assert_eq!(b.get().struct_size, ours);
+        assert_eq!((b.get().window_left, b.get().window_right, b.get().flags), (-1, -1, 0));
     }
 }

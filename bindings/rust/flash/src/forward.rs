@@ -22,7 +22,7 @@ pub enum Alignment {
 }
 
 impl Alignment {
-    fn to_raw(self) -> i32 {
+    pub(crate) fn to_raw(self) -> i32 {
         match self {
             Alignment::BottomRight => sys::FLASH_ALIGN_BOTTOM_RIGHT,
             Alignment::TopLeft => sys::FLASH_ALIGN_TOP_LEFT,
@@ -98,13 +98,38 @@ impl fmt::Debug for Algorithm {
     }
 }
 
-fn window_to_raw(w: Option<u32>, what: &str) -> Result<i32> {
+pub(crate) fn window_to_raw(w: Option<u32>, what: &str) -> Result<i32> {
     match w {
         None => Ok(-1),
         Some(x) => i32::try_from(x)
             .map_err(|_| Error::new(sys::FLASH_ERROR_BAD_MASK, format!("{what} is {x}, larger than 2^31-1"))),
     }
 }
+
+/// Sets the option fields that flash_fwd_args and flash_bwd_args share (same names, same meaning) from a
+/// [`Forward`]'s options; `a.q` must already be set (the block mask is checked against it). Used in
+/// functions returning [`Result`].
+macro_rules! apply_options {
+    ($opts:expr, $a:expr, $stream:expr) => {{
+        let opts = $opts;
+        let a = $a;
+        if let Some(mask) = opts.block_mask {
+            mask.check_against(&a.q)?;
+            a.block_mask = mask.as_ptr();
+        }
+        a.softmax_scale = opts.softmax_scale;
+        a.causal = opts.causal as i32;
+        a.causal_alignment = opts.alignment.to_raw();
+        a.window_left = $crate::forward::window_to_raw(opts.window_left, "window_left")?;
+        a.window_right = $crate::forward::window_to_raw(opts.window_right, "window_right")?;
+        a.algorithm = opts.algorithm.to_raw();
+        a.flags = if opts.deterministic { sys::FLASH_FLAG_DETERMINISTIC } else { 0 };
+        a.stream = $stream.as_raw();
+        a.workspace = opts.workspace;
+        a.workspace_size = opts.workspace_size;
+    }};
+}
+pub(crate) use apply_options;
 
 /// Options of a forward call, and the calls themselves.
 ///
@@ -137,16 +162,16 @@ fn window_to_raw(w: Option<u32>, what: &str) -> Result<i32> {
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Forward<'m> {
-    softmax_scale: f32,
-    causal: bool,
-    alignment: Alignment,
-    window_left: Option<u32>,
-    window_right: Option<u32>,
-    algorithm: Algorithm,
-    deterministic: bool,
-    block_mask: Option<&'m BlockMask>,
-    workspace: *mut c_void,
-    workspace_size: usize,
+    pub(crate) softmax_scale: f32,
+    pub(crate) causal: bool,
+    pub(crate) alignment: Alignment,
+    pub(crate) window_left: Option<u32>,
+    pub(crate) window_right: Option<u32>,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) deterministic: bool,
+    pub(crate) block_mask: Option<&'m BlockMask>,
+    pub(crate) workspace: *mut c_void,
+    pub(crate) workspace_size: usize,
 }
 
 impl Default for Forward<'_> {
@@ -204,7 +229,8 @@ impl<'m> Forward<'m> {
         self
     }
 
-    /// Bitwise-reproducible results run to run (`FLASH_FLAG_DETERMINISTIC`; the forward always is).
+    /// Bitwise-reproducible results run to run (`FLASH_FLAG_DETERMINISTIC`; the forward always is, so
+    /// this matters for a [`Backward`](crate::Backward) made from these options).
     pub fn deterministic(mut self, deterministic: bool) -> Self {
         self.deterministic = deterministic;
         self
@@ -243,10 +269,6 @@ impl<'m> Forward<'m> {
         // Safety: a buffer as large as the library's flash_fwd_args (see abi.rs).
         check(unsafe { sys::flash_fwd_args_init_sized(buf.as_mut_ptr(), std::mem::size_of::<sys::flash_fwd_args>() as _) })?;
         let a = buf.get_mut();
-        if let Some(mask) = self.block_mask {
-            mask.check_against(&q)?;
-            a.block_mask = mask.as_ptr();
-        }
         a.q = q;
         a.k = k;
         a.v = v;
@@ -254,16 +276,7 @@ impl<'m> Forward<'m> {
         if let Some(lse) = lse {
             a.lse = lse;
         }
-        a.softmax_scale = self.softmax_scale;
-        a.causal = self.causal as i32;
-        a.causal_alignment = self.alignment.to_raw();
-        a.window_left = window_to_raw(self.window_left, "window_left")?;
-        a.window_right = window_to_raw(self.window_right, "window_right")?;
-        a.algorithm = self.algorithm.to_raw();
-        a.flags = if self.deterministic { sys::FLASH_FLAG_DETERMINISTIC } else { 0 };
-        a.stream = stream.as_raw();
-        a.workspace = self.workspace;
-        a.workspace_size = self.workspace_size;
+        apply_options!(self, a, stream);
         Ok(buf)
     }
 

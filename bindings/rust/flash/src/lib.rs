@@ -10,6 +10,8 @@
 //!   [`Stream`] a call runs on is always passed explicitly.
 //! - [`Forward`] holds the options: scale, causal with its [`Alignment`], sliding window,
 //!   [`BlockMask`], [`Algorithm`].
+//! - [`Backward`] (made from the forward's options: `Backward::from(forward)`) computes dQ, dK, dV from
+//!   Q, K, V, O, dO and the forward's LSE, by recomputation; optionally deterministic.
 //!
 //! ```
 //! use flash::{Forward, Tensor, TensorMut};
@@ -49,6 +51,7 @@
 #![warn(missing_debug_implementations)]
 
 mod abi;
+mod backward;
 mod device;
 mod error;
 mod forward;
@@ -62,6 +65,7 @@ pub use device::{
     build_info, compiled_algorithms, cuda_device_count, device_info, version, version_string, AlgorithmSet, DeviceInfo,
     Version, HEADER_VERSION,
 };
+pub use backward::{Backward, Gradients};
 pub use error::{status_name, Error, ErrorKind, Result};
 pub use forward::{forward, Algorithm, Alignment, Forward};
 pub use mask::{num_blocks, BlockMask};

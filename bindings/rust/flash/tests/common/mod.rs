@@ -73,7 +73,7 @@ impl Masking {
         }
     }
 
-    fn visible(&self, s: &Shape, b: usize, h: usize, i: usize, j: usize) -> bool {
+    pub fn visible(&self, s: &Shape, b: usize, h: usize, i: usize, j: usize) -> bool {
         let (i, j) = (i as i64, j as i64);
         let diag = if self.top_left { 0 } else { s.sk as i64 - s.sq as i64 };
         let right = if self.causal { Some(0) } else { self.window_right };

@@ -16,7 +16,7 @@ from ._attention import (DeviceInfo, algorithm_names, attention, attention_backw
 from ._errors import FlashError
 from ._mask import BlockMask
 
-__version__ = "1.0.0"  # of this binding; version() is the loaded library's
+__version__ = "1.1.0"  # of this binding; version() is the loaded library's
 
 __all__ = [
     "attention", "attention_backward", "BlockMask", "FlashError", "DeviceInfo", "devices", "device_info", "device_count", "version",

@@ -14,12 +14,13 @@ size_t workspace(const BwdParams& p);
 int32_t run(const BwdParams& p);
 
 // One instantiation per (compiled head dim, dtype), each in its own bwd_hdim*_*.cu.
-template <int kHeadDim, DType kDType>
+template <int kHeadDim, int kVariant, DType kDType>
 int32_t launch_bwd(const BwdParams& p);
 
 // Tile shapes (shared by the host code and the kernels).
 struct BwdShape {
-  int head_dim;   // compiled head dim (a smaller multiple of 8 runs with zero-filled columns)
+  int head_dim;
+  int variant;    // 0: 8 warps, one CTA per SM; 1: 4 warps, two CTAs per SM   // compiled head dim (a smaller multiple of 8 runs with zero-filled columns)
   int block_m;    // query rows per step of the main loop
   int block_n;    // key rows per CTA (16 per warp, or per pair of warps when split_d = 2)
   int warps;
@@ -34,17 +35,19 @@ struct BwdShape {
 
 // clang-format off
 inline constexpr BwdShape kBwdShapes[] = {
-  //  d   block_m block_n warps split_d q_stages dq_cols
-  {  64,  64,     128,    8,    1,      2,       64 },
-  { 128,  64,     128,    8,    1,      2,       64 },
-  { 256,  64,     64,     8,    2,      1,       64 },
+  //  d  var block_m block_n warps split_d q_stages dq_cols
+  {  64,  0,  64,     128,    8,    1,      2,       64 },
+  {  64,  1,  64,      64,    4,    1,      2,       64 },
+  { 128,  0,  64,     128,    8,    1,      2,       64 },
+  { 128,  1,  64,      64,    4,    1,      2,       64 },
+  { 256,  0,  64,      64,    8,    2,      1,       64 },
 };
 // clang-format on
 
-constexpr BwdShape bwd_shape(int d) {
+constexpr BwdShape bwd_shape(int d, int variant = 0) {
   for (const BwdShape& s : kBwdShapes)
-    if (s.head_dim == d) return s;
-  return BwdShape{0, 0, 0, 0, 0, 0, 0};
+    if (s.head_dim == d && s.variant == variant) return s;
+  return BwdShape{0, 0, 0, 0, 0, 0, 0, 0};
 }
 constexpr int bwd_compiled_head_dim(int d) { return d <= 0 ? 0 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
 

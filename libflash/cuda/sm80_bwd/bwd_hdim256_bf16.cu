@@ -1,3 +1,3 @@
 // One instantiation per file so the build compiles them in parallel.
 #include "bwd_kernel.cuh"
-FLASH_SM80_BWD_INSTANTIATE(256, BF16)
+FLASH_SM80_BWD_INSTANTIATE(256, 0, BF16)

@@ -1,3 +1,3 @@
 // One instantiation per file so the build compiles them in parallel.
 #include "bwd_kernel.cuh"
-FLASH_SM80_BWD_INSTANTIATE(64, FP16)
+FLASH_SM80_BWD_INSTANTIATE(64, 0, FP16)

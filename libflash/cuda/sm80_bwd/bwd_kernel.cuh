@@ -58,15 +58,16 @@ __device__ __forceinline__ uint32_t tile_off(int row, int chunk) {
   return uint32_t((chunk >> 3) * kRows * 128) + in_page(row, chunk & 7);
 }
 
-template <int kHeadDim, DType kDType_>
+template <int kHeadDim, int kVariant, DType kDType_>
 struct BwdTraits {
   static constexpr DType kDType = kDType_;
-  static constexpr BwdShape s = bwd_shape(kHeadDim);
+  static constexpr BwdShape s = bwd_shape(kHeadDim, kVariant);
   static_assert(s.head_dim == kHeadDim, "no bwd shape for this head dim");
   static constexpr int kD = kHeadDim;
   static constexpr int kBlockM = s.block_m, kBlockN = s.block_n, kWarps = s.warps, kSplitD = s.split_d;
   static constexpr int kQStages = s.q_stages, kDQCols = s.dq_cols;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMinBlocks = kWarps == 4 ? 2 : 1;  // 4 warps: two CTAs per SM hide each other's syncs
   static constexpr int kDPart = kD / kSplitD;  // dK/dV columns per warp
   static_assert(kBlockN == 16 * kWarps / kSplitD, "16 key rows per warp (group)");
   static_assert(kD % 64 == 0 && kBlockM == 64 && kDPart % 16 == 0 && kD % kDQCols == 0, "tile shape");
@@ -169,7 +170,7 @@ __device__ __forceinline__ void st_release(int32_t* ptr, int v) {
 }
 
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) bwd_main(const __grid_constant__ BwdParams p, const KArgs w) {
+__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __grid_constant__ BwdParams p, const KArgs w) {
   using E = Elem<K::kDType>;
   using T = typename E::type;
   constexpr int kD = K::kD, kBlockM = K::kBlockM, kBlockN = K::kBlockN, kNS = K::kNS, kDPart = K::kDPart;
@@ -418,8 +419,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main(const __grid_constant
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float* dst = dq_rows + (mq * 16 + g + 8 * r) * w.dc + cq * K::kDQCols + dt * 8 + 2 * t;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[dt][2 * r], acc[dt][2 * r + 1]));  // one v2 red
+#else
           atomicAdd(dst, acc[dt][2 * r]);
           atomicAdd(dst + 1, acc[dt][2 * r + 1]);
+#endif
         }
     }
     if (det) {
@@ -456,9 +461,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main(const __grid_constant
 }
 
 // ---- Host launch -----------------------------------------------------------------------------------------
-template <int kHeadDim, DType kDType>
+template <int kHeadDim, int kVariant, DType kDType>
 int32_t launch_bwd(const BwdParams& p) {
-  using K = BwdTraits<kHeadDim, kDType>;
+  using K = BwdTraits<kHeadDim, kVariant, kDType>;
   const WsLayout l = ws_layout(p);
   if (p.workspace_size < l.total || (l.total > 0 && p.workspace == nullptr))
     return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: workspace of ", p.workspace_size, " bytes, need ", l.total);
@@ -503,6 +508,6 @@ int32_t launch_bwd(const BwdParams& p) {
 
 }  // namespace flash::sm80_bwd
 
-// One line per .cu file: FLASH_SM80_BWD_INSTANTIATE(128, BF16)
-#define FLASH_SM80_BWD_INSTANTIATE(D, DTYPE) \
-  template int32_t flash::sm80_bwd::launch_bwd<D, flash::DType::DTYPE>(const flash::BwdParams&);
+// One line per .cu file: FLASH_SM80_BWD_INSTANTIATE(128, 0, BF16)
+#define FLASH_SM80_BWD_INSTANTIATE(D, VARIANT, DTYPE) \
+  template int32_t flash::sm80_bwd::launch_bwd<D, VARIANT, flash::DType::DTYPE>(const flash::BwdParams&);

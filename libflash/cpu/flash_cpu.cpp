@@ -166,8 +166,8 @@ int32_t fwd(const FwdParams& p) {
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
 //      block j, and every query head h of the kv head's GQA group:
 //        S  = (scale * Q_i) K_j^T,  P = exp(S - LSE_i)  (0 where masked, 0 for a row with LSE = -inf;
-//                                                         S bit for bit the forward's: same scaling, same
-//                                                         summation order, so P matches the forward's LSE)
+//                                                         S bit for bit the cpu forward's: same scaling,
+//                                                         same summation order, so P matches its LSE)
 //        dV_j += P^T dO_i
 //        dP = dO_i V_j^T,  dS = P o (dP - D_i)
 //        dK_j += dS^T (scale * Q_i)
@@ -186,6 +186,8 @@ int32_t fwd(const FwdParams& p) {
 // counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N).
 // Per thread: O((block_m + block_n) * d + block_m * block_n) fp32 scratch (plus block_m * d per GQA
 // head for the dQ tiles waiting for their turn).
+
+static_assert(sizeof(std::atomic<int32_t>) == 4, "the documented workspace size counts 4-byte counters");
 
 struct BwdLayout {
   int block_m, block_n;

@@ -1,7 +1,6 @@
 // libflash/cuda/sm80_bwd/sm80_bwd.cpp -- what the sm80 backward supports, its workspace, and the switch
 // from a call's (head dim, dtype) to one compiled instantiation. Registered in the sm80 Algorithm record.
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "../../../flash.h"
@@ -19,16 +18,6 @@ bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>>
   for (const auto& [stride, extent] : stride_extent)
     if (extent > 1 && stride % 8 != 0) return false;
   return true;
-}
-
-// The tile variant for compiled head dim d: 0 (8 warps, one CTA per SM). Variant 1 (4 warps, two CTAs per
-// SM) measured 10-25% slower on the H100 (docs/perf-log.md, "sm80 backward"); it stays compiled for
-// development: LIBFLASH_SM80_BWD_VARIANT=1 selects it where it exists.
-int pick_variant(const BwdParams&, int d) {
-  int v = 0;
-  if (const char* env = std::getenv("LIBFLASH_SM80_BWD_VARIANT"); env != nullptr && env[0] == '1') v = 1;
-  if (bwd_shape(d, v).head_dim == 0) v = 0;
-  return v;
 }
 
 }  // namespace
@@ -92,12 +81,10 @@ int32_t run(const BwdParams& p) {
   const int d = bwd_compiled_head_dim(p.head_dim);
   const bool bf16 = p.dtype == DType::BF16;
   switch (d) {
-    case 64:
-      if (pick_variant(p, 64) == 1) return bf16 ? launch_bwd<64, 1, DType::BF16>(p) : launch_bwd<64, 1, DType::FP16>(p);
-      return bf16 ? launch_bwd<64, 0, DType::BF16>(p) : launch_bwd<64, 0, DType::FP16>(p);
-    case 128:
-      if (pick_variant(p, 128) == 1) return bf16 ? launch_bwd<128, 1, DType::BF16>(p) : launch_bwd<128, 1, DType::FP16>(p);
-      return bf16 ? launch_bwd<128, 0, DType::BF16>(p) : launch_bwd<128, 0, DType::FP16>(p);
+    // Variant 1 (4 warps x 64 keys, two CTAs per SM) measured 10-25% slower on the H100 (docs/perf-log.md,
+    // "sm80 backward"): not compiled; add bwd_hdim*_v1_*.cu files instantiating <d, 1, dtype> to time it again.
+    case 64: return bf16 ? launch_bwd<64, 0, DType::BF16>(p) : launch_bwd<64, 0, DType::FP16>(p);
+    case 128: return bf16 ? launch_bwd<128, 0, DType::BF16>(p) : launch_bwd<128, 0, DType::FP16>(p);
     case 256: return bf16 ? launch_bwd<256, 0, DType::BF16>(p) : launch_bwd<256, 0, DType::FP16>(p);
   }
   return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: no kernel compiled for head_dim ", p.head_dim);

@@ -1,3 +1,0 @@
-// One instantiation per file so the build compiles them in parallel.
-#include "bwd_kernel.cuh"
-FLASH_SM80_BWD_INSTANTIATE(64, 1, FP16)

@@ -27,9 +27,9 @@ for phase in "$@"; do
       $BUILD/tests/flash_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
       $BUILD/tests/flash_tests --gtest_brief=1 2>&1 | tail -3
       # Reduced sweep under the sanitizers (slow: a handful of cases per algorithm).
-      for tool in memcheck racecheck; do
+      for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
-          --gtest_filter='Random/GpuSweep.*/sm80_[0-5]:Random/GpuSweep.*/naive_[0-2]:Algorithms/GpuEdges.EmptyRowsAndAlignments/*' \
+          --gtest_filter='Random/GpuSweep.MatchesReference/sm80_1:Random/GpuSweep.MatchesReference/sm80_2:Random/GpuSweep.MatchesReference/sm80_3:Random/GpuSweep.MatchesReference/naive_1:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm80:Algorithms/GpuEdges.SlidingWindows/sm80:Random/GpuBackwardSweep.MatchesReference/sm80_1:Random/GpuBackwardSweep.MatchesReference/sm80_2' \
           > "$OUT/sanitizer-$tool.log" 2>&1
         echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$tool.log") clean summaries)"
         tail -2 "$OUT/sanitizer-$tool.log"
@@ -43,6 +43,13 @@ for phase in "$@"; do
          --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-grid.json" > "$OUT/fa-bench-grid.txt" 2>&1
       echo "fa-bench grid: exit $?"; tail -12 "$OUT/fa-bench-grid.txt"
       ;;
+    bwd)
+      # Issue 8: forward+backward on the papers' grid (sm80), against the peers' fwd_bwd in the same run.
+      B=$BUILD/cli/fa-bench
+      $B run --grid standard --dtype bf16 --head-dim 64,128 --algo sm80 --mode fwd_bwd,bwd --mask "none;causal" \
+         --warmup 3 --reps 20 --no-progress --json "$OUT/fa-bench-h100-bwd.json" > "$OUT/fa-bench-bwd.txt" 2>&1
+      echo "fa-bench bwd: exit $?"; tail -10 "$OUT/fa-bench-bwd.txt"
+      ;;
     masks)
       # Issue 7's figures: block-sparse vs dense, causal vs dense, sliding window vs dense causal.
       B=$BUILD/cli/fa-bench
@@ -55,7 +62,7 @@ for phase in "$@"; do
       ;;
     peers)
       if [ -f .devcarry/torch_sdpa.py ]; then
-        python3 .devcarry/torch_sdpa.py --hdims 64,128 --modes fwd --backends flash,cudnn \
+        python3 .devcarry/torch_sdpa.py --hdims 64,128 --modes fwd,fwd_bwd --backends flash,cudnn \
           --json "$OUT/torch-sdpa-h100.json" > "$OUT/torch-sdpa.log" 2>&1
         echo "torch_sdpa: exit $?"; tail -3 "$OUT/torch-sdpa.log"
       fi

@@ -151,18 +151,26 @@ inline Result attention(const Problem& pr, const flash_tensor& q, const flash_te
           mx = std::max(mx, s[j]);
         }
         if (mx == -inf) continue;  // no visible key: O = 0, LSE = -inf
+        // Softmax: in double for the reference; in fp32 arithmetic for the naive baseline, as frameworks
+        // run it (fp32 exp, fp32 running sum, fp32 division), whatever the input dtype.
         double sum = 0.0;
+        float sumf = 0.0f;
         for (int64_t j = 0; j < SK; ++j) {
-          s[j] = s[j] == -inf ? 0.0 : std::exp(s[j] - mx);
-          if (mode == 1) s[j] = static_cast<float>(s[j]);
-          sum += s[j];
+          if (mode == 1) {
+            s[j] = s[j] == -inf ? 0.0f : std::exp(static_cast<float>(s[j]) - static_cast<float>(mx));
+            sumf += static_cast<float>(s[j]);
+          } else {
+            s[j] = s[j] == -inf ? 0.0 : std::exp(s[j] - mx);
+            sum += s[j];
+          }
         }
-        if (mode == 1) sum = static_cast<float>(sum);
-        r.lse[(b * H + h) * SQ + i] = mode == 1 ? static_cast<float>(mx + std::log(sum)) : mx + std::log(sum);
+        if (mode == 1) sum = sumf;
+        r.lse[(b * H + h) * SQ + i] =
+            mode == 1 ? static_cast<double>(static_cast<float>(mx) + std::log(sumf)) : mx + std::log(sum);
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t j = 0; j < SK; ++j) {
           if (s[j] == 0.0) continue;
-          const double pij = mode == 1 ? round_to(dt, static_cast<float>(s[j] / sum)) : s[j] / sum;
+          const double pij = mode == 1 ? round_to(dt, static_cast<float>(s[j]) / sumf) : s[j] / sum;
           for (int64_t e = 0; e < D; ++e) {
             acc[e] += pij * load(v.data, dt, offset4(v, b, j, hk, e));
             if (mode == 1) acc[e] = static_cast<float>(acc[e]);

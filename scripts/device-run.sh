@@ -26,6 +26,8 @@ for phase in "$@"; do
     test)
       $BUILD/tests/flash_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" | tail -15
       $BUILD/tests/flash_tests --gtest_brief=1 2>&1 | tail -3
+      ;;
+    sanitize)
       # Reduced sweep under the sanitizers (slow: a handful of cases per algorithm).
       for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \

@@ -45,6 +45,12 @@ for phase in "$@"; do
          --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-grid.json" > "$OUT/fa-bench-grid.txt" 2>&1
       echo "fa-bench grid: exit $?"; tail -12 "$OUT/fa-bench-grid.txt"
       ;;
+    grid80)
+      # The papers' grid for the fused kernel alone (no naive, no check): quick before/after timing.
+      $BUILD/cli/fa-bench run --grid standard --dtype bf16 --head-dim 64,128 --algo sm80 --mask "none;causal" \
+         --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-grid-sm80.json" > "$OUT/fa-bench-grid-sm80.txt" 2>&1
+      echo "fa-bench grid80: exit $?"; tail -6 "$OUT/fa-bench-grid-sm80.txt"
+      ;;
     bwd)
       # Issue 8: forward+backward on the papers' grid (sm80), against the peers' fwd_bwd in the same run.
       B=$BUILD/cli/fa-bench

@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "../../params.h"
+#include "../../error.h"
 #include "../runtime.h"
 #include "tile_table.h"
 
@@ -204,9 +205,16 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row g (and g+8), columns 2t, 2t+1
-  // Reverse order: with bottom-right causal masks the last query blocks see the most keys; start them first.
-  const int m_block = gridDim.x - 1 - blockIdx.x;
-  const int h = blockIdx.y, b = blockIdx.z, h_kv = h / p.head_ratio;  // GQA: kv head = h / head_ratio
+  // Longest first over the whole grid. CTAs start in blockIdx order, and under a causal (bottom-right)
+  // mask the last query blocks see the most keys: so block x is query block (last - x / (batch*heads)) of
+  // (batch, head) x % (batch*heads) -- every head's heaviest block goes before anyone's second heaviest,
+  // which shortens the tail of the last wave (measured in docs/perf-log.md, v3). A 1-D grid also lifts
+  // the 65535 limit that gridDim.y/z put on heads and batch.
+  const int num_bh = p.heads_q * p.batch;
+  const int num_m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.x / num_bh);
+  const int bh = static_cast<int>(blockIdx.x % num_bh);
+  const int h = bh % p.heads_q, b = bh / p.heads_q, h_kv = h / p.head_ratio;  // GQA: kv head = h / head_ratio
   const int q_begin = m_block * kBlockM;
   const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
   const int chunks_valid = p.head_dim / 8;  // head-dim chunks past this are zero-filled, never read
@@ -526,7 +534,10 @@ int32_t launch(const FwdParams& p) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm80 fwd, MaxDynamicSharedMemorySize)");
-  const dim3 grid((p.seqlen_q + K::kBlockM - 1) / K::kBlockM, p.heads_q, p.batch);
+  const int64_t ctas = int64_t{(p.seqlen_q + K::kBlockM - 1) / K::kBlockM} * p.heads_q * p.batch;
+  if (ctas > 0x7fffffff)
+    return fail(FLASH_ERROR_UNSUPPORTED, "sm80: ", ctas, " query blocks exceed one launch (2^31-1 CTAs)");
+  const dim3 grid(static_cast<unsigned>(ctas));
   kernel<<<grid, K::kThreads, K::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(p);
   return cuda::check_launch("sm80 fwd kernel");
 }

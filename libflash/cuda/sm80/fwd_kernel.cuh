@@ -205,15 +205,18 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row g (and g+8), columns 2t, 2t+1
-  // Longest first over the whole grid. CTAs start in blockIdx order, and under a causal (bottom-right)
-  // mask the last query blocks see the most keys: so block x is query block (last - x / (batch*heads)) of
-  // (batch, head) x % (batch*heads) -- every head's heaviest block goes before anyone's second heaviest,
-  // which shortens the tail of the last wave (measured in docs/perf-log.md, v3). A 1-D grid also lifts
-  // the 65535 limit that gridDim.y/z put on heads and batch.
+  // Launch order (CTAs start in blockIdx order; a 1-D grid also lifts the 65535 limit of gridDim.y/z):
+  //  - causal (no left bound, right bound at the diagonal): query block m sees about m key blocks, so
+  //    longest first over the whole grid -- every head's heaviest block before anyone's second heaviest,
+  //    which shortens the last wave's tail (measured +2..12% at d128, seqlen >= 2k; perf-log v3);
+  //  - otherwise every query block does about the same work: keep one (batch, head)'s blocks together
+  //    so its K and V stay in L2 (the grid-wide order lost 3..9% there).
   const int num_bh = p.heads_q * p.batch;
   const int num_m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.x / num_bh);
-  const int bh = static_cast<int>(blockIdx.x % num_bh);
+  const bool longest_first = p.window_right >= 0 && p.window_left < 0;
+  const int x = static_cast<int>(blockIdx.x);
+  const int m_block = num_m_blocks - 1 - (longest_first ? x / num_bh : x % num_m_blocks);
+  const int bh = longest_first ? x % num_bh : x / num_m_blocks;
   const int h = bh % p.heads_q, b = bh / p.heads_q, h_kv = h / p.head_ratio;  // GQA: kv head = h / head_ratio
   const int q_begin = m_block * kBlockM;
   const int q_rows = min(kBlockM, p.seqlen_q - q_begin);

@@ -1,8 +1,7 @@
 // tests/support/harness_bwd.hpp -- backward-test helpers shared by the GPU backward tests: a backward case
 // (a forward case whose O and LSE come from the cpu forward, plus dO and poisoned gradients), the fp64 and
-// naive same-dtype references (reference_bwd.hpp), and the element-wise gradient check with the bound of
-// tests/test_backward_cpu.cpp (2 x (naive same-dtype error + input sensitivity) + half an ulp of max |ref|).
-// Header-only: copied from test_backward_cpu.cpp's anonymous namespace so that file stays as it is.
+// naive same-dtype references (reference_bwd.hpp), and the element-wise gradient check with its bound (2 x (naive same-dtype error + input sensitivity) + half an ulp of max |ref|).
+// Header-only; used by the CPU and the GPU backward tests.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -47,10 +46,10 @@ inline void fill_normal(HostTensor& t, std::mt19937_64& rng) {
 }
 
 // Builds the case and runs the forward that the backward consumes. Returns the forward's status.
-inline int32_t make_bwd_case(CaseSpec spec, std::mt19937_64& rng, BwdCase* bc) {
+inline int32_t make_bwd_case(CaseSpec spec, std::mt19937_64& rng, BwdCase* bc, int32_t fwd_algorithm = FLASH_ALGO_CPU) {
   spec.want_lse = true;  // the backward needs it
   bc->c = make_case(spec, rng);
-  const int32_t s = run_cpu(bc->c, FLASH_ALGO_CPU);
+  const int32_t s = run_cpu(bc->c, fwd_algorithm);
   bc->d_o = like(bc->c.o);
   fill_normal(bc->d_o, rng);
   bc->dq = like(bc->c.q);

@@ -2,6 +2,7 @@
 #include "dispatch.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -125,7 +126,12 @@ int32_t with_workspace(const Algorithm& alg, FwdParams& p, int32_t device_type, 
 }
 }  // namespace
 
-int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t requested, const Algorithm** out) {
+namespace {
+// The requested algorithm (checked) or, for AUTO, the first in preference order that is available and
+// supports the call; `supports` is the forward's or the backward's test, `what` names the pass in messages.
+template <class Params, class Supports>
+int32_t select(const Params& p, int32_t device_type, int32_t requested, const char* what, Supports&& supports,
+               const Algorithm** out) {
   const int device_id = device_type == FLASH_DEVICE_CUDA ? p.device_id : 0;
   std::string why;
   if (requested != FLASH_ALGO_AUTO) {
@@ -133,7 +139,8 @@ int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t reques
     if (const int32_t s = find_requested(requested, device_type, &a); s != FLASH_OK) return s;
     if (!a->available(device_id, &why))
       return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", a->name, " is unavailable: ", why);
-    if (!a->supports(p, &why)) return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " does not support this call: ", why);
+    if (!supports(*a, p, &why))
+      return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " does not support this ", what, ": ", why);
     *out = a;
     return FLASH_OK;
   }
@@ -141,86 +148,65 @@ int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t reques
   for (const Algorithm* a : kAlgorithms) {
     if (a->device_type != device_type) continue;
     why.clear();
-    if (a->available(device_id, &why) && a->supports(p, &why)) {
+    if (a->available(device_id, &why) && supports(*a, p, &why)) {
       *out = a;
       return FLASH_OK;
     }
     reasons += std::string(reasons.empty() ? "" : "; ") + a->name + ": " + why;
   }
-  return fail(FLASH_ERROR_UNSUPPORTED, "no algorithm supports this call on the ", device_word(device_type), " (", reasons, ")");
+  return fail(FLASH_ERROR_UNSUPPORTED, "no algorithm supports this ", what, " on the ", device_word(device_type), " (",
+              reasons, ")");
+}
+}  // namespace
+
+int32_t select_algorithm(const FwdParams& p, int32_t device_type, int32_t requested, const Algorithm** out) {
+  const auto supports = [](const Algorithm& a, const FwdParams& q, std::string* why) { return a.supports(q, why); };
+  return select(p, device_type, requested, "call", supports, out);
 }
 
 int32_t select_bwd_algorithm(const BwdParams& p, int32_t device_type, int32_t requested, const Algorithm** out) {
-  const int device_id = device_type == FLASH_DEVICE_CUDA ? p.device_id : 0;
-  std::string why;
-  if (requested != FLASH_ALGO_AUTO) {
-    const Algorithm* a = nullptr;
-    if (const int32_t s = find_requested(requested, device_type, &a); s != FLASH_OK) return s;
-    if (!a->available(device_id, &why))
-      return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", a->name, " is unavailable: ", why);
-    if (a->bwd == nullptr) return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " has no backward pass yet");
-    if (!supports_backward(*a, p, &why))
-      return fail(FLASH_ERROR_UNSUPPORTED, "algorithm ", a->name, " does not support this backward call: ", why);
-    *out = a;
-    return FLASH_OK;
-  }
-  std::string reasons;
-  for (const Algorithm* a : kAlgorithms) {
-    if (a->device_type != device_type) continue;
-    why.clear();
-    if (a->available(device_id, &why) && supports_backward(*a, p, &why)) {
-      *out = a;
-      return FLASH_OK;
-    }
-    reasons += std::string(reasons.empty() ? "" : "; ") + a->name + ": " + why;
-  }
-  return fail(FLASH_ERROR_UNSUPPORTED, "no algorithm supports this backward call on the ", device_word(device_type), " (",
-              reasons, ")");
+  return select(p, device_type, requested, "backward call", supports_backward, out);
 }
 
 size_t bwd_workspace(const Algorithm& alg, const BwdParams& p) { return alg.bwd_workspace ? alg.bwd_workspace(p) : 0; }
 
-int32_t check_cuda_tensors(const flash_fwd_args& args) {
+namespace {
+struct Named {
+  const flash_tensor* t;
+  const char* name;
+};
+// Device checks common to every CUDA call: the device exists and every pointer is device memory on it.
+int32_t check_cuda(std::initializer_list<Named> tensors, const flash_block_mask* mask) {
 #ifdef FLASH_WITH_CUDA
-  const int id = args.q.device_id;
+  const int id = tensors.begin()->t->device_id;
   if (const int32_t s = cuda::require_device(id); s != FLASH_OK) return s;
-  const struct { const flash_tensor* t; const char* n; } ts[] = {
-      {&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}, {&args.lse, "lse"}};
-  for (const auto& x : ts)
+  for (const Named& x : tensors)
     if (x.t->data != nullptr)
-      if (const int32_t s = cuda::check_device_pointer(x.t->data, id, x.n); s != FLASH_OK) return s;
-  if (args.block_mask != nullptr) {
-    if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_num_blocks, id, "block_mask->kv_num_blocks"); s != FLASH_OK) return s;
-    if (args.block_mask->kv_indices != nullptr)
-      if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_indices, id, "block_mask->kv_indices"); s != FLASH_OK) return s;
+      if (const int32_t s = cuda::check_device_pointer(x.t->data, id, x.name); s != FLASH_OK) return s;
+  if (mask != nullptr) {
+    if (const int32_t s = cuda::check_device_pointer(mask->kv_num_blocks, id, "block_mask->kv_num_blocks"); s != FLASH_OK)
+      return s;
+    if (mask->kv_indices != nullptr)
+      if (const int32_t s = cuda::check_device_pointer(mask->kv_indices, id, "block_mask->kv_indices"); s != FLASH_OK)
+        return s;
   }
   return FLASH_OK;
 #else
-  (void)args;
+  (void)tensors;
+  (void)mask;
   return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
 #endif
 }
+}  // namespace
 
-int32_t check_cuda_tensors(const flash_bwd_args& args) {
-#ifdef FLASH_WITH_CUDA
-  const int id = args.q.device_id;
-  if (const int32_t s = cuda::require_device(id); s != FLASH_OK) return s;
-  const struct { const flash_tensor* t; const char* n; } ts[] = {
-      {&args.q, "q"}, {&args.k, "k"},   {&args.v, "v"},   {&args.o, "o"},  {&args.d_o, "d_o"},
-      {&args.lse, "lse"}, {&args.dq, "dq"}, {&args.dk, "dk"}, {&args.dv, "dv"}};
-  for (const auto& x : ts)
-    if (x.t->data != nullptr)
-      if (const int32_t s = cuda::check_device_pointer(x.t->data, id, x.n); s != FLASH_OK) return s;
-  if (args.block_mask != nullptr) {
-    if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_num_blocks, id, "block_mask->kv_num_blocks"); s != FLASH_OK) return s;
-    if (args.block_mask->kv_indices != nullptr)
-      if (const int32_t s = cuda::check_device_pointer(args.block_mask->kv_indices, id, "block_mask->kv_indices"); s != FLASH_OK) return s;
-  }
-  return FLASH_OK;
-#else
-  (void)args;
-  return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
-#endif
+int32_t check_cuda_tensors(const flash_fwd_args& a) {
+  return check_cuda({{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.o, "o"}, {&a.lse, "lse"}}, a.block_mask);
+}
+
+int32_t check_cuda_tensors(const flash_bwd_args& a) {
+  return check_cuda({{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.lse, "lse"}, {&a.dq, "dq"},
+                     {&a.dk, "dk"}, {&a.dv, "dv"}},
+                    a.block_mask);
 }
 
 int32_t run_fwd(const Algorithm& alg, FwdParams& p, int32_t device_type) {

@@ -344,3 +344,22 @@ TEST(Validation, MessagesAreThreadLocal) {
   EXPECT_EQ(other, "");
   EXPECT_NE(std::string(flash_last_error_message()), "");
 }
+
+TEST(Validation, NaiveOutOfMemoryIsAStatusNotACrash) {
+  // seqlen 2^20 x 2^20: naive would materialise a 4 TiB score matrix. Inputs alias one row (stride 0 is
+  // fine for inputs); the output is real memory.
+  const int64_t n = int64_t{1} << 20, d = 8;
+  std::vector<float> row(d, 0.5f), o(n * d);
+  const int64_t shape[4] = {1, n, 1, d};
+  flash_fwd_args a;
+  flash_fwd_args_init(&a);
+  a.q = a.k = a.v = flash_tensor_contiguous(row.data(), FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 4, shape);
+  a.q.strides[0] = a.q.strides[1] = a.k.strides[0] = a.k.strides[1] = a.v.strides[0] = a.v.strides[1] = 0;
+  a.o = flash_tensor_contiguous(o.data(), FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 4, shape);
+  a.algorithm = FLASH_ALGO_NAIVE;
+  size_t need = 0;
+  ASSERT_EQ(flash_fwd_workspace_size(&a, &need), FLASH_OK) << flash_last_error_message();
+  EXPECT_GE(need, size_t{1} << 42);
+  EXPECT_EQ(flash_fwd(&a), FLASH_ERROR_OUT_OF_MEMORY) << flash_last_error_message();
+  EXPECT_NE(std::string(flash_last_error_message()).find("could not allocate"), std::string::npos);
+}

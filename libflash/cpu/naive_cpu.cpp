@@ -5,6 +5,8 @@
 // paper compares against; its O(N^2) memory is the point. Its backward (below) materialises P, dP, dS.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -20,7 +22,15 @@ namespace cpu {
 namespace {
 
 int64_t slots(const FwdParams& p) { return std::min<int64_t>(num_threads(), int64_t{p.batch} * p.heads_q); }
-size_t matrix_bytes(const FwdParams& p) { return size_t(p.seqlen_q) * size_t(p.seqlen_k) * sizeof(float); }
+// a * b * ..., or SIZE_MAX when the product overflows: the workspace allocation then fails cleanly with
+// FLASH_ERROR_OUT_OF_MEMORY instead of a wrapped-around (too small) size.
+size_t product_or_max(std::initializer_list<size_t> factors) {
+  size_t r = 1;
+  for (size_t f : factors)
+    if (__builtin_mul_overflow(r, f, &r)) return SIZE_MAX;
+  return r;
+}
+size_t matrix_bytes(const FwdParams& p) { return product_or_max({size_t(p.seqlen_q), size_t(p.seqlen_k), sizeof(float)}); }
 
 // Block-mask membership, element-wise (the naive algorithm has no notion of skipping).
 bool block_listed(const FwdParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -196,11 +206,11 @@ int32_t bwd(const BwdParams& p) {
   return fail(FLASH_ERROR_INTERNAL, "naive: unknown dtype");
 }
 
-size_t bwd_workspace(const BwdParams& p) { return bwd_slot_floats(p) * sizeof(float) * size_t(bwd_slots(p)); }
+size_t bwd_workspace(const BwdParams& p) { return product_or_max({bwd_slot_floats(p), sizeof(float), size_t(bwd_slots(p))}); }
 
 bool available(int32_t, std::string*) { return true; }
 bool supports(const FwdParams&, std::string*) { return true; }
-size_t workspace(const FwdParams& p) { return matrix_bytes(p) * size_t(slots(p)); }
+size_t workspace(const FwdParams& p) { return product_or_max({matrix_bytes(p), size_t(slots(p))}); }
 
 }  // namespace
 }  // namespace cpu

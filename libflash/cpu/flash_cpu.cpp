@@ -36,7 +36,7 @@ constexpr int kBlockM = 64;  // query rows per work item (unless a block mask di
 constexpr int kBlockN = 64;  // key rows per step: 64 x 256 fp32 K and V blocks fit in L2
 
 struct Scratch {
-  std::vector<float> q, k, v, s, o, m, l;
+  std::vector<float> q, kt, v, s, o, m, l;
 };
 
 template <DType T>
@@ -53,7 +53,7 @@ void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
   w.q.resize(rows * d);
-  w.k.resize(size_t(block_n) * d);
+  w.kt.assign(size_t(d) * block_n, 0.0f);
   w.v.resize(size_t(block_n) * d);
   w.s.resize(rows * block_n);
   w.o.assign(rows * d, 0.0f);
@@ -70,12 +70,13 @@ void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_
   for (int64_t kb; blocks.next(&kb);) {
     const int64_t k_begin = kb * block_n, k_end = std::min<int64_t>(k_begin + block_n, p.seqlen_k);
     const int64_t cols = k_end - k_begin;
-    // Load K_j, V_j.
+    // Load K_j transposed (K_j^T: the S loop below then runs over contiguous keys and vectorises; each
+    // S_ij is still summed over e in order, bit for bit what the backward recomputes) and V_j.
     for (int64_t c = 0; c < cols; ++c) {
       const S* ks = k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride;
       const S* vs = v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride;
       for (int e = 0; e < d; ++e) {
-        w.k[c * d + e] = E::load(ks[e]);
+        w.kt[e * block_n + c] = E::load(ks[e]);
         w.v[c * d + e] = E::load(vs[e]);
       }
     }
@@ -83,19 +84,18 @@ void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = q_begin + r;
       float* s = &w.s[r * block_n];
-      // S_ij row r, masked entries -inf.
+      // S_ij row r = (scale Q_i) K_j^T, masked entries -inf.
+      std::fill(s, s + cols, 0.0f);
+      const float* qr = &w.q[r * d];
+      for (int e = 0; e < d; ++e) {
+        const float x = qr[e];
+        const float* kt = &w.kt[e * block_n];
+        for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
+      }
       float row_max = neg_inf;
       for (int64_t c = 0; c < cols; ++c) {
-        if (needs_element_mask && !window_visible(p, i, k_begin + c)) {
-          s[c] = neg_inf;
-          continue;
-        }
-        const float* qr = &w.q[r * d];
-        const float* kr = &w.k[c * d];
-        float acc = 0.0f;
-        for (int e = 0; e < d; ++e) acc += qr[e] * kr[e];
-        s[c] = acc;
-        row_max = std::max(row_max, acc);
+        if (needs_element_mask && !window_visible(p, i, k_begin + c)) s[c] = neg_inf;
+        row_max = std::max(row_max, s[c]);
       }
       if (row_max == neg_inf) continue;  // nothing visible in this block for this row
       // Online softmax: rescale what we had, add this block.

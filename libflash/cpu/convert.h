@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "../../flash.h"
 #include "../params.h"
 
 namespace flash::cpu {
@@ -67,5 +69,16 @@ template <> struct Elem<DType::BF16> {
   static float load(uint16_t x) { return bf16_to_float(x); }
   static uint16_t store(float x) { return float_to_bf16(x); }
 };
+
+// The one switch from a call's runtime dtype to typed code: returns f(std::integral_constant<DType, T>{}).
+template <class F>
+int32_t with_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::FP32: return f(std::integral_constant<DType, DType::FP32>{});
+    case DType::FP16: return f(std::integral_constant<DType, DType::FP16>{});
+    case DType::BF16: return f(std::integral_constant<DType, DType::BF16>{});
+  }
+  return FLASH_ERROR_INTERNAL;
+}
 
 }  // namespace flash::cpu

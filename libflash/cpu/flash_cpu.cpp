@@ -149,12 +149,7 @@ int32_t fwd_typed(const FwdParams& p) {
 }
 
 int32_t fwd(const FwdParams& p) {
-  switch (p.dtype) {
-    case DType::FP32: return fwd_typed<DType::FP32>(p);
-    case DType::FP16: return fwd_typed<DType::FP16>(p);
-    case DType::BF16: return fwd_typed<DType::BF16>(p);
-  }
-  return fail(FLASH_ERROR_INTERNAL, "cpu: unknown dtype");
+  return with_dtype(p.dtype, [&](auto t) { return fwd_typed<decltype(t)::value>(p); });
 }
 
 // ---- Backward ---------------------------------------------------------------------------------------
@@ -416,12 +411,7 @@ int32_t bwd_typed(const BwdParams& p) {
 }
 
 int32_t bwd(const BwdParams& p) {
-  switch (p.dtype) {
-    case DType::FP32: return bwd_typed<DType::FP32>(p);
-    case DType::FP16: return bwd_typed<DType::FP16>(p);
-    case DType::BF16: return bwd_typed<DType::BF16>(p);
-  }
-  return fail(FLASH_ERROR_INTERNAL, "cpu: unknown dtype");
+  return with_dtype(p.dtype, [&](auto t) { return bwd_typed<decltype(t)::value>(p); });
 }
 
 size_t bwd_workspace(const BwdParams& p) { return bwd_layout(p).bytes(); }

@@ -96,12 +96,7 @@ int32_t fwd_typed(const FwdParams& p) {
 }
 
 int32_t fwd(const FwdParams& p) {
-  switch (p.dtype) {
-    case DType::FP32: return fwd_typed<DType::FP32>(p);
-    case DType::FP16: return fwd_typed<DType::FP16>(p);
-    case DType::BF16: return fwd_typed<DType::BF16>(p);
-  }
-  return fail(FLASH_ERROR_INTERNAL, "naive: unknown dtype");
+  return with_dtype(p.dtype, [&](auto t) { return fwd_typed<decltype(t)::value>(p); });
 }
 
 // ---- Backward: standard attention's backward, every N x N matrix materialised -------------------------
@@ -198,12 +193,7 @@ int32_t bwd_typed(const BwdParams& p) {
 }
 
 int32_t bwd(const BwdParams& p) {
-  switch (p.dtype) {
-    case DType::FP32: return bwd_typed<DType::FP32>(p);
-    case DType::FP16: return bwd_typed<DType::FP16>(p);
-    case DType::BF16: return bwd_typed<DType::BF16>(p);
-  }
-  return fail(FLASH_ERROR_INTERNAL, "naive: unknown dtype");
+  return with_dtype(p.dtype, [&](auto t) { return bwd_typed<decltype(t)::value>(p); });
 }
 
 size_t bwd_workspace(const BwdParams& p) { return product_or_max({bwd_slot_floats(p), sizeof(float), size_t(bwd_slots(p))}); }

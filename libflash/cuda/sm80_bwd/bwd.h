@@ -16,6 +16,9 @@ int32_t run(const BwdParams& p);
 // One instantiation per (compiled head dim, dtype), each in its own bwd_hdim*_*.cu.
 template <int kHeadDim, int kVariant, DType kDType>
 int32_t launch_bwd(const BwdParams& p);
+// The wgmma main kernel (bwd_kernel_sm90.cuh; sm_90a builds only): head dims 64 and 128 on sm_90 devices.
+template <int kHeadDim, DType kDType>
+int32_t launch_bwd_sm90(const BwdParams& p);
 
 // Tile shapes (shared by the host code and the kernels).
 struct BwdShape {

@@ -67,6 +67,7 @@ struct BwdTraits {
   static constexpr int kBlockM = s.block_m, kBlockN = s.block_n, kWarps = s.warps, kSplitD = s.split_d;
   static constexpr int kQStages = s.q_stages, kDQCols = s.dq_cols;
   static constexpr int kThreads = kWarps * 32;
+  static constexpr int kTag = 0;  // instantiation tag of the helper kernels (launch_bwd_with)
   static constexpr int kMinBlocks = kWarps == 4 ? 2 : 1;  // 4 warps: two CTAs per SM hide each other's syncs
   static constexpr int kDPart = kD / kSplitD;  // dK/dV columns per warp
   static_assert(kBlockN == 16 * kWarps / kSplitD, "16 key rows per warp (group)");
@@ -84,7 +85,9 @@ struct BwdTraits {
 };
 
 // ---- Preprocess: D, LSE2, zero dQ accumulator ---------------------------------------------------------
-template <DType kDType>
+// kTag: each main kernel's launch instantiates its own copies (bwd_main 0, bwd_main_sm90 90), so a copy
+// compiled for sm_90a only never stands in for the one an sm_80 device needs.
+template <DType kDType, int kTag>
 __global__ void __launch_bounds__(256) bwd_preprocess(const __grid_constant__ BwdParams p, const KArgs w) {
   using T = typename Elem<kDType>::type;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(256) bwd_preprocess(const __grid_constant__ Bw
 }
 
 // ---- Block-sparse lists -> byte map --------------------------------------------------------------------
-template <DType kDType>  // (a template only so that each .cu's copy is a weak symbol)
+template <DType kDType, int kTag>  // (a template only so that each .cu's copy is a weak symbol)
 __global__ void bwd_build_bmap(const __grid_constant__ BwdParams p, const KArgs w) {
   const BlockMaskParams& m = p.block_mask;
   const int qb = blockIdx.x, bhm = blockIdx.y, b = bhm / w.bm_h, h = bhm % w.bm_h;
@@ -137,7 +140,7 @@ __global__ void bwd_build_bmap(const __grid_constant__ BwdParams p, const KArgs 
 }
 
 // ---- Convert: dQ = acc * scale ---------------------------------------------------------------------------
-template <DType kDType>
+template <DType kDType, int kTag>
 __global__ void __launch_bounds__(256) bwd_convert_dq(const __grid_constant__ BwdParams p, const KArgs w) {
   using E = Elem<kDType>;
   using T = typename E::type;
@@ -461,9 +464,11 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
 }
 
 // ---- Host launch -----------------------------------------------------------------------------------------
-template <int kHeadDim, int kVariant, DType kDType>
-int32_t launch_bwd(const BwdParams& p) {
-  using K = BwdTraits<kHeadDim, kVariant, kDType>;
+// Every main kernel (bwd_main here, bwd_main_sm90 in bwd_kernel_sm90.cuh) runs between the same
+// preprocess and convert kernels over the same workspace; K supplies kDType, kBlockN, kThreads.
+template <class K, class Kernel>
+int32_t launch_bwd_with(const BwdParams& p, Kernel* kernel, uint32_t smem_bytes) {
+  constexpr DType kDType = K::kDType;
   const WsLayout l = ws_layout(p);
   if (p.workspace_size < l.total || (l.total > 0 && p.workspace == nullptr))
     return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: workspace of ", p.workspace_size, " bytes, need ", l.total);
@@ -484,26 +489,31 @@ int32_t launch_bwd(const BwdParams& p) {
     const size_t bytes = size_t(l.bm_b) * l.bm_h * l.n_mqb * l.n_mkb;
     if (const cudaError_t e = cudaMemsetAsync(w.bmap, 0, bytes, stream); e != cudaSuccess)
       return cuda::status_from(e, "cudaMemsetAsync(sm80 bwd block map)");
-    bwd_build_bmap<kDType><<<dim3(l.n_mqb, l.bm_b * l.bm_h), 128, 0, stream>>>(p, w);
+    bwd_build_bmap<kDType, K::kTag><<<dim3(l.n_mqb, l.bm_b * l.bm_h), 128, 0, stream>>>(p, w);
     if (const int32_t s = cuda::check_launch("sm80 bwd block map"); s != FLASH_OK) return s;
   }
-  bwd_preprocess<kDType><<<dim3(unsigned(l.sq_pad / 8), bh), 256, 0, stream>>>(p, w);
+  bwd_preprocess<kDType, K::kTag><<<dim3(unsigned(l.sq_pad / 8), bh), 256, 0, stream>>>(p, w);
   if (const int32_t s = cuda::check_launch("sm80 bwd preprocess"); s != FLASH_OK) return s;
 
   if (p.seqlen_k > 0) {
-    auto* kernel = bwd_main<K>;
-    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmem);
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
         e != cudaSuccess)
       return cuda::status_from(e, "cudaFuncSetAttribute(sm80 bwd, MaxDynamicSharedMemorySize)");
     const dim3 grid((p.seqlen_k + K::kBlockN - 1) / K::kBlockN, p.batch * p.heads_kv);
-    kernel<<<grid, K::kThreads, K::kSmem, stream>>>(p, w);
+    kernel<<<grid, K::kThreads, smem_bytes, stream>>>(p, w);
     if (const int32_t s = cuda::check_launch("sm80 bwd main kernel"); s != FLASH_OK) return s;
   }
   if (p.seqlen_q > 0) {
-    bwd_convert_dq<kDType><<<dim3(unsigned((p.seqlen_q + 7) / 8), bh), 256, 0, stream>>>(p, w);
+    bwd_convert_dq<kDType, K::kTag><<<dim3(unsigned((p.seqlen_q + 7) / 8), bh), 256, 0, stream>>>(p, w);
     if (const int32_t s = cuda::check_launch("sm80 bwd convert dq"); s != FLASH_OK) return s;
   }
   return FLASH_OK;
+}
+
+template <int kHeadDim, int kVariant, DType kDType>
+int32_t launch_bwd(const BwdParams& p) {
+  using K = BwdTraits<kHeadDim, kVariant, kDType>;
+  return launch_bwd_with<K>(p, bwd_main<K>, K::kSmem);
 }
 
 }  // namespace flash::sm80_bwd

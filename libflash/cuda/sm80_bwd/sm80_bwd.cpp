@@ -1,6 +1,7 @@
 // libflash/cuda/sm80_bwd/sm80_bwd.cpp -- what the sm80 backward supports, its workspace, and the switch
 // from a call's (head dim, dtype) to one compiled instantiation. Registered in the sm80 Algorithm record.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "../../../flash.h"
@@ -80,6 +81,19 @@ int32_t run(const BwdParams& p) {
   if (p.batch == 0 || p.heads_q == 0) return FLASH_OK;
   const int d = bwd_compiled_head_dim(p.head_dim);
   const bool bf16 = p.dtype == DType::BF16;
+#if defined(FLASH_SM80_BWD_SM90)
+  // sm_90 (H100, H200): the wgmma main kernel for d64/d128 (docs/perf-log.md "sm80 backward", v4).
+  // LIBFLASH_BWD_WGMMA=0/1 overrides the default, to time the two main kernels in one run.
+  constexpr bool kWgmmaDefault = false;
+  static const bool use_wgmma = [] {
+    const char* e = std::getenv("LIBFLASH_BWD_WGMMA");
+    return e == nullptr || e[0] == 0 ? kWgmmaDefault : e[0] == '1';
+  }();
+  if (use_wgmma && (d == 64 || d == 128) && cuda::compute_capability(p.device_id) == 90) {
+    if (d == 64) return bf16 ? launch_bwd_sm90<64, DType::BF16>(p) : launch_bwd_sm90<64, DType::FP16>(p);
+    return bf16 ? launch_bwd_sm90<128, DType::BF16>(p) : launch_bwd_sm90<128, DType::FP16>(p);
+  }
+#endif
   switch (d) {
     // Variant 1 (4 warps x 64 keys, two CTAs per SM) measured 10-25% slower on the H100 (docs/perf-log.md,
     // "sm80 backward"): not compiled; add bwd_hdim*_v1_*.cu files instantiating <d, 1, dtype> to time it again.

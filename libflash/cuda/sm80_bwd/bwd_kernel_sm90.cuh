@@ -1,0 +1,349 @@
+// libflash/cuda/sm80_bwd/bwd_kernel_sm90.cuh -- the backward's main kernel with wgmma (sm_90a: H100, H200)
+// for head dims 64 and 128. Same algorithm, grid, workspace, masks and deterministic ordering as bwd_main
+// (bwd_kernel.cuh, whose preprocess / convert / block-map kernels it shares); only the matrix products
+// change: mma.sync fed by ldmatrix becomes wgmma reading its operands straight from shared memory.
+//
+// Why: bwd_main is bound by shared-memory reads (each warp owns 16 key rows, so every warp ldmatrix-reads
+// all of Q_i and dO_i twice per step: ~0.58 ldmatrix.x4 per m16n8k16, ~5900 of the ~11000 cycles a d128
+// step takes on the H100, docs/perf-log.md "sm80 backward"). A warpgroup's wgmma reads each smem operand
+// once for 64 rows, so the same step needs ~2000 cycles of smem reads and is bound by the tensor cores.
+//
+// CTA: 2 warpgroups (8 warps), key block of 128 rows, warpgroup w owns keys 64w..64w+63, warp w' of the
+// CTA its 16 rows 16w'.. (exactly bwd_main's ownership, so masks and the dK/dV epilogue are unchanged:
+// a wgmma accumulator's per-warp layout is mma.sync's m16n8 layout repeated along N). Per query block i:
+//   S^T  = K_w Q_i^T, dP^T = V_w dO_i^T        SS wgmma m64n64k16, both K-major (A: K, V; B: Q, dO)
+//   P^T, dS^T in registers (recomputed from the LSE, masked), dS^T also to smem ([key][query])
+//   dV  += P^T dO_i, dK += dS^T Q_i             RS wgmma m64n{d}k16, A from the accumulators, B N-major
+//   dQ_i += dS K_j                              SS wgmma m64n64k16, A = dS M-major, B = K N-major;
+//                                              warpgroup w takes columns 64w.. (d64: warpgroup 0 only)
+// Shared tiles keep bwd_main's layout: 64-column pages of 128-byte rows, 16-byte chunk ^= row % 8, which
+// is the wgmma 128-byte swizzle (8-row atoms of 1024 bytes; the base is aligned to 1024 here).
+#pragma once
+#include "bwd_kernel.cuh"
+#include "wgmma.cuh"
+
+namespace flash::sm80_bwd {
+
+template <int kHeadDim, DType kDType_>
+struct BwdTraits90 {
+  static constexpr DType kDType = kDType_;
+  static constexpr int kD = kHeadDim;
+  static constexpr int kBlockM = 64, kBlockN = 128, kWarps = 8, kThreads = 256, kQStages = 2;
+  static constexpr int kTag = 90;  // own copies of the helper kernels (bwd_kernel.cuh: launch_bwd_with)
+  static_assert(kD == 64 || kD == 128, "sm90 backward: head dims 64 and 128");
+  static constexpr uint32_t kKBytes = kBlockN * kD * 2;
+  static constexpr uint32_t kQBytes = kBlockM * kD * 2;
+  static constexpr uint32_t kOffK = 0, kOffV = kKBytes, kOffQ = 2 * kKBytes;
+  static constexpr uint32_t kOffDO = kOffQ + kQStages * kQBytes;
+  static constexpr uint32_t kOffDS = kOffDO + kQStages * kQBytes;        // dS^T [kBlockN][kBlockM], 1024-aligned
+  static constexpr uint32_t kOffL = kOffDS + kBlockN * kBlockM * 2;      // lse2 [stages][kBlockM]
+  static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
+  static constexpr uint32_t kSmem = kOffDsum + kQStages * kBlockM * 4;
+  static constexpr uint32_t kSmemAlloc = kSmem + 1024;  // room to align the base to 1024 bytes
+  static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
+};
+
+namespace wg {
+// Shared-memory matrix descriptors, 128-byte swizzle (PTX ISA "matrix descriptor"): start address >> 4,
+// leading byte offset (bits 16-29), stride byte offset (bits 32-45) = 1024 (8 rows of 128 bytes), mode 1.
+// K-major: the k16 step is +32 bytes inside a 128-byte row, the next 64 columns the next page (leading
+// offset unused). MN-major (transposed operand): rows are k, the leading offset is the distance between
+// 64-element pages along M/N, the k16 step is +2048 bytes (16 rows).
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lead & 0x3FFFF) >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from touching accumulators across an asynchronous wgmma (CUTLASS's
+// warpgroup_fence_operand): after wait() every read of r is ordered after the wait.
+template <int R>
+__device__ __forceinline__ void fence_regs(float (&r)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int R>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[R][2]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1])::"memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+}  // namespace wg
+
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using E = Elem<K::kDType>;
+  using T = typename E::type;
+  constexpr int kD = K::kD, kBlockM = K::kBlockM, kBlockN = K::kBlockN;
+  constexpr int kNS = kBlockM / 8;  // n8 column tiles of S^T per warp
+  constexpr int kCPR = kD / 8;      // 16-byte chunks per row
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem0 = (raw0 + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (smem0 - raw0);
+  const uint32_t k_smem = smem0 + K::kOffK, v_smem = smem0 + K::kOffV, ds_smem = smem0 + K::kOffDS;
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int wgi = warp / 4;      // warpgroup
+  const int kr0 = warp * 16;     // this warp's first key row in the block
+  const int wq0 = (warp % 4) * 16;  // this warp's first query row in the warpgroup's dQ tile
+
+  const int n_block = blockIdx.x;
+  const int b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
+  const int k0 = n_block * kBlockN;
+  const int k_rows = min(kBlockN, p.seqlen_k - k0);
+  const int chunks_valid = p.head_dim / 8;
+
+  const T* kp = static_cast<const T*>(p.k) + b * p.k_batch_stride + int64_t(k0) * p.k_row_stride + h_kv * p.k_head_stride;
+  const T* vp = static_cast<const T*>(p.v) + b * p.v_batch_stride + int64_t(k0) * p.v_row_stride + h_kv * p.v_head_stride;
+
+  // global -> shared for a [kRows][kD] tile; rows past rows_valid and chunks past the head dim read 0.
+  auto load_tile = [&](auto rows_tag, uint32_t dst, const T* src, int64_t row_stride, int rows_valid) {
+    constexpr int kRows = decltype(rows_tag)::value;
+    static_assert((kRows * kCPR) % K::kThreads == 0, "load pattern");
+#pragma unroll
+    for (int it = 0; it < kRows * kCPR / K::kThreads; ++it) {
+      const int idx = tid + it * K::kThreads, row = idx / kCPR, chunk = idx % kCPR;
+      const bool ok = row < rows_valid && chunk < chunks_valid;
+      cp_async_16(dst + tile_off<kRows>(row, chunk), ok ? src + row * row_stride + chunk * 8 : src, ok ? 16 : 0);
+    }
+  };
+  using RowsM = std::integral_constant<int, kBlockM>;
+  using RowsN = std::integral_constant<int, kBlockN>;
+
+  load_tile(RowsN{}, k_smem, kp, p.k_row_stride, k_rows);
+  load_tile(RowsN{}, v_smem, vp, p.v_row_stride, k_rows);
+  cp_async_commit();
+
+  // Query rows that see some key of this block: [q_lo, q_hi) (the forward's key range, transposed).
+  const int64_t k_last = k0 + k_rows - 1;
+  int64_t q_lo = p.window_right >= 0 ? k0 - p.diag_offset - p.window_right : 0;
+  int64_t q_hi = p.window_left >= 0 ? k_last - p.diag_offset + p.window_left + 1 : p.seqlen_q;
+  q_lo = max(q_lo, int64_t(0));
+  q_hi = min(q_hi, int64_t(p.seqlen_q));
+  const int i_lo = int(q_lo / kBlockM);
+  const int n_i = q_lo < q_hi ? int((q_hi + kBlockM - 1) / kBlockM) - i_lo : 0;
+  const int ratio = p.head_ratio;
+  const int n_steps = n_i * ratio;
+  const bool sparse = p.has_block_mask;
+  const bool det = p.deterministic;
+
+  auto listed = [&](int h, int i, int key) -> bool {
+    if (key >= p.seqlen_k) return false;
+    const int qb = int(int64_t(i) * kBlockM / p.block_mask.block_m);
+    const int kb = key / p.block_mask.block_n;
+    const int mb = w.bm_b == 1 ? 0 : b, mh = w.bm_h == 1 ? 0 : h;
+    return w.bmap[((int64_t(mb) * w.bm_h + mh) * w.n_mqb + qb) * w.n_mkb + kb] != 0;
+  };
+  auto tile_listed = [&](int h, int i) -> bool {
+    for (int kt = 0; kt < kBlockN / 16; ++kt)
+      if (listed(h, i, k0 + kt * 16)) return true;
+    return false;
+  };
+  auto next_step = [&](int s) -> int {
+    if (sparse && !det)
+      while (s < n_steps && !tile_listed(h_kv * ratio + s / n_i, i_lo + s % n_i)) ++s;
+    return s;
+  };
+
+  const float scale_log2 = p.scale_log2;
+  const int64_t sq_pad = w.sq_pad;
+  auto load_q = [&](int s, int stage) {
+    const int h = h_kv * ratio + s / n_i, i = i_lo + s % n_i, q0 = i * kBlockM;
+    const int q_rows = min(kBlockM, p.seqlen_q - q0);
+    const T* qp = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q0) * p.q_row_stride + h * p.q_head_stride;
+    const T* dop = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + int64_t(q0) * p.do_row_stride + h * p.do_head_stride;
+    load_tile(RowsM{}, smem0 + K::kOffQ + stage * K::kQBytes, qp, p.q_row_stride, q_rows);
+    load_tile(RowsM{}, smem0 + K::kOffDO + stage * K::kQBytes, dop, p.do_row_stride, q_rows);
+    const int64_t bh = int64_t(b) * p.heads_q + h;
+    if (tid < kBlockM / 4)
+      cp_async_16(smem0 + K::kOffL + stage * kBlockM * 4 + tid * 16, w.lse2 + bh * sq_pad + q0 + tid * 4, 16);
+    else if (tid < kBlockM / 2)
+      cp_async_16(smem0 + K::kOffDsum + stage * kBlockM * 4 + (tid - kBlockM / 4) * 16,
+                  w.dsum + bh * sq_pad + q0 + (tid - kBlockM / 4) * 4, 16);
+  };
+
+  // dK, dV of this warpgroup's 64 keys x kD (per warp: m16n8 tiles along kD, [tile][4] flattened).
+  float acc_dk[kD / 2], acc_dv[kD / 2];
+#pragma unroll
+  for (int e = 0; e < kD / 2; ++e) acc_dk[e] = acc_dv[e] = 0.f;
+
+  int step = next_step(0);
+  if (step < n_steps) load_q(step, 0);
+  cp_async_commit();
+
+  for (int it = 0; step < n_steps; ++it) {
+    const int stage = it & 1;
+    const int h = h_kv * ratio + step / n_i, i = i_lo + step % n_i, q0 = i * kBlockM;
+    const int64_t bh = int64_t(b) * p.heads_q + h;
+    cp_async_wait<0>();
+    wg::fence_proxy_async();  // this thread's cp.async writes, before the tensor cores read them
+    __syncthreads();          // Q_i, dO_i landed; every warp is done with the previous step (dS, the other stage)
+    const int step_next = next_step(step + 1);
+    if (step_next < n_steps) load_q(step_next, stage ^ 1);
+    cp_async_commit();
+    const uint32_t q_smem = smem0 + K::kOffQ + stage * K::kQBytes;
+    const uint32_t do_smem = smem0 + K::kOffDO + stage * K::kQBytes;
+    const float* lse2_s = reinterpret_cast<const float*>(smem + K::kOffL + stage * kBlockM * 4);
+    const float* dsum_s = reinterpret_cast<const float*>(smem + K::kOffDsum + stage * kBlockM * 4);
+
+    // S^T = K_w Q_i^T, dP^T = V_w dO_i^T: 64 keys x kBlockM queries per warpgroup.
+    // (Descriptors advance by adding offset >> 4 to one base each: 16 hoisted 64-bit descriptors cost
+    // 32 registers.)
+    float s[kNS * 4], dp[kNS * 4];
+    const uint64_t dk0 = wg::desc(k_smem + wgi * 64 * 128, 16), dv0 = wg::desc(v_smem + wgi * 64 * 128, 16);
+    const uint64_t dq0 = wg::desc(q_smem, 16), ddo0 = wg::desc(do_smem, 16);
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t koff = ((ks / 4) * kBlockN * 128 + (ks % 4) * 32) >> 4;
+      const uint32_t qoff = ((ks / 4) * kBlockM * 128 + (ks % 4) * 32) >> 4;
+      wg::SS<kBlockM, 0, 0, K::kDType>::mma(s, dk0 + koff, dq0 + qoff, ks > 0);
+      wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_regs(s);
+    wg::fence_regs(dp);
+
+    // P^T (recomputed from the LSE), dS^T = P^T o (dP^T - D). Masked elements get P = 0.
+    const int64_t key_first = k0 + kr0;
+    bool warp_visible = true;
+    if (sparse) warp_visible = listed(h, i, int(key_first));
+    const bool need_mask = !warp_visible || k0 + kBlockN > p.seqlen_k ||
+                           (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + p.diag_offset - p.window_left) ||
+                           (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + p.diag_offset + p.window_right);
+    uint32_t pk[kNS][2], dsk[kNS][2];
+#pragma unroll
+    for (int nt = 0; nt < kNS; ++nt) {
+      const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + nt * 8 + 2 * t);
+      const float2 dd = *reinterpret_cast<const float2*>(dsum_s + nt * 8 + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float pv[2], dv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          pv[e] = exp2f(s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
+          if (need_mask) {
+            const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + p.diag_offset;
+            const bool vis = warp_visible && key < p.seqlen_k && (p.window_left < 0 || key >= diag - p.window_left) &&
+                             (p.window_right < 0 || key <= diag + p.window_right);
+            if (!vis) pv[e] = 0.f;
+          }
+          dv[e] = pv[e] * (dp[nt * 4 + 2 * r + e] - (e ? dd.y : dd.x));
+        }
+        pk[nt][r] = E::pack(pv[0], pv[1]);
+        dsk[nt][r] = E::pack(dv[0], dv[1]);
+      }
+    }
+    // dS^T to shared memory ([key][query], 128-byte rows) for dQ = dS K.
+#pragma unroll
+    for (int nt = 0; nt < kNS; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = kr0 + g + 8 * r;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_smem + in_page(row, nt) + 4 * t), "r"(dsk[nt][r]));
+      }
+    wg::fence_proxy_async();  // dS^T is read by wgmma after the barrier below
+
+    // dV += P^T dO_i, dK += dS^T Q_i: A from registers, B = dO_i / Q_i N-major (pages of 64 columns).
+    wg::fence_regs(pk);
+    wg::fence_regs(dsk);
+    const uint64_t dto0 = wg::desc(do_smem, kBlockM * 128), dtq0 = wg::desc(q_smem, kBlockM * 128);
+    wg::fence();
+#pragma unroll
+    for (int kc = 0; kc < kBlockM / 16; ++kc) {
+      const uint32_t ap[4] = {pk[2 * kc][0], pk[2 * kc][1], pk[2 * kc + 1][0], pk[2 * kc + 1][1]};
+      const uint32_t as[4] = {dsk[2 * kc][0], dsk[2 * kc][1], dsk[2 * kc + 1][0], dsk[2 * kc + 1][1]};
+      wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
+      wg::RS<kD, 1, K::kDType>::mma(acc_dk, as, dtq0 + kc * (2048 >> 4), 1);
+    }
+    wg::commit();
+
+    // Deterministic: wait until every earlier key block of this query block has added its dQ part.
+    int32_t* sem = nullptr;
+    int rank = 0;
+    if (det) {
+      sem = w.sem + bh * (sq_pad / 64) + i;
+      const int64_t k_first = q0 + p.diag_offset - (p.window_left >= 0 ? p.window_left : 0);
+      const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
+      rank = n_block - j_first;
+      if (tid == 0)
+        while (ld_acquire(sem) != rank) __nanosleep(32);
+    }
+    __syncthreads();  // dS^T complete in shared memory
+
+    // dQ_i += dS K_j: warpgroup w computes columns 64w..64w+63 over all kBlockN keys.
+    if (wgi * 64 < kD) {
+      float acc[32];
+      const uint64_t dds0 = wg::desc(ds_smem, kBlockN * 128), dkt0 = wg::desc(k_smem + wgi * kBlockN * 128, kBlockN * 128);
+      wg::fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk)
+        wg::SS<64, 1, 1, K::kDType>::mma(acc, dds0 + kk * (2048 >> 4), dkt0 + kk * (2048 >> 4), kk > 0);
+      wg::commit();
+      wg::wait<0>();
+      wg::fence_regs(acc);
+      // (w.dc == kD here: the row stride is a constant, so the 16 adds share one address register.)
+      float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + wq0 + g) * kD + wgi * 64 + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float* dst = dq_rows + 8 * r * kD + dt * 8;
+          atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[dt * 4 + 2 * r], acc[dt * 4 + 2 * r + 1]));
+        }
+    } else {
+      wg::wait<0>();
+    }
+    wg::fence_regs(acc_dv);  // dV, dK (and their A operands P^T, dS^T) are final only after the wait
+    wg::fence_regs(acc_dk);
+    wg::fence_regs(pk);
+    wg::fence_regs(dsk);
+    if (det) {
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) st_release(sem, rank + 1);
+    }
+    step = step_next;
+  }
+
+  // Epilogue: dK * scale and dV, this warp's rows, straight from the accumulators.
+  const float scale = p.scale;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = k0 + kr0 + g + 8 * r;
+    if (key >= p.seqlen_k) continue;
+    T* dk = static_cast<T*>(p.dk) + b * p.dk_batch_stride + int64_t(key) * p.dk_row_stride + h_kv * p.dk_head_stride;
+    T* dv = static_cast<T*>(p.dv) + b * p.dv_batch_stride + int64_t(key) * p.dv_row_stride + h_kv * p.dv_head_stride;
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      const int col = dt * 8 + 2 * t;
+      if (col < p.head_dim) {
+        *reinterpret_cast<uint32_t*>(dk + col) =
+            E::pack(acc_dk[dt * 4 + 2 * r] * scale, acc_dk[dt * 4 + 2 * r + 1] * scale);
+        *reinterpret_cast<uint32_t*>(dv + col) = E::pack(acc_dv[dt * 4 + 2 * r], acc_dv[dt * 4 + 2 * r + 1]);
+      }
+    }
+  }
+#endif
+}
+
+template <int kHeadDim, DType kDType>
+int32_t launch_bwd_sm90(const BwdParams& p) {
+  using K = BwdTraits90<kHeadDim, kDType>;
+  return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
+}
+
+}  // namespace flash::sm80_bwd
+
+// One line per .cu file: FLASH_SM80_BWD_SM90_INSTANTIATE(128, BF16)
+#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, DTYPE) \
+  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, flash::DType::DTYPE>(const flash::BwdParams&);

@@ -1,0 +1,552 @@
+// libflash/cuda/sm90/fwd_kernel.cuh -- the Hopper forward (FLASH_ALGO_SM90): warp-specialised,
+// TMA-fed, wgmma-computed FlashAttention (the schedule of FlashAttention-3, written in inline PTX).
+//
+// A CTA has three warpgroups and stays resident (persistent grid, one CTA per SM):
+//   producer  (warpgroup 0, 24 registers/thread): one thread issues every TMA load -- a query tile Q_i
+//             (kBlockM = 128 rows) per work tile, then K_j and V_j of each key block j it visits into a
+//             kStages-deep ring of shared buffers, each guarded by "full" and "empty" mbarriers;
+//   consumers (warpgroups 1 and 2, 240 registers/thread): each owns 64 rows of Q_i and runs Algorithm 1
+//             on them:
+//               S   = Q_i K_j^T                      wgmma m64 n{kBlockN} k16, both operands in smem
+//               m'  = max(m, rowmax(S)),  P = exp2(S*scale_log2 - m'*scale_log2)
+//               l   = exp2((m - m')*scale_log2) * l + rowsum(P)
+//               O   = exp2((m - m')*scale_log2) * O + P V_j    wgmma m64 n{d} k16, P from registers
+//             then O /= l and LSE = m*scale + log(l), written once per tile.
+// Ping-pong: the two consumer warpgroups take turns issuing their matrix products (named barriers),
+// so while one runs its softmax (exp2 on the SFU) the other's wgmmas keep the tensor cores busy.
+//
+// Shared tiles are stored exactly as TMA's 128-byte swizzle writes them: pages of 64 columns (128
+// bytes per row), 8-row atoms of 1024 bytes with the 16-byte chunk index XORed by row % 8 -- the
+// layout wgmma's descriptors name with swizzle mode 1. Q and K are read K-major (d contiguous), V
+// MN-major (trans-b: d contiguous is the N dimension of P V).
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "../../error.h"
+#include "../../params.h"
+#include "../runtime.h"
+#include "tma.h"
+#include "wgmma.h"
+
+namespace flash::sm90 {
+
+// ---- PTX wrappers -----------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// Arrive once and add `bytes` to the transaction count this phase waits for (the TMA loads' total).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase with this parity has completed. A fresh barrier is in phase 0, so waiting for
+// parity 1 returns at once (the "previous phase" counts as complete): producers start on parity 1.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>  // wait until at most N committed wgmma groups of this warpgroup are pending
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Registers an asynchronous wgmma reads or writes must not be touched by the compiler in between:
+// this empty asm "redefines" them at a point the compiler cannot move code across.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+__device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
+
+// Shared-memory matrix descriptor for a 128-byte-swizzled tile (PTX ISA "matrix descriptor"):
+// start address, leading-dimension byte offset, stride-dimension byte offset (8 rows = 1024 bytes),
+// swizzle mode 1 (128B) in bits 62-63. Every 8-row atom starts 1024-byte aligned (base offset 0).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+template <DType T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (T == DType::BF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// ---- Compile-time shape of one instantiation ----------------------------------------------------------
+template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_>
+struct Traits {
+  static constexpr DType kDType = kDType_;
+  static constexpr bool kBF16 = kDType == DType::BF16;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
+  static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
+};
+
+// ---- Which key blocks a query block visits ------------------------------------------------------------
+// The same rules as the sm80 kernel and the CPU backend (libflash/cpu/block_range.h): the window's key
+// range [lo, hi) of the whole query block, walked from its last block down (the blocks cut by the
+// diagonal come first), or for block-sparse masks the listed blocks, each split into block_n / kBlockN
+// sub-blocks and skipped where they miss the window. Producer and consumers each walk their own copy.
+template <int kBlockN>
+struct KeyBlocks {
+  int lo, hi, cursor, n_lo;
+  const int32_t* list = nullptr;
+  int list_stride = 0, count = 0, pos = 0, sub = 0, sub_per = 1, cur = 0, n_mask_blocks = 0;
+  bool sparse;
+
+  __device__ KeyBlocks(const FwdParams& p, int b, int h, int q_begin, int q_end, int m_block, int block_m) {
+    sparse = p.has_block_mask;
+    const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
+    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+    lo = int(max(lo64, int64_t(0)));
+    hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
+    n_lo = lo / kBlockN;
+    cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
+    if (sparse) {
+      const BlockMaskParams& m = p.block_mask;
+      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
+      count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+      list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+      list_stride = int(m.idx_stride);
+      sub_per = m.block_n / kBlockN;
+      sub = sub_per;
+      n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
+      if (lo >= hi) count = 0;
+    }
+  }
+
+  // Next key block (in units of kBlockN), or -1 when done.
+  __device__ __forceinline__ int next() {
+    if (!sparse) return cursor >= n_lo ? cursor-- : -1;
+    while (true) {
+      if (sub == sub_per) {
+        if (pos >= count) return -1;
+        cur = list[int64_t(pos++) * list_stride];
+        sub = 0;
+        if (cur < 0 || cur >= n_mask_blocks) {  // out-of-range index: skipped, as the CPU path does
+          sub = sub_per;
+          continue;
+        }
+      }
+      const int64_t n = int64_t(cur) * sub_per + sub++;
+      if (n * kBlockN < hi && (n + 1) * kBlockN > lo) return int(n);
+    }
+  }
+
+  // Does some (row, key) of this tile fall outside the sequence or the window?
+  __device__ __forceinline__ bool needs_mask(const FwdParams& p, int n, int64_t q_first, int64_t q_last) const {
+    const int64_t k_begin = int64_t(n) * kBlockN, k_last = k_begin + kBlockN - 1;
+    if (k_last >= p.seqlen_k) return true;
+    if (p.window_left >= 0 && k_begin < q_last + p.diag_offset - p.window_left) return true;
+    if (p.window_right >= 0 && k_last > q_first + p.diag_offset + p.window_right) return true;
+    return false;
+  }
+};
+
+// Work tile x -> (query block, batch*head). Causal-like masks (right edge, no left edge): longest first
+// over the whole grid, so the heaviest tiles start in the first wave; otherwise one (batch, head)'s
+// query blocks are consecutive, so CTAs working side by side share K and V in L2.
+struct Tile {
+  int m_block, b, h;
+  __device__ Tile(const Args& a, int x) {
+    const FwdParams& p = a.p;
+    const int num_bh = p.heads_q * p.batch;
+    const bool longest_first = p.window_right >= 0 && p.window_left < 0;
+    m_block = a.num_m_blocks - 1 - (longest_first ? x / num_bh : x % a.num_m_blocks);
+    const int bh = longest_first ? x % num_bh : x / a.num_m_blocks;
+    h = bh % p.heads_q;
+    b = bh / p.heads_q;
+  }
+};
+
+__device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
+  c[0] = col;
+  c[pos.seq] = row;
+  c[pos.head] = head;
+  c[pos.batch] = batch;
+}
+
+// ---- The kernel -------------------------------------------------------------------------------------
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const FwdParams& p = args.p;
+  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
+  const float kNegInf = -INFINITY;
+
+  extern __shared__ uint8_t smem_raw[];
+  // Barriers: Q full/empty, then per ring stage K full, V full, K+V empty.
+  __shared__ alignas(8) uint64_t bars[2 + 3 * kStages];
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t q_smem = smem;
+  const uint32_t k_smem0 = q_smem + K::kQBytes;
+  const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+  const uint32_t q_full = bar0, q_empty = bar0 + 8;
+  auto k_full = [&](int s) { return bar0 + 16 + 8 * s; };
+  auto v_full = [&](int s) { return bar0 + 16 + 8 * (kStages + s); };
+  auto kv_empty = [&](int s) { return bar0 + 16 + 8 * (2 * kStages + s); };
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    mbar_init(q_full, 1);
+    mbar_init(q_empty, 4 * K::kConsumers);  // lane 0 of every consumer warp
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(k_full(s), 1);
+      mbar_init(v_full(s), 1);
+      mbar_init(kv_empty(s), 4 * K::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ================================ producer ================================
+    setmaxnreg_dec<24>();
+    if (threadIdx.x == 0) {
+      int it = 0;  // position in the K/V ring, continued across tiles
+      int tile_iter = 0;
+      for (int x = blockIdx.x; x < args.num_tiles; x += gridDim.x, ++tile_iter) {
+        const Tile tile(args, x);
+        const int q_begin = tile.m_block * kBlockM;
+        const int h_kv = tile.h / p.head_ratio;
+        int c[4];
+        mbar_wait(q_empty, (tile_iter & 1) ^ 1);  // consumers are done with the previous tile's Q
+        mbar_arrive_expect_tx(q_full, K::kQBytes);
+#pragma unroll
+        for (int pg = 0; pg < kPages; ++pg) {
+          tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+          tma_load_4d(q_smem + pg * kBlockM * 128, &args.tq, q_full, c[0], c[1], c[2], c[3]);
+        }
+        KeyBlocks<kBlockN> blocks(p, tile.b, tile.h, q_begin, min(q_begin + kBlockM, p.seqlen_q), tile.m_block, kBlockM);
+        for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          const int s = it % kStages;
+          mbar_wait(kv_empty(s), ((it / kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
+            tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
+          }
+          mbar_arrive_expect_tx(v_full(s), K::kKVBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
+            tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // ================================ consumers ================================
+  setmaxnreg_inc<240>();
+  const int wg = warpgroup - 1;  // 0 or 1: rows [64*wg, 64*wg + 64) of the query tile
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // this thread holds rows g and g+8 of its warp's 16, columns 2t, 2t+1
+  const int row_in_wg = warp * 16 + g;   // + 8*r
+  const float scale_log2 = p.scale_log2;
+  // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
+  if (wg == 1) named_arrive(1, 256);
+
+  int it = 0, tile_iter = 0;
+  for (int x = blockIdx.x; x < args.num_tiles; x += gridDim.x, ++tile_iter) {
+    const Tile tile(args, x);
+    const int q_begin = tile.m_block * kBlockM;
+    const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
+    KeyBlocks<kBlockN> blocks(p, tile.b, tile.h, q_begin, q_begin + q_rows, tile.m_block, kBlockM);
+
+    float acc_o[K::kORegs];
+#pragma unroll
+    for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
+    float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
+    float acc_s[K::kSRegs];
+    uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
+
+    const uint32_t q_wg = q_smem + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+    // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
+    auto issue_s = [&](int s) {
+      const uint32_t k_s = k_smem0 + s * K::kKVBytes;
+#pragma unroll
+      for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
+      {
+        const uint64_t da = smem_desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
+        const uint64_t db = smem_desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
+        if (kk == 0) Wgmma<kBlockN, K::kBF16>::ss_zero(acc_s, da, db);
+        else Wgmma<kBlockN, K::kBF16>::ss(acc_s, da, db, 1);
+      }
+      wgmma_commit();
+    };
+    // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
+    // (the N direction) kBlockN * 128 bytes apart.
+    auto issue_pv = [&](int s) {
+      const uint32_t v_s = v_smem0 + s * K::kKVBytes;
+#pragma unroll
+      for (int kc = 0; kc < kBlockN / 16; ++kc)
+        Wgmma<K::kHeadDim, K::kBF16>::rs(acc_o, p_frag[kc], smem_desc(v_s + kc * 2048, kBlockN * 128), 1);
+      wgmma_commit();
+    };
+    // Element mask, only where the block crosses the sequence end or a window edge.
+    auto mask = [&](float (&sv)[K::kSRegs], int n) {
+      if (!blocks.needs_mask(p, n, q_begin, q_begin + q_rows - 1)) return;
+      const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+        const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
+        int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
+        hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+        const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
+        const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * i + e;
+            if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+          }
+      }
+    };
+    // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
+    // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
+    // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
+    // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
+    auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
+      float max_new[2];
+      bool max_moved = false;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float m = kNegInf;
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        max_new[r] = fmaxf(row_max[r], m);
+        max_moved |= max_new[r] != row_max[r];
+      }
+      const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
+        const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; ++i) {
+          const float p0 = exp2f(sv[4 * i + 2 * r] * scale_log2 - max_scaled);
+          const float p1 = exp2f(sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
+          sum += p0 + p1;
+          sv[4 * i + 2 * r] = p0;
+          sv[4 * i + 2 * r + 1] = p1;
+        }
+        corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
+        row_sum[r] = row_sum[r] * corr[r] + sum;
+        row_max[r] = max_new[r];
+      }
+      return rescale;
+    };
+
+    // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
+    // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
+    auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
+    };
+    mbar_wait(q_full, tile_iter & 1);
+    int n = blocks.next();
+    if (n >= 0) {
+      // Prologue: S_0 and its softmax.
+      int s_prev = it % kStages;
+      uint32_t phase_prev = (it / kStages) & 1;
+      mbar_wait(k_full(s_prev), phase_prev);
+      named_sync(1 + wg, 256);
+      wgmma_fence();
+      issue_s(s_prev);
+      named_arrive(1 + (wg ^ 1), 256);
+      wgmma_wait<0>();
+      fence_regs(acc_s);
+      mask(acc_s, n);
+      {
+        float corr[2];
+        softmax(acc_s, true, corr);
+        pack_p(acc_s, p_frag);
+      }
+      ++it;
+      // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
+      // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
+      for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+        const int s = it % kStages;
+        const uint32_t phase = (it / kStages) & 1;
+        mbar_wait(k_full(s), phase);
+        mbar_wait(v_full(s_prev), phase_prev);
+        named_sync(1 + wg, 256);
+        wgmma_fence();
+        issue_s(s);
+        issue_pv(s_prev);
+        named_arrive(1 + (wg ^ 1), 256);
+        wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+        // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
+        // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
+        // serialise the wgmmas (C7513; perf-log).
+        float sv[K::kSRegs];
+#pragma unroll
+        for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+        mask(sv, n);
+        float corr[2];
+        const bool rescale = softmax(sv, false, corr);
+        wgmma_wait<0>();
+        fence_regs(acc_o);
+        fence_regs(p_frag);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(kv_empty(s_prev));  // this warp no longer reads K_{j-1}, V_{j-1}
+        if (rescale) {
+#pragma unroll
+          for (int i = 0; i < K::kHeadDim / 8; ++i)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              acc_o[4 * i + 2 * r] *= corr[r];
+              acc_o[4 * i + 2 * r + 1] *= corr[r];
+            }
+        }
+        pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+        s_prev = s;
+        phase_prev = phase;
+      }
+      // Drain: the last P V.
+      mbar_wait(v_full(s_prev), phase_prev);
+      named_sync(1 + wg, 256);
+      wgmma_fence();
+      issue_pv(s_prev);
+      named_arrive(1 + (wg ^ 1), 256);
+      wgmma_wait<0>();
+      fence_regs(acc_o);
+      fence_regs(p_frag);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(kv_empty(s_prev));
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(q_empty);
+
+    // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
+    // per n8 tile); LSE = m * scale + ln(l), or -inf for a row that saw no key.
+    const float scale = fabsf(p.scale);
+    using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
+    T* o = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      const int row = wg * 64 + row_in_wg + 8 * r;
+      if (row < q_rows) {
+        T* o_row = o + int64_t(q_begin + row) * p.o_row_stride + 2 * t;
+#pragma unroll
+        for (int i = 0; i < K::kHeadDim / 8; ++i)
+          *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
+        if (p.lse != nullptr && t == 0)
+          p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + int64_t(q_begin + row) * p.lse_row_stride] =
+              sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
+      }
+    }
+  }
+  // Balance the ping-pong barrier: the warpgroup that issued last handed a turn the other never takes.
+  // (Hardware barriers need no reset at exit; nothing to do.)
+#endif
+}
+
+// ---- Host side ----------------------------------------------------------------------------------------
+template <class K>
+int32_t launch(const FwdParams& p) {
+  Args args{};
+  args.p = p;
+  if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+                                     p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kBlockM, "q");
+      st != FLASH_OK)
+    return st;
+  if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
+                                     p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN, "k");
+      st != FLASH_OK)
+    return st;
+  if (int32_t st = encode_tensor_map(&args.tv, &args.v_pos, p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
+                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN, "v");
+      st != FLASH_OK)
+    return st;
+  args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
+  const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
+  if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
+  args.num_tiles = static_cast<int32_t>(tiles);
+
+  auto* kernel = fwd_kernel<K>;
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+      e != cudaSuccess)
+    return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
+  const int sms = cuda::multiprocessor_count(p.device_id);
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+  kernel<<<grid, K::kThreads, K::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(args);
+  return cuda::check_launch("sm90 fwd kernel");
+}
+
+template <int kHeadDim, DType kDType>
+int32_t launch_fwd(const FwdParams& p);
+
+}  // namespace flash::sm90
+
+// One line per .cu file: FLASH_SM90_INSTANTIATE(128, 128, 2, BF16) -- head dim, key block, stages, dtype.
+#define FLASH_SM90_INSTANTIATE(D, BLOCK_N, STAGES, DTYPE)                                     \
+  template <>                                                                                 \
+  int32_t flash::sm90::launch_fwd<D, flash::DType::DTYPE>(const flash::FwdParams& p) {        \
+    return launch<flash::sm90::Traits<D, BLOCK_N, STAGES, flash::DType::DTYPE>>(p);           \
+  }

@@ -1,0 +1,23 @@
+// libflash/cuda/sm90/shapes.h -- the tile shape of each sm90 instantiation (shared by the host code
+// and the .cu files). Every shape has 128 query rows per work tile (two consumer warpgroups of 64).
+// Shared memory: Q (128 x d) + stages x (K + V) (block_n x d each), bf16/fp16, under H100's 227 KB.
+#pragma once
+
+namespace flash::sm90 {
+
+struct Shape {
+  int head_dim, block_n, stages;
+  constexpr int smem_bytes() const { return (128 + 2 * stages * block_n) * head_dim * 2 + 1024; }
+};
+
+// d64: small tiles, a deep ring hides load latency. d128: FlashAttention-3's 128 x 128, 2 stages
+// (160 KB). d256: the O accumulator is 128 registers per thread, so S gets 64 keys (192 KB).
+inline constexpr Shape kShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
+
+constexpr Shape shape_for(int d) {
+  for (const Shape& s : kShapes)
+    if (s.head_dim == d) return s;
+  return Shape{0, 0, 0};
+}
+
+}  // namespace flash::sm90

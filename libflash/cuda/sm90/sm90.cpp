@@ -1,0 +1,93 @@
+// libflash/cuda/sm90/sm90.cpp -- the Algorithm record of the Hopper forward (FLASH_ALGO_SM90): what it
+// runs, and the switch from a call's (head dim, dtype) to one compiled instantiation. Anything it does
+// not run, AUTO hands to sm80 (supports() says why, and the capability query reports it).
+#include <cstdint>
+#include <string>
+
+#include "../../../flash.h"
+#include "../../algorithm.h"
+#include "../../error.h"
+#include "../runtime.h"
+#include "../sm80_bwd/bwd.h"
+#include "shapes.h"
+
+namespace flash {
+namespace sm90 {
+
+template <int kHeadDim, DType kDType>
+int32_t launch_fwd(const FwdParams& p);
+
+namespace {
+
+bool available(int32_t device_id, std::string* why) {
+  const int cc = cuda::compute_capability(device_id);
+  if (cc == 90) return true;
+  *why = "needs compute capability 9.0 (wgmma and TMA code built for sm_90a); device " + std::to_string(device_id) +
+         " has " + std::to_string(cc / 10) + "." + std::to_string(cc % 10);
+  return false;
+}
+
+// TMA: base addresses 16-byte aligned, every stride that steps (extent > 1) a multiple of 16 bytes.
+bool tma_layout(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (const auto& [stride, extent] : stride_extent)
+    if (extent > 1 && (stride % 8 != 0 || stride * 2 >= (int64_t(1) << 40))) return false;
+  return true;
+}
+
+bool supports(const FwdParams& p, std::string* why) {
+  if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
+    *why = "supports fp16 and bf16 only";
+    return false;
+  }
+  const Shape s = shape_for(p.head_dim);
+  if (s.head_dim == 0) {
+    *why = "head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256 (sm80 runs the others)";
+    return false;
+  }
+  if (cuda::shared_mem_per_block_optin(p.device_id) < s.smem_bytes()) {
+    *why = "needs " + std::to_string(s.smem_bytes()) + " bytes of shared memory per block";
+    return false;
+  }
+  if (!tma_layout(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
+      !tma_layout(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
+      !tma_layout(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
+      !tma_layout(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}})) {
+    *why = "TMA needs 16-byte aligned q/k/v/o pointers and batch/row/head strides that are multiples of 8 elements";
+    return false;
+  }
+  if (p.seqlen_q > (1 << 30) || p.seqlen_k > (1 << 30)) {
+    *why = "sequence lengths above 2^30 exceed TMA's 32-bit coordinates";
+    return false;
+  }
+  if (p.has_block_mask && (p.block_mask.block_m % 128 != 0 || p.block_mask.block_n % s.block_n != 0)) {
+    *why = "block-sparse masks need block_m a multiple of 128 and block_n a multiple of " + std::to_string(s.block_n) +
+           " at head_dim " + std::to_string(p.head_dim) + " (mask has " + std::to_string(p.block_mask.block_m) + " x " +
+           std::to_string(p.block_mask.block_n) + ")";
+    return false;
+  }
+  return true;
+}
+
+size_t workspace(const FwdParams&) { return 0; }
+
+int32_t fwd(const FwdParams& p) {
+  if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
+  const bool bf16 = p.dtype == DType::BF16;
+  switch (p.head_dim) {
+    case 64: return bf16 ? launch_fwd<64, DType::BF16>(p) : launch_fwd<64, DType::FP16>(p);
+    case 128: return bf16 ? launch_fwd<128, DType::BF16>(p) : launch_fwd<128, DType::FP16>(p);
+    case 256: return bf16 ? launch_fwd<256, DType::BF16>(p) : launch_fwd<256, DType::FP16>(p);
+  }
+  return fail(FLASH_ERROR_INTERNAL, "sm90: no kernel compiled for head_dim ", p.head_dim);
+}
+
+}  // namespace
+}  // namespace sm90
+
+// The backward on Hopper is the sm80 tensor-core backward (libflash/cuda/sm80_bwd/), which runs there.
+extern const Algorithm kCudaSm90 = {FLASH_ALGO_SM90, "sm90", FLASH_DEVICE_CUDA, sm90::available, sm90::supports,
+                                    sm90::workspace, sm90::fwd,
+                                    sm80_bwd::supports, sm80_bwd::workspace, sm80_bwd::run};
+
+}  // namespace flash

@@ -1,0 +1,32 @@
+// libflash/cuda/sm90/tma.h -- the sm90 kernel's arguments (tensor maps + FwdParams) and the host
+// function that encodes a tensor map. Host-safe: no device code.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "../../params.h"
+
+namespace flash::sm90 {
+
+// ---- Kernel arguments ------------------------------------------------------------------------------
+// Tensor maps view q, k, v as 4-D tensors {head_dim, then seq/head/batch sorted by stride} so any
+// layout whose strides are multiples of 16 bytes is expressible; `pos` says where each axis went.
+struct TensorPos {
+  int32_t seq, head, batch;  // dimension index (1..3) of each axis in the tensor map
+};
+struct Args {
+  CUtensorMap tq, tk, tv;  // first: 64-byte aligned inside the parameter space
+  FwdParams p;
+  TensorPos q_pos, k_pos, v_pos;
+  int32_t num_tiles;     // query blocks x heads x batch
+  int32_t num_m_blocks;  // query blocks per (batch, head)
+};
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda
+// (tma.cpp). Returns FLASH_OK or FLASH_ERROR_UNSUPPORTED / FLASH_ERROR_CUDA with a message.
+int32_t encode_tensor_map(CUtensorMap* map, TensorPos* pos, const void* base, DType dtype, int head_dim, int64_t seq,
+                          int64_t heads, int64_t batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride,
+                          int box_rows, const char* name);
+
+}  // namespace flash::sm90

@@ -112,6 +112,29 @@ TEST(CpuForward, BlockSparseDenseEmptyAndRandom) {
     }
 }
 
+TEST(CpuForward, BlockSparseEveryBlockSizeWithWindows) {
+  // Every mix of 64 and 128 (the GPU kernels tile by both), odd lengths, composed with a two-sided
+  // window and with top-left causal; lists differ per batch and head.
+  int n = 0;
+  for (int bm : {64, 128})
+    for (int bn : {64, 128}) {
+      CaseSpec s = base(201, 389, 32, FLASH_DTYPE_BF16);
+      flash_ref::Mask& m = s.mask;
+      m.block_m = bm, m.block_n = bn;
+      m.n_qb = static_cast<int>((s.seqlen_q + bm - 1) / bm);
+      m.n_kb = static_cast<int>((s.seqlen_k + bn - 1) / bn);
+      m.mask_batch = static_cast<int>(s.batch), m.mask_heads = static_cast<int>(s.heads_q);
+      std::mt19937_64 rng(base_seed() + 31 * ++n);
+      m.listed.resize(size_t(m.mask_batch) * m.mask_heads * m.n_qb * m.n_kb);
+      for (auto& x : m.listed) x = rng() % 2;
+      s.mask.window_left = 90, s.mask.window_right = 20;
+      expect_ok(s);
+      s.mask.window_left = s.mask.window_right = -1;
+      s.mask.causal = 1, s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+      expect_ok(s);
+    }
+}
+
 TEST(CpuForward, Deterministic) {
   std::mt19937_64 rng(base_seed());
   Case c = make_case(base(129, 257, 96, FLASH_DTYPE_BF16), rng);

@@ -18,6 +18,10 @@
 // CTAs per SM the other CTA's math covers what is left). Shared tiles are stored in pages of 64 (or 32)
 // columns with the 16-byte chunk index XORed by the row, so ldmatrix's eight row addresses and the
 // cp.async writes each hit eight different bank groups.
+//
+// Key blocks visited: those of the window's range, last first; with a block-sparse mask, those the
+// mask's lists name for the CTA's rows, walked from shared-memory bitmaps built once per CTA
+// (SparseBlocks), so unlisted blocks are never loaded and fully listed ones take the unmasked path.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -129,51 +133,20 @@ struct Traits {
 };
 
 // ---- Which key blocks a query block visits (the GPU twin of cpu/block_range.h) -----------------------
+// The window part: keys visible to at least one row of the query block are [lo, hi), i.e. key tiles
+// [n_lo, n_hi]. Without a block mask every tile of that range is visited, last first (the diagonal tile,
+// the one that needs the element mask, comes first).
 template <int kBlockN>
-struct KeyBlocks {
-  int lo, hi;        // keys visible to at least one row of the query block: [lo, hi)
-  int cursor, n_lo;  // dense: from the last block down to n_lo (reverse: the masked diagonal comes first)
-  // block-sparse: the listed mask blocks, each split into `sub_per` blocks of kBlockN keys
-  const int32_t* list = nullptr;
-  int list_stride = 0, count = 0, pos = 0, sub = 0, sub_per = 1, cur = 0, n_mask_blocks = 0;
+struct KeyRange {
+  int lo, hi, n_lo, n_hi;
 
-  __device__ KeyBlocks(const FwdParams& p, int b, int h, int q_begin, int q_end, int m_block, int block_m, bool sparse) {
-    int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
-    int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+  __device__ KeyRange(const FwdParams& p, int q_begin, int q_end) {
+    const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
+    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
     lo = int(max(lo64, int64_t(0)));
     hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
-    cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
-    if (sparse) {
-      const BlockMaskParams& m = p.block_mask;
-      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
-      count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
-      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
-      list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      list_stride = int(m.idx_stride);
-      sub_per = m.block_n / kBlockN;
-      sub = sub_per;
-      n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-      if (lo >= hi) count = 0;
-    }
-  }
-
-  // Next key block (in units of kBlockN), or -1 when done.
-  __device__ __forceinline__ int next(bool sparse) {
-    if (!sparse) return cursor >= n_lo ? cursor-- : -1;
-    while (true) {
-      if (sub == sub_per) {
-        if (pos >= count) return -1;
-        cur = list[int64_t(pos++) * list_stride];
-        sub = 0;
-        if (cur < 0 || cur >= n_mask_blocks) {  // out-of-range index: skipped, as the CPU path does
-          sub = sub_per;
-          continue;
-        }
-      }
-      const int64_t n = int64_t(cur) * sub_per + sub++;
-      if (n * kBlockN < hi && (n + 1) * kBlockN > lo) return int(n);  // outside the window: never loaded
-    }
+    n_hi = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window? Only those pay the
@@ -187,9 +160,99 @@ struct KeyBlocks {
   }
 };
 
+// ---- Block-sparse masks: the lists as shared-memory bitmaps -------------------------------------------
+// A CTA's kBlockM rows cover one mask query block (mask block_m >= kBlockM) or two ("parts": block_m =
+// kBlockM / 2); a key tile of kBlockN keys covers part of one mask key block or two (block_n = kBlockN / 2).
+// Prologue (all threads, three barriers): each covered list goes into a bitmap over mask key blocks,
+// `listed[part]`; indices may come in any order and repeat (a bit is set once: the reference's set
+// semantics), out-of-range ones are skipped (as the CPU path does). A tile of the window range is visited
+// iff some part lists some of its keys (`visit`). Per visited tile each warp -- whose rows lie in one part
+// -- reads its own bits: none (the warp skips the tile's MMAs: only the other part listed it), the whole
+// tile (the unmasked fast path, unless the window cuts it), or one half (the other half is masked with the
+// window's interval test, at no extra cost per element). The loop walks `visit` from the top with one
+// shared load and a clz per step: no global index load sits on the path of the next K/V load.
+template <int kBlockM, int kBlockN, int kThreads>
+struct SparseBlocks {
+  // Shared-memory (32-bit) addresses, which take one register each where a generic pointer takes two.
+  uint32_t listed_part;  // bitmap of the mask key blocks listed for this warp's part
+  uint32_t visit;        // bitmap of the key tiles this CTA visits
+  int cursor, mask_shift;  // next tile to look at (downwards); mask key block of key k: k >> mask_shift
+
+  __device__ __forceinline__ void build(const FwdParams& p, uint32_t* words, int b, int h, int q_begin, int q_end,
+                                        const KeyRange<kBlockN>& range, int warp_row0, int tid) {
+    const BlockMaskParams& m = p.block_mask;
+    const int parts = kBlockM > m.block_m ? kBlockM / m.block_m : 1;  // 1 or 2 (supports())
+    const int n_mask_blocks = (p.seqlen_k + m.block_n - 1) / m.block_n;
+    mask_shift = __ffs(m.block_n) - 1;  // block_n is 64 or 128
+    // One spare bit past the last block (never set), so a tile's second half may be read unchecked.
+    const int mask_words = n_mask_blocks / 32 + 1;
+    const int tile_words = ((p.seqlen_k + kBlockN - 1) / kBlockN + 31) / 32;
+    uint32_t* vis = words + parts * mask_words;
+    for (int i = tid; i < parts * mask_words + tile_words; i += kThreads) words[i] = 0u;
+    __syncthreads();
+    const int qb0 = q_begin / m.block_m;
+    for (int part = 0; part < parts; ++part) {
+      const int qb = qb0 + part;
+      if (int64_t(qb) * m.block_m >= q_end || qb >= m.num_q_blocks) break;  // rows past seqlen_q: no list
+      int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+      const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+      for (int t = tid; t < count; t += kThreads) {
+        const int32_t kb = list[int64_t(t) * m.idx_stride];
+        if (kb >= 0 && kb < n_mask_blocks) atomicOr(&words[part * mask_words + (kb >> 5)], 1u << (kb & 31));
+      }
+    }
+    __syncthreads();
+    for (int n = range.n_lo + tid; n <= range.n_hi; n += kThreads) {
+      const int kb_first = int((int64_t(n) * kBlockN) >> mask_shift);
+      const int kb_last = min(int((int64_t(n) * kBlockN + kBlockN - 1) >> mask_shift), n_mask_blocks - 1);
+      uint32_t any = 0;
+      for (int part = 0; part < parts; ++part)
+        for (int kb = kb_first; kb <= kb_last; ++kb) any |= words[part * mask_words + (kb >> 5)] >> (kb & 31);
+      if (any & 1u) atomicOr(&vis[n >> 5], 1u << (n & 31));
+    }
+    __syncthreads();
+    listed_part = static_cast<uint32_t>(__cvta_generic_to_shared(words + (warp_row0 / m.block_m) * mask_words));
+    visit = static_cast<uint32_t>(__cvta_generic_to_shared(vis));
+    cursor = range.n_hi;
+  }
+
+  static __device__ __forceinline__ uint32_t load_word(uint32_t base, int i) {
+    uint32_t w;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(base + 4u * uint32_t(i)));
+    return w;
+  }
+
+  // Next tile to visit (descending), or -1. Bits outside the window's [n_lo, n_hi] are never set.
+  __device__ __forceinline__ int next() {
+    while (cursor >= 0) {
+      const int w = cursor >> 5;
+      const uint32_t bits = load_word(visit, w) & (0xffffffffu >> (31 - (cursor & 31)));
+      if (bits != 0u) {
+        const int n = (w << 5) + 31 - __clz(bits);
+        cursor = n - 1;
+        return n;
+      }
+      cursor = (w << 5) - 1;
+    }
+    return -1;
+  }
+
+  // This warp's listed share of tile n: bit 0 = keys [0, kBlockN/2), bit 1 = keys [kBlockN/2, kBlockN).
+  __device__ __forceinline__ uint32_t warp_bits(int n) const {
+    // (n * kBlockN) >> mask_shift for the four pairs of 64 and 128, without 64-bit arithmetic (registers).
+    const int kb = kBlockN == 64 ? (mask_shift == 6 ? n : n >> 1) : (mask_shift == 7 ? n : n << 1);
+    const uint32_t first = (load_word(listed_part, kb >> 5) >> (kb & 31)) & 1u;
+    if (kBlockN <= 64 || (kBlockN >> mask_shift) <= 1) return first * 3u;  // one mask block covers the tile
+    const int kb1 = kb + 1;  // the tile's second half; past seqlen_k its bit is the spare, 0: masked anyway
+    const uint32_t second = (load_word(listed_part, kb1 >> 5) >> (kb1 & 31)) & 1u;
+    return first | (second << 1);
+  }
+};
+
 // ---- The kernel -------------------------------------------------------------------------------------
-// kSparse: iterate a block-sparse mask's list instead of a range. A compile-time branch so the dense
-// path carries none of the list state in registers (one kernel, both bodies).
+// kSparse: visit the key blocks a block-sparse mask lists instead of a range. A compile-time branch so
+// the dense path carries none of the list state in registers.
 template <class K, bool kSparse>
 __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   using E = Elem<K::kDType>;
@@ -267,11 +330,27 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   using RowsM = std::integral_constant<int, kBlockM>;
   using RowsN = std::integral_constant<int, kBlockN>;
 
-  constexpr bool sparse = kSparse;
-  KeyBlocks<kBlockN> blocks(p, b, h, q_begin, q_begin + q_rows, m_block, kBlockM, kSparse);
-  int n_block = blocks.next(sparse);
+  const int warp_row0 = warp * K::kRowsPerWarp;
+  const KeyRange<kBlockN> range(p, q_begin, q_begin + q_rows);
+  int dense_cursor = range.n_hi;
+  SparseBlocks<kBlockM, kBlockN, K::kThreads> sparse_blocks;
+  if constexpr (kSparse) {
+    // Q's copy is issued (not yet committed: it joins K_0's group) before the list reads so the two overlap.
+    load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
+    sparse_blocks.build(p, reinterpret_cast<uint32_t*>(smem + K::kSmemBytes), b, h, q_begin, q_begin + q_rows, range,
+                        warp_row0, tid);
+  }
+  auto next_block = [&]() -> int {
+    if constexpr (kSparse) return sparse_blocks.next();
+    else return dense_cursor >= range.n_lo ? dense_cursor-- : -1;
+  };
+  int n_block = next_block();
 
   if (n_block < 0) {  // no visible key anywhere in this query block: O = 0, LSE = -inf
+    if constexpr (kSparse) {  // Q's copy was issued: let it land before the CTA's shared memory is released
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
     FLASH_SM80_OUTPUT_POINTERS
     for (int idx = tid; idx < q_rows * K::kChunksPerRow; idx += K::kThreads) {
       const int row = idx / K::kChunksPerRow, chunk = idx % K::kChunksPerRow;
@@ -282,7 +361,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     return;
   }
 
-  load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
+  if constexpr (!kSparse) load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
   load_tile(RowsN{}, k_smem0, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_block * kBlockN);
   cp_async_commit();
   if constexpr (K::kStages == 2) {
@@ -296,7 +375,6 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   const float scale_log2 = fabsf(p.scale_log2);
 
   // Per-lane ldmatrix offsets inside a page (the XOR with the step's chunk is applied per step).
-  const int warp_row0 = warp * K::kRowsPerWarp;
   const uint32_t q_lane = K::in_page(warp_row0 + (lane & 15), lane >> 4);          // A: rows 0-15, chunk +0/+1
   const uint32_t k_lane = K::in_page((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);  // B: keys 0-15, chunk +0/+1
   const uint32_t v_lane = K::in_page((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);  // B^T: keys 0-15, chunk +0/+1
@@ -326,7 +404,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     } else {
       cp_async_wait<1>();  // K_j landed (V_j may still be in flight)
       __syncthreads();     // ... for every thread's copies; every warp is done with step j-1's buffers
-      n_next = blocks.next(sparse);
+      n_next = next_block();
       if (n_next >= 0) {  // K_{j+1}, V_{j+1} into the other buffers: a whole step to arrive
         const uint32_t other = uint32_t((step + 1) & 1) * K::kKVBytes;
         load_tile(RowsN{}, k_smem0 + other, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
@@ -336,6 +414,14 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       }
     }
 
+    // This warp's share of the tile: with a block mask whose query blocks are half the CTA's, the other
+    // half's warps may have listed a tile this warp's rows did not; then this warp skips its two matrix
+    // products (its softmax sees an S masked in full: P = 0, no max moves) and still takes part in the
+    // loads and barriers. Skipping the softmax too cost registers: ptxas spilled 120 bytes at d64.
+    uint32_t warp_bits = 3u;  // bit 0: keys [0, kBlockN/2) listed for this warp's rows, bit 1: the rest
+    if constexpr (kSparse) warp_bits = sparse_blocks.warp_bits(n_block);
+    const bool warp_active = warp_bits != 0u;
+
     // S = Q_i K_j^T
     float s[kMTiles][kNTiles][4];
 #pragma unroll
@@ -344,30 +430,32 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+    if (warp_active) {
 #pragma unroll
-    for (int ks = 0; ks < K::kKSteps; ++ks) {
-      const int chunk = ks * 2, page = chunk / kPageChunks, cc = chunk % kPageChunks;
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        ldmatrix_x4(a[mt], q_smem + page * kBlockM * kRowBytes + mt * 16 * kRowBytes + (q_lane ^ (cc << 4)));
-#pragma unroll
-        for (int r = 0; r < 4; ++r) a[mt][r] ^= q_sign;
-      }
-#pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        uint32_t bk[4];
-        ldmatrix_x4(bk, k_smem + page * kBlockN * kRowBytes + np * 16 * kRowBytes + (k_lane ^ (cc << 4)));
+      for (int ks = 0; ks < K::kKSteps; ++ks) {
+        const int chunk = ks * 2, page = chunk / kPageChunks, cc = chunk % kPageChunks;
+        uint32_t a[kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          E::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
-          E::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+          ldmatrix_x4(a[mt], q_smem + page * kBlockM * kRowBytes + mt * 16 * kRowBytes + (q_lane ^ (cc << 4)));
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a[mt][r] ^= q_sign;
+        }
+#pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          uint32_t bk[4];
+          ldmatrix_x4(bk, k_smem + page * kBlockN * kRowBytes + np * 16 * kRowBytes + (k_lane ^ (cc << 4)));
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            E::mma(s[mt][2 * np], a[mt], bk[0], bk[1]);
+            E::mma(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+          }
         }
       }
     }
 
     if constexpr (K::kStages == 1) {
-      n_next = blocks.next(sparse);
+      n_next = next_block();
       cp_async_wait<0>();
       __syncthreads();  // V_j landed; every warp is done reading K_j, so K_{j+1} may overwrite it
       if (n_next >= 0) {
@@ -376,9 +464,12 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       }
     }
 
-    // Element mask, only on blocks that cross the sequence end or a window edge. Per row, the visible
-    // keys of this block are the columns [lo, hi) relative to this lane's first column.
-    if (blocks.needs_mask(p, n_block, q_begin, q_begin + q_rows - 1)) {
+    uint32_t p_frag[kMTiles][kNTiles][2];  // P in the input dtype, the accumulator layout of S
+    // Element mask, only on blocks that cross the sequence end or a window edge, or that this warp's
+    // rows list only half of. Per row, the visible keys of this block are the columns [lo, hi) relative
+    // to this lane's first column (a listed half narrows that interval).
+    if (range.needs_mask(p, n_block, q_begin, q_begin + q_rows - 1) || warp_bits != 3u) {
+      const int cut_lo = (warp_bits & 1u) ? 0 : kBlockN / 2, cut_hi = (warp_bits & 2u) ? kBlockN : kBlockN / 2;
       const int64_t col0 = int64_t(n_block) * kBlockN + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
@@ -388,8 +479,8 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
           int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
           int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
-          const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
-          const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+          const int lo_rel = max(int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1))), cut_lo - 2 * t);
+          const int hi_rel = min(int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1))), cut_hi - 2 * t);
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
@@ -400,7 +491,6 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
         }
     }
 
-    uint32_t p_frag[kMTiles][kNTiles][2];  // P in the input dtype, the accumulator layout of S
     // Online softmax (Algorithm 1, lines 9-11, in base 2 with the scale folded into one FFMA).
     float max_new[kMTiles][2];
     bool max_moved = false;
@@ -455,26 +545,28 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       __syncthreads();
     }
 
-    // O += P V_j. The S accumulator of two adjacent n8 tiles is exactly the A fragment of one k16 step.
+    if (warp_active) {
+      // O += P V_j. The S accumulator of two adjacent n8 tiles is exactly the A fragment of one k16 step.
 #pragma unroll
-    for (int kc = 0; kc < kBlockN / 16; ++kc) {
-      uint32_t a[kMTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        a[mt][0] = p_frag[mt][2 * kc][0];
-        a[mt][1] = p_frag[mt][2 * kc][1];
-        a[mt][2] = p_frag[mt][2 * kc + 1][0];
-        a[mt][3] = p_frag[mt][2 * kc + 1][1];
-      }
-#pragma unroll
-      for (int dp = 0; dp < kDTiles / 2; ++dp) {
-        const int chunk = dp * 2, page = chunk / kPageChunks, cc = chunk % kPageChunks;
-        uint32_t bv[4];
-        ldmatrix_x4_trans(bv, v_smem + page * kBlockN * kRowBytes + kc * 16 * kRowBytes + (v_lane ^ (cc << 4)));
+      for (int kc = 0; kc < kBlockN / 16; ++kc) {
+        uint32_t a[kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-          E::mma(acc_o[mt][2 * dp], a[mt], bv[0], bv[1]);
-          E::mma(acc_o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+          a[mt][0] = p_frag[mt][2 * kc][0];
+          a[mt][1] = p_frag[mt][2 * kc][1];
+          a[mt][2] = p_frag[mt][2 * kc + 1][0];
+          a[mt][3] = p_frag[mt][2 * kc + 1][1];
+        }
+#pragma unroll
+        for (int dp = 0; dp < kDTiles / 2; ++dp) {
+          const int chunk = dp * 2, page = chunk / kPageChunks, cc = chunk % kPageChunks;
+          uint32_t bv[4];
+          ldmatrix_x4_trans(bv, v_smem + page * kBlockN * kRowBytes + kc * 16 * kRowBytes + (v_lane ^ (cc << 4)));
+#pragma unroll
+          for (int mt = 0; mt < kMTiles; ++mt) {
+            E::mma(acc_o[mt][2 * dp], a[mt], bv[0], bv[1]);
+            E::mma(acc_o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+          }
         }
       }
     }
@@ -523,25 +615,31 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   }
 }
 
-template <class K>
+// Two kernels per instantiation, dense and block-sparse: in one kernel with a runtime branch ptxas
+// allocates registers over both bodies and the dense loop spilled more (d64 0 -> 48 bytes, d128 20 -> 64).
+template <class K, bool kSparse>
 __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant__ FwdParams p) {
-  if (p.has_block_mask) fwd_body<K, true>(p);
-  else fwd_body<K, false>(p);
+  fwd_body<K, kSparse>(p);
 }
 
 // ---- Host launch, one instantiation per .cu file ----------------------------------------------------
 template <class K>
 int32_t launch(const FwdParams& p) {
-  auto* kernel = fwd_kernel<K>;
+  auto* kernel = p.has_block_mask ? fwd_kernel<K, true> : fwd_kernel<K, false>;
+  // Q, K, V tiles, then (block-sparse masks only) the list bitmaps; supports() bounded the latter.
+  const int smem_bytes =
+      K::kSmemBytes + (p.has_block_mask ? int(sparse_smem_bytes(K::kBlockM, K::kBlockN, p.block_mask.block_m,
+                                                                p.block_mask.block_n, p.seqlen_k))
+                                        : 0);
   // Above 48 KB a kernel must opt in to dynamic shared memory (per device; cheap to repeat).
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm80 fwd, MaxDynamicSharedMemorySize)");
   const int64_t ctas = int64_t{(p.seqlen_q + K::kBlockM - 1) / K::kBlockM} * p.heads_q * p.batch;
   if (ctas > 0x7fffffff)
     return fail(FLASH_ERROR_UNSUPPORTED, "sm80: ", ctas, " query blocks exceed one launch (2^31-1 CTAs)");
   const dim3 grid(static_cast<unsigned>(ctas));
-  kernel<<<grid, K::kThreads, K::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(p);
+  kernel<<<grid, K::kThreads, smem_bytes, static_cast<cudaStream_t>(p.stream)>>>(p);
   return cuda::check_launch("sm80 fwd kernel");
 }
 

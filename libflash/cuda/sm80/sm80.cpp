@@ -61,11 +61,21 @@ bool supports(const FwdParams& p, std::string* why) {
     return false;
   }
   if (p.has_block_mask) {
+    // A CTA covers 1 or 2 mask query blocks and a key tile 1 or 2 mask key blocks (or part of one): any
+    // mix of 64 and 128 against the tiles of 64 and 128 (fwd_kernel.cuh, SparseBlocks).
     const TileShape t = tile_shape(d, variant);
-    if (p.block_mask.block_n % t.block_n != 0 || p.block_mask.block_m % t.block_m != 0) {
-      *why = "block-sparse masks need block_n a multiple of " + std::to_string(t.block_n) + " and block_m a multiple of " +
-             std::to_string(t.block_m) + " at head_dim " + std::to_string(p.head_dim) + " (mask has " +
-             std::to_string(p.block_mask.block_m) + " x " + std::to_string(p.block_mask.block_n) + ")";
+    const BlockMaskParams& m = p.block_mask;
+    const auto nests = [](int a, int b) { return a > 0 && b > 0 && (a % b == 0 || b % a == 0) && a <= 2 * b; };
+    if (!nests(t.block_m, m.block_m) || !nests(t.block_n, m.block_n)) {
+      *why = "block-sparse masks of " + std::to_string(m.block_m) + " x " + std::to_string(m.block_n) +
+             " do not nest in the " + std::to_string(t.block_m) + " x " + std::to_string(t.block_n) + " tiles at head_dim " +
+             std::to_string(p.head_dim);
+      return false;
+    }
+    const long long bytes = sparse_smem_bytes(t.block_m, t.block_n, m.block_m, m.block_n, p.seqlen_k);
+    if (bytes > kMaxSparseSmemBytes || t.smem_bytes() + bytes > cuda::shared_mem_per_block_optin(p.device_id)) {
+      *why = "block-sparse mask over seqlen_k " + std::to_string(p.seqlen_k) + " needs " + std::to_string(bytes) +
+             " bytes of shared memory for its block bitmaps (at most " + std::to_string(kMaxSparseSmemBytes) + ")";
       return false;
     }
   }

@@ -70,4 +70,20 @@ constexpr int pick_variant(int head_dim, long long smem_optin, long long smem_pe
   return -1;
 }
 
+// Block-sparse masks: after its Q, K and V tiles the kernel keeps, in shared memory, one bitmap of the
+// listed mask key blocks per mask query block its rows cover ("parts": 1, or 2 when the mask's block_m is
+// half the tile's) and one bitmap of the key tiles it visits. Bytes for a mask of mask_block_m x
+// mask_block_n over seqlen_k keys (32 bytes per 16k keys and part at 64-key blocks).
+constexpr long long sparse_parts(int tile_block_m, int mask_block_m) {
+  return tile_block_m > mask_block_m ? tile_block_m / mask_block_m : 1;
+}
+constexpr long long sparse_smem_bytes(int tile_block_m, int tile_block_n, int mask_block_m, int mask_block_n,
+                                      long long seqlen_k) {
+  const long long mask_words = (seqlen_k + mask_block_n - 1) / mask_block_n / 32 + 1;  // + a spare bit
+  const long long tile_words = ((seqlen_k + tile_block_n - 1) / tile_block_n + 31) / 32;
+  return 4 * (sparse_parts(tile_block_m, mask_block_m) * mask_words + tile_words);
+}
+// Cap on those bitmaps (seqlen_k up to ~1.4M keys at 64-key blocks); 2 d128 CTAs still fit an H100 SM.
+inline constexpr long long kMaxSparseSmemBytes = 8192;
+
 }  // namespace flash::sm80

@@ -24,11 +24,18 @@
 
 namespace flash::sm80_bwd {
 
-template <int kHeadDim, DType kDType_>
+// kBlockM: query rows per step (64; 128 at d64, where dQ splits its rows over the warpgroups instead of
+// its columns). kBulkDQ: dQ partials leave through shared memory as bulk reduce-adds (cp.reduce.async.bulk,
+// one 256-byte row segment each) instead of fp32 atomics (deterministic mode always uses the ordered atomics).
+// kOverlap: dP^T and dV run as wgmma groups of their own, so the tensor cores work on them while P^T and
+// dS^T are computed (wait_group 1 instead of 0).
+template <int kHeadDim, int kBlockM_, bool kBulkDQ_, bool kOverlap_, DType kDType_>
 struct BwdTraits90 {
   static constexpr DType kDType = kDType_;
   static constexpr int kD = kHeadDim;
-  static constexpr int kBlockM = 64, kBlockN = 128, kWarps = 8, kThreads = 256, kQStages = 2;
+  static constexpr int kBlockM = kBlockM_, kBlockN = 128, kWarps = 8, kThreads = 256, kQStages = 2;
+  static constexpr bool kBulkDQ = kBulkDQ_, kOverlap = kOverlap_;
+  static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
   static constexpr int kTag = 90;  // own copies of the helper kernels (bwd_kernel.cuh: launch_bwd_with)
   static_assert(kD == 64 || kD == 128, "sm90 backward: head dims 64 and 128");
   static constexpr uint32_t kKBytes = kBlockN * kD * 2;
@@ -38,7 +45,9 @@ struct BwdTraits90 {
   static constexpr uint32_t kOffDS = kOffDO + kQStages * kQBytes;        // dS^T [kBlockN][kBlockM], 1024-aligned
   static constexpr uint32_t kOffL = kOffDS + kBlockN * kBlockM * 2;      // lse2 [stages][kBlockM]
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
-  static constexpr uint32_t kSmem = kOffDsum + kQStages * kBlockM * 4;
+  static constexpr uint32_t kDQRow = 64 * 4 + 16;                        // staged dQ row (padded: no bank conflicts)
+  static constexpr uint32_t kOffDQ = kOffDsum + kQStages * kBlockM * 4;  // dQ staging [warp][16 rows][kDQRow]
+  static constexpr uint32_t kSmem = kOffDQ + (kBulkDQ ? kWarps * 16 * kDQRow : 0);
   static constexpr uint32_t kSmemAlloc = kSmem + 1024;  // room to align the base to 1024 bytes
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
 };
@@ -72,6 +81,15 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[R][2]) {
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1])::"memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// global[0, bytes) += shared[0, bytes) in fp32, by the bulk-copy engine (sm_90), one bulk group per commit.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 }  // namespace wg
 
 template <class K>
@@ -197,7 +215,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     // S^T = K_w Q_i^T, dP^T = V_w dO_i^T: 64 keys x kBlockM queries per warpgroup.
     // (Descriptors advance by adding offset >> 4 to one base each: 16 hoisted 64-bit descriptors cost
     // 32 registers.)
-    float s[kNS * 4], dp[kNS * 4];
+    float s[kNS * 4], dp[kNS * 4];  // S^T, dP^T: kNS n8 tiles of [4] per warp
     const uint64_t dk0 = wg::desc(k_smem + wgi * 64 * 128, 16), dv0 = wg::desc(v_smem + wgi * 64 * 128, 16);
     const uint64_t dq0 = wg::desc(q_smem, 16), ddo0 = wg::desc(do_smem, 16);
     wg::fence();
@@ -206,42 +224,75 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       const uint32_t koff = ((ks / 4) * kBlockN * 128 + (ks % 4) * 32) >> 4;
       const uint32_t qoff = ((ks / 4) * kBlockM * 128 + (ks % 4) * 32) >> 4;
       wg::SS<kBlockM, 0, 0, K::kDType>::mma(s, dk0 + koff, dq0 + qoff, ks > 0);
-      wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
+      if constexpr (!K::kOverlap) wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
     }
     wg::commit();
-    wg::wait<0>();
+    if constexpr (K::kOverlap) {  // dP^T in a group of its own: it runs while P^T is computed
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint32_t koff = ((ks / 4) * kBlockN * 128 + (ks % 4) * 32) >> 4;
+        const uint32_t qoff = ((ks / 4) * kBlockM * 128 + (ks % 4) * 32) >> 4;
+        wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
+      }
+      wg::commit();
+      wg::wait<1>();
+    } else {
+      wg::wait<0>();
+      wg::fence_regs(dp);
+    }
     wg::fence_regs(s);
-    wg::fence_regs(dp);
 
-    // P^T (recomputed from the LSE), dS^T = P^T o (dP^T - D). Masked elements get P = 0.
+    // P^T (recomputed from the LSE). Masked elements get P = 0.
     const int64_t key_first = k0 + kr0;
     bool warp_visible = true;
     if (sparse) warp_visible = listed(h, i, int(key_first));
     const bool need_mask = !warp_visible || k0 + kBlockN > p.seqlen_k ||
                            (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + p.diag_offset - p.window_left) ||
                            (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + p.diag_offset + p.window_right);
+    float pf[kNS * 4];
     uint32_t pk[kNS][2], dsk[kNS][2];
 #pragma unroll
     for (int nt = 0; nt < kNS; ++nt) {
       const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + nt * 8 + 2 * t);
-      const float2 dd = *reinterpret_cast<const float2*>(dsum_s + nt * 8 + 2 * t);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float pv[2], dv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          pv[e] = exp2f(s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
+          float pv = exp2f(s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
           if (need_mask) {
             const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + p.diag_offset;
             const bool vis = warp_visible && key < p.seqlen_k && (p.window_left < 0 || key >= diag - p.window_left) &&
                              (p.window_right < 0 || key <= diag + p.window_right);
-            if (!vis) pv[e] = 0.f;
+            if (!vis) pv = 0.f;
           }
-          dv[e] = pv[e] * (dp[nt * 4 + 2 * r + e] - (e ? dd.y : dd.x));
+          pf[nt * 4 + 2 * r + e] = pv;
         }
-        pk[nt][r] = E::pack(pv[0], pv[1]);
-        dsk[nt][r] = E::pack(dv[0], dv[1]);
+        pk[nt][r] = E::pack(pf[nt * 4 + 2 * r], pf[nt * 4 + 2 * r + 1]);
       }
+    }
+    const uint64_t dto0 = wg::desc(do_smem, kBlockM * 128), dtq0 = wg::desc(q_smem, kBlockM * 128);
+    if constexpr (K::kOverlap) {
+      // dV += P^T dO_i now (A from registers, B = dO_i N-major): it runs while dS^T is computed.
+      wg::fence_regs(pk);
+      wg::fence();
+#pragma unroll
+      for (int kc = 0; kc < kBlockM / 16; ++kc) {
+        const uint32_t ap[4] = {pk[2 * kc][0], pk[2 * kc][1], pk[2 * kc + 1][0], pk[2 * kc + 1][1]};
+        wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
+      }
+      wg::commit();
+      wg::wait<1>();  // dP^T (the older group) is done
+      wg::fence_regs(dp);
+    }
+
+    // dS^T = P^T o (dP^T - D).
+#pragma unroll
+    for (int nt = 0; nt < kNS; ++nt) {
+      const float2 dd = *reinterpret_cast<const float2*>(dsum_s + nt * 8 + 2 * t);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        dsk[nt][r] = E::pack(pf[nt * 4 + 2 * r] * (dp[nt * 4 + 2 * r] - dd.x),
+                             pf[nt * 4 + 2 * r + 1] * (dp[nt * 4 + 2 * r + 1] - dd.y));
     }
     // dS^T to shared memory ([key][query], 128-byte rows) for dQ = dS K.
 #pragma unroll
@@ -249,20 +300,19 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = kr0 + g + 8 * r;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_smem + in_page(row, nt) + 4 * t), "r"(dsk[nt][r]));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_smem + tile_off<kBlockN>(row, nt) + 4 * t), "r"(dsk[nt][r]));
       }
     wg::fence_proxy_async();  // dS^T is read by wgmma after the barrier below
 
-    // dV += P^T dO_i, dK += dS^T Q_i: A from registers, B = dO_i / Q_i N-major (pages of 64 columns).
+    // dK += dS^T Q_i (and dV += P^T dO_i without overlap): A from registers, B = Q_i / dO_i N-major.
     wg::fence_regs(pk);
     wg::fence_regs(dsk);
-    const uint64_t dto0 = wg::desc(do_smem, kBlockM * 128), dtq0 = wg::desc(q_smem, kBlockM * 128);
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < kBlockM / 16; ++kc) {
       const uint32_t ap[4] = {pk[2 * kc][0], pk[2 * kc][1], pk[2 * kc + 1][0], pk[2 * kc + 1][1]};
       const uint32_t as[4] = {dsk[2 * kc][0], dsk[2 * kc][1], dsk[2 * kc + 1][0], dsk[2 * kc + 1][1]};
-      wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
+      if constexpr (!K::kOverlap) wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
       wg::RS<kD, 1, K::kDType>::mma(acc_dk, as, dtq0 + kc * (2048 >> 4), 1);
     }
     wg::commit();
@@ -271,7 +321,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     int32_t* sem = nullptr;
     int rank = 0;
     if (det) {
-      sem = w.sem + bh * (sq_pad / 64) + i;
+      sem = w.sem + bh * (sq_pad / 64) + i * (kBlockM / 64);
       const int64_t k_first = q0 + p.diag_offset - (p.window_left >= 0 ? p.window_left : 0);
       const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
       rank = n_block - j_first;
@@ -280,10 +330,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     }
     __syncthreads();  // dS^T complete in shared memory
 
-    // dQ_i += dS K_j: warpgroup w computes columns 64w..64w+63 over all kBlockN keys.
-    if (wgi * 64 < kD) {
+    // dQ_i += dS K_j. kBlockM 64: warpgroup w computes columns 64w..64w+63 (d64: warpgroup 0 alone);
+    // kBlockM 128 (d64): query rows 64w..64w+63. Either way a warpgroup tile of 64 x 64 over all keys.
+    const int dq_m0 = kBlockM == 128 ? 64 * wgi : 0, dq_n0 = kBlockM == 128 ? 0 : 64 * wgi;
+    if (dq_n0 < kD) {
       float acc[32];
-      const uint64_t dds0 = wg::desc(ds_smem, kBlockN * 128), dkt0 = wg::desc(k_smem + wgi * kBlockN * 128, kBlockN * 128);
+      const uint64_t dds0 = wg::desc(ds_smem + (dq_m0 / 64) * kBlockN * 128, kBlockN * 128);
+      const uint64_t dkt0 = wg::desc(k_smem + (dq_n0 / 64) * kBlockN * 128, kBlockN * 128);
       wg::fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk)
@@ -291,15 +344,35 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       wg::commit();
       wg::wait<0>();
       wg::fence_regs(acc);
-      // (w.dc == kD here: the row stride is a constant, so the 16 adds share one address register.)
-      float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + wq0 + g) * kD + wgi * 64 + 2 * t;
+      // (w.dc == kD here: the row stride is a constant, so the adds share one address register.)
+      float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + dq_m0 + wq0) * kD + dq_n0;
+      if (K::kBulkDQ && !det) {
+        // This warp's 16 rows x 64 columns to its staging rows, then one bulk reduce-add per row.
+        const uint32_t st0 = smem0 + K::kOffDQ + warp * 16 * K::kDQRow;
+        if (lane < 16) wg::bulk_wait_read();  // the previous step's reduce has read the staging rows
+        __syncwarp();
 #pragma unroll
-      for (int dt = 0; dt < 8; ++dt)
+        for (int dt = 0; dt < 8; ++dt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float* dst = dq_rows + 8 * r * kD + dt * 8;
-          atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[dt * 4 + 2 * r], acc[dt * 4 + 2 * r + 1]));
+          for (int r = 0; r < 2; ++r)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st0 + (g + 8 * r) * K::kDQRow + dt * 32 + t * 8),
+                         "f"(acc[dt * 4 + 2 * r]), "f"(acc[dt * 4 + 2 * r + 1]));
+        wg::fence_proxy_async();
+        __syncwarp();
+        if (lane < 16) {
+          wg::bulk_reduce_add(dq_rows + lane * kD, st0 + lane * K::kDQRow, 64 * 4);
+          wg::bulk_commit();
         }
+      } else {
+        dq_rows += g * kD + 2 * t;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float* dst = dq_rows + 8 * r * kD + dt * 8;
+            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[dt * 4 + 2 * r], acc[dt * 4 + 2 * r + 1]));
+          }
+      }
     } else {
       wg::wait<0>();
     }
@@ -314,6 +387,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     }
     step = step_next;
   }
+
+  if (K::kBulkDQ && lane < 16) wg::bulk_wait();  // dQ reduces complete (and done reading shared memory)
 
   // Epilogue: dK * scale and dV, this warp's rows, straight from the accumulators.
   const float scale = p.scale;
@@ -336,14 +411,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 #endif
 }
 
-template <int kHeadDim, DType kDType>
+template <int kHeadDim, int kBlockM, bool kBulkDQ, bool kOverlap, DType kDType>
 int32_t launch_bwd_sm90(const BwdParams& p) {
-  using K = BwdTraits90<kHeadDim, kDType>;
+  using K = BwdTraits90<kHeadDim, kBlockM, kBulkDQ, kOverlap, kDType>;
   return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
 }  // namespace flash::sm80_bwd
 
-// One line per .cu file: FLASH_SM80_BWD_SM90_INSTANTIATE(128, BF16)
-#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, DTYPE) \
-  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, flash::DType::DTYPE>(const flash::BwdParams&);
+// One line per .cu file: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, true, true, BF16)
+#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, BULK_DQ, OVERLAP, DTYPE) \
+  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, BULK_DQ, OVERLAP, flash::DType::DTYPE>( \
+      const flash::BwdParams&);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes ../wgmma.cuh: the wgmma.mma_async wrappers the sm90 backward uses (inline asm needs every
 accumulator register named, so the operand lists are generated). Run from this directory."""
-SHAPES_SS = [(64, 0, 0), (64, 1, 1)]          # (N, trans-a, trans-b) with A and B from shared memory
+SHAPES_SS = [(64, 0, 0), (128, 0, 0), (64, 1, 1)]  # (N, trans-a, trans-b) with A and B from shared memory
 SHAPES_RS = [(64, 1), (128, 1)]               # (N, trans-b) with A from registers
 TYPES = {"BF16": "bf16", "FP16": "f16"}
 

@@ -5,6 +5,7 @@
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
+#   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -75,6 +76,10 @@ for phase in "$@"; do
            --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-sm90-masks-d$d.json" > "$OUT/fa-bench-sm90-masks-d$d.txt" 2>&1
         echo "fa-bench masks d$d: exit $?"
       done
+      ;;
+    dev)
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 2>&1 | tee "$OUT/sm90-dev.txt"
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

@@ -33,6 +33,7 @@
 #include "../../error.h"
 #include "../../params.h"
 #include "../runtime.h"
+#include "shapes.h"
 #include "tma.h"
 #include "wgmma.h"
 
@@ -134,53 +135,56 @@ struct Traits {
 // ---- Which key blocks a query block visits ------------------------------------------------------------
 // The same rules as the sm80 kernel and the CPU backend (libflash/cpu/block_range.h): the window's key
 // range [lo, hi) of the whole query block, walked from its last block down (the blocks cut by the
-// diagonal come first), or for block-sparse masks the listed blocks, each split into block_n / kBlockN
-// sub-blocks and skipped where they miss the window. Producer and consumers each walk their own copy.
+// diagonal come first). For block-sparse masks the producer thread turns the query block's list into a
+// schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
+// counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
+// window, descending. Producer and consumers each walk their own KeyBlocks over the same range/schedule.
 template <int kBlockN>
 struct KeyBlocks {
   int lo, hi, cursor, n_lo;
-  const int32_t* list = nullptr;
-  int list_stride = 0, count = 0, pos = 0, sub = 0, sub_per = 1, cur = 0, n_mask_blocks = 0;
-  bool sparse;
+  const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
+  int pos = 0;
 
-  __device__ KeyBlocks(const FwdParams& p, int b, int h, int q_begin, int q_end, int m_block, int block_m) {
-    sparse = p.has_block_mask;
+  __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule) {
     const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
     const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
     lo = int(max(lo64, int64_t(0)));
     hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
-    if (sparse) {
-      const BlockMaskParams& m = p.block_mask;
-      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
-      count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
-      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
-      list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      list_stride = int(m.idx_stride);
-      sub_per = m.block_n / kBlockN;
-      sub = sub_per;
-      n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-      if (lo >= hi) count = 0;
-    }
+    sched = p.has_block_mask ? schedule : nullptr;
   }
 
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
-    if (!sparse) return cursor >= n_lo ? cursor-- : -1;
-    while (true) {
-      if (sub == sub_per) {
-        if (pos >= count) return -1;
-        cur = list[int64_t(pos++) * list_stride];
-        sub = 0;
-        if (cur < 0 || cur >= n_mask_blocks) {  // out-of-range index: skipped, as the CPU path does
-          sub = sub_per;
-          continue;
-        }
+    if (sched == nullptr) return cursor >= n_lo ? cursor-- : -1;
+    return pos < sched[0] ? sched[1 + pos++] : -1;
+  }
+
+  // Producer thread only: the schedule of query block m_block (kBlockM rows from q_begin) into `sched`,
+  // using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set.
+  __device__ void build_schedule(const FwdParams& p, int b, int h, int m_block, int block_m, int32_t* out,
+                                 uint32_t* bits) const {
+    int n_out = 0;
+    if (lo < hi) {
+      const BlockMaskParams& m = p.block_mask;
+      const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
+      for (int w = 0; w <= n_mask_blocks / 32; ++w) bits[w] = 0u;
+      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
+      int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+      const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+      for (int i = 0; i < count; ++i) {
+        const int32_t kb = list[int64_t(i) * m.idx_stride];
+        if (kb >= 0 && kb < n_mask_blocks) bits[kb >> 5] |= 1u << (kb & 31);
       }
-      const int64_t n = int64_t(cur) * sub_per + sub++;
-      if (n * kBlockN < hi && (n + 1) * kBlockN > lo) return int(n);
+      const int sub_per = m.block_n / kBlockN;
+      for (int n = cursor; n >= n_lo; --n) {
+        const int kb = n / sub_per;
+        if ((bits[kb >> 5] >> (kb & 31)) & 1u) out[1 + n_out++] = n;
+      }
     }
+    out[0] = n_out;
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -210,10 +214,10 @@ struct Tile {
 };
 
 __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
+  // Selects, not c[pos.seq] = row: a run-time index would put c in local memory.
   c[0] = col;
-  c[pos.seq] = row;
-  c[pos.head] = head;
-  c[pos.batch] = batch;
+#pragma unroll
+  for (int i = 1; i < 4; ++i) c[i] = pos.seq == i ? row : pos.head == i ? head : batch;
 }
 
 // ---- The kernel -------------------------------------------------------------------------------------
@@ -225,17 +229,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
-  // Barriers: Q full/empty, then per ring stage K full, V full, K+V empty.
-  __shared__ alignas(8) uint64_t bars[2 + 3 * kStages];
+  // Barriers: Q full/empty, then per ring stage K full, V full, K empty, V empty. K_j is released as soon
+  // as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
+  __shared__ alignas(8) uint64_t bars[2 + 4 * kStages];
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
   const uint32_t k_smem0 = q_smem + K::kQBytes;
   const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
+  // Block-sparse only (launch adds the bytes): two schedules of sched_stride ints, then the list bitmap.
+  int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (v_smem0 + kStages * K::kKVBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
+  uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   const uint32_t q_full = bar0, q_empty = bar0 + 8;
   auto k_full = [&](int s) { return bar0 + 16 + 8 * s; };
   auto v_full = [&](int s) { return bar0 + 16 + 8 * (kStages + s); };
-  auto kv_empty = [&](int s) { return bar0 + 16 + 8 * (2 * kStages + s); };
+  auto k_empty = [&](int s) { return bar0 + 16 + 8 * (2 * kStages + s); };
+  auto v_empty = [&](int s) { return bar0 + 16 + 8 * (3 * kStages + s); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -244,7 +253,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(kv_empty(s), 4 * K::kConsumers);
+      mbar_init(k_empty(s), 4 * K::kConsumers);
+      mbar_init(v_empty(s), 4 * K::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -261,30 +271,46 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int q_begin = tile.m_block * kBlockM;
         const int h_kv = tile.h / p.head_ratio;
         int c[4];
+        int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
+        KeyBlocks<kBlockN> blocks(p, q_begin, min(q_begin + kBlockM, p.seqlen_q), sched);
+        // Block-sparse: this tile's schedule goes to the buffer the consumers last read two tiles ago
+        // (they finished that tile before we could load the previous Q), so it overlaps their work.
+        if (p.has_block_mask) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits);
         mbar_wait(q_empty, (tile_iter & 1) ^ 1);  // consumers are done with the previous tile's Q
+        // The arrive releases the schedule's shared writes to the consumers' q_full wait (acquire).
         mbar_arrive_expect_tx(q_full, K::kQBytes);
 #pragma unroll
         for (int pg = 0; pg < kPages; ++pg) {
           tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
           tma_load_4d(q_smem + pg * kBlockM * 128, &args.tq, q_full, c[0], c[1], c[2], c[3]);
         }
-        KeyBlocks<kBlockN> blocks(p, tile.b, tile.h, q_begin, min(q_begin + kBlockM, p.seqlen_q), tile.m_block, kBlockM);
-        for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-          const int s = it % kStages;
-          mbar_wait(kv_empty(s), ((it / kStages) & 1) ^ 1);
-          mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
-#pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
-            tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
-          }
+        // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
+        // one block: K_{j+1} never waits behind V_j's slot.
+        auto load_v = [&](int n, int at) {
+          const int s = at % kStages;
+          mbar_wait(v_empty(s), ((at / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(v_full(s), K::kKVBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
             tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
             tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
           }
+        };
+        int v_pending = -1, v_at = 0;
+        for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          const int s = it % kStages;
+          mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
+            tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
+          }
+          if (v_pending >= 0) load_v(v_pending, v_at);
+          v_pending = n;
+          v_at = it;
         }
+        if (v_pending >= 0) load_v(v_pending, v_at);
       }
     }
     return;
@@ -305,7 +331,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const Tile tile(args, x);
     const int q_begin = tile.m_block * kBlockM;
     const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
-    KeyBlocks<kBlockN> blocks(p, tile.b, tile.h, q_begin, q_begin + q_rows, tile.m_block, kBlockM);
+    KeyBlocks<kBlockN> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
 
     float acc_o[K::kORegs];
 #pragma unroll
@@ -417,6 +443,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       named_arrive(1 + (wg ^ 1), 256);
       wgmma_wait<0>();
       fence_regs(acc_s);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
       mask(acc_s, n);
       {
         float corr[2];
@@ -437,6 +465,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         issue_pv(s_prev);
         named_arrive(1 + (wg ^ 1), 256);
         wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+        __syncwarp();
+        if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
         // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
         // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
         // serialise the wgmmas (C7513; perf-log).
@@ -450,7 +480,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         fence_regs(acc_o);
         fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) mbar_arrive(kv_empty(s_prev));  // this warp no longer reads K_{j-1}, V_{j-1}
+        if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
         if (rescale) {
 #pragma unroll
           for (int i = 0; i < K::kHeadDim / 8; ++i)
@@ -474,7 +504,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       fence_regs(acc_o);
       fence_regs(p_frag);
       __syncwarp();
-      if (lane == 0) mbar_arrive(kv_empty(s_prev));
+      if (lane == 0) mbar_arrive(v_empty(s_prev));
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(q_empty);
@@ -529,13 +559,18 @@ int32_t launch(const FwdParams& p) {
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
 
+  int64_t smem_bytes = K::kSmemBytes;
+  if (p.has_block_mask) {
+    args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
+    smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.block_mask.block_n);  // supports() bounded it
+  }
   auto* kernel = fwd_kernel<K>;
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, K::kSmemBytes);
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   const int sms = cuda::multiprocessor_count(p.device_id);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
-  kernel<<<grid, K::kThreads, K::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(args);
+  kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");
 }
 

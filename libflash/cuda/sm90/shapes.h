@@ -2,6 +2,7 @@
 // and the .cu files). Every shape has 128 query rows per work tile (two consumer warpgroups of 64).
 // Shared memory: Q (128 x d) + stages x (K + V) (block_n x d each), bf16/fp16, under H100's 227 KB.
 #pragma once
+#include <cstdint>
 
 namespace flash::sm90 {
 
@@ -13,6 +14,14 @@ struct Shape {
 // d64: small tiles, a deep ring hides load latency. d128: FlashAttention-3's 128 x 128, 2 stages
 // (160 KB). d256: the O accumulator is 128 registers per thread, so S gets 64 keys (192 KB).
 inline constexpr Shape kShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
+
+// Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
+// producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.
+inline int64_t sparse_sched_stride(int64_t seqlen_k, int block_n) { return 1 + (seqlen_k + block_n - 1) / block_n; }
+inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_block_n) {
+  const int64_t mask_blocks = (seqlen_k + mask_block_n - 1) / mask_block_n;
+  return (2 * 4 * sparse_sched_stride(seqlen_k, block_n) + 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
+}
 
 constexpr Shape shape_for(int d) {
   for (const Shape& s : kShapes)

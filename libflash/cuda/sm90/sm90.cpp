@@ -66,6 +66,15 @@ bool supports(const FwdParams& p, std::string* why) {
            std::to_string(p.block_mask.block_n) + ")";
     return false;
   }
+  if (p.has_block_mask) {
+    const int64_t need = s.smem_bytes() + sparse_extra_bytes(p.seqlen_k, s.block_n, p.block_mask.block_n);
+    if (need > cuda::shared_mem_per_block_optin(p.device_id)) {
+      *why = "block-sparse schedule for seqlen_k " + std::to_string(p.seqlen_k) + " needs " + std::to_string(need) +
+             " bytes of shared memory per block, more than the device's " +
+             std::to_string(cuda::shared_mem_per_block_optin(p.device_id));
+      return false;
+    }
+  }
   return true;
 }
 

@@ -21,6 +21,7 @@ struct Args {
   TensorPos q_pos, k_pos, v_pos;
   int32_t num_tiles;     // query blocks x heads x batch
   int32_t num_m_blocks;  // query blocks per (batch, head)
+  int32_t sched_stride;  // block-sparse: ints per schedule buffer (1 + key blocks of kBlockN)
 };
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda

@@ -94,6 +94,36 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 __device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 
+// ---- Clusters (kCluster = 2) ----
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// All threads of both CTAs; orders shared-memory (and barrier) state across the cluster.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrive on the barrier at the same shared offset in CTA `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// TMA load delivered to the same shared offset in every CTA of `mask`, each completing on its own
+// barrier at offset `bar`.
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask,
+                                                      int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+      : "memory");
+}
+
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile (PTX ISA "matrix descriptor"):
 // start address, leading-dimension byte offset, stride-dimension byte offset (8 rows = 1024 bytes),
 // swizzle mode 1 (128B) in bits 62-63. Every 8-row atom starts 1024-byte aligned (base offset 0).
@@ -113,8 +143,13 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 // ---- Compile-time shape of one instantiation ----------------------------------------------------------
-template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_>
+// kCluster_ = 2: two CTAs of a thread-block cluster work on neighbouring query blocks of one (batch,
+// head) and share every K/V tile: each producer loads half of it and multicasts it into both CTAs'
+// shared memory, halving the L2 -> SM traffic (dense masks only: both CTAs must walk the same blocks).
+template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, int kCluster_ = 1>
 struct Traits {
+  static constexpr int kCluster = kCluster_;
+  static_assert(kCluster == 1 || kCluster == 2, "cluster size");
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
@@ -128,6 +163,10 @@ struct Traits {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The multicast
+  // producer needs more than 24 (it spilled there).
+  static constexpr int kProducerRegs = kCluster > 1 ? 56 : 24;
+  static constexpr int kConsumerRegs = kCluster > 1 ? 224 : 240;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -247,26 +286,38 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto v_empty = [&](int s) { return bar0 + 16 + 8 * (3 * kStages + s); };
 
   const int warpgroup = threadIdx.x / 128;
+  constexpr int kCluster = K::kCluster;
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * K::kConsumers);  // lane 0 of every consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), 4 * K::kConsumers);
-      mbar_init(v_empty(s), 4 * K::kConsumers);
+      // A K/V slot is refilled (in every CTA of the cluster at once) when all their consumer warps let go.
+      mbar_init(k_empty(s), 4 * K::kConsumers * kCluster);
+      mbar_init(v_empty(s), 4 * K::kConsumers * kCluster);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync();  // the peer's barriers exist before anyone signals them
+  else __syncthreads();
+  // Release a K or V slot: this CTA's barrier and, with a cluster, the peer's (its producer multicasts
+  // into our shared memory too).
+  auto release = [&](uint32_t bar) {
+    mbar_arrive(bar);
+    if constexpr (kCluster > 1) mbar_arrive_cluster(bar, rank ^ 1u);
+  };
 
   if (warpgroup == 0) {
     // ================================ producer ================================
-    setmaxnreg_dec<24>();
+    setmaxnreg_dec<K::kProducerRegs>();
     if (threadIdx.x == 0) {
       int it = 0;  // position in the K/V ring, continued across tiles
       int tile_iter = 0;
-      for (int x = blockIdx.x; x < args.num_tiles; x += gridDim.x, ++tile_iter) {
+      // Work tiles: with a cluster, pair i = tiles (2i, 2i+1), neighbouring query blocks of one head.
+      for (int pair = blockIdx.x / kCluster; pair * kCluster < args.num_tiles; pair += gridDim.x / kCluster, ++tile_iter) {
+        const int x = pair * kCluster + int(rank);
         const Tile tile(args, x);
         const int q_begin = tile.m_block * kBlockM;
         const int h_kv = tile.h / p.head_ratio;
@@ -292,19 +343,31 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_arrive_expect_tx(v_full(s), K::kKVBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
-            tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
+            if constexpr (kCluster > 1) {  // our half of the rows, into both CTAs
+              tma_coords(c, args.v_pos, pg * 64, n * kBlockN + int(rank) * (kBlockN / 2), h_kv, tile.b);
+              tma_load_4d_multicast(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128 + rank * (kBlockN / 2) * 128, &args.tv,
+                                    v_full(s), 0x3, c[0], c[1], c[2], c[3]);
+            } else {
+              tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
+              tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
+            }
           }
         };
         int v_pending = -1, v_at = 0;
         for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = it % kStages;
           mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
-          mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
+          mbar_arrive_expect_tx(k_full(s), K::kKVBytes);  // the whole tile: both halves land here
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
-            tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
+            if constexpr (kCluster > 1) {
+              tma_coords(c, args.k_pos, pg * 64, n * kBlockN + int(rank) * (kBlockN / 2), h_kv, tile.b);
+              tma_load_4d_multicast(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128 + rank * (kBlockN / 2) * 128, &args.tk,
+                                    k_full(s), 0x3, c[0], c[1], c[2], c[3]);
+            } else {
+              tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
+              tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
+            }
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
           v_pending = n;
@@ -313,227 +376,229 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if (v_pending >= 0) load_v(v_pending, v_at);
       }
     }
-    return;
-  }
+  } else {
+    // ================================ consumers ================================
+    setmaxnreg_inc<K::kConsumerRegs>();
+    const int wg = warpgroup - 1;  // 0 or 1: rows [64*wg, 64*wg + 64) of the query tile
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;  // this thread holds rows g and g+8 of its warp's 16, columns 2t, 2t+1
+    const int row_in_wg = warp * 16 + g;   // + 8*r
+    const float scale_log2 = p.scale_log2;
+    // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
+    if (wg == 1) named_arrive(1, 256);
 
-  // ================================ consumers ================================
-  setmaxnreg_inc<240>();
-  const int wg = warpgroup - 1;  // 0 or 1: rows [64*wg, 64*wg + 64) of the query tile
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;  // this thread holds rows g and g+8 of its warp's 16, columns 2t, 2t+1
-  const int row_in_wg = warp * 16 + g;   // + 8*r
-  const float scale_log2 = p.scale_log2;
-  // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
-  if (wg == 1) named_arrive(1, 256);
+    int it = 0, tile_iter = 0;
+    for (int pair = blockIdx.x / kCluster; pair * kCluster < args.num_tiles; pair += gridDim.x / kCluster, ++tile_iter) {
+      const int x = pair * kCluster + int(rank);
+      const Tile tile(args, x);
+      const int q_begin = tile.m_block * kBlockM;
+      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
+      KeyBlocks<kBlockN> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
 
-  int it = 0, tile_iter = 0;
-  for (int x = blockIdx.x; x < args.num_tiles; x += gridDim.x, ++tile_iter) {
-    const Tile tile(args, x);
-    const int q_begin = tile.m_block * kBlockM;
-    const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
-    KeyBlocks<kBlockN> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
+      float acc_o[K::kORegs];
+#pragma unroll
+      for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
+      float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
+      float acc_s[K::kSRegs];
+      uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-    float acc_o[K::kORegs];
+      const uint32_t q_wg = q_smem + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
+      auto issue_s = [&](int s) {
+        const uint32_t k_s = k_smem0 + s * K::kKVBytes;
 #pragma unroll
-    for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
-    float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
-    float acc_s[K::kSRegs];
-    uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
+        for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
+        {
+          const uint64_t da = smem_desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
+          const uint64_t db = smem_desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
+          if (kk == 0) Wgmma<kBlockN, K::kBF16>::ss_zero(acc_s, da, db);
+          else Wgmma<kBlockN, K::kBF16>::ss(acc_s, da, db, 1);
+        }
+        wgmma_commit();
+      };
+      // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
+      // (the N direction) kBlockN * 128 bytes apart.
+      auto issue_pv = [&](int s) {
+        const uint32_t v_s = v_smem0 + s * K::kKVBytes;
+#pragma unroll
+        for (int kc = 0; kc < kBlockN / 16; ++kc)
+          Wgmma<K::kHeadDim, K::kBF16>::rs(acc_o, p_frag[kc], smem_desc(v_s + kc * 2048, kBlockN * 128), 1);
+        wgmma_commit();
+      };
+      // Element mask, only where the block crosses the sequence end or a window edge.
+      auto mask = [&](float (&sv)[K::kSRegs], int n) {
+        if (!blocks.needs_mask(p, n, q_begin, q_begin + q_rows - 1)) return;
+        const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
+          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
+          hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+          const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
+          const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * i + e;
+              if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+            }
+        }
+      };
+      // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
+      // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
+      // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
+      // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
+      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
+        float max_new[2];
+        bool max_moved = false;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float m = kNegInf;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          max_new[r] = fmaxf(row_max[r], m);
+          max_moved |= max_new[r] != row_max[r];
+        }
+        const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
+          const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+          float sum = 0.f;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i) {
+            const float p0 = exp2f(sv[4 * i + 2 * r] * scale_log2 - max_scaled);
+            const float p1 = exp2f(sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
+            sum += p0 + p1;
+            sv[4 * i + 2 * r] = p0;
+            sv[4 * i + 2 * r + 1] = p1;
+          }
+          corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
+          row_sum[r] = row_sum[r] * corr[r] + sum;
+          row_max[r] = max_new[r];
+        }
+        return rescale;
+      };
 
-    const uint32_t q_wg = q_smem + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
-    // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
-    auto issue_s = [&](int s) {
-      const uint32_t k_s = k_smem0 + s * K::kKVBytes;
-#pragma unroll
-      for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
-      {
-        const uint64_t da = smem_desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
-        const uint64_t db = smem_desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
-        if (kk == 0) Wgmma<kBlockN, K::kBF16>::ss_zero(acc_s, da, db);
-        else Wgmma<kBlockN, K::kBF16>::ss(acc_s, da, db, 1);
-      }
-      wgmma_commit();
-    };
-    // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
-    // (the N direction) kBlockN * 128 bytes apart.
-    auto issue_pv = [&](int s) {
-      const uint32_t v_s = v_smem0 + s * K::kKVBytes;
-#pragma unroll
-      for (int kc = 0; kc < kBlockN / 16; ++kc)
-        Wgmma<K::kHeadDim, K::kBF16>::rs(acc_o, p_frag[kc], smem_desc(v_s + kc * 2048, kBlockN * 128), 1);
-      wgmma_commit();
-    };
-    // Element mask, only where the block crosses the sequence end or a window edge.
-    auto mask = [&](float (&sv)[K::kSRegs], int n) {
-      if (!blocks.needs_mask(p, n, q_begin, q_begin + q_rows - 1)) return;
-      const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
-        const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
-        int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
-        hi = hi > p.seqlen_k ? p.seqlen_k : hi;
-        const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
-        const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+      // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
+      // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
+      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
 #pragma unroll
         for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * i + e;
-            if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-          }
-      }
-    };
-    // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
-    // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
-    // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
-    // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
-    auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
-      float max_new[2];
-      bool max_moved = false;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float m = kNegInf;
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        max_new[r] = fmaxf(row_max[r], m);
-        max_moved |= max_new[r] != row_max[r];
-      }
-      const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
-        const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i) {
-          const float p0 = exp2f(sv[4 * i + 2 * r] * scale_log2 - max_scaled);
-          const float p1 = exp2f(sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
-          sum += p0 + p1;
-          sv[4 * i + 2 * r] = p0;
-          sv[4 * i + 2 * r + 1] = p1;
+          for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
+      };
+      mbar_wait(q_full, tile_iter & 1);
+      int n = blocks.next();
+      if (n >= 0) {
+        // Prologue: S_0 and its softmax.
+        int s_prev = it % kStages;
+        uint32_t phase_prev = (it / kStages) & 1;
+        mbar_wait(k_full(s_prev), phase_prev);
+        named_sync(1 + wg, 256);
+        wgmma_fence();
+        issue_s(s_prev);
+        named_arrive(1 + (wg ^ 1), 256);
+        wgmma_wait<0>();
+        fence_regs(acc_s);
+        __syncwarp();
+        if (lane == 0) release(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        mask(acc_s, n);
+        {
+          float corr[2];
+          softmax(acc_s, true, corr);
+          pack_p(acc_s, p_frag);
         }
-        corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
-        row_sum[r] = row_sum[r] * corr[r] + sum;
-        row_max[r] = max_new[r];
-      }
-      return rescale;
-    };
-
-    // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
-    // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
-    auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
+        ++it;
+        // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
+        // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
+        for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          const int s = it % kStages;
+          const uint32_t phase = (it / kStages) & 1;
+          mbar_wait(k_full(s), phase);
+          mbar_wait(v_full(s_prev), phase_prev);
+          named_sync(1 + wg, 256);
+          wgmma_fence();
+          issue_s(s);
+          issue_pv(s_prev);
+          named_arrive(1 + (wg ^ 1), 256);
+          wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+          __syncwarp();
+          if (lane == 0) release(k_empty(s));  // K_j's slot may be refilled
+          // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
+          // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
+          // serialise the wgmmas (C7513; perf-log).
+          float sv[K::kSRegs];
 #pragma unroll
-      for (int i = 0; i < kBlockN / 8; ++i)
+          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+          mask(sv, n);
+          float corr[2];
+          const bool rescale = softmax(sv, false, corr);
+          wgmma_wait<0>();
+          fence_regs(acc_o);
+          fence_regs(p_frag);
+          __syncwarp();
+          if (lane == 0) release(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (rescale) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
-    };
-    mbar_wait(q_full, tile_iter & 1);
-    int n = blocks.next();
-    if (n >= 0) {
-      // Prologue: S_0 and its softmax.
-      int s_prev = it % kStages;
-      uint32_t phase_prev = (it / kStages) & 1;
-      mbar_wait(k_full(s_prev), phase_prev);
-      named_sync(1 + wg, 256);
-      wgmma_fence();
-      issue_s(s_prev);
-      named_arrive(1 + (wg ^ 1), 256);
-      wgmma_wait<0>();
-      fence_regs(acc_s);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-      mask(acc_s, n);
-      {
-        float corr[2];
-        softmax(acc_s, true, corr);
-        pack_p(acc_s, p_frag);
-      }
-      ++it;
-      // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
-      // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
-      for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-        const int s = it % kStages;
-        const uint32_t phase = (it / kStages) & 1;
-        mbar_wait(k_full(s), phase);
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                acc_o[4 * i + 2 * r] *= corr[r];
+                acc_o[4 * i + 2 * r + 1] *= corr[r];
+              }
+          }
+          pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+          s_prev = s;
+          phase_prev = phase;
+        }
+        // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
         wgmma_fence();
-        issue_s(s);
         issue_pv(s_prev);
         named_arrive(1 + (wg ^ 1), 256);
-        wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-        __syncwarp();
-        if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
-        // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
-        // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
-        // serialise the wgmmas (C7513; perf-log).
-        float sv[K::kSRegs];
-#pragma unroll
-        for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-        mask(sv, n);
-        float corr[2];
-        const bool rescale = softmax(sv, false, corr);
         wgmma_wait<0>();
         fence_regs(acc_o);
         fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-        if (rescale) {
+        if (lane == 0) release(v_empty(s_prev));
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(q_empty);
+
+      // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
+      // per n8 tile); LSE = m * scale + ln(l), or -inf for a row that saw no key.
+      const float scale = fabsf(p.scale);
+      using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
+      T* o = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int row = wg * 64 + row_in_wg + 8 * r;
+        if (row < q_rows) {
+          T* o_row = o + int64_t(q_begin + row) * p.o_row_stride + 2 * t;
 #pragma unroll
           for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              acc_o[4 * i + 2 * r] *= corr[r];
-              acc_o[4 * i + 2 * r + 1] *= corr[r];
-            }
+            *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
+          if (p.lse != nullptr && t == 0)
+            p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + int64_t(q_begin + row) * p.lse_row_stride] =
+                sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
         }
-        pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-        s_prev = s;
-        phase_prev = phase;
-      }
-      // Drain: the last P V.
-      mbar_wait(v_full(s_prev), phase_prev);
-      named_sync(1 + wg, 256);
-      wgmma_fence();
-      issue_pv(s_prev);
-      named_arrive(1 + (wg ^ 1), 256);
-      wgmma_wait<0>();
-      fence_regs(acc_o);
-      fence_regs(p_frag);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(v_empty(s_prev));
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(q_empty);
-
-    // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
-    // per n8 tile); LSE = m * scale + ln(l), or -inf for a row that saw no key.
-    const float scale = fabsf(p.scale);
-    using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
-    T* o = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
-      const int row = wg * 64 + row_in_wg + 8 * r;
-      if (row < q_rows) {
-        T* o_row = o + int64_t(q_begin + row) * p.o_row_stride + 2 * t;
-#pragma unroll
-        for (int i = 0; i < K::kHeadDim / 8; ++i)
-          *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
-        if (p.lse != nullptr && t == 0)
-          p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + int64_t(q_begin + row) * p.lse_row_stride] =
-              sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
       }
     }
   }
-  // Balance the ping-pong barrier: the warpgroup that issued last handed a turn the other never takes.
-  // (Hardware barriers need no reset at exit; nothing to do.)
+  // With a cluster, neither CTA may leave while the other can still multicast into its shared memory or
+  // signal its barriers. (The ping-pong barrier's last hand-over is never taken; hardware barriers need
+  // no reset at exit.)
+  if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
 
@@ -547,11 +612,11 @@ int32_t launch(const FwdParams& p) {
       st != FLASH_OK)
     return st;
   if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
-                                     p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN, "k");
+                                     p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN / K::kCluster, "k");
       st != FLASH_OK)
     return st;
   if (int32_t st = encode_tensor_map(&args.tv, &args.v_pos, p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
-                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN, "v");
+                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN / K::kCluster, "v");
       st != FLASH_OK)
     return st;
   args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
@@ -569,8 +634,31 @@ int32_t launch(const FwdParams& p) {
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   const int sms = cuda::multiprocessor_count(p.device_id);
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
-  kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
+  if constexpr (K::kCluster == 1) {
+    const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+    kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
+  } else {
+    // Pairs of neighbouring query blocks (the caller guarantees an even count of them per head and a
+    // dense mask); as many resident clusters as fit, each looping over pairs.
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = K::kCluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3(K::kThreads);
+    cfg.dynamicSmemBytes = size_t(smem_bytes);
+    cfg.stream = static_cast<cudaStream_t>(p.stream);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.gridDim = dim3(K::kCluster * 64);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters <= 0) {
+      (void)cudaGetLastError();
+      clusters = (sms > 0 ? sms : 132) / K::kCluster;
+    }
+    cfg.gridDim = dim3(static_cast<unsigned>(K::kCluster * std::min<int64_t>(tiles / K::kCluster, clusters)));
+    if (const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args); e != cudaSuccess)
+      return cuda::status_from(e, "cudaLaunchKernelEx(sm90 fwd, cluster)");
+  }
   return cuda::check_launch("sm90 fwd kernel");
 }
 

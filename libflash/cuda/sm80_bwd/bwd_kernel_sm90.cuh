@@ -29,13 +29,20 @@ namespace flash::sm80_bwd {
 // one 256-byte row segment each) instead of fp32 atomics (deterministic mode always uses the ordered atomics).
 // kOverlap: dP^T and dV run as wgmma groups of their own, so the tensor cores work on them while P^T and
 // dS^T are computed (wait_group 1 instead of 0).
-template <int kHeadDim, int kBlockM_, bool kBulkDQ_, bool kOverlap_, DType kDType_>
+// kWGs: warpgroups per CTA, 64 keys each (kBlockN = 64 kWGs). One warpgroup per CTA runs two CTAs per SM,
+// so one CTA's wgmmas fill the tensor cores while the other computes P and dS or waits at a barrier.
+template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_>
 struct BwdTraits90 {
   static constexpr DType kDType = kDType_;
   static constexpr int kD = kHeadDim;
-  static constexpr int kBlockM = kBlockM_, kBlockN = 128, kWarps = 8, kThreads = 256, kQStages = 2;
+  static constexpr int kWGs = kWGs_;
+  static constexpr int kBlockM = kBlockM_, kBlockN = 64 * kWGs, kWarps = 4 * kWGs, kThreads = 128 * kWGs;
+  static constexpr int kQStages = 2, kMinBlocks = kWGs == 1 ? 2 : 1;
   static constexpr bool kBulkDQ = kBulkDQ_, kOverlap = kOverlap_;
   static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
+  // dQ tile kBlockM x kD in 64 x 64 pieces, piece w (+ kWGs, ...) to warpgroup w.
+  static constexpr int kDQTiles = (kBlockM / 64) * (kD / 64), kDQTilesPerWG = (kDQTiles + kWGs - 1) / kWGs;
+  static_assert(!kBulkDQ || kDQTilesPerWG == 1, "dQ staging holds one piece per warp");
   static constexpr int kTag = 90;  // own copies of the helper kernels (bwd_kernel.cuh: launch_bwd_with)
   static_assert(kD == 64 || kD == 128, "sm90 backward: head dims 64 and 128");
   static constexpr uint32_t kKBytes = kBlockN * kD * 2;
@@ -93,7 +100,7 @@ __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_g
 }  // namespace wg
 
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
+__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using E = Elem<K::kDType>;
   using T = typename E::type;
@@ -109,7 +116,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int wgi = warp / 4;      // warpgroup
+  const int wgi = K::kWGs == 1 ? 0 : warp / 4;  // warpgroup (a constant with one: no divergent wgmma paths)
   const int kr0 = warp * 16;     // this warp's first key row in the block
   const int wq0 = (warp % 4) * 16;  // this warp's first query row in the warpgroup's dQ tile
 
@@ -330,22 +337,38 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     }
     __syncthreads();  // dS^T complete in shared memory
 
-    // dQ_i += dS K_j. kBlockM 64: warpgroup w computes columns 64w..64w+63 (d64: warpgroup 0 alone);
-    // kBlockM 128 (d64): query rows 64w..64w+63. Either way a warpgroup tile of 64 x 64 over all keys.
-    const int dq_m0 = kBlockM == 128 ? 64 * wgi : 0, dq_n0 = kBlockM == 128 ? 0 : 64 * wgi;
-    if (dq_n0 < kD) {
-      float acc[32];
-      const uint64_t dds0 = wg::desc(ds_smem + (dq_m0 / 64) * kBlockN * 128, kBlockN * 128);
-      const uint64_t dkt0 = wg::desc(k_smem + (dq_n0 / 64) * kBlockN * 128, kBlockN * 128);
-      wg::fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-        wg::SS<64, 1, 1, K::kDType>::mma(acc, dds0 + kk * (2048 >> 4), dkt0 + kk * (2048 >> 4), kk > 0);
-      wg::commit();
+    // dQ_i += dS K_j in 64 x 64 pieces over this CTA's keys: piece c is rows 64 (c / (kD / 64)) and columns
+    // 64 (c % (kD / 64)) of the dQ tile; warpgroup w computes pieces w, w + kWGs, ...
+    constexpr int kNP = kD / 64;
+    if constexpr (K::kWGs == 1) {  // dK done first: P^T, dS^T die before dQ's accumulators live (registers)
       wg::wait<0>();
-      wg::fence_regs(acc);
+      wg::fence_regs(acc_dv);
+      wg::fence_regs(acc_dk);
+      wg::fence_regs(pk);
+      wg::fence_regs(dsk);
+    }
+    float acc[K::kDQTilesPerWG][32];
+    wg::fence();
+#pragma unroll
+    for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+      const int c = wgi + j * K::kWGs;
+      if (K::kDQTiles % K::kWGs == 0 || c < K::kDQTiles) {  // (constant when every warpgroup has pieces)
+        const uint64_t dds0 = wg::desc(ds_smem + (c / kNP) * kBlockN * 128, kBlockN * 128);
+        const uint64_t dkt0 = wg::desc(k_smem + (c % kNP) * kBlockN * 128, kBlockN * 128);
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+          wg::SS<64, 1, 1, K::kDType>::mma(acc[j], dds0 + kk * (2048 >> 4), dkt0 + kk * (2048 >> 4), kk > 0);
+      }
+    }
+    wg::commit();
+    wg::wait<0>();
+#pragma unroll
+    for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+      const int c = wgi + j * K::kWGs;
+      if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
+      wg::fence_regs(acc[j]);
       // (w.dc == kD here: the row stride is a constant, so the adds share one address register.)
-      float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + dq_m0 + wq0) * kD + dq_n0;
+      float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64;
       if (K::kBulkDQ && !det) {
         // This warp's 16 rows x 64 columns to its staging rows, then one bulk reduce-add per row.
         const uint32_t st0 = smem0 + K::kOffDQ + warp * 16 * K::kDQRow;
@@ -356,7 +379,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 #pragma unroll
           for (int r = 0; r < 2; ++r)
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st0 + (g + 8 * r) * K::kDQRow + dt * 32 + t * 8),
-                         "f"(acc[dt * 4 + 2 * r]), "f"(acc[dt * 4 + 2 * r + 1]));
+                         "f"(acc[j][dt * 4 + 2 * r]), "f"(acc[j][dt * 4 + 2 * r + 1]));
         wg::fence_proxy_async();
         __syncwarp();
         if (lane < 16) {
@@ -370,11 +393,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             float* dst = dq_rows + 8 * r * kD + dt * 8;
-            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[dt * 4 + 2 * r], acc[dt * 4 + 2 * r + 1]));
+            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]));
           }
       }
-    } else {
-      wg::wait<0>();
     }
     wg::fence_regs(acc_dv);  // dV, dK (and their A operands P^T, dS^T) are final only after the wait
     wg::fence_regs(acc_dk);
@@ -411,15 +432,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 #endif
 }
 
-template <int kHeadDim, int kBlockM, bool kBulkDQ, bool kOverlap, DType kDType>
+template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType>
 int32_t launch_bwd_sm90(const BwdParams& p) {
-  using K = BwdTraits90<kHeadDim, kBlockM, kBulkDQ, kOverlap, kDType>;
+  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType>;
   return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
 }  // namespace flash::sm80_bwd
 
-// One line per .cu file: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, true, true, BF16)
-#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, BULK_DQ, OVERLAP, DTYPE) \
-  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, BULK_DQ, OVERLAP, flash::DType::DTYPE>( \
+// One line per .cu file: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 1, false, true, BF16)
+#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE)                          \
+  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE>( \
       const flash::BwdParams&);

@@ -92,20 +92,21 @@ int32_t run(const BwdParams& p) {
   // d64 steps over 128 query rows: block-sparse masks need block_m a multiple of 128 there.
   const bool m128_ok = !p.has_block_mask || p.block_mask.block_m % 128 == 0;
   if (use_wgmma && (d == 128 || (d == 64 && m128_ok)) && cuda::compute_capability(p.device_id) == 90) {
-    // Timing experiments (bf16 only): 1 = fp32 atomics for dQ, 2 = d64 with 64-row steps, 3 = no wgmma
-    // overlap with the softmax (bwd_kernel_sm90.cuh, kOverlap).
+    // Timing experiments (bf16 only; bwd_kernel_sm90.cuh): 1 = two warpgroups per CTA, dQ by bulk
+    // reduce-adds; 2 = two warpgroups, atomics; 3 = one warpgroup without the wgmma/softmax overlap.
     static const int xv = [] {
       const char* e = std::getenv("LIBFLASH_BWD_SM90_VARIANT");
       return e == nullptr ? 0 : std::atoi(e);
     }();
     if (bf16 && xv == 1)
-      return d == 64 ? launch_bwd_sm90<64, 128, false, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, false, true, DType::BF16>(p);
-    if (bf16 && xv == 2 && d == 64) return launch_bwd_sm90<64, 64, true, true, DType::BF16>(p);
+      return d == 64 ? launch_bwd_sm90<64, 128, 2, true, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, 2, true, true, DType::BF16>(p);
+    if (bf16 && xv == 2)
+      return d == 64 ? launch_bwd_sm90<64, 128, 2, false, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, 2, false, true, DType::BF16>(p);
     if (bf16 && xv == 3)
-      return d == 64 ? launch_bwd_sm90<64, 128, true, false, DType::BF16>(p) : launch_bwd_sm90<128, 64, true, false, DType::BF16>(p);
+      return d == 64 ? launch_bwd_sm90<64, 128, 1, false, false, DType::BF16>(p) : launch_bwd_sm90<128, 64, 1, false, false, DType::BF16>(p);
     if (d == 64)
-      return bf16 ? launch_bwd_sm90<64, 128, true, true, DType::BF16>(p) : launch_bwd_sm90<64, 128, true, true, DType::FP16>(p);
-    return bf16 ? launch_bwd_sm90<128, 64, true, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, true, true, DType::FP16>(p);
+      return bf16 ? launch_bwd_sm90<64, 128, 1, false, true, DType::BF16>(p) : launch_bwd_sm90<64, 128, 1, false, true, DType::FP16>(p);
+    return bf16 ? launch_bwd_sm90<128, 64, 1, false, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, 1, false, true, DType::FP16>(p);
   }
 #endif
   switch (d) {

@@ -239,16 +239,25 @@ struct KeyBlocks {
 // Work tile x -> (query block, batch*head). Causal-like masks (right edge, no left edge): longest first
 // over the whole grid, so the heaviest tiles start in the first wave; otherwise one (batch, head)'s
 // query blocks are consecutive, so CTAs working side by side share K and V in L2.
+// With a cluster of two, a work group is a pair of neighbouring query blocks of one (batch, head), one
+// per CTA; both walk the key blocks of the pair's rows (the union: for a causal mask the lower block's
+// extra diagonal block is masked out in full) so the multicast K/V tiles serve both. A pair past the
+// last query block has a phantom upper half: it loads (zero-filled) Q, computes, and stores nothing.
+template <int kCluster, int kBlockM>
 struct Tile {
   int m_block, b, h;
-  __device__ Tile(const Args& a, int x) {
+  int group_begin, group_end;  // query rows of the whole group
+  __device__ Tile(const Args& a, int group, int rank) {
     const FwdParams& p = a.p;
     const int num_bh = p.heads_q * p.batch;
     const bool longest_first = p.window_right >= 0 && p.window_left < 0;
-    m_block = a.num_m_blocks - 1 - (longest_first ? x / num_bh : x % a.num_m_blocks);
-    const int bh = longest_first ? x % num_bh : x / a.num_m_blocks;
+    const int m_group = a.num_m_groups - 1 - (longest_first ? group / num_bh : group % a.num_m_groups);
+    const int bh = longest_first ? group % num_bh : group / a.num_m_groups;
     h = bh % p.heads_q;
     b = bh / p.heads_q;
+    m_block = m_group * kCluster + rank;
+    group_begin = m_group * kCluster * kBlockM;
+    group_end = min(group_begin + kCluster * kBlockM, p.seqlen_q);
   }
 };
 
@@ -315,15 +324,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (threadIdx.x == 0) {
       int it = 0;  // position in the K/V ring, continued across tiles
       int tile_iter = 0;
-      // Work tiles: with a cluster, pair i = tiles (2i, 2i+1), neighbouring query blocks of one head.
-      for (int pair = blockIdx.x / kCluster; pair * kCluster < args.num_tiles; pair += gridDim.x / kCluster, ++tile_iter) {
-        const int x = pair * kCluster + int(rank);
-        const Tile tile(args, x);
+      for (int group = blockIdx.x / kCluster; group < args.num_groups; group += gridDim.x / kCluster, ++tile_iter) {
+        const Tile<kCluster, kBlockM> tile(args, group, int(rank));
         const int q_begin = tile.m_block * kBlockM;
         const int h_kv = tile.h / p.head_ratio;
         int c[4];
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
-        KeyBlocks<kBlockN> blocks(p, q_begin, min(q_begin + kBlockM, p.seqlen_q), sched);
+        KeyBlocks<kBlockN> blocks(p, tile.group_begin, tile.group_end, sched);
         // Block-sparse: this tile's schedule goes to the buffer the consumers last read two tiles ago
         // (they finished that tile before we could load the previous Q), so it overlaps their work.
         if (p.has_block_mask) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits);
@@ -388,12 +395,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (wg == 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
-    for (int pair = blockIdx.x / kCluster; pair * kCluster < args.num_tiles; pair += gridDim.x / kCluster, ++tile_iter) {
-      const int x = pair * kCluster + int(rank);
-      const Tile tile(args, x);
+    for (int group = blockIdx.x / kCluster; group < args.num_groups; group += gridDim.x / kCluster, ++tile_iter) {
+      const Tile<kCluster, kBlockM> tile(args, group, int(rank));
       const int q_begin = tile.m_block * kBlockM;
-      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
-      KeyBlocks<kBlockN> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
+      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);  // <= 0: a phantom tile, nothing stored
+      KeyBlocks<kBlockN> blocks(p, tile.group_begin, tile.group_end, sched_base + (tile_iter & 1) * args.sched_stride);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -619,10 +625,10 @@ int32_t launch(const FwdParams& p) {
                                      p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN / K::kCluster, "v");
       st != FLASH_OK)
     return st;
-  args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
-  const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
-  if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
-  args.num_tiles = static_cast<int32_t>(tiles);
+  args.num_m_groups = (p.seqlen_q + K::kBlockM * K::kCluster - 1) / (K::kBlockM * K::kCluster);
+  const int64_t groups = int64_t{args.num_m_groups} * p.heads_q * p.batch;
+  if (groups > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", groups, " query blocks exceed 2^31-1");
+  args.num_groups = static_cast<int32_t>(groups);
 
   int64_t smem_bytes = K::kSmemBytes;
   if (p.has_block_mask) {
@@ -635,11 +641,11 @@ int32_t launch(const FwdParams& p) {
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   const int sms = cuda::multiprocessor_count(p.device_id);
   if constexpr (K::kCluster == 1) {
-    const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+    const int grid = static_cast<int>(std::min<int64_t>(groups, sms > 0 ? sms : 132));
     kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   } else {
-    // Pairs of neighbouring query blocks (the caller guarantees an even count of them per head and a
-    // dense mask); as many resident clusters as fit, each looping over pairs.
+    // Pairs of neighbouring query blocks (no block-sparse mask: the caller checks); as many resident
+    // clusters as fit, each looping over pairs.
     cudaLaunchConfig_t cfg{};
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -655,7 +661,7 @@ int32_t launch(const FwdParams& p) {
       (void)cudaGetLastError();
       clusters = (sms > 0 ? sms : 132) / K::kCluster;
     }
-    cfg.gridDim = dim3(static_cast<unsigned>(K::kCluster * std::min<int64_t>(tiles / K::kCluster, clusters)));
+    cfg.gridDim = dim3(static_cast<unsigned>(K::kCluster * std::min<int64_t>(groups, clusters)));
     if (const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args); e != cudaSuccess)
       return cuda::status_from(e, "cudaLaunchKernelEx(sm90 fwd, cluster)");
   }

@@ -3,10 +3,10 @@
 # backward GPU tests, time fa-bench fwd/fwd_bwd/bwd on the standard grid and PyTorch SDPA's FLASH backend
 # (FlashAttention-2) in the same run, print a table. Results (tarred, the device returns 8 files) in $OUT.
 # Usage (repo root, on the device, with .devcarry carried): scripts/device-bwd.sh
-# Env: SKIP_TESTS=1, SKIP_PEERS=1, OLD=1 (also time the mma.sync kernel: LIBFLASH_BWD_WGMMA=0),
-# LIBFLASH_BWD_WGMMA (passed on to tests and bench: 1 forces the wgmma main kernel), VARIANTS="1 2 3"
-# (also time bwd with LIBFLASH_BWD_SM90_VARIANT=v), TEST_FILTER (default: the sm80 backward tests; '*Backward*'
-# also runs naive's GPU backward tests, which alone outlast 150 s).
+# Env: SKIP_TESTS=1, SKIP_PEERS=1, OLD=1 (also time bwd with the mma.sync main kernel: LIBFLASH_BWD_WGMMA=0),
+# VARIANTS="1 2" (also time bwd with LIBFLASH_BWD_SM90_VARIANT=v, for a build that reads it: see the perf-log),
+# TEST_FILTER (default: the sm80 backward tests; '*Backward*' also runs naive's GPU backward tests, which
+# alone outlast 150 s).
 export PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT/r
 R=$OUT/r

@@ -1,3 +1,3 @@
 // One instantiation per file so the build compiles them in parallel (sm_90a only: wgmma).
 #include "bwd_kernel_sm90.cuh"
-FLASH_SM80_BWD_SM90_INSTANTIATE(64, 128, 1, false, true, BF16)
+FLASH_SM80_BWD_SM90_INSTANTIATE(64, 128, 2, false, true, BF16)

@@ -82,31 +82,23 @@ int32_t run(const BwdParams& p) {
   const int d = bwd_compiled_head_dim(p.head_dim);
   const bool bf16 = p.dtype == DType::BF16;
 #if defined(FLASH_SM80_BWD_SM90)
-  // sm_90 (H100, H200): the wgmma main kernel for d64/d128 (docs/perf-log.md "sm80 backward", v4).
-  // LIBFLASH_BWD_WGMMA=0/1 overrides the default, to time the two main kernels in one run.
-  constexpr bool kWgmmaDefault = false;
+  // sm_90 (H100, H200): the wgmma main kernel for d64/d128 (bwd_kernel_sm90.cuh; docs/perf-log.md
+  // "sm80 backward", v4: 1.25-1.35x the mma.sync kernel on the H100). LIBFLASH_BWD_WGMMA=0 keeps the
+  // mma.sync kernel (to time the two in one run).
   static const bool use_wgmma = [] {
     const char* e = std::getenv("LIBFLASH_BWD_WGMMA");
-    return e == nullptr || e[0] == 0 ? kWgmmaDefault : e[0] == '1';
+    return e == nullptr || e[0] != '0';
   }();
   // d64 steps over 128 query rows: block-sparse masks need block_m a multiple of 128 there.
   const bool m128_ok = !p.has_block_mask || p.block_mask.block_m % 128 == 0;
   if (use_wgmma && (d == 128 || (d == 64 && m128_ok)) && cuda::compute_capability(p.device_id) == 90) {
-    // Timing experiments (bf16 only; bwd_kernel_sm90.cuh): 1 = two warpgroups per CTA, dQ by bulk
-    // reduce-adds; 2 = two warpgroups, atomics; 3 = one warpgroup without the wgmma/softmax overlap.
-    static const int xv = [] {
-      const char* e = std::getenv("LIBFLASH_BWD_SM90_VARIANT");
-      return e == nullptr ? 0 : std::atoi(e);
-    }();
-    if (bf16 && xv == 1)
-      return d == 64 ? launch_bwd_sm90<64, 128, 2, true, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, 2, true, true, DType::BF16>(p);
-    if (bf16 && xv == 2)
-      return d == 64 ? launch_bwd_sm90<64, 128, 2, false, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, 2, false, true, DType::BF16>(p);
-    if (bf16 && xv == 3)
-      return d == 64 ? launch_bwd_sm90<64, 128, 1, false, false, DType::BF16>(p) : launch_bwd_sm90<128, 64, 1, false, false, DType::BF16>(p);
+    // Two warpgroups per CTA, dQ by fp32 atomics, dP/dV overlapping the softmax: the fastest of the
+    // variants timed (one warpgroup per CTA 0.62x at d128, bulk reduce-adds for dQ 0.98-1.0x).
     if (d == 64)
-      return bf16 ? launch_bwd_sm90<64, 128, 1, false, true, DType::BF16>(p) : launch_bwd_sm90<64, 128, 1, false, true, DType::FP16>(p);
-    return bf16 ? launch_bwd_sm90<128, 64, 1, false, true, DType::BF16>(p) : launch_bwd_sm90<128, 64, 1, false, true, DType::FP16>(p);
+      return bf16 ? launch_bwd_sm90<64, 128, 2, false, true, DType::BF16>(p)
+                  : launch_bwd_sm90<64, 128, 2, false, true, DType::FP16>(p);
+    return bf16 ? launch_bwd_sm90<128, 64, 2, false, true, DType::BF16>(p)
+                : launch_bwd_sm90<128, 64, 2, false, true, DType::FP16>(p);
   }
 #endif
   switch (d) {

@@ -171,40 +171,35 @@ struct KeyRange {
 // tile (the unmasked fast path, unless the window cuts it), or one half (the other half is masked with the
 // window's interval test, at no extra cost per element). The loop walks `visit` from the top with one
 // shared load and a clz per step: no global index load sits on the path of the next K/V load.
-template <int kBlockM, int kBlockN, int kThreads, int kVisitOffset>
+template <int kBlockM, int kBlockN, int kThreads>
 struct SparseBlocks {
-  // Shared-memory (32-bit) address, which takes one register where a generic pointer takes two. The
-  // bitmap of the key tiles this CTA visits sits first, right after the Q/K/V tiles (kVisitOffset from
-  // the kernel's shared base, a register the main loop holds anyway); the listed bitmaps follow it.
-  uint32_t listed_part;  // bitmap of the mask key blocks listed for this warp's part; bit 0: block_n is 128
-  uint32_t smem_base;    // shared address of the kernel's tiles (the main loop's q_smem)
-  int cursor;  // next tile to look at (downwards)
-  int ahead;               // what take() returns next, found one step early (encoded, see find())
+  // Shared-memory (32-bit) addresses, which take one register each where a generic pointer takes two.
+  uint32_t listed_part;  // bitmap of the mask key blocks listed for this warp's part
+  uint32_t visit;        // bitmap of the key tiles this CTA visits
+  int cursor, mask_shift;  // next tile to look at (downwards); mask key block of key k: k >> mask_shift
 
-  __device__ __forceinline__ void build(const FwdParams& p, uint8_t* smem, int b, int h, int q_begin, int q_end,
+  __device__ __forceinline__ void build(const FwdParams& p, uint32_t* words, int b, int h, int q_begin, int q_end,
                                         const KeyRange<kBlockN>& range, int warp_row0, int tid) {
     const BlockMaskParams& m = p.block_mask;
     const int parts = kBlockM > m.block_m ? kBlockM / m.block_m : 1;  // 1 or 2 (supports())
     const int n_mask_blocks = (p.seqlen_k + m.block_n - 1) / m.block_n;
-    const int mask_shift = __ffs(m.block_n) - 1;  // block_n is 64 or 128: mask key block of key k is k >> mask_shift
+    mask_shift = __ffs(m.block_n) - 1;  // block_n is 64 or 128
     // One spare bit past the last block (never set), so a tile's second half may be read unchecked.
     const int mask_words = n_mask_blocks / 32 + 1;
     const int tile_words = ((p.seqlen_k + kBlockN - 1) / kBlockN + 31) / 32;
-    uint32_t* vis = reinterpret_cast<uint32_t*>(smem + kVisitOffset);
-    uint32_t* words = vis + tile_words;  // listed[part][mask_words]
-    for (int i = tid; i < parts * mask_words + tile_words; i += kThreads) vis[i] = 0u;
+    uint32_t* vis = words + parts * mask_words;
+    for (int i = tid; i < parts * mask_words + tile_words; i += kThreads) words[i] = 0u;
     __syncthreads();
     const int qb0 = q_begin / m.block_m;
     for (int part = 0; part < parts; ++part) {
       const int qb = qb0 + part;
       if (int64_t(qb) * m.block_m >= q_end || qb >= m.num_q_blocks) break;  // rows past seqlen_q: no list
-      const int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
       const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      // Bounded by max_kv_blocks (the row's length), not by count, so the first index loads go out with
-      // count's instead of one round trip after it; entries past count are read and dropped.
-      for (int t = tid; t < m.max_kv_blocks; t += kThreads) {
+      for (int t = tid; t < count; t += kThreads) {
         const int32_t kb = list[int64_t(t) * m.idx_stride];
-        if (t < count && kb >= 0 && kb < n_mask_blocks) atomicOr(&words[part * mask_words + (kb >> 5)], 1u << (kb & 31));
+        if (kb >= 0 && kb < n_mask_blocks) atomicOr(&words[part * mask_words + (kb >> 5)], 1u << (kb & 31));
       }
     }
     __syncthreads();
@@ -217,11 +212,9 @@ struct SparseBlocks {
       if (any & 1u) atomicOr(&vis[n >> 5], 1u << (n & 31));
     }
     __syncthreads();
-    listed_part = static_cast<uint32_t>(__cvta_generic_to_shared(words + (warp_row0 / m.block_m) * mask_words)) |
-                  uint32_t(mask_shift == 7);  // word-aligned address: bit 0 is free (one register less)
-    smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    listed_part = static_cast<uint32_t>(__cvta_generic_to_shared(words + (warp_row0 / m.block_m) * mask_words));
+    visit = static_cast<uint32_t>(__cvta_generic_to_shared(vis));
     cursor = range.n_hi;
-    ahead = find();
   }
 
   static __device__ __forceinline__ uint32_t load_word(uint32_t base, int i) {
@@ -230,23 +223,15 @@ struct SparseBlocks {
     return w;
   }
 
-  // The walk is one tile ahead of the loop: take() hands out the tile found by the previous advance(),
-  // so the step's K/V copies are issued right after its barrier, and advance() -- two dependent shared
-  // loads -- runs behind the step's S = Q K^T. A tile comes with this warp's bits (warp_bits()) in
-  // bits 28-29 (tile indices are below 2^25), so the pair takes one register; -1 when done.
-  static constexpr int kTileMask = (1 << 28) - 1;
-  __device__ __forceinline__ int take() const { return ahead; }
-  __device__ __forceinline__ void advance() { ahead = find(); }
-
   // Next tile to visit (descending), or -1. Bits outside the window's [n_lo, n_hi] are never set.
-  __device__ __forceinline__ int find() {
+  __device__ __forceinline__ int next() {
     while (cursor >= 0) {
       const int w = cursor >> 5;
-      const uint32_t bits = load_word(smem_base + kVisitOffset, w) & (0xffffffffu >> (31 - (cursor & 31)));
+      const uint32_t bits = load_word(visit, w) & (0xffffffffu >> (31 - (cursor & 31)));
       if (bits != 0u) {
         const int n = (w << 5) + 31 - __clz(bits);
         cursor = n - 1;
-        return n | int(warp_bits(n) << 28);
+        return n;
       }
       cursor = (w << 5) - 1;
     }
@@ -255,14 +240,12 @@ struct SparseBlocks {
 
   // This warp's listed share of tile n: bit 0 = keys [0, kBlockN/2), bit 1 = keys [kBlockN/2, kBlockN).
   __device__ __forceinline__ uint32_t warp_bits(int n) const {
-    // (n * kBlockN) / block_n for the four pairs of 64 and 128, without 64-bit arithmetic (registers).
-    const bool wide = listed_part & 1u;  // mask block_n 128
-    const uint32_t listed = listed_part & ~1u;
-    const int kb = kBlockN == 64 ? (wide ? n >> 1 : n) : (wide ? n : n << 1);
-    const uint32_t first = (load_word(listed, kb >> 5) >> (kb & 31)) & 1u;
-    if (kBlockN <= 64 || wide) return first * 3u;  // one mask block covers the tile
+    // (n * kBlockN) >> mask_shift for the four pairs of 64 and 128, without 64-bit arithmetic (registers).
+    const int kb = kBlockN == 64 ? (mask_shift == 6 ? n : n >> 1) : (mask_shift == 7 ? n : n << 1);
+    const uint32_t first = (load_word(listed_part, kb >> 5) >> (kb & 31)) & 1u;
+    if (kBlockN <= 64 || (kBlockN >> mask_shift) <= 1) return first * 3u;  // one mask block covers the tile
     const int kb1 = kb + 1;  // the tile's second half; past seqlen_k its bit is the spare, 0: masked anyway
-    const uint32_t second = (load_word(listed, kb1 >> 5) >> (kb1 & 31)) & 1u;
+    const uint32_t second = (load_word(listed_part, kb1 >> 5) >> (kb1 & 31)) & 1u;
     return first | (second << 1);
   }
 };
@@ -350,21 +333,18 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   const int warp_row0 = warp * K::kRowsPerWarp;
   const KeyRange<kBlockN> range(p, q_begin, q_begin + q_rows);
   int dense_cursor = range.n_hi;
-  using Sparse = SparseBlocks<kBlockM, kBlockN, K::kThreads, K::kSmemBytes>;
-  Sparse sparse_blocks;
+  SparseBlocks<kBlockM, kBlockN, K::kThreads> sparse_blocks;
   if constexpr (kSparse) {
     // Q's copy is issued (not yet committed: it joins K_0's group) before the list reads so the two overlap.
     load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
-    sparse_blocks.build(p, smem, b, h, q_begin, q_begin + q_rows, range, warp_row0, tid);
+    sparse_blocks.build(p, reinterpret_cast<uint32_t*>(smem + K::kSmemBytes), b, h, q_begin, q_begin + q_rows, range,
+                        warp_row0, tid);
   }
-  // Next key tile; with a block mask, the warp's bits ride in bits 28-29 (SparseBlocks::take()).
   auto next_block = [&]() -> int {
-    if constexpr (kSparse) return sparse_blocks.take();
+    if constexpr (kSparse) return sparse_blocks.next();
     else return dense_cursor >= range.n_lo ? dense_cursor-- : -1;
   };
   int n_block = next_block();
-  if constexpr (kSparse) sparse_blocks.advance();
-  const auto tile_of = [](int n) { return kSparse ? n & Sparse::kTileMask : n; };
 
   if (n_block < 0) {  // no visible key anywhere in this query block: O = 0, LSE = -inf
     if constexpr (kSparse) {  // Q's copy was issued: let it land before the CTA's shared memory is released
@@ -382,10 +362,10 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   }
 
   if constexpr (!kSparse) load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
-  load_tile(RowsN{}, k_smem0, k + int64_t(tile_of(n_block)) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - tile_of(n_block) * kBlockN);
+  load_tile(RowsN{}, k_smem0, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_block * kBlockN);
   cp_async_commit();
   if constexpr (K::kStages == 2) {
-    load_tile(RowsN{}, v_smem0, v + int64_t(tile_of(n_block)) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - tile_of(n_block) * kBlockN);
+    load_tile(RowsN{}, v_smem0, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
     cp_async_commit();
   }
 
@@ -415,13 +395,11 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     const bool first = step == 0;
     const uint32_t stage_offset = K::kStages == 2 ? uint32_t(step & 1) * K::kKVBytes : 0u;
     const uint32_t k_smem = k_smem0 + stage_offset, v_smem = v_smem0 + stage_offset;
-    const int n_tile = tile_of(n_block);
     int n_next;
     if constexpr (K::kStages == 1) {
-      n_next = next_block();  // loaded after S, once every warp is done reading K_j
       cp_async_wait<0>();
       __syncthreads();  // K_j (and Q) landed for every thread's copies; every warp is done reading V_{j-1}
-      load_tile(RowsN{}, v_smem, v + int64_t(n_tile) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_tile * kBlockN);
+      load_tile(RowsN{}, v_smem, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
       cp_async_commit();
     } else {
       cp_async_wait<1>();  // K_j landed (V_j may still be in flight)
@@ -429,13 +407,11 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       n_next = next_block();
       if (n_next >= 0) {  // K_{j+1}, V_{j+1} into the other buffers: a whole step to arrive
         const uint32_t other = uint32_t((step + 1) & 1) * K::kKVBytes;
-        const int next_tile = tile_of(n_next);
-        load_tile(RowsN{}, k_smem0 + other, k + int64_t(next_tile) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - next_tile * kBlockN);
+        load_tile(RowsN{}, k_smem0 + other, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
         cp_async_commit();
-        load_tile(RowsN{}, v_smem0 + other, v + int64_t(next_tile) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - next_tile * kBlockN);
+        load_tile(RowsN{}, v_smem0 + other, v + int64_t(n_next) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_next * kBlockN);
         cp_async_commit();
       }
-      if constexpr (kSparse) sparse_blocks.advance();
     }
 
     // This warp's share of the tile: with a block mask whose query blocks are half the CTA's, the other
@@ -443,7 +419,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     // products (its softmax sees an S masked in full: P = 0, no max moves) and still takes part in the
     // loads and barriers. Skipping the softmax too cost registers: ptxas spilled 120 bytes at d64.
     uint32_t warp_bits = 3u;  // bit 0: keys [0, kBlockN/2) listed for this warp's rows, bit 1: the rest
-    if constexpr (kSparse) warp_bits = uint32_t(n_block) >> 28;
+    if constexpr (kSparse) warp_bits = sparse_blocks.warp_bits(n_block);
     const bool warp_active = warp_bits != 0u;
 
     // S = Q_i K_j^T
@@ -478,13 +454,12 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       }
     }
 
-    if constexpr (kSparse && K::kStages == 1) sparse_blocks.advance();  // the tile after n_next, behind this step's MMAs
-
     if constexpr (K::kStages == 1) {
+      n_next = next_block();
       cp_async_wait<0>();
       __syncthreads();  // V_j landed; every warp is done reading K_j, so K_{j+1} may overwrite it
       if (n_next >= 0) {
-        load_tile(RowsN{}, k_smem, k + int64_t(tile_of(n_next)) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - tile_of(n_next) * kBlockN);
+        load_tile(RowsN{}, k_smem, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
         cp_async_commit();
       }
     }
@@ -493,9 +468,9 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     // Element mask, only on blocks that cross the sequence end or a window edge, or that this warp's
     // rows list only half of. Per row, the visible keys of this block are the columns [lo, hi) relative
     // to this lane's first column (a listed half narrows that interval).
-    if (range.needs_mask(p, n_tile, q_begin, q_begin + q_rows - 1) || warp_bits != 3u) {
+    if (range.needs_mask(p, n_block, q_begin, q_begin + q_rows - 1) || warp_bits != 3u) {
       const int cut_lo = (warp_bits & 1u) ? 0 : kBlockN / 2, cut_hi = (warp_bits & 2u) ? kBlockN : kBlockN / 2;
-      const int64_t col0 = int64_t(n_tile) * kBlockN + 2 * t;
+      const int64_t col0 = int64_t(n_block) * kBlockN + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

@@ -94,36 +94,6 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 __device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 
-// ---- Clusters (kCluster = 2) ----
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// All threads of both CTAs; orders shared-memory (and barrier) state across the cluster.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// Arrive on the barrier at the same shared offset in CTA `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-// TMA load delivered to the same shared offset in every CTA of `mask`, each completing on its own
-// barrier at offset `bar`.
-__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask,
-                                                      int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
-      : "memory");
-}
-
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile (PTX ISA "matrix descriptor"):
 // start address, leading-dimension byte offset, stride-dimension byte offset (8 rows = 1024 bytes),
 // swizzle mode 1 (128B) in bits 62-63. Every 8-row atom starts 1024-byte aligned (base offset 0).
@@ -143,13 +113,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 // ---- Compile-time shape of one instantiation ----------------------------------------------------------
-// kCluster_ = 2: two CTAs of a thread-block cluster work on neighbouring query blocks of one (batch,
-// head) and share every K/V tile: each producer loads half of it and multicasts it into both CTAs'
-// shared memory, halving the L2 -> SM traffic (dense masks only: both CTAs must walk the same blocks).
-template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, int kCluster_ = 1>
+// kSparse_: the instantiation for block-sparse masks (schedules in shared memory); the dense one carries
+// none of that code, so its producer stays small.
+template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false>
 struct Traits {
-  static constexpr int kCluster = kCluster_;
-  static_assert(kCluster == 1 || kCluster == 2, "cluster size");
+  static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
@@ -163,10 +131,11 @@ struct Traits {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
-  // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The multicast
-  // producer needs more than 24 (it spilled there).
-  static constexpr int kProducerRegs = kCluster > 1 ? 56 : 24;
-  static constexpr int kConsumerRegs = kCluster > 1 ? 224 : 240;
+  // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
+  // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
+  // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
+  static constexpr int kProducerRegs = kSparse && kHeadDim_ < 256 ? 40 : 24;
+  static constexpr int kConsumerRegs = kSparse && kHeadDim_ < 256 ? 232 : 240;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -178,7 +147,7 @@ struct Traits {
 // schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
 // counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
 // window, descending. Producer and consumers each walk their own KeyBlocks over the same range/schedule.
-template <int kBlockN>
+template <int kBlockN, bool kSparse>
 struct KeyBlocks {
   int lo, hi, cursor, n_lo;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
@@ -191,39 +160,49 @@ struct KeyBlocks {
     hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
-    sched = p.has_block_mask ? schedule : nullptr;
+    sched = kSparse ? schedule : nullptr;
   }
 
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
-    if (sched == nullptr) return cursor >= n_lo ? cursor-- : -1;
+    if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
     return pos < sched[0] ? sched[1 + pos++] : -1;
   }
 
-  // Producer thread only: the schedule of query block m_block (kBlockM rows from q_begin) into `sched`,
-  // using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set.
+  // Producer warp (all 32 lanes): the schedule of query block m_block (kBlockM rows from q_begin) into
+  // `out`, using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set. The
+  // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
+  // schedule costs a few list loads' latency, not one per entry.
   __device__ void build_schedule(const FwdParams& p, int b, int h, int m_block, int block_m, int32_t* out,
-                                 uint32_t* bits) const {
+                                 uint32_t* bits, int lane) const {
     int n_out = 0;
     if (lo < hi) {
       const BlockMaskParams& m = p.block_mask;
       const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-      for (int w = 0; w <= n_mask_blocks / 32; ++w) bits[w] = 0u;
+      for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
+      __syncwarp();
       const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
       int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
       count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
       const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      for (int i = 0; i < count; ++i) {
+      for (int i = lane; i < count; i += 32) {
         const int32_t kb = list[int64_t(i) * m.idx_stride];
-        if (kb >= 0 && kb < n_mask_blocks) bits[kb >> 5] |= 1u << (kb & 31);
+        if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
       }
+      __syncwarp();
       const int sub_per = m.block_n / kBlockN;
-      for (int n = cursor; n >= n_lo; --n) {
+      for (int base = cursor; base >= n_lo; base -= 32) {  // lane l looks at block base - l: descending
+        const int n = base - lane;
         const int kb = n / sub_per;
-        if ((bits[kb >> 5] >> (kb & 31)) & 1u) out[1 + n_out++] = n;
+        const bool listed = n >= n_lo && ((bits[kb >> 5] >> (kb & 31)) & 1u);
+        const uint32_t ballot = __ballot_sync(0xffffffffu, listed);
+        if (listed) out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = n;
+        n_out += __popc(ballot);
       }
     }
-    out[0] = n_out;
+    if (lane == 0) out[0] = n_out;
+    __threadfence_block();
+    __syncwarp();  // lane 0's q_full arrive then releases every lane's writes
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -239,27 +218,29 @@ struct KeyBlocks {
 // Work tile x -> (query block, batch*head). Causal-like masks (right edge, no left edge): longest first
 // over the whole grid, so the heaviest tiles start in the first wave; otherwise one (batch, head)'s
 // query blocks are consecutive, so CTAs working side by side share K and V in L2.
-// With a cluster of two, a work group is a pair of neighbouring query blocks of one (batch, head), one
-// per CTA; both walk the key blocks of the pair's rows (the union: for a causal mask the lower block's
-// extra diagonal block is masked out in full) so the multicast K/V tiles serve both. A pair past the
-// last query block has a phantom upper half: it loads (zero-filled) Q, computes, and stores nothing.
-template <int kCluster, int kBlockM>
+// Work tile x -> (query block, batch*head). Causal-like masks (right edge, no left edge): longest first
+// over the whole grid, so the heaviest tiles start in the first wave; otherwise one (batch, head)'s
+// query blocks are consecutive, so CTAs working side by side share K and V in L2.
 struct Tile {
   int m_block, b, h;
-  int group_begin, group_end;  // query rows of the whole group
-  __device__ Tile(const Args& a, int group, int rank) {
+  __device__ Tile(const Args& a, int x) {
     const FwdParams& p = a.p;
     const int num_bh = p.heads_q * p.batch;
     const bool longest_first = p.window_right >= 0 && p.window_left < 0;
-    const int m_group = a.num_m_groups - 1 - (longest_first ? group / num_bh : group % a.num_m_groups);
-    const int bh = longest_first ? group % num_bh : group / a.num_m_groups;
+    m_block = a.num_m_blocks - 1 - (longest_first ? x / num_bh : x % a.num_m_blocks);
+    const int bh = longest_first ? x % num_bh : x / a.num_m_blocks;
     h = bh % p.heads_q;
     b = bh / p.heads_q;
-    m_block = m_group * kCluster + rank;
-    group_begin = m_group * kCluster * kBlockM;
-    group_end = min(group_begin + kCluster * kBlockM, p.seqlen_q);
   }
 };
+
+// The persistent grid's r-th tile of CTA c: rounds of gridDim.x tiles, walked forwards in even rounds
+// and backwards in odd ones. With the longest-first order each CTA then gets a long and a short tile
+// in every two rounds instead of always the k-th longest (measured x% on causal, perf-log v3).
+__device__ __forceinline__ int tile_of(int round) {
+  const int g = int(gridDim.x), c = int(blockIdx.x);
+  return round * g + ((round & 1) ? g - 1 - c : c);
+}
 
 __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
   // Selects, not c[pos.seq] = row: a run-time index would put c in local memory.
@@ -295,83 +276,70 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto v_empty = [&](int s) { return bar0 + 16 + 8 * (3 * kStages + s); };
 
   const int warpgroup = threadIdx.x / 128;
-  constexpr int kCluster = K::kCluster;
-  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
     mbar_init(q_empty, 4 * K::kConsumers);  // lane 0 of every consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      // A K/V slot is refilled (in every CTA of the cluster at once) when all their consumer warps let go.
-      mbar_init(k_empty(s), 4 * K::kConsumers * kCluster);
-      mbar_init(v_empty(s), 4 * K::kConsumers * kCluster);
+      mbar_init(k_empty(s), 4 * K::kConsumers);
+      mbar_init(v_empty(s), 4 * K::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (kCluster > 1) cluster_sync();  // the peer's barriers exist before anyone signals them
-  else __syncthreads();
-  // Release a K or V slot: this CTA's barrier and, with a cluster, the peer's (its producer multicasts
-  // into our shared memory too).
-  auto release = [&](uint32_t bar) {
-    mbar_arrive(bar);
-    if constexpr (kCluster > 1) mbar_arrive_cluster(bar, rank ^ 1u);
-  };
+  __syncthreads();
 
   if (warpgroup == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<K::kProducerRegs>();
-    if (threadIdx.x == 0) {
+    // Warp 0: all 32 lanes walk the tiles and key blocks (and build block-sparse schedules together);
+    // lane 0 issues the TMA loads and their barrier operations.
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
       int it = 0;  // position in the K/V ring, continued across tiles
-      int tile_iter = 0;
-      for (int group = blockIdx.x / kCluster; group < args.num_groups; group += gridDim.x / kCluster, ++tile_iter) {
-        const Tile<kCluster, kBlockM> tile(args, group, int(rank));
+      for (int tile_iter = 0;; ++tile_iter) {
+        const int x = tile_of(tile_iter);
+        if (x >= args.num_tiles) break;
+        const Tile tile(args, x);
         const int q_begin = tile.m_block * kBlockM;
         const int h_kv = tile.h / p.head_ratio;
         int c[4];
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
-        KeyBlocks<kBlockN> blocks(p, tile.group_begin, tile.group_end, sched);
+        KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, min(q_begin + kBlockM, p.seqlen_q), sched);
         // Block-sparse: this tile's schedule goes to the buffer the consumers last read two tiles ago
         // (they finished that tile before we could load the previous Q), so it overlaps their work.
-        if (p.has_block_mask) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits);
-        mbar_wait(q_empty, (tile_iter & 1) ^ 1);  // consumers are done with the previous tile's Q
-        // The arrive releases the schedule's shared writes to the consumers' q_full wait (acquire).
-        mbar_arrive_expect_tx(q_full, K::kQBytes);
+        if constexpr (K::kSparse) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+        if (lane == 0) {
+          mbar_wait(q_empty, (tile_iter & 1) ^ 1);  // consumers are done with the previous tile's Q
+          // The arrive releases the schedule's shared writes to the consumers' q_full wait (acquire).
+          mbar_arrive_expect_tx(q_full, K::kQBytes);
 #pragma unroll
-        for (int pg = 0; pg < kPages; ++pg) {
-          tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-          tma_load_4d(q_smem + pg * kBlockM * 128, &args.tq, q_full, c[0], c[1], c[2], c[3]);
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+            tma_load_4d(q_smem + pg * kBlockM * 128, &args.tq, q_full, c[0], c[1], c[2], c[3]);
+          }
         }
         // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
         // one block: K_{j+1} never waits behind V_j's slot.
         auto load_v = [&](int n, int at) {
+          if (lane != 0) return;
           const int s = at % kStages;
           mbar_wait(v_empty(s), ((at / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(v_full(s), K::kKVBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
-            if constexpr (kCluster > 1) {  // our half of the rows, into both CTAs
-              tma_coords(c, args.v_pos, pg * 64, n * kBlockN + int(rank) * (kBlockN / 2), h_kv, tile.b);
-              tma_load_4d_multicast(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128 + rank * (kBlockN / 2) * 128, &args.tv,
-                                    v_full(s), 0x3, c[0], c[1], c[2], c[3]);
-            } else {
-              tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
-            }
+            tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
+            tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
           }
         };
         int v_pending = -1, v_at = 0;
         for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-          const int s = it % kStages;
-          mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
-          mbar_arrive_expect_tx(k_full(s), K::kKVBytes);  // the whole tile: both halves land here
+          if (lane == 0) {
+            const int s = it % kStages;
+            mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
+            mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
 #pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            if constexpr (kCluster > 1) {
-              tma_coords(c, args.k_pos, pg * 64, n * kBlockN + int(rank) * (kBlockN / 2), h_kv, tile.b);
-              tma_load_4d_multicast(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128 + rank * (kBlockN / 2) * 128, &args.tk,
-                                    k_full(s), 0x3, c[0], c[1], c[2], c[3]);
-            } else {
+            for (int pg = 0; pg < kPages; ++pg) {
               tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
               tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
             }
@@ -395,11 +363,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (wg == 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
-    for (int group = blockIdx.x / kCluster; group < args.num_groups; group += gridDim.x / kCluster, ++tile_iter) {
-      const Tile<kCluster, kBlockM> tile(args, group, int(rank));
+    for (;; ++tile_iter) {
+      const int x = tile_of(tile_iter);
+      if (x >= args.num_tiles) break;
+      const Tile tile(args, x);
       const int q_begin = tile.m_block * kBlockM;
-      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);  // <= 0: a phantom tile, nothing stored
-      KeyBlocks<kBlockN> blocks(p, tile.group_begin, tile.group_end, sched_base + (tile_iter & 1) * args.sched_stride);
+      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -512,7 +482,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wgmma_wait<0>();
         fence_regs(acc_s);
         __syncwarp();
-        if (lane == 0) release(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         mask(acc_s, n);
         {
           float corr[2];
@@ -534,7 +504,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           named_arrive(1 + (wg ^ 1), 256);
           wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
-          if (lane == 0) release(k_empty(s));  // K_j's slot may be refilled
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
           // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
           // serialise the wgmmas (C7513; perf-log).
@@ -548,7 +518,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           fence_regs(acc_o);
           fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) release(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if (rescale) {
 #pragma unroll
             for (int i = 0; i < K::kHeadDim / 8; ++i)
@@ -572,7 +542,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         fence_regs(acc_o);
         fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) release(v_empty(s_prev));
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(q_empty);
@@ -601,10 +571,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       }
     }
   }
-  // With a cluster, neither CTA may leave while the other can still multicast into its shared memory or
-  // signal its barriers. (The ping-pong barrier's last hand-over is never taken; hardware barriers need
-  // no reset at exit.)
-  if constexpr (kCluster > 1) cluster_sync();
+  // (The ping-pong barrier's last hand-over is never taken; hardware barriers need no reset at exit.)
 #endif
 }
 
@@ -618,20 +585,21 @@ int32_t launch(const FwdParams& p) {
       st != FLASH_OK)
     return st;
   if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
-                                     p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN / K::kCluster, "k");
+                                     p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN, "k");
       st != FLASH_OK)
     return st;
   if (int32_t st = encode_tensor_map(&args.tv, &args.v_pos, p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
-                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN / K::kCluster, "v");
+                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN, "v");
       st != FLASH_OK)
     return st;
-  args.num_m_groups = (p.seqlen_q + K::kBlockM * K::kCluster - 1) / (K::kBlockM * K::kCluster);
-  const int64_t groups = int64_t{args.num_m_groups} * p.heads_q * p.batch;
-  if (groups > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", groups, " query blocks exceed 2^31-1");
-  args.num_groups = static_cast<int32_t>(groups);
+  args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
+  const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
+  if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
+  args.num_tiles = static_cast<int32_t>(tiles);
 
   int64_t smem_bytes = K::kSmemBytes;
-  if (p.has_block_mask) {
+  if (p.has_block_mask != K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: mask kind and instantiation differ");
+  if (K::kSparse) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.block_mask.block_n);  // supports() bounded it
   }
@@ -640,42 +608,20 @@ int32_t launch(const FwdParams& p) {
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   const int sms = cuda::multiprocessor_count(p.device_id);
-  if constexpr (K::kCluster == 1) {
-    const int grid = static_cast<int>(std::min<int64_t>(groups, sms > 0 ? sms : 132));
-    kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
-  } else {
-    // Pairs of neighbouring query blocks (no block-sparse mask: the caller checks); as many resident
-    // clusters as fit, each looping over pairs.
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = K::kCluster, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.blockDim = dim3(K::kThreads);
-    cfg.dynamicSmemBytes = size_t(smem_bytes);
-    cfg.stream = static_cast<cudaStream_t>(p.stream);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cfg.gridDim = dim3(K::kCluster * 64);
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters <= 0) {
-      (void)cudaGetLastError();
-      clusters = (sms > 0 ? sms : 132) / K::kCluster;
-    }
-    cfg.gridDim = dim3(static_cast<unsigned>(K::kCluster * std::min<int64_t>(groups, clusters)));
-    if (const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args); e != cudaSuccess)
-      return cuda::status_from(e, "cudaLaunchKernelEx(sm90 fwd, cluster)");
-  }
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+  kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");
 }
 
-template <int kHeadDim, DType kDType>
+template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
 
 }  // namespace flash::sm90
 
-// One line per .cu file: FLASH_SM90_INSTANTIATE(128, 128, 2, BF16) -- head dim, key block, stages, dtype.
-#define FLASH_SM90_INSTANTIATE(D, BLOCK_N, STAGES, DTYPE)                                     \
-  template <>                                                                                 \
-  int32_t flash::sm90::launch_fwd<D, flash::DType::DTYPE>(const flash::FwdParams& p) {        \
-    return launch<flash::sm90::Traits<D, BLOCK_N, STAGES, flash::DType::DTYPE>>(p);           \
+// One line per .cu file: FLASH_SM90_INSTANTIATE(128, false, 128, 3, BF16) -- head dim, block-sparse
+// instantiation or not, key block, stages, dtype (shapes.h has the table).
+#define FLASH_SM90_INSTANTIATE(D, SPARSE, BLOCK_N, STAGES, DTYPE)                                      \
+  template <>                                                                                        \
+  int32_t flash::sm90::launch_fwd<D, SPARSE, flash::DType::DTYPE>(const flash::FwdParams& p) {       \
+    return launch<flash::sm90::Traits<D, BLOCK_N, STAGES, flash::DType::DTYPE, SPARSE>>(p);          \
   }

@@ -11,9 +11,12 @@ struct Shape {
   constexpr int smem_bytes() const { return (128 + 2 * stages * block_n) * head_dim * 2 + 1024; }
 };
 
-// d64: small tiles, a deep ring hides load latency. d128: FlashAttention-3's 128 x 128, 2 stages
-// (160 KB). d256: the O accumulator is 128 registers per thread, so S gets 64 keys (192 KB).
-inline constexpr Shape kShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
+// Dense and window masks (run s12-2, sm90_dev): d64 128 x 128 with a 4-deep ring; d128 128 x 128 with 3
+// stages (224 KB; +1-14% over 2 stages at 16k); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
+// Block-sparse masks need block_n to divide the mask's blocks (64 and 128) and room for the schedules:
+// d128 drops to 2 stages, d256 to 64 keys.
+inline constexpr Shape kShapes[] = {{64, 128, 4}, {128, 128, 3}, {256, 80, 2}};
+inline constexpr Shape kSparseShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.
@@ -23,8 +26,8 @@ inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_bl
   return (2 * 4 * sparse_sched_stride(seqlen_k, block_n) + 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
 }
 
-constexpr Shape shape_for(int d) {
-  for (const Shape& s : kShapes)
+constexpr Shape shape_for(int d, bool sparse = false) {
+  for (const Shape& s : sparse ? kSparseShapes : kShapes)
     if (s.head_dim == d) return s;
   return Shape{0, 0, 0};
 }

@@ -14,7 +14,7 @@
 namespace flash {
 namespace sm90 {
 
-template <int kHeadDim, DType kDType>
+template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
 
 namespace {
@@ -40,7 +40,7 @@ bool supports(const FwdParams& p, std::string* why) {
     *why = "supports fp16 and bf16 only";
     return false;
   }
-  const Shape s = shape_for(p.head_dim);
+  const Shape s = shape_for(p.head_dim, p.has_block_mask);
   if (s.head_dim == 0) {
     *why = "head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256 (sm80 runs the others)";
     return false;
@@ -80,13 +80,18 @@ bool supports(const FwdParams& p, std::string* why) {
 
 size_t workspace(const FwdParams&) { return 0; }
 
+template <int D, bool kSparse>
+int32_t fwd_dim(const FwdParams& p) {
+  return p.dtype == DType::BF16 ? launch_fwd<D, kSparse, DType::BF16>(p) : launch_fwd<D, kSparse, DType::FP16>(p);
+}
+
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
-  const bool bf16 = p.dtype == DType::BF16;
+  const bool sparse = p.has_block_mask;
   switch (p.head_dim) {
-    case 64: return bf16 ? launch_fwd<64, DType::BF16>(p) : launch_fwd<64, DType::FP16>(p);
-    case 128: return bf16 ? launch_fwd<128, DType::BF16>(p) : launch_fwd<128, DType::FP16>(p);
-    case 256: return bf16 ? launch_fwd<256, DType::BF16>(p) : launch_fwd<256, DType::FP16>(p);
+    case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
+    case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);
+    case 256: return sparse ? fwd_dim<256, true>(p) : fwd_dim<256, false>(p);
   }
   return fail(FLASH_ERROR_INTERNAL, "sm90: no kernel compiled for head_dim ", p.head_dim);
 }

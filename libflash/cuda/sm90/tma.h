@@ -19,8 +19,8 @@ struct Args {
   CUtensorMap tq, tk, tv;  // first: 64-byte aligned inside the parameter space
   FwdParams p;
   TensorPos q_pos, k_pos, v_pos;
-  int32_t num_groups;    // work groups (a query block, or a cluster's pair of them) x heads x batch
-  int32_t num_m_groups;  // work groups per (batch, head)
+  int32_t num_tiles;     // query blocks x heads x batch
+  int32_t num_m_blocks;  // query blocks per (batch, head)
   int32_t sched_stride;  // block-sparse: ints per schedule buffer (1 + key blocks of kBlockN)
 };
 

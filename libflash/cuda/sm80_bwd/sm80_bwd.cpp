@@ -83,8 +83,8 @@ int32_t run(const BwdParams& p) {
   const bool bf16 = p.dtype == DType::BF16;
 #if defined(FLASH_SM80_BWD_SM90)
   // sm_90 (H100, H200): the wgmma main kernel for d64/d128 (bwd_kernel_sm90.cuh; docs/perf-log.md
-  // "sm80 backward", v4: 1.25-1.35x the mma.sync kernel on the H100). LIBFLASH_BWD_WGMMA=0 keeps the
-  // mma.sync kernel (to time the two in one run).
+  // "sm80 backward", v4: 1.27-1.38x the mma.sync kernel on the H100 at seqlen >= 2k). LIBFLASH_BWD_WGMMA=0
+  // keeps the mma.sync kernel (to time the two in one run).
   static const bool use_wgmma = [] {
     const char* e = std::getenv("LIBFLASH_BWD_WGMMA");
     return e == nullptr || e[0] != '0';

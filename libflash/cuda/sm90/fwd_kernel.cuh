@@ -129,8 +129,11 @@ struct Traits {
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  // Two Q buffers where shared memory allows (shapes.h): the next tile's Q loads during this one.
+  static constexpr int kQStages = Shape{kHeadDim, kBlockN, kStages}.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kQStages * kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
+  static_assert(kSmemBytes == Shape{kHeadDim, kBlockN, kStages}.smem_bytes(kSparse), "shapes.h formula");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
@@ -258,27 +261,30 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
-  // Barriers: Q full/empty, then per ring stage K full, V full, K empty, V empty. K_j is released as soon
-  // as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
-  __shared__ alignas(8) uint64_t bars[2 + 4 * kStages];
+  // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
+  // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
+  __shared__ alignas(8) uint64_t bars[4 + 4 * kStages];
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
-  const uint32_t k_smem0 = q_smem + K::kQBytes;
+  const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
   const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
   // Block-sparse only (launch adds the bytes): two schedules of sched_stride ints, then the list bitmap.
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (v_smem0 + kStages * K::kKVBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
-  const uint32_t q_full = bar0, q_empty = bar0 + 8;
-  auto k_full = [&](int s) { return bar0 + 16 + 8 * s; };
-  auto v_full = [&](int s) { return bar0 + 16 + 8 * (kStages + s); };
-  auto k_empty = [&](int s) { return bar0 + 16 + 8 * (2 * kStages + s); };
-  auto v_empty = [&](int s) { return bar0 + 16 + 8 * (3 * kStages + s); };
+  auto q_full = [&](int slot) { return bar0 + 8 * slot; };
+  auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
+  auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
+  auto v_full = [&](int s) { return bar0 + 32 + 8 * (kStages + s); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kStages + s); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    mbar_init(q_full, 1);
-    mbar_init(q_empty, 4 * K::kConsumers);  // lane 0 of every consumer warp
+    for (int slot = 0; slot < K::kQStages; ++slot) {
+      mbar_init(q_full(slot), 1);
+      mbar_init(q_empty(slot), 4 * K::kConsumers);  // lane 0 of every consumer warp
+    }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
@@ -294,7 +300,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     setmaxnreg_dec<K::kProducerRegs>();
     // Warp 0: all 32 lanes walk the tiles and key blocks (and build block-sparse schedules together);
     // lane 0 issues the TMA loads and their barrier operations.
-    if (threadIdx.x < 32) {
+    // (Dense masks: thread 0 alone -- measured faster at d64 than the whole warp.)
+    if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
       const int lane = threadIdx.x;
       int it = 0;  // position in the K/V ring, continued across tiles
       for (int tile_iter = 0;; ++tile_iter) {
@@ -306,17 +313,24 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int c[4];
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
         KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, min(q_begin + kBlockM, p.seqlen_q), sched);
-        // Block-sparse: this tile's schedule goes to the buffer the consumers last read two tiles ago
-        // (they finished that tile before we could load the previous Q), so it overlaps their work.
-        if constexpr (K::kSparse) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+        const int q_slot = tile_iter % K::kQStages;
+        const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
+        // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
+        // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
+        // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
+        if constexpr (K::kSparse && K::kQStages == 1)
+          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+        if (lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+        __syncwarp(K::kSparse ? 0xffffffffu : 1u);
+        if constexpr (K::kSparse && K::kQStages == 2)
+          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
         if (lane == 0) {
-          mbar_wait(q_empty, (tile_iter & 1) ^ 1);  // consumers are done with the previous tile's Q
           // The arrive releases the schedule's shared writes to the consumers' q_full wait (acquire).
-          mbar_arrive_expect_tx(q_full, K::kQBytes);
+          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
             tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-            tma_load_4d(q_smem + pg * kBlockM * 128, &args.tq, q_full, c[0], c[1], c[2], c[3]);
+            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
         }
         // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
@@ -378,7 +392,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      const uint32_t q_wg = q_smem + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      const int q_slot = tile_iter % K::kQStages;
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
@@ -468,7 +483,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
       };
-      mbar_wait(q_full, tile_iter & 1);
+      mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
@@ -545,7 +560,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if (lane == 0) mbar_arrive(v_empty(s_prev));
       }
       __syncwarp();
-      if (lane == 0) mbar_arrive(q_empty);
+      if (lane == 0) mbar_arrive(q_empty(q_slot));
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile); LSE = m * scale + ln(l), or -inf for a row that saw no key.

@@ -8,7 +8,13 @@ namespace flash::sm90 {
 
 struct Shape {
   int head_dim, block_n, stages;
-  constexpr int smem_bytes() const { return (128 + 2 * stages * block_n) * head_dim * 2 + 1024; }
+  // Q buffers: two where they fit in H100's 227 KB (with 4 KB left for block-sparse schedules).
+  constexpr int q_stages(bool sparse) const {
+    return (2 * 128 + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) <= 232448 ? 2 : 1;
+  }
+  constexpr int smem_bytes(bool sparse) const {
+    return (q_stages(sparse) * 128 + 2 * stages * block_n) * head_dim * 2 + 1024;
+  }
 };
 
 // Dense and window masks (run s12-2, sm90_dev): d64 128 x 128 with a 4-deep ring; d128 128 x 128 with 3

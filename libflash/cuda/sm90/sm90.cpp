@@ -45,8 +45,8 @@ bool supports(const FwdParams& p, std::string* why) {
     *why = "head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256 (sm80 runs the others)";
     return false;
   }
-  if (cuda::shared_mem_per_block_optin(p.device_id) < s.smem_bytes()) {
-    *why = "needs " + std::to_string(s.smem_bytes()) + " bytes of shared memory per block";
+  if (cuda::shared_mem_per_block_optin(p.device_id) < s.smem_bytes(p.has_block_mask)) {
+    *why = "needs " + std::to_string(s.smem_bytes(p.has_block_mask)) + " bytes of shared memory per block";
     return false;
   }
   if (!tma_layout(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
@@ -67,7 +67,7 @@ bool supports(const FwdParams& p, std::string* why) {
     return false;
   }
   if (p.has_block_mask) {
-    const int64_t need = s.smem_bytes() + sparse_extra_bytes(p.seqlen_k, s.block_n, p.block_mask.block_n);
+    const int64_t need = s.smem_bytes(p.has_block_mask) + sparse_extra_bytes(p.seqlen_k, s.block_n, p.block_mask.block_n);
     if (need > cuda::shared_mem_per_block_optin(p.device_id)) {
       *why = "block-sparse schedule for seqlen_k " + std::to_string(p.seqlen_k) + " needs " + std::to_string(need) +
              " bytes of shared memory per block, more than the device's " +

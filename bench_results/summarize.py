@@ -20,7 +20,7 @@ def rows(name):
 out = []
 p = out.append
 grid = rows("fa-bench-h100-grid.json")
-seqlens = sorted({r["seqlen_q"] for r in grid})
+seqlens = sorted({r["seqlen_q"] for f in ("fa-bench-h100-grid.json", "fa-bench-h100-bwd.json") for r in rows(f)})
 p("# H100 results (bf16, standard grid: batch*seqlen = 16384, heads = 2048/d)\n")
 p("TFLOP/s from the median time; FLOPs = 4*b*h*visible(i,j)*d (exact for the mask). Peers: PyTorch 2.11 SDPA"
   " (`flash` = FlashAttention-2, `cudnn` = cuDNN 9.19) from `torch_sdpa.py` on the same GPU in the same lease.\n")

@@ -2,18 +2,27 @@
 // TMA-fed, wgmma-computed FlashAttention (the schedule of FlashAttention-3, written in inline PTX).
 //
 // A CTA has three warpgroups and stays resident (persistent grid, one CTA per SM):
-//   producer  (warpgroup 0, 24 registers/thread): one thread issues every TMA load -- a query tile Q_i
-//             (kBlockM = 128 rows) per work tile, then K_j and V_j of each key block j it visits into a
-//             kStages-deep ring of shared buffers, each guarded by "full" and "empty" mbarriers;
-//   consumers (warpgroups 1 and 2, 240 registers/thread): each owns 64 rows of Q_i and runs Algorithm 1
-//             on them:
+//   producer  (warpgroup 0, 24-40 registers/thread): one thread issues every TMA load -- a query tile
+//             Q_i (kBlockM = 128 rows; one or two buffers) per work tile, then K_j and V_j of each key
+//             block j it visits into a kStages-deep ring of shared buffers, each guarded by "full" and
+//             "empty" mbarriers (block-sparse masks: its whole warp first turns the tile's list into a
+//             schedule in shared memory);
+//   consumers (warpgroups 1 and 2, 232-240 registers/thread): each owns 64 rows of Q_i and runs
+//             Algorithm 1 on them:
 //               S   = Q_i K_j^T                      wgmma m64 n{kBlockN} k16, both operands in smem
 //               m'  = max(m, rowmax(S)),  P = exp2(S*scale_log2 - m'*scale_log2)
 //               l   = exp2((m - m')*scale_log2) * l + rowsum(P)
 //               O   = exp2((m - m')*scale_log2) * O + P V_j    wgmma m64 n{d} k16, P from registers
 //             then O /= l and LSE = m*scale + log(l), written once per tile.
 // Ping-pong: the two consumer warpgroups take turns issuing their matrix products (named barriers),
-// so while one runs its softmax (exp2 on the SFU) the other's wgmmas keep the tensor cores busy.
+// so while one runs its softmax (exp2 on the SFU) the other's wgmmas keep the tensor cores busy; within
+// a warpgroup, S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j
+// does. K_j is released when S_j is done, V_j when P_j V_j is.
+//
+// Synchronisation of the block-sparse schedule (plain shared stores by the producer warp, plain loads by
+// the consumers): the lanes' stores, __threadfence_block and __syncwarp, then lane 0's q_full arrive
+// (release) -> the consumers' q_full wait (acquire); the reverse direction through q_empty. This is the
+// memory model's ordering; compute-sanitizer racecheck nevertheless reports these pairs (perf-log v4).
 //
 // Shared tiles are stored exactly as TMA's 128-byte swizzle writes them: pages of 64 columns (128
 // bytes per row), 8-row atoms of 1024 bytes with the 16-byte chunk index XORed by row % 8 -- the

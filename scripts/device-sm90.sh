@@ -6,6 +6,7 @@
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
+#   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -76,6 +77,18 @@ for phase in "$@"; do
            --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-sm90-masks-d$d.json" > "$OUT/fa-bench-sm90-masks-d$d.txt" 2>&1
         echo "fa-bench masks d$d: exit $?"
       done
+      ;;
+    fwdbwd)
+      # Issue 8 with the Hopper forward: sm90 fwd + the sm90 (wgmma) backward, against the peers' fwd_bwd.
+      timeout 300 $BUILD/cli/fa-bench run --grid standard --dtype bf16 --head-dim 64,128 --algo sm90 --mode fwd_bwd \
+         --mask "none;causal" --warmup 3 --reps 20 --no-progress --json "$OUT/fa-bench-h100-sm90-fwdbwd.json" \
+         > "$OUT/fa-bench-sm90-fwdbwd.txt" 2>&1
+      echo "fa-bench sm90 fwd_bwd: exit $?"
+      if [ -f .devcarry/torch_sdpa.py ]; then
+        timeout 300 python3 .devcarry/torch_sdpa.py --hdims 64,128 --modes fwd_bwd --backends flash,cudnn \
+          --json "$OUT/torch-sdpa-fwdbwd.json" > "$OUT/torch-sdpa-fwdbwd.log" 2>&1
+        echo "torch_sdpa fwd_bwd: exit $?"
+      fi
       ;;
     dev)
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }

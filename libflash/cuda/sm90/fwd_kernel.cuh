@@ -123,31 +123,35 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 
 // ---- Compile-time shape of one instantiation ----------------------------------------------------------
 // kSparse_: the instantiation for block-sparse masks (schedules in shared memory); the dense one carries
-// none of that code, so its producer stays small.
-template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false>
+// none of that code, so its producer stays small. kConsumers_: consumer warpgroups of 64 query rows
+// each (2 in production; 3 -- FlashAttention-3's d64 choice, 192-row tiles -- is a sm90_dev candidate).
+template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2>
 struct Traits {
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // two consumer warpgroups x 64 rows
+  static constexpr int kConsumers = kConsumers_;
+  static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Two Q buffers where shared memory allows (shapes.h): the next tile's Q loads during this one.
-  static constexpr int kQStages = Shape{kHeadDim, kBlockN, kStages}.q_stages(kSparse);
+  static constexpr int kQStages =
+      (2 * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024 + (kSparse ? 4096 : 0) <= 232448 ? 2 : 1;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = kQStages * kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
-  static_assert(kSmemBytes == Shape{kHeadDim, kBlockN, kStages}.smem_bytes(kSparse), "shapes.h formula");
+  static_assert(kConsumers != 2 || kSmemBytes == Shape{kHeadDim, kBlockN, kStages}.smem_bytes(kSparse), "shapes.h");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
-  static constexpr int kProducerRegs = kSparse && kHeadDim_ < 256 ? 40 : 24;
-  static constexpr int kConsumerRegs = kSparse && kHeadDim_ < 256 ? 232 : 240;
+  // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -383,7 +387,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const int row_in_wg = warp * 16 + g;   // + 8*r
     const float scale_log2 = p.scale_log2;
     // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
-    if (wg == 1) named_arrive(1, 256);
+    // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
+    if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
     for (;; ++tile_iter) {
@@ -502,7 +507,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         named_sync(1 + wg, 256);
         wgmma_fence();
         issue_s(s_prev);
-        named_arrive(1 + (wg ^ 1), 256);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wgmma_wait<0>();
         fence_regs(acc_s);
         __syncwarp();
@@ -525,7 +530,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wgmma_fence();
           issue_s(s);
           issue_pv(s_prev);
-          named_arrive(1 + (wg ^ 1), 256);
+          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
           if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
@@ -561,7 +566,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         named_sync(1 + wg, 256);
         wgmma_fence();
         issue_pv(s_prev);
-        named_arrive(1 + (wg ^ 1), 256);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wgmma_wait<0>();
         fence_regs(acc_o);
         fence_regs(p_frag);

@@ -62,15 +62,17 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST>
+template <int D, int BN, int ST, int WG = 2>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16>>(p);
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG>>(p);
 }
 
 // Candidates: the production shape of each head dim first (the reference for the check). Run s12-2
-// compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast (perf-log).
+// compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast (perf-log);
+// "3wg": three consumer warpgroups (192-row tiles), not yet measured.
 const Candidate kCandidates[] = {
     {"d64  bn128 st4 (prod)", 64, run<64, 128, 4>},   {"d64  bn192 st3", 64, run<64, 192, 3>},
+    {"d64  3wg bn128 st4", 64, run<64, 128, 4, 3>},   {"d64  3wg bn96 st4", 64, run<64, 96, 4, 3>},
     {"d128 bn128 st3 (prod)", 128, run<128, 128, 3>}, {"d128 bn128 st2", 128, run<128, 128, 2>},
     {"d128 bn176 st2", 128, run<128, 176, 2>},        {"d256 bn80 st2 (prod)", 256, run<256, 80, 2>},
     {"d256 bn64 st2", 256, run<256, 64, 2>},

@@ -20,7 +20,7 @@
 // is the wgmma 128-byte swizzle (8-row atoms of 1024 bytes; the base is aligned to 1024 here).
 #pragma once
 #include "bwd_kernel.cuh"
-#include "wgmma.cuh"
+#include "../wgmma.cuh"
 
 namespace flash::sm80_bwd {
 
@@ -59,45 +59,6 @@ struct BwdTraits90 {
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
 };
 
-namespace wg {
-// Shared-memory matrix descriptors, 128-byte swizzle (PTX ISA "matrix descriptor"): start address >> 4,
-// leading byte offset (bits 16-29), stride byte offset (bits 32-45) = 1024 (8 rows of 128 bytes), mode 1.
-// K-major: the k16 step is +32 bytes inside a 128-byte row, the next 64 columns the next page (leading
-// offset unused). MN-major (transposed operand): rows are k, the leading offset is the distance between
-// 64-element pages along M/N, the k16 step is +2048 bytes (16 rows).
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lead & 0x3FFFF) >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
-         (uint64_t(1) << 62);
-}
-__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from touching accumulators across an asynchronous wgmma (CUTLASS's
-// warpgroup_fence_operand): after wait() every read of r is ordered after the wait.
-template <int R>
-__device__ __forceinline__ void fence_regs(float (&r)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int R>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[R][2]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1])::"memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// global[0, bytes) += shared[0, bytes) in fp32, by the bulk-copy engine (sm_90), one bulk group per commit.
-__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-}  // namespace wg
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {

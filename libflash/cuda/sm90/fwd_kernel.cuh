@@ -44,7 +44,7 @@
 #include "../runtime.h"
 #include "shapes.h"
 #include "tma.h"
-#include "wgmma.h"
+#include "../wgmma.cuh"
 
 namespace flash::sm90 {
 
@@ -78,37 +78,12 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>  // wait until at most N committed wgmma groups of this warpgroup are pending
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Registers an asynchronous wgmma reads or writes must not be touched by the compiler in between:
-// this empty asm "redefines" them at a point the compiler cannot move code across.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
-}
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 __device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
-
-// Shared-memory matrix descriptor for a 128-byte-swizzled tile (PTX ISA "matrix descriptor"):
-// start address, leading-dimension byte offset, stride-dimension byte offset (8 rows = 1024 bytes),
-// swizzle mode 1 (128B) in bits 62-63. Every 8-row atom starts 1024-byte aligned (base offset 0).
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo & 0x3FFFF) >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
 
 template <DType T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -414,12 +389,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
         for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
         {
-          const uint64_t da = smem_desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
-          const uint64_t db = smem_desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
-          if (kk == 0) Wgmma<kBlockN, K::kBF16>::ss_zero(acc_s, da, db);
-          else Wgmma<kBlockN, K::kBF16>::ss(acc_s, da, db, 1);
+          const uint64_t da = wg::desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
+          const uint64_t db = wg::desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
+          if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
+          else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
         }
-        wgmma_commit();
+        wg::commit();
       };
       // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
       // (the N direction) kBlockN * 128 bytes apart.
@@ -427,8 +402,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const uint32_t v_s = v_smem0 + s * K::kKVBytes;
 #pragma unroll
         for (int kc = 0; kc < kBlockN / 16; ++kc)
-          Wgmma<K::kHeadDim, K::kBF16>::rs(acc_o, p_frag[kc], smem_desc(v_s + kc * 2048, kBlockN * 128), 1);
-        wgmma_commit();
+          wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
+        wg::commit();
       };
       // Element mask, only where the block crosses the sequence end or a window edge.
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
@@ -505,11 +480,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         uint32_t phase_prev = (it / kStages) & 1;
         mbar_wait(k_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
-        wgmma_fence();
+        wg::fence();
         issue_s(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-        wgmma_wait<0>();
-        fence_regs(acc_s);
+        wg::wait<0>();
+        wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         mask(acc_s, n);
@@ -527,11 +502,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(k_full(s), phase);
           mbar_wait(v_full(s_prev), phase_prev);
           named_sync(1 + wg, 256);
-          wgmma_fence();
+          wg::fence();
           issue_s(s);
           issue_pv(s_prev);
           named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          wgmma_wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+          wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
           if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
@@ -543,9 +518,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
-          wgmma_wait<0>();
-          fence_regs(acc_o);
-          fence_regs(p_frag);
+          wg::wait<0>();
+          wg::fence_regs(acc_o);
+          wg::fence_regs(p_frag);
           __syncwarp();
           if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if (rescale) {
@@ -564,12 +539,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
-        wgmma_fence();
+        wg::fence();
         issue_pv(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-        wgmma_wait<0>();
-        fence_regs(acc_o);
-        fence_regs(p_frag);
+        wg::wait<0>();
+        wg::fence_regs(acc_o);
+        wg::fence_regs(p_frag);
         __syncwarp();
         if (lane == 0) mbar_arrive(v_empty(s_prev));
       }

@@ -118,6 +118,28 @@ TEST_P(GpuEdges, SlidingWindows) {
   }
 }
 
+// A negative softmax scale (allowed by the ABI) turns the row max into a min: sm80 folds it into Q's sign;
+// sm90 refuses it with the reason, and AUTO then runs sm80 (GpuAuto.NegativeScaleFallsBack).
+TEST_P(GpuEdges, NegativeScale) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  for (int causal : {0, 1}) {
+    CaseSpec s = base(300, 257, 128, FLASH_DTYPE_BF16);
+    s.softmax_scale = -0.2f;
+    s.mask.causal = causal;
+    std::mt19937_64 rng(base_seed() ^ (0x5ca1e + causal));
+    Case c = make_case(s, rng);
+    const int32_t st = run_cuda(c, GetParam(), 0);
+    if (GetParam() == FLASH_ALGO_SM90) {
+      EXPECT_EQ(st, FLASH_ERROR_UNSUPPORTED);
+      EXPECT_NE(std::string(flash_last_error_message()).find("softmax_scale"), std::string::npos) << flash_last_error_message();
+      continue;
+    }
+    ASSERT_EQ(st, FLASH_OK) << flash_last_error_message() << "\n  case: " << s.describe();
+    const Check ch = check_case(c);
+    EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+  }
+}
+
 TEST_P(GpuEdges, BlockSparse) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   for (int pattern = 0; pattern < 3; ++pattern)
@@ -258,6 +280,22 @@ TEST(GpuAuto, PicksAFusedKernelAndFallsBackWhenNeeded) {
   ASSERT_EQ(run_cuda(c, FLASH_ALGO_AUTO, 0, &used), FLASH_OK) << flash_last_error_message();
   EXPECT_TRUE(used == FLASH_ALGO_SM80 || used == FLASH_ALGO_SM90) << "auto picked " << flash_algorithm_name(used);
   EXPECT_TRUE(check_case(c).ok);
+}
+
+TEST(GpuAuto, NegativeScaleFallsBack) {
+  std::string why;
+  if (!usable(FLASH_ALGO_SM80, &why)) GTEST_SKIP() << why;
+  std::mt19937_64 rng(base_seed() ^ 0xa070);
+  CaseSpec s;
+  s.batch = 1, s.heads_q = 2, s.heads_kv = 1, s.seqlen_q = 200, s.seqlen_k = 333, s.head_dim = 64;
+  s.dtype = FLASH_DTYPE_FP16;
+  s.softmax_scale = -0.125f;
+  Case c = make_case(s, rng);
+  int32_t used = -1;
+  ASSERT_EQ(run_cuda(c, FLASH_ALGO_AUTO, 0, &used), FLASH_OK) << flash_last_error_message();
+  EXPECT_NE(used, FLASH_ALGO_SM90);
+  const Check ch = check_case(c);
+  EXPECT_TRUE(ch.ok) << ch.message;
 }
 
 TEST(GpuErrors, HostPointerLabelledCuda) {

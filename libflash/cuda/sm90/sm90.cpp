@@ -27,17 +27,24 @@ bool available(int32_t device_id, std::string* why) {
   return false;
 }
 
-// TMA: base addresses 16-byte aligned, every stride that steps (extent > 1) a multiple of 16 bytes.
+// TMA: base addresses 16-byte aligned, every stride that steps (extent > 1) a positive multiple of 16
+// bytes below 2^40 (a broadcast input with stride 0 goes to sm80).
 bool tma_layout(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
   if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
   for (const auto& [stride, extent] : stride_extent)
-    if (extent > 1 && (stride % 8 != 0 || stride * 2 >= (int64_t(1) << 40))) return false;
+    if (extent > 1 && (stride <= 0 || stride % 8 != 0 || stride * 2 >= (int64_t(1) << 40))) return false;
   return true;
 }
 
 bool supports(const FwdParams& p, std::string* why) {
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
     *why = "supports fp16 and bf16 only";
+    return false;
+  }
+  if (p.scale < 0.f) {
+    // The kernel keeps the running max of the raw scores (the scale is folded into exp2's FFMA), which is
+    // the max of the scaled ones only for a positive scale; sm80 folds a negative one into Q's sign.
+    *why = "softmax_scale must be positive (sm80 runs negative scales)";
     return false;
   }
   const Shape s = shape_for(p.head_dim, p.has_block_mask);
@@ -53,7 +60,8 @@ bool supports(const FwdParams& p, std::string* why) {
       !tma_layout(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
       !tma_layout(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
       !tma_layout(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}})) {
-    *why = "TMA needs 16-byte aligned q/k/v/o pointers and batch/row/head strides that are multiples of 8 elements";
+    *why = "TMA needs 16-byte aligned q/k/v/o pointers and nonzero batch/row/head strides that are multiples of 8 "
+           "elements";
     return false;
   }
   if (p.seqlen_q > (1 << 30) || p.seqlen_k > (1 << 30)) {

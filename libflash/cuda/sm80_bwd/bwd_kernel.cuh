@@ -162,6 +162,103 @@ __global__ void __launch_bounds__(256) bwd_convert_dq(const __grid_constant__ Bw
   }
 }
 
+// ---- One CTA's work in the main kernels (mma.sync and wgmma) -------------------------------------------
+// Key block blockIdx.x of kv head (b, h_kv) = blockIdx.y: its K and V tiles (the constructor starts their
+// copies), and the steps -- (query head of the GQA group, query block) pairs, s = head-in-group * n_i +
+// block -- whose query rows see some key of it.
+template <class K>
+struct KeyBlockWork {
+  using T = typename Elem<K::kDType>::type;
+  static constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kCPR = K::kD / 8;  // 16-byte chunks per row
+  using RowsM = std::integral_constant<int, kBlockM>;
+  using RowsN = std::integral_constant<int, kBlockN>;
+
+  const BwdParams& p;
+  const KArgs& w;
+  uint32_t smem0;
+  int tid;
+  int n_block, b, h_kv, k0, k_rows, chunks_valid;
+  int i_lo, n_i, ratio, n_steps;  // query blocks [i_lo, i_lo + n_i) of each of the group's ratio heads
+  bool sparse, det;
+
+  __device__ __forceinline__ KeyBlockWork(const BwdParams& p_, const KArgs& w_, uint32_t smem0_, int tid_)
+      : p(p_), w(w_), smem0(smem0_), tid(tid_) {
+    n_block = blockIdx.x;
+    b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
+    k0 = n_block * kBlockN;
+    k_rows = min(kBlockN, p.seqlen_k - k0);
+    chunks_valid = p.head_dim / 8;
+
+    const T* kp = static_cast<const T*>(p.k) + b * p.k_batch_stride + int64_t(k0) * p.k_row_stride + h_kv * p.k_head_stride;
+    const T* vp = static_cast<const T*>(p.v) + b * p.v_batch_stride + int64_t(k0) * p.v_row_stride + h_kv * p.v_head_stride;
+    load_tile(RowsN{}, smem0 + K::kOffK, kp, p.k_row_stride, k_rows);
+    load_tile(RowsN{}, smem0 + K::kOffV, vp, p.v_row_stride, k_rows);
+    cp_async_commit();
+
+    // Query rows that see some key of this block: [q_lo, q_hi) (the forward's key range, transposed).
+    const int64_t k_last = k0 + k_rows - 1;
+    int64_t q_lo = p.window_right >= 0 ? k0 - p.diag_offset - p.window_right : 0;
+    int64_t q_hi = p.window_left >= 0 ? k_last - p.diag_offset + p.window_left + 1 : p.seqlen_q;
+    q_lo = max(q_lo, int64_t(0));
+    q_hi = min(q_hi, int64_t(p.seqlen_q));
+    i_lo = int(q_lo / kBlockM);
+    n_i = q_lo < q_hi ? int((q_hi + kBlockM - 1) / kBlockM) - i_lo : 0;
+    ratio = p.head_ratio;
+    n_steps = n_i * ratio;
+    sparse = p.has_block_mask;
+    det = p.deterministic;
+  }
+
+  // global -> shared for a [kRows][kD] tile; rows past rows_valid and chunks past the head dim read 0.
+  template <class RowsTag>
+  __device__ __forceinline__ void load_tile(RowsTag, uint32_t dst, const T* src, int64_t row_stride, int rows_valid) const {
+    constexpr int kRows = RowsTag::value;
+    static_assert((kRows * kCPR) % K::kThreads == 0, "load pattern");
+#pragma unroll
+    for (int it = 0; it < kRows * kCPR / K::kThreads; ++it) {
+      const int idx = tid + it * K::kThreads, row = idx / kCPR, chunk = idx % kCPR;
+      const bool ok = row < rows_valid && chunk < chunks_valid;
+      cp_async_16(dst + tile_off<kRows>(row, chunk), ok ? src + row * row_stride + chunk * 8 : src, ok ? 16 : 0);
+    }
+  }
+
+  // Block-sparse: is (query block i, the 16 key rows starting at key) listed?
+  __device__ __forceinline__ bool listed(int h, int i, int key) const {
+    if (key >= p.seqlen_k) return false;
+    const int qb = int(int64_t(i) * kBlockM / p.block_mask.block_m);
+    const int kb = key / p.block_mask.block_n;
+    const int mb = w.bm_b == 1 ? 0 : b, mh = w.bm_h == 1 ? 0 : h;
+    return w.bmap[((int64_t(mb) * w.bm_h + mh) * w.n_mqb + qb) * w.n_mkb + kb] != 0;
+  }
+  __device__ __forceinline__ bool tile_listed(int h, int i) const {
+    for (int kt = 0; kt < kBlockN / 16; ++kt)
+      if (listed(h, i, k0 + kt * 16)) return true;
+    return false;
+  }
+  // Next step >= s that has work (deterministic mode visits every step of the range: the counters).
+  __device__ __forceinline__ int next_step(int s) const {
+    if (sparse && !det)
+      while (s < n_steps && !tile_listed(h_kv * ratio + s / n_i, i_lo + s % n_i)) ++s;
+    return s;
+  }
+
+  // Step s's Q and dO tiles, LSE*log2(e) and D rows into buffer `stage` (cp.async; the caller commits).
+  __device__ __forceinline__ void load_q(int s, int stage) const {
+    const int h = h_kv * ratio + s / n_i, i = i_lo + s % n_i, q0 = i * kBlockM;
+    const int q_rows = min(kBlockM, p.seqlen_q - q0);
+    const T* qp = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q0) * p.q_row_stride + h * p.q_head_stride;
+    const T* dop = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + int64_t(q0) * p.do_row_stride + h * p.do_head_stride;
+    load_tile(RowsM{}, smem0 + K::kOffQ + stage * K::kQBytes, qp, p.q_row_stride, q_rows);
+    load_tile(RowsM{}, smem0 + K::kOffDO + stage * K::kQBytes, dop, p.do_row_stride, q_rows);
+    const int64_t bh = int64_t(b) * p.heads_q + h;
+    if (tid < kBlockM / 4)
+      cp_async_16(smem0 + K::kOffL + stage * kBlockM * 4 + tid * 16, w.lse2 + bh * w.sq_pad + q0 + tid * 4, 16);
+    else if (tid < kBlockM / 2)
+      cp_async_16(smem0 + K::kOffDsum + stage * kBlockM * 4 + (tid - kBlockM / 4) * 16,
+                  w.dsum + bh * w.sq_pad + q0 + (tid - kBlockM / 4) * 4, 16);
+  }
+};
+
 // ---- Main kernel -----------------------------------------------------------------------------------------
 __device__ __forceinline__ int ld_acquire(const int32_t* ptr) {
   int v;
@@ -177,7 +274,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
   using E = Elem<K::kDType>;
   using T = typename E::type;
   constexpr int kD = K::kD, kBlockM = K::kBlockM, kBlockN = K::kBlockN, kNS = K::kNS, kDPart = K::kDPart;
-  constexpr int kCPR = kD / 8;  // 16-byte chunks per row
 
   extern __shared__ __align__(1024) uint8_t smem[];
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -188,82 +284,16 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
   const int key_tile = warp / K::kSplitD, dpart = warp % K::kSplitD;
   const int kr0 = key_tile * 16;  // this warp's first key row in the block
 
-  const int n_block = blockIdx.x;
-  const int b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
-  const int k0 = n_block * kBlockN;
-  const int k_rows = min(kBlockN, p.seqlen_k - k0);
-  const int chunks_valid = p.head_dim / 8;
-
-  const T* kp = static_cast<const T*>(p.k) + b * p.k_batch_stride + int64_t(k0) * p.k_row_stride + h_kv * p.k_head_stride;
-  const T* vp = static_cast<const T*>(p.v) + b * p.v_batch_stride + int64_t(k0) * p.v_row_stride + h_kv * p.v_head_stride;
-
-  // global -> shared for a [kRows][kD] tile; rows past rows_valid and chunks past the head dim read 0.
-  auto load_tile = [&](auto rows_tag, uint32_t dst, const T* src, int64_t row_stride, int rows_valid) {
-    constexpr int kRows = decltype(rows_tag)::value;
-    static_assert((kRows * kCPR) % K::kThreads == 0, "load pattern");
-#pragma unroll
-    for (int it = 0; it < kRows * kCPR / K::kThreads; ++it) {
-      const int idx = tid + it * K::kThreads, row = idx / kCPR, chunk = idx % kCPR;
-      const bool ok = row < rows_valid && chunk < chunks_valid;
-      cp_async_16(dst + tile_off<kRows>(row, chunk), ok ? src + row * row_stride + chunk * 8 : src, ok ? 16 : 0);
-    }
-  };
-  using RowsM = std::integral_constant<int, kBlockM>;
-  using RowsN = std::integral_constant<int, kBlockN>;
-
-  load_tile(RowsN{}, k_smem, kp, p.k_row_stride, k_rows);
-  load_tile(RowsN{}, v_smem, vp, p.v_row_stride, k_rows);
-  cp_async_commit();
-
-  // Query rows that see some key of this block: [q_lo, q_hi) (the forward's key range, transposed).
-  const int64_t k_last = k0 + k_rows - 1;
-  int64_t q_lo = p.window_right >= 0 ? k0 - p.diag_offset - p.window_right : 0;
-  int64_t q_hi = p.window_left >= 0 ? k_last - p.diag_offset + p.window_left + 1 : p.seqlen_q;
-  q_lo = max(q_lo, int64_t(0));
-  q_hi = min(q_hi, int64_t(p.seqlen_q));
-  const int i_lo = int(q_lo / kBlockM);
-  const int n_i = q_lo < q_hi ? int((q_hi + kBlockM - 1) / kBlockM) - i_lo : 0;
-  const int ratio = p.head_ratio;
-  const int n_steps = n_i * ratio;
-  const bool sparse = p.has_block_mask;
-  const bool det = p.deterministic;
-
-  // Block-sparse: is (query block i, the 16 key rows starting at key) listed?
-  auto listed = [&](int h, int i, int key) -> bool {
-    if (key >= p.seqlen_k) return false;
-    const int qb = int(int64_t(i) * kBlockM / p.block_mask.block_m);
-    const int kb = key / p.block_mask.block_n;
-    const int mb = w.bm_b == 1 ? 0 : b, mh = w.bm_h == 1 ? 0 : h;
-    return w.bmap[((int64_t(mb) * w.bm_h + mh) * w.n_mqb + qb) * w.n_mkb + kb] != 0;
-  };
-  auto tile_listed = [&](int h, int i) -> bool {
-    for (int kt = 0; kt < kBlockN / 16; ++kt)
-      if (listed(h, i, k0 + kt * 16)) return true;
-    return false;
-  };
-  // Next step >= s that has work (deterministic mode visits every step of the range: the counters).
-  auto next_step = [&](int s) -> int {
-    if (sparse && !det)
-      while (s < n_steps && !tile_listed(h_kv * ratio + s / n_i, i_lo + s % n_i)) ++s;
-    return s;
-  };
-
+  // This CTA's key block, its K and V copies (started here), and the steps that see it.
+  const KeyBlockWork<K> work(p, w, smem0, tid);
+  const int n_block = work.n_block, b = work.b, h_kv = work.h_kv, k0 = work.k0;
+  const int i_lo = work.i_lo, n_i = work.n_i, ratio = work.ratio, n_steps = work.n_steps;
+  const bool sparse = work.sparse, det = work.det;
   const float scale_log2 = p.scale_log2;
   const int64_t sq_pad = w.sq_pad;
-  auto load_q = [&](int s, int stage) {
-    const int h = h_kv * ratio + s / n_i, i = i_lo + s % n_i, q0 = i * kBlockM;
-    const int q_rows = min(kBlockM, p.seqlen_q - q0);
-    const T* qp = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q0) * p.q_row_stride + h * p.q_head_stride;
-    const T* dop = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + int64_t(q0) * p.do_row_stride + h * p.do_head_stride;
-    load_tile(RowsM{}, smem0 + K::kOffQ + stage * K::kQBytes, qp, p.q_row_stride, q_rows);
-    load_tile(RowsM{}, smem0 + K::kOffDO + stage * K::kQBytes, dop, p.do_row_stride, q_rows);
-    const int64_t bh = int64_t(b) * p.heads_q + h;
-    if (tid < kBlockM / 4)
-      cp_async_16(smem0 + K::kOffL + stage * kBlockM * 4 + tid * 16, w.lse2 + bh * sq_pad + q0 + tid * 4, 16);
-    else if (tid < kBlockM / 2)
-      cp_async_16(smem0 + K::kOffDsum + stage * kBlockM * 4 + (tid - kBlockM / 4) * 16,
-                  w.dsum + bh * sq_pad + q0 + (tid - kBlockM / 4) * 4, 16);
-  };
+  auto listed = [&](int h, int i, int key) { return work.listed(h, i, key); };
+  auto next_step = [&](int s) { return work.next_step(s); };
+  auto load_q = [&](int s, int stage) { work.load_q(s, stage); };
 
   // Per-lane ldmatrix offsets inside a page (XORed with the step's chunk).
   const uint32_t a_lane = in_page(lane & 15, lane >> 4);                          // A: rows 0-15, chunk +0/+1

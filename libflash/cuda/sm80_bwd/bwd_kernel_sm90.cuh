@@ -67,7 +67,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
   using T = typename E::type;
   constexpr int kD = K::kD, kBlockM = K::kBlockM, kBlockN = K::kBlockN;
   constexpr int kNS = kBlockM / 8;  // n8 column tiles of S^T per warp
-  constexpr int kCPR = kD / 8;      // 16-byte chunks per row
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -81,80 +80,16 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
   const int kr0 = warp * 16;     // this warp's first key row in the block
   const int wq0 = (warp % 4) * 16;  // this warp's first query row in the warpgroup's dQ tile
 
-  const int n_block = blockIdx.x;
-  const int b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
-  const int k0 = n_block * kBlockN;
-  const int k_rows = min(kBlockN, p.seqlen_k - k0);
-  const int chunks_valid = p.head_dim / 8;
-
-  const T* kp = static_cast<const T*>(p.k) + b * p.k_batch_stride + int64_t(k0) * p.k_row_stride + h_kv * p.k_head_stride;
-  const T* vp = static_cast<const T*>(p.v) + b * p.v_batch_stride + int64_t(k0) * p.v_row_stride + h_kv * p.v_head_stride;
-
-  // global -> shared for a [kRows][kD] tile; rows past rows_valid and chunks past the head dim read 0.
-  auto load_tile = [&](auto rows_tag, uint32_t dst, const T* src, int64_t row_stride, int rows_valid) {
-    constexpr int kRows = decltype(rows_tag)::value;
-    static_assert((kRows * kCPR) % K::kThreads == 0, "load pattern");
-#pragma unroll
-    for (int it = 0; it < kRows * kCPR / K::kThreads; ++it) {
-      const int idx = tid + it * K::kThreads, row = idx / kCPR, chunk = idx % kCPR;
-      const bool ok = row < rows_valid && chunk < chunks_valid;
-      cp_async_16(dst + tile_off<kRows>(row, chunk), ok ? src + row * row_stride + chunk * 8 : src, ok ? 16 : 0);
-    }
-  };
-  using RowsM = std::integral_constant<int, kBlockM>;
-  using RowsN = std::integral_constant<int, kBlockN>;
-
-  load_tile(RowsN{}, k_smem, kp, p.k_row_stride, k_rows);
-  load_tile(RowsN{}, v_smem, vp, p.v_row_stride, k_rows);
-  cp_async_commit();
-
-  // Query rows that see some key of this block: [q_lo, q_hi) (the forward's key range, transposed).
-  const int64_t k_last = k0 + k_rows - 1;
-  int64_t q_lo = p.window_right >= 0 ? k0 - p.diag_offset - p.window_right : 0;
-  int64_t q_hi = p.window_left >= 0 ? k_last - p.diag_offset + p.window_left + 1 : p.seqlen_q;
-  q_lo = max(q_lo, int64_t(0));
-  q_hi = min(q_hi, int64_t(p.seqlen_q));
-  const int i_lo = int(q_lo / kBlockM);
-  const int n_i = q_lo < q_hi ? int((q_hi + kBlockM - 1) / kBlockM) - i_lo : 0;
-  const int ratio = p.head_ratio;
-  const int n_steps = n_i * ratio;
-  const bool sparse = p.has_block_mask;
-  const bool det = p.deterministic;
-
-  auto listed = [&](int h, int i, int key) -> bool {
-    if (key >= p.seqlen_k) return false;
-    const int qb = int(int64_t(i) * kBlockM / p.block_mask.block_m);
-    const int kb = key / p.block_mask.block_n;
-    const int mb = w.bm_b == 1 ? 0 : b, mh = w.bm_h == 1 ? 0 : h;
-    return w.bmap[((int64_t(mb) * w.bm_h + mh) * w.n_mqb + qb) * w.n_mkb + kb] != 0;
-  };
-  auto tile_listed = [&](int h, int i) -> bool {
-    for (int kt = 0; kt < kBlockN / 16; ++kt)
-      if (listed(h, i, k0 + kt * 16)) return true;
-    return false;
-  };
-  auto next_step = [&](int s) -> int {
-    if (sparse && !det)
-      while (s < n_steps && !tile_listed(h_kv * ratio + s / n_i, i_lo + s % n_i)) ++s;
-    return s;
-  };
-
+  // This CTA's key block, its K and V copies (started here), and the steps that see it.
+  const KeyBlockWork<K> work(p, w, smem0, tid);
+  const int n_block = work.n_block, b = work.b, h_kv = work.h_kv, k0 = work.k0;
+  const int i_lo = work.i_lo, n_i = work.n_i, ratio = work.ratio, n_steps = work.n_steps;
+  const bool sparse = work.sparse, det = work.det;
   const float scale_log2 = p.scale_log2;
   const int64_t sq_pad = w.sq_pad;
-  auto load_q = [&](int s, int stage) {
-    const int h = h_kv * ratio + s / n_i, i = i_lo + s % n_i, q0 = i * kBlockM;
-    const int q_rows = min(kBlockM, p.seqlen_q - q0);
-    const T* qp = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q0) * p.q_row_stride + h * p.q_head_stride;
-    const T* dop = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + int64_t(q0) * p.do_row_stride + h * p.do_head_stride;
-    load_tile(RowsM{}, smem0 + K::kOffQ + stage * K::kQBytes, qp, p.q_row_stride, q_rows);
-    load_tile(RowsM{}, smem0 + K::kOffDO + stage * K::kQBytes, dop, p.do_row_stride, q_rows);
-    const int64_t bh = int64_t(b) * p.heads_q + h;
-    if (tid < kBlockM / 4)
-      cp_async_16(smem0 + K::kOffL + stage * kBlockM * 4 + tid * 16, w.lse2 + bh * sq_pad + q0 + tid * 4, 16);
-    else if (tid < kBlockM / 2)
-      cp_async_16(smem0 + K::kOffDsum + stage * kBlockM * 4 + (tid - kBlockM / 4) * 16,
-                  w.dsum + bh * sq_pad + q0 + (tid - kBlockM / 4) * 4, 16);
-  };
+  auto listed = [&](int h, int i, int key) { return work.listed(h, i, key); };
+  auto next_step = [&](int s) { return work.next_step(s); };
+  auto load_q = [&](int s, int stage) { work.load_q(s, stage); };
 
   // dK, dV of this warpgroup's 64 keys x kD (per warp: m16n8 tiles along kD, [tile][4] flattened).
   float acc_dk[kD / 2], acc_dv[kD / 2];

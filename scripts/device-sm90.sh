@@ -7,6 +7,9 @@
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
+#   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
+#   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
+#   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/device-out}
@@ -52,6 +55,15 @@ for phase in "$@"; do
         tail -2 "$OUT/sanitizer-$tool.log"
       done
       ;;
+    sanitize-sparse)
+      # The block-sparse instantiations (schedules in shared memory handed over through q_full/q_empty).
+      for tool in racecheck memcheck synccheck; do
+        timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
+          --gtest_filter='Algorithms/GpuEdges.BlockSparse*/sm90' > "$OUT/sanitizer-sparse-$tool.log" 2>&1
+        echo "compute-sanitizer $tool (block-sparse): exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-sparse-$tool.log") clean summaries)"
+        tail -2 "$OUT/sanitizer-sparse-$tool.log"
+      done
+      ;;
     bench)
       B=$BUILD/cli/fa-bench
       $B devices > "$OUT/devices.txt" 2>&1
@@ -93,6 +105,27 @@ for phase in "$@"; do
     dev)
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 2>&1 | tee "$OUT/sm90-dev.txt"
+      ;;
+    sass)
+      # Instruction mix of the d64/d128 softmax: SFU (MUFU) vs FMA-pipe work per key block.
+      for d in 64 128; do
+        obj=$(find $BUILD -name "fwd_hdim${d}_bf16.cu.o" -path "*sm90*" | head -1)
+        cuobjdump -sass "$obj" > "$OUT/sass-d$d.txt" 2>&1
+        echo "d$d: $(grep -c MUFU.EX2 "$OUT/sass-d$d.txt") MUFU.EX2, $(grep -cE 'FFMA|FMUL|FADD' "$OUT/sass-d$d.txt") FFMA/FMUL/FADD"
+      done
+      ;;
+    ncu)
+      # Pipe utilisation and stall reasons of the sm90 forward: d64 16k dense (SFU-bound?), d128 1k causal (short tiles).
+      B=$BUILD/cli/fa-bench
+      M="sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__cycles_elapsed.avg.per_second,gpu__time_duration.sum"
+      for cfg in "64 32 1 16384 none" "128 16 16 1024 causal" "128 16 16 1024 none"; do
+        set -- $cfg
+        timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+          --metrics "$M" --section WarpStateStats \
+          $B run --dtype bf16 --head-dim $1 --heads $2 --batch $3 --seqlen $4 --algo sm90 --mask $5 --warmup 2 --reps 1 \
+          --no-progress > "$OUT/ncu-d$1-$4-$5.txt" 2>&1
+        echo "ncu d$1 $4 $5: exit $?"; grep -E "pct|per_second|duration|Stall" "$OUT/ncu-d$1-$4-$5.txt" | head -20
+      done
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

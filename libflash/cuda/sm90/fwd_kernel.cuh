@@ -20,9 +20,11 @@
 // does. K_j is released when S_j is done, V_j when P_j V_j is.
 //
 // Synchronisation of the block-sparse schedule (plain shared stores by the producer warp, plain loads by
-// the consumers): the lanes' stores, __threadfence_block and __syncwarp, then lane 0's q_full arrive
-// (release) -> the consumers' q_full wait (acquire); the reverse direction through q_empty. This is the
-// memory model's ordering; compute-sanitizer racecheck nevertheless reports these pairs (perf-log v4).
+// the consumers): each producer lane arrives on q_full after its stores (release) and the consumers wait
+// on it (acquire); back the other way every consumer thread arrives on q_empty after its last schedule
+// load and every producer lane waits on it before writing that buffer again. Per-thread pairs, so
+// compute-sanitizer racecheck can follow them (perf-log v5; with only lane 0 arriving after __syncwarp it
+// reported the pairs as hazards).
 //
 // Shared tiles are stored exactly as TMA's 128-byte swizzle writes them: pages of 64 columns (128
 // bytes per row), 8-row atoms of 1024 bytes with the 16-byte chunk index XORed by row % 8 -- the
@@ -85,6 +87,21 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 __device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 
+// 2^x on the FMA pipe, for x <= ~0 (a softmax exponent). The SFU's ex2 retires 16 results per clock
+// per SM, which at d64 is exactly the tensor cores' rate for the same tile (one exp per 4 x 64 FLOPs):
+// computing a share of P with this polynomial lets the softmax keep up (perf-log v5). x = j + f with
+// j = round(x) (the 1.5 * 2^23 trick, no conversion unit), 2^f by a degree-3 minimax polynomial on
+// [-0.5, 0.5] (relative error 7.5e-5, below bf16's and fp16's rounding of P), times 2^j built in the
+// exponent field. x <= -127 (a masked score, -inf) gives j = -127, whose 2^j is +0: P is exactly 0.
+__device__ __forceinline__ float exp2_fma(float x) {
+  x = fmaxf(x, -127.f);
+  const float t = __fadd_rn(x, 12582912.f);  // round(x) in the low mantissa bits
+  const float j = __fadd_rn(t, -12582912.f);
+  const float f = __fadd_rn(x, -j);
+  const float p = fmaf(fmaf(fmaf(0.05517132208f, f, 0.24261054397f), f, 0.69326096773f), f, 0.99992811680f);
+  return p * __int_as_float(int((static_cast<uint32_t>(__float_as_int(t)) << 23) + 0x3f800000u));
+}
+
 template <DType T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   if constexpr (T == DType::BF16) {
@@ -100,8 +117,12 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // kSparse_: the instantiation for block-sparse masks (schedules in shared memory); the dense one carries
 // none of that code, so its producer stays small. kConsumers_: consumer warpgroups of 64 query rows
 // each (2 in production; 3 -- FlashAttention-3's d64 choice, 192-row tiles -- is a sm90_dev candidate).
-template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2>
+// kPolyEvery_: every kPolyEvery-th 8-column group of P is exponentiated by exp2_fma instead of the SFU
+// (0: none).
+template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
+          int kPolyEvery_ = 0>
 struct Traits {
+  static constexpr int kPolyEvery = kPolyEvery_;
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -191,9 +212,7 @@ struct KeyBlocks {
         n_out += __popc(ballot);
       }
     }
-    if (lane == 0) out[0] = n_out;
-    __threadfence_block();
-    __syncwarp();  // lane 0's q_full arrive then releases every lane's writes
+    if (lane == 0) out[0] = n_out;  // each lane's q_full arrive then releases its own writes
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -270,8 +289,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
-      mbar_init(q_full(slot), 1);
-      mbar_init(q_empty(slot), 4 * K::kConsumers);  // lane 0 of every consumer warp
+      // Block-sparse: every producer lane arrives on q_full and every consumer thread on q_empty, so the
+      // schedule's shared stores and loads are ordered thread by thread (release/acquire of each).
+      mbar_init(q_full(slot), K::kSparse ? 32 : 1);
+      mbar_init(q_empty(slot), K::kSparse ? 128 * K::kConsumers : 4 * K::kConsumers);  // else lane 0 of each warp
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
@@ -308,12 +329,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
         if constexpr (K::kSparse && K::kQStages == 1)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-        if (lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+        if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
         __syncwarp(K::kSparse ? 0xffffffffu : 1u);
         if constexpr (K::kSparse && K::kQStages == 2)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+        // The arrives release the schedule's shared writes to the consumers' q_full wait (acquire): in
+        // the block-sparse instantiation every lane arrives for its own stores.
+        if constexpr (K::kSparse)
+          if (lane != 0) mbar_arrive(q_full(q_slot));
         if (lane == 0) {
-          // The arrive releases the schedule's shared writes to the consumers' q_full wait (acquire).
           mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
@@ -451,8 +475,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float sum = 0.f;
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
-            const float p0 = exp2f(sv[4 * i + 2 * r] * scale_log2 - max_scaled);
-            const float p1 = exp2f(sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
+            const bool fma_pipe = K::kPolyEvery > 0 && i % K::kPolyEvery == K::kPolyEvery - 1;
+            const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
+            const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
+            const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);
+            const float p1 = fma_pipe ? exp2_fma(x1) : exp2f(x1);
             sum += p0 + p1;
             sv[4 * i + 2 * r] = p0;
             sv[4 * i + 2 * r + 1] = p1;
@@ -471,6 +498,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
+      };
+      // Q_i's buffer back to the producer. Block-sparse: every thread arrives (q_empty counts them all),
+      // so each thread's own schedule loads are ordered before the producer's next writes there.
+      auto release_q = [&]() {
+        if constexpr (K::kSparse) {
+          mbar_arrive(q_empty(q_slot));
+        } else {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(q_empty(q_slot));
+        }
       };
       mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);
       int n = blocks.next();
@@ -536,6 +573,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           s_prev = s;
           phase_prev = phase;
         }
+        // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
+        // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
+        // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
+        release_q();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
@@ -547,9 +588,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(p_frag);
         __syncwarp();
         if (lane == 0) mbar_arrive(v_empty(s_prev));
+      } else {
+        release_q();  // no key block: nothing read Q_i
       }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(q_empty(q_slot));
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile); LSE = m * scale + ln(l), or -inf for a row that saw no key.

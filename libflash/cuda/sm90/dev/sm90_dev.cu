@@ -62,20 +62,27 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG>>(p);
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, POLY>>(p);
 }
 
 // Candidates: the production shape of each head dim first (the reference for the check). Run s12-2
 // compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast (perf-log);
-// "3wg": three consumer warpgroups (192-row tiles), not yet measured.
+// session 13: three consumer warpgroups (192-row tiles) and "poly N": every N-th 8-column group of P
+// exponentiated on the FMA pipe (exp2_fma) instead of the SFU.
 const Candidate kCandidates[] = {
-    {"d64  bn128 st4 (prod)", 64, run<64, 128, 4>},   {"d64  bn192 st3", 64, run<64, 192, 3>},
-    {"d64  3wg bn128 st4", 64, run<64, 128, 4, 3>},   {"d64  3wg bn96 st4", 64, run<64, 96, 4, 3>},
-    {"d128 bn128 st3 (prod)", 128, run<128, 128, 3>}, {"d128 bn128 st2", 128, run<128, 128, 2>},
-    {"d128 bn176 st2", 128, run<128, 176, 2>},        {"d256 bn80 st2 (prod)", 256, run<256, 80, 2>},
-    {"d256 bn64 st2", 256, run<256, 64, 2>},
+    {"d64  bn128 st4 (prod)", 64, run<64, 128, 4>},
+    {"d64  poly4", 64, run<64, 128, 4, 2, 4>},
+    {"d64  poly6", 64, run<64, 128, 4, 2, 6>},
+    {"d64  poly8", 64, run<64, 128, 4, 2, 8>},
+    {"d64  3wg bn128 st4", 64, run<64, 128, 4, 3>},
+    {"d64  3wg bn128 st4 poly6", 64, run<64, 128, 4, 3, 6>},
+    {"d64  3wg bn96 st4", 64, run<64, 96, 4, 3>},
+    {"d128 bn128 st3 (prod)", 128, run<128, 128, 3>},
+    {"d128 poly8", 128, run<128, 128, 3, 2, 8>},
+    {"d256 bn80 st2 (prod)", 256, run<256, 80, 2>},
+    {"d256 poly10", 256, run<256, 80, 2, 2, 10>},
 };
 
 }  // namespace

@@ -47,6 +47,7 @@ int compute_capability(int device_id) {
          attribute(cudaDevAttrComputeCapabilityMinor, device_id);
 }
 int multiprocessor_count(int device_id) { return attribute(cudaDevAttrMultiProcessorCount, device_id); }
+int64_t l2_cache_bytes(int device_id) { return attribute(cudaDevAttrL2CacheSize, device_id); }
 int64_t shared_mem_per_sm(int device_id) { return attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_id); }
 int64_t shared_mem_per_block_optin(int device_id) {
   return attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id);

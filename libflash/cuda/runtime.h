@@ -16,6 +16,7 @@ int compute_capability(int device_id);            // major*10 + minor, e.g. 90; 
 int multiprocessor_count(int device_id);
 int64_t shared_mem_per_sm(int device_id);         // bytes
 int64_t shared_mem_per_block_optin(int device_id);
+int64_t l2_cache_bytes(int device_id);            // 0 if unknown
 int32_t device_info(int device_id, flash_device_info* info);
 // `ptr` must be device (or managed) memory usable from device_id.
 int32_t check_device_pointer(const void* ptr, int device_id, const char* name);

@@ -141,7 +141,7 @@ struct Traits {
       (2 * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024 + (kSparse ? 4096 : 0) <= 232448 ? 2 : 1;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kSmemBytes = kQStages * kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
-  static_assert(kConsumers != 2 || kSmemBytes == Shape{kHeadDim, kBlockN, kStages}.smem_bytes(kSparse), "shapes.h");
+  static_assert(kSmemBytes == Shape{kHeadDim, kBlockN, kStages, kConsumers}.smem_bytes(kSparse), "shapes.h");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
@@ -225,20 +225,28 @@ struct KeyBlocks {
   }
 };
 
-// Work tile x -> (query block, batch*head). Causal-like masks (right edge, no left edge): longest first
-// over the whole grid, so the heaviest tiles start in the first wave; otherwise one (batch, head)'s
-// query blocks are consecutive, so CTAs working side by side share K and V in L2.
-// Work tile x -> (query block, batch*head). Causal-like masks (right edge, no left edge): longest first
-// over the whole grid, so the heaviest tiles start in the first wave; otherwise one (batch, head)'s
-// query blocks are consecutive, so CTAs working side by side share K and V in L2.
+// Work tile x -> (query block, batch*head).
+// Causal-like masks (right edge, no left edge): longest first, so the heaviest tiles start early and the
+// short ones fill the end -- but within groups of args.l2_group (batch, head) pairs whose K and V fit in
+// L2 together (launch sizes them): the CTAs working at one time then share a few heads' K and V instead
+// of streaming 132 different ones from HBM (a grid-wide longest-first order did that at 1k-4k).
+// Otherwise one (batch, head)'s query blocks are consecutive, so CTAs side by side share K and V in L2.
 struct Tile {
   int m_block, b, h;
   __device__ Tile(const Args& a, int x) {
     const FwdParams& p = a.p;
     const int num_bh = p.heads_q * p.batch;
-    const bool longest_first = p.window_right >= 0 && p.window_left < 0;
-    m_block = a.num_m_blocks - 1 - (longest_first ? x / num_bh : x % a.num_m_blocks);
-    const int bh = longest_first ? x % num_bh : x / a.num_m_blocks;
+    int bh;
+    if (p.window_right >= 0 && p.window_left < 0) {
+      const int per_group = a.l2_group * a.num_m_blocks;
+      const int group = x / per_group, r = x - group * per_group;
+      const int size = min(a.l2_group, num_bh - group * a.l2_group);  // the last group may be smaller
+      m_block = a.num_m_blocks - 1 - r / size;
+      bh = group * a.l2_group + r % size;
+    } else {
+      m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
+      bh = x / a.num_m_blocks;
+    }
     h = bh % p.heads_q;
     b = bh / p.heads_q;
   }
@@ -641,6 +649,13 @@ int32_t launch(const FwdParams& p) {
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
+  {
+    // Causal order's L2 groups: (batch, head) pairs whose K and V (a query head's share, with GQA) take at
+    // most half of L2 -- at least one pair, at most all.
+    const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio);
+    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
+    args.l2_group = static_cast<int32_t>(std::clamp<int64_t>(l2 / 2 / kv_bytes, 1, int64_t(p.heads_q) * p.batch));
+  }
 
   int64_t smem_bytes = K::kSmemBytes;
   if (p.has_block_mask != K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: mask kind and instantiation differ");
@@ -663,10 +678,11 @@ int32_t launch_fwd(const FwdParams& p);
 
 }  // namespace flash::sm90
 
-// One line per .cu file: FLASH_SM90_INSTANTIATE(128, false, 128, 3, BF16) -- head dim, block-sparse
-// instantiation or not, key block, stages, dtype (shapes.h has the table).
-#define FLASH_SM90_INSTANTIATE(D, SPARSE, BLOCK_N, STAGES, DTYPE)                                      \
-  template <>                                                                                        \
-  int32_t flash::sm90::launch_fwd<D, SPARSE, flash::DType::DTYPE>(const flash::FwdParams& p) {       \
-    return launch<flash::sm90::Traits<D, BLOCK_N, STAGES, flash::DType::DTYPE, SPARSE>>(p);          \
+// One line per .cu file: FLASH_SM90_INSTANTIATE(128, false, BF16) -- head dim, block-sparse instantiation
+// or not, dtype; the tile shape comes from shapes.h.
+#define FLASH_SM90_INSTANTIATE(D, SPARSE, DTYPE)                                                           \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd<D, SPARSE, flash::DType::DTYPE>(const flash::FwdParams& p) {           \
+    constexpr flash::sm90::Shape s = flash::sm90::shape_for(D, SPARSE);                                  \
+    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers>>(p); \
   }

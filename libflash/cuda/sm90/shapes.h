@@ -1,6 +1,7 @@
 // libflash/cuda/sm90/shapes.h -- the tile shape of each sm90 instantiation (shared by the host code
-// and the .cu files). Every shape has 128 query rows per work tile (two consumer warpgroups of 64).
-// Shared memory: Q (128 x d) + stages x (K + V) (block_n x d each), bf16/fp16, under H100's 227 KB.
+// and the .cu files): query rows per work tile (64 per consumer warpgroup), key block, ring stages.
+// Shared memory: Q (block_m x d, one or two buffers) + stages x (K + V) (block_n x d each), bf16/fp16,
+// under H100's 227 KB.
 #pragma once
 #include <cstdint>
 
@@ -8,20 +9,23 @@ namespace flash::sm90 {
 
 struct Shape {
   int head_dim, block_n, stages;
+  int consumers = 2;  // consumer warpgroups of 64 query rows: the tile has 64 x consumers rows
+  constexpr int block_m() const { return 64 * consumers; }
   // Q buffers: two where they fit in H100's 227 KB (with 4 KB left for block-sparse schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * 128 + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) <= 232448 ? 2 : 1;
+    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) <= 232448 ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * 128 + 2 * stages * block_n) * head_dim * 2 + 1024;
+    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024;
   }
 };
 
-// Dense and window masks (run s12-2, sm90_dev): d64 128 x 128 with a 4-deep ring; d128 128 x 128 with 3
-// stages (224 KB; +1-14% over 2 stages at 16k); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
-// Block-sparse masks need block_n to divide the mask's blocks (64 and 128) and room for the schedules:
-// d128 drops to 2 stages, d256 to 64 keys.
-inline constexpr Shape kShapes[] = {{64, 128, 4}, {128, 128, 3}, {256, 80, 2}};
+// Dense and window masks: d64 192 x 128 (three consumer warpgroups, FlashAttention-3's d64 choice: +17-40%
+// over two in run s13-1, perf-log v5) with a 4-deep ring; d128 128 x 128 with 3 stages (224 KB; +1-14% over
+// 2 stages at 16k); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
+// Block-sparse masks need block_n to divide the mask's blocks (64 and 128), 128-row tiles (a tile inside
+// one mask row block of 128) and room for the schedules: d128 drops to 2 stages, d256 to 64 keys.
+inline constexpr Shape kShapes[] = {{64, 128, 4, 3}, {128, 128, 3}, {256, 80, 2}};
 inline constexpr Shape kSparseShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the

@@ -112,6 +112,8 @@ int32_t with_workspace(const Algorithm& alg, FwdParams& p, int32_t device_type, 
 #ifdef FLASH_WITH_CUDA
   cuda::DeviceGuard guard(p.device_id);
   void* owned = nullptr;
+  if (need > 0 && p.workspace != nullptr)
+    if (const int32_t s = cuda::check_device_pointer(p.workspace, p.device_id, "workspace"); s != FLASH_OK) return s;
   if (need > 0 && p.workspace == nullptr) {
     if (const int32_t s = cuda::malloc_async(&owned, need, p.stream); s != FLASH_OK) return s;
     p.workspace = owned;

@@ -9,6 +9,7 @@
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
+#   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,10 +65,18 @@ for phase in "$@"; do
         tail -2 "$OUT/sanitizer-sparse-$tool.log"
       done
       ;;
+    racecheck-repro)
+      # Does racecheck follow an mbarrier hand-over of plain shared stores? (dev/racecheck_mbarrier.cu)
+      nvcc -arch=sm_90a -o /tmp/rc libflash/cuda/sm90/dev/racecheck_mbarrier.cu
+      for m in mbarrier syncthreads none; do
+        compute-sanitizer --tool racecheck /tmp/rc $m > "$OUT/racecheck-repro-$m.log" 2>&1
+        echo "racecheck repro $m: exit $?; $(grep -E 'RACECHECK SUMMARY|values wrong' "$OUT/racecheck-repro-$m.log" | tr '\n' ' ')"
+      done
+      ;;
     bench)
       B=$BUILD/cli/fa-bench
       $B devices > "$OUT/devices.txt" 2>&1
-      timeout 400 $B run --grid standard --dtype bf16 --head-dim 64,128,256 --algo sm90,sm80 --mask "none;causal" --check \
+      timeout 400 $B run --grid standard --dtype bf16 --head-dim 64,128,256 --algo sm90 --mask "none;causal" --check \
          --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-sm90.json" > "$OUT/fa-bench-sm90.txt" 2>&1
       echo "fa-bench sm90: exit $?"; tail -4 "$OUT/fa-bench-sm90.txt"
       ;;

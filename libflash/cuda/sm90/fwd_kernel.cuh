@@ -252,9 +252,10 @@ struct Tile {
   }
 };
 
-// The persistent grid's r-th tile of CTA c: rounds of gridDim.x tiles, walked forwards in even rounds
-// and backwards in odd ones. With the longest-first order each CTA then gets a long and a short tile
-// in every two rounds instead of always the k-th longest (measured x% on causal, perf-log v3).
+// Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
+// rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
+// Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
+// perf-log v5): tiles of unequal length, and a CTA that finishes a short one takes the next at once.
 __device__ __forceinline__ int tile_of(int round) {
   const int g = int(gridDim.x), c = int(blockIdx.x);
   return round * g + ((round & 1) ? g - 1 - c : c);
@@ -279,6 +280,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
   __shared__ alignas(8) uint64_t bars[4 + 4 * kStages];
+  __shared__ int tile_ids[2];  // the tile in each Q slot, written by the producer before its q_full arrive
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
   const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
@@ -321,17 +323,23 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
       const int lane = threadIdx.x;
       int it = 0;  // position in the K/V ring, continued across tiles
+      int x = int(blockIdx.x);  // the first tile of either order
       for (int tile_iter = 0;; ++tile_iter) {
-        const int x = tile_of(tile_iter);
-        if (x >= args.num_tiles) break;
+        const int q_slot = tile_iter % K::kQStages;
+        const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
+        if (x >= args.num_tiles) {
+          // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
+          if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
+          if (lane == 0) tile_ids[q_slot] = x;
+          if (K::kSparse || lane == 0) mbar_arrive(q_full(q_slot));
+          break;
+        }
         const Tile tile(args, x);
         const int q_begin = tile.m_block * kBlockM;
         const int h_kv = tile.h / p.head_ratio;
         int c[4];
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
         KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, min(q_begin + kBlockM, p.seqlen_q), sched);
-        const int q_slot = tile_iter % K::kQStages;
-        const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
         // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
@@ -346,12 +354,19 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kSparse)
           if (lane != 0) mbar_arrive(q_full(q_slot));
         if (lane == 0) {
+          tile_ids[q_slot] = x;  // the consumers learn their tile from the slot (released by the arrive)
           mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
             tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
             tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
+        }
+        // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
+        {
+          int next = 0;
+          if (lane == 0) next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          x = K::kSparse ? __shfl_sync(0xffffffffu, next, 0) : next;
         }
         // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
         // one block: K_{j+1} never waits behind V_j's slot.
@@ -399,7 +414,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
     int it = 0, tile_iter = 0;
     for (;; ++tile_iter) {
-      const int x = tile_of(tile_iter);
+      const int q_slot = tile_iter % K::kQStages;
+      mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);  // Q_i has landed, and the tile's index
+      const int x = tile_ids[q_slot];
       if (x >= args.num_tiles) break;
       const Tile tile(args, x);
       const int q_begin = tile.m_block * kBlockM;
@@ -413,7 +430,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
@@ -517,7 +533,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (lane == 0) mbar_arrive(q_empty(q_slot));
         }
       };
-      mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
@@ -662,6 +677,14 @@ int32_t launch(const FwdParams& p) {
   if (K::kSparse) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.block_mask.block_n);  // supports() bounded it
+  }
+  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
+    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
+    args.tile_counter = reinterpret_cast<int32_t*>(at);
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+        e != cudaSuccess)
+      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

@@ -3,6 +3,7 @@
 // Shared memory: Q (block_m x d, one or two buffers) + stages x (K + V) (block_n x d each), bf16/fp16,
 // under H100's 227 KB.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace flash::sm90 {
@@ -35,6 +36,13 @@ inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_bl
   const int64_t mask_blocks = (seqlen_k + mask_block_n - 1) / mask_block_n;
   return (2 * 4 * sparse_sched_stride(seqlen_k, block_n) + 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
 }
+
+// Tiles of unequal length -- causal-like masks (a right edge, no left edge) and block-sparse ones -- are
+// handed out dynamically from a counter in the workspace (fwd_kernel.cuh, Tile); dense ones statically.
+inline bool dynamic_tiles(bool has_block_mask, int64_t window_left, int64_t window_right) {
+  return has_block_mask || (window_right >= 0 && window_left < 0);
+}
+inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align it in a caller's workspace
 
 constexpr Shape shape_for(int d, bool sparse = false) {
   for (const Shape& s : sparse ? kSparseShapes : kShapes)

@@ -86,7 +86,10 @@ bool supports(const FwdParams& p, std::string* why) {
   return true;
 }
 
-size_t workspace(const FwdParams&) { return 0; }
+// The dynamic tile order's counter (shapes.h); dense masks need nothing.
+size_t workspace(const FwdParams& p) {
+  return dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) ? kTileCounterBytes : 0;
+}
 
 template <int D, bool kSparse>
 int32_t fwd_dim(const FwdParams& p) {

@@ -35,8 +35,11 @@ struct Problem {
   bool causal;
 };
 
+void* g_workspace = nullptr;  // the dynamic tile order's counter (causal)
+
 FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o) {
   FwdParams p{};
+  p.workspace = g_workspace, p.workspace_size = flash::sm90::kTileCounterBytes;
   const int b = 16384 / pr.n, h = 2048 / pr.d;
   p.q = q, p.k = k, p.v = v, p.o = o, p.lse = nullptr;
   const int64_t row = int64_t(h) * pr.d, batch = row * pr.n;
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(*dst, host.data(), elems * 2, cudaMemcpyHostToDevice));
       }
   }
+  CK(cudaMalloc(&g_workspace, flash::sm90::kTileCounterBytes));
   CK(cudaMalloc(&o, elems * 2));
   CK(cudaMalloc(&o_ref, elems * 2));
   std::vector<__nv_bfloat16> a(elems), r(elems);

@@ -68,7 +68,7 @@ for phase in "$@"; do
     racecheck-repro)
       # Does racecheck follow an mbarrier hand-over of plain shared stores? (dev/racecheck_mbarrier.cu)
       nvcc -arch=sm_90a -o /tmp/rc libflash/cuda/sm90/dev/racecheck_mbarrier.cu
-      for m in mbarrier syncthreads none; do
+      for m in mbarrier mbarrier-tx syncthreads none; do
         compute-sanitizer --tool racecheck /tmp/rc $m > "$OUT/racecheck-repro-$m.log" 2>&1
         echo "racecheck repro $m: exit $?; $(grep -E 'RACECHECK SUMMARY|values wrong' "$OUT/racecheck-repro-$m.log" | tr '\n' ' ')"
       done

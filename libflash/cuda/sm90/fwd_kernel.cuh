@@ -19,12 +19,14 @@
 // a warpgroup, S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j
 // does. K_j is released when S_j is done, V_j when P_j V_j is.
 //
-// Synchronisation of the block-sparse schedule (plain shared stores by the producer warp, plain loads by
-// the consumers): each producer lane arrives on q_full after its stores (release) and the consumers wait
-// on it (acquire); back the other way every consumer thread arrives on q_empty after its last schedule
-// load and every producer lane waits on it before writing that buffer again. Per-thread pairs, so
-// compute-sanitizer racecheck can follow them (perf-log v5; with only lane 0 arriving after __syncwarp it
-// reported the pairs as hazards).
+// Hand-over of a tile's index and block-sparse schedule (plain shared stores by the producer, plain loads
+// by the consumers): through a "tile_full" mbarrier per Q slot that only threads arrive on -- every
+// producer lane after its own stores (release), every consumer thread waits (acquire) -- and back through
+// q_empty, which every consumer thread (block-sparse; lane 0 per warp after __syncwarp otherwise) arrives on
+// after its last load and every producer lane waits on before storing there again. Not through q_full:
+// that phase is completed by TMA's transaction count, and compute-sanitizer racecheck does not follow a
+// thread's release through such a phase (it reported every schedule store against its loads; a plain
+// mbarrier it follows: dev/racecheck_mbarrier.cu, perf-log v5).
 //
 // Shared tiles are stored exactly as TMA's 128-byte swizzle writes them: pages of 64 columns (128
 // bytes per row), 8-row atoms of 1024 bytes with the 16-byte chunk index XORed by row % 8 -- the
@@ -212,7 +214,7 @@ struct KeyBlocks {
         n_out += __popc(ballot);
       }
     }
-    if (lane == 0) out[0] = n_out;  // each lane's q_full arrive then releases its own writes
+    if (lane == 0) out[0] = n_out;  // each lane's tile_full arrive then releases its own writes
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -279,8 +281,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
-  __shared__ alignas(8) uint64_t bars[4 + 4 * kStages];
-  __shared__ int tile_ids[2];  // the tile in each Q slot, written by the producer before its q_full arrive
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kStages];
+  __shared__ int tile_ids[2];  // the tile in each Q slot, written by the producer before its tile_full arrive
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
   const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
@@ -290,6 +292,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + slot); };
   auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
   auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
   auto v_full = [&](int s) { return bar0 + 32 + 8 * (kStages + s); };
@@ -299,9 +302,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
-      // Block-sparse: every producer lane arrives on q_full and every consumer thread on q_empty, so the
-      // schedule's shared stores and loads are ordered thread by thread (release/acquire of each).
-      mbar_init(q_full(slot), K::kSparse ? 32 : 1);
+      // Block-sparse: every producer lane arrives on tile_full and every consumer thread on q_empty, so
+      // the schedule's shared stores and loads are ordered thread by thread (release/acquire of each).
+      mbar_init(q_full(slot), 1);
+      mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
       mbar_init(q_empty(slot), K::kSparse ? 128 * K::kConsumers : 4 * K::kConsumers);  // else lane 0 of each warp
     }
     for (int s = 0; s < kStages; ++s) {
@@ -331,7 +335,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
           if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
           if (lane == 0) tile_ids[q_slot] = x;
-          if (K::kSparse || lane == 0) mbar_arrive(q_full(q_slot));
+          if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
           break;
         }
         const Tile tile(args, x);
@@ -349,12 +353,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         __syncwarp(K::kSparse ? 0xffffffffu : 1u);
         if constexpr (K::kSparse && K::kQStages == 2)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-        // The arrives release the schedule's shared writes to the consumers' q_full wait (acquire): in
-        // the block-sparse instantiation every lane arrives for its own stores.
-        if constexpr (K::kSparse)
-          if (lane != 0) mbar_arrive(q_full(q_slot));
+        // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
+        // then Q_i by TMA.
+        if (lane == 0) tile_ids[q_slot] = x;
+        if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
         if (lane == 0) {
-          tile_ids[q_slot] = x;  // the consumers learn their tile from the slot (released by the arrive)
           mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
@@ -415,9 +418,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     int it = 0, tile_iter = 0;
     for (;; ++tile_iter) {
       const int q_slot = tile_iter % K::kQStages;
-      mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);  // Q_i has landed, and the tile's index
+      const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
+      mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[q_slot];
       if (x >= args.num_tiles) break;
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       const Tile tile(args, x);
       const int q_begin = tile.m_block * kBlockM;
       const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
@@ -664,13 +669,6 @@ int32_t launch(const FwdParams& p) {
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
-  {
-    // Causal order's L2 groups: (batch, head) pairs whose K and V (a query head's share, with GQA) take at
-    // most half of L2 -- at least one pair, at most all.
-    const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio);
-    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    args.l2_group = static_cast<int32_t>(std::clamp<int64_t>(l2 / 2 / kv_bytes, 1, int64_t(p.heads_q) * p.batch));
-  }
 
   int64_t smem_bytes = K::kSmemBytes;
   if (p.has_block_mask != K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: mask kind and instantiation differ");
@@ -692,6 +690,16 @@ int32_t launch(const FwdParams& p) {
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   const int sms = cuda::multiprocessor_count(p.device_id);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+  {
+    // Causal order's groups of (batch, head) pairs: as many as share half of L2 for their K and V (a query
+    // head's share with GQA), but at least 4 x grid tiles: the longest-first order is only kept inside a
+    // group, and a group much smaller than the grid ends with a few long tiles alone (simulated balance
+    // 0.90-0.96 at 1-4 x grid, >= 0.95 from 4x; perf-log v5).
+    const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio);
+    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
+    const int64_t for_balance = (4 * int64_t(grid) + args.num_m_blocks - 1) / args.num_m_blocks;
+    args.l2_group = static_cast<int32_t>(std::clamp<int64_t>(std::max(l2 / 2 / kv_bytes, for_balance), 1, int64_t(p.heads_q) * p.batch));
+  }
   kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");
 }

@@ -214,7 +214,12 @@ struct KeyBlocks {
         n_out += __popc(ballot);
       }
     }
-    if (lane == 0) out[0] = n_out;  // each lane's tile_full arrive then releases its own writes
+    // The count (n_out is the same in every lane). Each lane's tile_full arrive releases its own stores.
+    // Lane 1 writes it, not lane 0: with lane 0's store, compute-sanitizer racecheck reported it against
+    // the consumers' loads of the count (warnings, run s13-4) though lane 0 waits on q_empty and arrives on
+    // tile_full exactly as the other lanes whose stores it accepts -- lane 0 alone also drives TMA and
+    // its barriers in between (perf-log v5).
+    if (lane == 1) out[0] = n_out;
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?

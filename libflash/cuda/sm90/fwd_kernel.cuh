@@ -22,11 +22,10 @@
 // Hand-over of a tile's index and block-sparse schedule (plain shared stores by the producer, plain loads
 // by the consumers): through a "tile_full" mbarrier per Q slot that only threads arrive on -- every
 // producer lane after its own stores (release), every consumer thread waits (acquire) -- and back through
-// q_empty, which every consumer thread (block-sparse; lane 0 per warp after __syncwarp otherwise) arrives on
-// after its last load and every producer lane waits on before storing there again. Not through q_full:
-// that phase is completed by TMA's transaction count, and compute-sanitizer racecheck does not follow a
-// thread's release through such a phase (it reported every schedule store against its loads; a plain
-// mbarrier it follows: dev/racecheck_mbarrier.cu, perf-log v5).
+// q_empty, which every consumer thread arrives on after its last load and every producer lane that
+// stores waits on before storing there again. Thread by thread, so compute-sanitizer racecheck can follow
+// it: handed over through q_full (whose phase TMA completes) or released by one lane per warp after
+// __syncwarp, racecheck reported the pairs (perf-log v5; dev/racecheck_mbarrier.cu is the minimal case).
 //
 // Shared tiles are stored exactly as TMA's 128-byte swizzle writes them: pages of 64 columns (128
 // bytes per row), 8-row atoms of 1024 bytes with the 16-byte chunk index XORed by row % 8 -- the
@@ -214,12 +213,10 @@ struct KeyBlocks {
         n_out += __popc(ballot);
       }
     }
-    // The count (n_out is the same in every lane). Each lane's tile_full arrive releases its own stores.
-    // Lane 1 writes it, not lane 0: with lane 0's store, compute-sanitizer racecheck reported it against
-    // the consumers' loads of the count (warnings, run s13-4) though lane 0 waits on q_empty and arrives on
-    // tile_full exactly as the other lanes whose stores it accepts -- lane 0 alone also drives TMA and
-    // its barriers in between (perf-log v5).
-    if (lane == 1) out[0] = n_out;
+    // The count, stored by every lane (n_out is the same in all; each lane's tile_full arrive releases its
+    // own store). Stored by one lane, racecheck reported it against the consumers' loads of the count
+    // (warnings; runs s13-4 and s13-5, lane 0 or lane 1), though not the entries each lane stores itself.
+    out[0] = n_out;
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -307,11 +304,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
-      // Block-sparse: every producer lane arrives on tile_full and every consumer thread on q_empty, so
-      // the schedule's shared stores and loads are ordered thread by thread (release/acquire of each).
+      // Every producer lane that stores arrives on tile_full and every consumer thread on q_empty, so the
+      // tile index's and schedule's shared stores and loads are ordered thread by thread.
       mbar_init(q_full(slot), 1);
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
-      mbar_init(q_empty(slot), K::kSparse ? 128 * K::kConsumers : 4 * K::kConsumers);  // else lane 0 of each warp
+      mbar_init(q_empty(slot), 128 * K::kConsumers);
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
@@ -533,16 +530,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
       };
-      // Q_i's buffer back to the producer. Block-sparse: every thread arrives (q_empty counts them all),
-      // so each thread's own schedule loads are ordered before the producer's next writes there.
-      auto release_q = [&]() {
-        if constexpr (K::kSparse) {
-          mbar_arrive(q_empty(q_slot));
-        } else {
-          __syncwarp();
-          if (lane == 0) mbar_arrive(q_empty(q_slot));
-        }
-      };
+      // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
+      // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
+      // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
+      auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.

@@ -43,6 +43,11 @@ for phase in "$@"; do
       timeout 300 $BUILD/tests/flash_gpu_tests --gtest_brief=1 --gtest_filter='*sm90*:GpuAuto*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | tail -40
       echo "gpu tests (sm90): exit ${PIPESTATUS[0]}"
       ;;
+    testquick)
+      # The workspace / fallback tests alone (a short regression call).
+      timeout 200 $BUILD/tests/flash_gpu_tests --gtest_brief=1 --gtest_filter='GpuWorkspace*:GpuAuto*:*NegativeScale*:GpuErrors*' 2>&1 | tee "$OUT/gpu-tests-quick.log" | tail -15
+      echo "gpu tests (quick): exit ${PIPESTATUS[0]}"
+      ;;
     testall)
       timeout 400 $BUILD/tests/flash_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
       echo "gpu tests (all): exit ${PIPESTATUS[0]}"

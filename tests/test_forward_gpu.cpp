@@ -298,6 +298,33 @@ TEST(GpuAuto, NegativeScaleFallsBack) {
   EXPECT_TRUE(ch.ok) << ch.message;
 }
 
+// sm90 hands causal and block-sparse tiles out from a counter in the workspace, zeroed by every call: a
+// caller's workspace reused across calls (and not 4-byte aligned) must give the right answer each time
+// (a counter left at its end would skip every tile and leave O poisoned); a host buffer is refused.
+TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  std::mt19937_64 rng(base_seed() ^ 0x3c0f);
+  CaseSpec s;
+  s.batch = 2, s.heads_q = 4, s.heads_kv = 2, s.seqlen_q = 1000, s.seqlen_k = 1100, s.head_dim = 128;
+  s.dtype = FLASH_DTYPE_BF16;
+  s.mask.causal = 1;  // bottom-right
+  void* ws = cuda_alloc(64);
+  ASSERT_NE(ws, nullptr);
+  for (int run = 0; run < 3; ++run) {
+    Case c = make_case(s, rng);
+    int32_t used = -1;
+    ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used, static_cast<char*>(ws) + 1, 63), FLASH_OK) << flash_last_error_message();
+    EXPECT_EQ(used, FLASH_ALGO_SM90);
+    const Check ch = check_case(c);
+    EXPECT_TRUE(ch.ok) << "run " << run << ": " << ch.message;
+  }
+  cuda_free(ws);
+  std::vector<char> host(64);
+  Case c = make_case(s, rng);
+  EXPECT_NE(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, host.data(), host.size()), FLASH_OK);
+  EXPECT_NE(std::string(flash_last_error_message()).find("workspace"), std::string::npos) << flash_last_error_message();
+}
+
 TEST(GpuErrors, HostPointerLabelledCuda) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   std::mt19937_64 rng(base_seed());

@@ -217,6 +217,12 @@ bool cuda_available() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
+void* cuda_alloc(size_t bytes) {
+  void* p = nullptr;
+  return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
+}
+void cuda_free(void* ptr) { cudaFree(ptr); }
+
 
 namespace {
 struct DeviceBuffer {
@@ -228,7 +234,8 @@ struct DeviceBuffer {
 };
 }  // namespace
 
-int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used) {
+int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used, void* workspace,
+                 size_t workspace_size) {
   cudaSetDevice(device);
   auto upload = [&](HostTensor& t, DeviceBuffer& buf, flash_tensor* d) {
     cudaMemcpy(buf.ptr, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice);
@@ -260,6 +267,8 @@ int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   args.stream = stream;
+  args.workspace = workspace;
+  args.workspace_size = workspace_size;
   const int32_t s = flash_fwd(&args);
   if (algorithm_used) *algorithm_used = args.algorithm_used;
   const cudaError_t e = cudaStreamSynchronize(stream);
@@ -271,7 +280,9 @@ int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used
 }
 #else
 bool cuda_available() { return false; }
-int32_t run_cuda(Case&, int32_t, int, int32_t*) { return FLASH_ERROR_NO_CUDA_DEVICE; }
+void* cuda_alloc(size_t) { return nullptr; }
+void cuda_free(void*) {}
+int32_t run_cuda(Case&, int32_t, int, int32_t*, void*, size_t) { return FLASH_ERROR_NO_CUDA_DEVICE; }
 #endif
 
 Check check_case(const Case& c, double multiple) {

@@ -63,8 +63,13 @@ int32_t run_cpu(Case& c, int32_t algorithm, int32_t* algorithm_used = nullptr);
 
 // Runs the forward on CUDA device `device`: copies inputs over, poisons outputs, copies outputs back.
 // Returns FLASH_ERROR_NO_CUDA_DEVICE when the test binary has no CUDA.
-int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used = nullptr);
+// workspace / workspace_size: the caller's device scratch for flash_fwd (nullptr: the library allocates).
+int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used = nullptr, void* workspace = nullptr,
+                 size_t workspace_size = 0);
 bool cuda_available();
+// Device memory on the current device for tests that hand buffers to flash.h (nullptr without CUDA).
+void* cuda_alloc(size_t bytes);
+void cuda_free(void* ptr);
 
 struct Check {
   bool ok = false;

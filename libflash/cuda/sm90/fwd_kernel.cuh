@@ -1,13 +1,13 @@
 // libflash/cuda/sm90/fwd_kernel.cuh -- the Hopper forward (FLASH_ALGO_SM90): warp-specialised,
 // TMA-fed, wgmma-computed FlashAttention (the schedule of FlashAttention-3, written in inline PTX).
 //
-// A CTA has three warpgroups and stays resident (persistent grid, one CTA per SM):
+// A CTA has three warpgroups (four at d64) and stays resident (persistent grid, one CTA per SM):
 //   producer  (warpgroup 0, 24-40 registers/thread): one thread issues every TMA load -- a query tile
-//             Q_i (kBlockM = 128 rows; one or two buffers) per work tile, then K_j and V_j of each key
+//             Q_i (kBlockM = 64 x consumers rows; one or two buffers) per work tile, then K_j and V_j of each key
 //             block j it visits into a kStages-deep ring of shared buffers, each guarded by "full" and
 //             "empty" mbarriers (block-sparse masks: its whole warp first turns the tile's list into a
 //             schedule in shared memory);
-//   consumers (warpgroups 1 and 2, 232-240 registers/thread): each owns 64 rows of Q_i and runs
+//   consumers (warpgroups 1 and 2, 232-240 registers/thread; 1-3 with 160 at d64): each owns 64 rows of Q_i and runs
 //             Algorithm 1 on them:
 //               S   = Q_i K_j^T                      wgmma m64 n{kBlockN} k16, both operands in smem
 //               m'  = max(m, rowmax(S)),  P = exp2(S*scale_log2 - m'*scale_log2)
@@ -117,7 +117,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // ---- Compile-time shape of one instantiation ----------------------------------------------------------
 // kSparse_: the instantiation for block-sparse masks (schedules in shared memory); the dense one carries
 // none of that code, so its producer stays small. kConsumers_: consumer warpgroups of 64 query rows
-// each (2 in production; 3 -- FlashAttention-3's d64 choice, 192-row tiles -- is a sm90_dev candidate).
+// each: 3 at d64 dense (FlashAttention-3's choice, 192-row tiles; perf-log v5), else 2.
 // kPolyEvery_: every kPolyEvery-th 8-column group of P is exponentiated by exp2_fma instead of the SFU
 // (0: none).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
@@ -506,7 +506,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float sum = 0.f;
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
-            const bool fma_pipe = K::kPolyEvery > 0 && i % K::kPolyEvery == K::kPolyEvery - 1;
+            constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
+            const bool fma_pipe = K::kPolyEvery > 0 && i % kEvery == kEvery - 1;
             const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
             const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
             const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);

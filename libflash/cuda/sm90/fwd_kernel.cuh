@@ -89,8 +89,9 @@ __device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("
 __device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 
 // 2^x on the FMA pipe, for x <= ~0 (a softmax exponent). The SFU's ex2 retires 16 results per clock
-// per SM, which at d64 is exactly the tensor cores' rate for the same tile (one exp per 4 x 64 FLOPs):
-// computing a share of P with this polynomial lets the softmax keep up (perf-log v5). x = j + f with
+// per SM, which at d64 is exactly the tensor cores' rate for the same tile (one exp per 4 x 64 FLOPs), so
+// a share of P computed with this polynomial could let the softmax keep up. Measured (perf-log v5): no
+// consistent gain -- the SFU was 44% busy, not the limit -- so no instantiation uses it. x = j + f with
 // j = round(x) (the 1.5 * 2^23 trick, no conversion unit), 2^f by a degree-3 minimax polynomial on
 // [-0.5, 0.5] (relative error 7.5e-5, below bf16's and fp16's rounding of P), times 2^j built in the
 // exponent field. x <= -127 (a masked score, -inf) gives j = -127, whose 2^j is +0: P is exactly 0.

@@ -72,20 +72,16 @@ int32_t run(const FwdParams& p) {
 
 // Candidates: the production shape of each head dim first (the reference for the check). Run s12-2
 // compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast (perf-log);
-// session 13: three consumer warpgroups (192-row tiles) and "poly N": every N-th 8-column group of P
-// exponentiated on the FMA pipe (exp2_fma) instead of the SFU.
+// session 13 (runs s13-1/2): three consumer warpgroups (192-row tiles; d64's production shape since) and
+// "poly N" (every N-th 8-column group of P exponentiated on the FMA pipe: no consistent gain); run s13-8:
+// two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256.
 const Candidate kCandidates[] = {
-    {"d64  3wg bn128 st4 (prod)", 64, run<64, 128, 4, 3>},
-    {"d64  2wg bn128 st4", 64, run<64, 128, 4, 2>},
-    {"d64  3wg poly8", 64, run<64, 128, 4, 3, 8>},
-    {"d64  3wg bn128 st3", 64, run<64, 128, 3, 3>},
-    {"d128 bn128 st3 (prod)", 128, run<128, 128, 3>},
-    {"d128 poly8", 128, run<128, 128, 3, 2, 8>},
-    {"d128 poly16", 128, run<128, 128, 3, 2, 16>},
-    {"d128 bn128 st3 (prod again)", 128, run<128, 128, 3>},
-    {"d256 bn80 st2 (prod)", 256, run<256, 80, 2>},
-    {"d256 poly10", 256, run<256, 80, 2, 2, 10>},
-    {"d256 poly5", 256, run<256, 80, 2, 2, 5>},
+    {"d128 bn128 st3 1Q (prod)", 128, run<128, 128, 3>},
+    {"d128 bn128 st2 2Q", 128, run<128, 128, 2>},
+    {"d128 bn96 st3 2Q", 128, run<128, 96, 3>},
+    {"d128 bn64 st4 2Q", 128, run<128, 64, 4>},
+    {"d128 bn128 st3 1Q (prod again)", 128, run<128, 128, 3>},
+    {"d256 bn80 st2 1Q (prod)", 256, run<256, 80, 2>},
 };
 
 }  // namespace

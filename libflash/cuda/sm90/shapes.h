@@ -22,11 +22,12 @@ struct Shape {
 };
 
 // Dense and window masks: d64 192 x 128 (three consumer warpgroups, FlashAttention-3's d64 choice: +17-40%
-// over two in run s13-1, perf-log v5) with a 4-deep ring; d128 128 x 128 with 3 stages (224 KB; +1-14% over
-// 2 stages at 16k); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
+// over two in run s13-1, perf-log v5) with a 4-deep ring; d128 128 x 128 with 2 stages, which leaves room
+// for two Q buffers (run s13-8: +1-7% dense, +1-13% causal over 3 stages and one Q buffer, which had won
+// before Q was double-buffered); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
 // Block-sparse masks need block_n to divide the mask's blocks (64 and 128), 128-row tiles (a tile inside
-// one mask row block of 128) and room for the schedules: d128 drops to 2 stages, d256 to 64 keys.
-inline constexpr Shape kShapes[] = {{64, 128, 4, 3}, {128, 128, 3}, {256, 80, 2}};
+// one mask row block of 128) and room for the schedules: d256 drops to 64 keys.
+inline constexpr Shape kShapes[] = {{64, 128, 4, 3}, {128, 128, 2}, {256, 80, 2}};
 inline constexpr Shape kSparseShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the

@@ -189,6 +189,10 @@ struct KeyBlocks {
   // schedule costs a few list loads' latency, not one per entry.
   __device__ void build_schedule(const FwdParams& p, int b, int h, int m_block, int block_m, int32_t* out,
                                  uint32_t* bits, int lane) const {
+    // Every lane read this buffer (tile i-2's schedule) in the K/V loop; order those reads before any
+    // lane's stores here. Without it a tile with an empty key range (lo >= hi) stored its count with no
+    // warp barrier since, which is what racecheck reported (perf-log v5, after the last GPU run).
+    __syncwarp();
     int n_out = 0;
     if (lo < hi) {
       const BlockMaskParams& m = p.block_mask;
@@ -215,8 +219,7 @@ struct KeyBlocks {
       }
     }
     // The count, stored by every lane (n_out is the same in all; each lane's tile_full arrive releases its
-    // own store). Stored by one lane, racecheck reported it against the consumers' loads of the count
-    // (warnings; runs s13-4 and s13-5, lane 0 or lane 1), though not the entries each lane stores itself.
+    // own store).
     out[0] = n_out;
   }
 

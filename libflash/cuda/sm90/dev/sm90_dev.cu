@@ -76,11 +76,10 @@ int32_t run(const FwdParams& p) {
 // "poly N" (every N-th 8-column group of P exponentiated on the FMA pipe: no consistent gain); run s13-8:
 // two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256.
 const Candidate kCandidates[] = {
-    {"d128 bn128 st3 1Q (prod)", 128, run<128, 128, 3>},
-    {"d128 bn128 st2 2Q", 128, run<128, 128, 2>},
-    {"d128 bn96 st3 2Q", 128, run<128, 96, 3>},
-    {"d128 bn64 st4 2Q", 128, run<128, 64, 4>},
-    {"d128 bn128 st3 1Q (prod again)", 128, run<128, 128, 3>},
+    {"d64  3wg bn128 st4 (prod)", 64, run<64, 128, 4, 3>},
+    {"d64  2wg bn128 st4", 64, run<64, 128, 4, 2>},
+    {"d128 bn128 st2 2Q (prod)", 128, run<128, 128, 2>},
+    {"d128 bn128 st3 1Q", 128, run<128, 128, 3>},
     {"d256 bn80 st2 1Q (prod)", 256, run<256, 80, 2>},
 };
 

@@ -138,12 +138,12 @@ struct Traits {
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  // Two Q buffers where shared memory allows (shapes.h): the next tile's Q loads during this one.
-  static constexpr int kQStages =
-      (2 * kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + 1024 + (kSparse ? 4096 : 0) <= 232448 ? 2 : 1;
+  // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
+  // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers};
+  static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = kQStages * kQBytes + 2 * kStages * kKVBytes + 1024;  // + alignment slack
-  static_assert(kSmemBytes == Shape{kHeadDim, kBlockN, kStages, kConsumers}.smem_bytes(kSparse), "shapes.h");
+  static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.

@@ -73,6 +73,13 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -120,11 +127,15 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // none of that code, so its producer stays small. kConsumers_: consumer warpgroups of 64 query rows
 // each: 3 at d64 dense (FlashAttention-3's choice, 192-row tiles; perf-log v5), else 2.
 // kPolyEvery_: every kPolyEvery-th 8-column group of P is exponentiated by exp2_fma instead of the SFU
-// (0: none).
+// (0: none). kTmaStoreO_: the epilogue writes O to a shared staging tile (64 rows per warpgroup, 128-byte
+// swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
+// memory (FlashAttention-3's epilogue; a sm90_dev candidate, session 13, not yet measured).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0>
+          int kPolyEvery_ = 0, bool kTmaStoreO_ = false>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
+  static constexpr bool kTmaStoreO = kTmaStoreO_;
+  static_assert(!(kTmaStoreO_ && kSparse_), "the staging tile sits where block-sparse schedules go");
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -143,7 +154,9 @@ struct Traits {
   static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
+  static constexpr int kOStageBytes = kTmaStoreO ? kBlockM * kHeadDim * 2 : 0;  // after the K/V ring
+  static constexpr int kSmemBytes = kShape.smem_bytes(kSparse) + kOStageBytes;
+  static_assert(kSmemBytes <= 232448, "shared memory");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
@@ -622,10 +635,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       }
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
-      // per n8 tile); LSE = m * scale + ln(l), or -inf for a row that saw no key.
+      // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
+      // row that saw no key.
       const float scale = fabsf(p.scale);
-      using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
-      T* o = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride;
+      // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it.
+      const uint32_t o_stage = v_smem0 + kStages * K::kKVBytes + wg * 64 * K::kHeadDim * 2;
+      if constexpr (K::kTmaStoreO) {
+        // The previous tile's store must have read the staging tile before it is written again.
+        if (tid == 0) wg::bulk_wait_read();
+        named_sync(4 + wg, 128);
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float sum = row_sum[r];
@@ -633,17 +652,46 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = wg * 64 + row_in_wg + 8 * r;
-        if (row < q_rows) {
-          T* o_row = o + int64_t(q_begin + row) * p.o_row_stride + 2 * t;
+        if constexpr (K::kTmaStoreO) {
+          // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
+          const int wrow = row_in_wg + 8 * r;
 #pragma unroll
           for (int i = 0; i < K::kHeadDim / 8; ++i)
-            *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
+                         "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
+        }
+        if (row < q_rows) {
+          if constexpr (!K::kTmaStoreO) {
+            using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
+            T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
+                       int64_t(q_begin + row) * p.o_row_stride + 2 * t;
+#pragma unroll
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+              *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
+          }
           if (p.lse != nullptr && t == 0)
             p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + int64_t(q_begin + row) * p.lse_row_stride] =
                 sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
         }
       }
+      if constexpr (K::kTmaStoreO) {
+        // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
+        // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
+        wg::fence_proxy_async();
+        named_sync(4 + wg, 128);
+        if (tid == 0) {
+          int c[4];
+#pragma unroll
+          for (int pg = 0; pg < K::kPages; ++pg) {
+            tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
+            tma_store_4d(&args.to, o_stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
+          }
+          wg::bulk_commit();
+        }
+      }
     }
+    if constexpr (K::kTmaStoreO)
+      if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
   }
   // (The ping-pong barrier's last hand-over is never taken; hardware barriers need no reset at exit.)
 #endif
@@ -666,6 +714,11 @@ int32_t launch(const FwdParams& p) {
                                      p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN, "v");
       st != FLASH_OK)
     return st;
+  if constexpr (K::kTmaStoreO)
+    if (int32_t st = encode_tensor_map(&args.to, &args.o_pos, p.o, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+                                       p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, "o");
+        st != FLASH_OK)
+      return st;
   args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");

@@ -17,8 +17,9 @@ struct TensorPos {
 };
 struct Args {
   CUtensorMap tq, tk, tv;  // first: 64-byte aligned inside the parameter space
+  CUtensorMap to;          // O, for the TMA-store epilogue (Traits::kTmaStoreO; 64-row boxes)
   FwdParams p;
-  TensorPos q_pos, k_pos, v_pos;
+  TensorPos q_pos, k_pos, v_pos, o_pos;
   int32_t num_tiles;     // query blocks x heads x batch
   int32_t num_m_blocks;  // query blocks per (batch, head)
   int32_t sched_stride;  // block-sparse: ints per schedule buffer (1 + key blocks of kBlockN)

@@ -65,21 +65,24 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2, int POLY = 0>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0, bool TMA_STORE = false>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, POLY>>(p);
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, POLY, TMA_STORE>>(p);
 }
 
 // Candidates: the production shape of each head dim first (the reference for the check). Run s12-2
 // compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast (perf-log);
 // session 13 (runs s13-1/2): three consumer warpgroups (192-row tiles; d64's production shape since) and
 // "poly N" (every N-th 8-column group of P exponentiated on the FMA pipe: no consistent gain); run s13-8:
-// two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256.
+// two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256 (2 stages + 2Q won: d128's
+// production shape since); next: the TMA-store epilogue (Traits::kTmaStoreO), not yet measured.
 const Candidate kCandidates[] = {
     {"d64  3wg bn128 st4 (prod)", 64, run<64, 128, 4, 3>},
-    {"d64  2wg bn128 st4", 64, run<64, 128, 4, 2>},
+    {"d64  3wg tma-store O", 64, run<64, 128, 4, 3, 0, true>},
+    {"d64  3wg bn128 st4 (prod again)", 64, run<64, 128, 4, 3>},
     {"d128 bn128 st2 2Q (prod)", 128, run<128, 128, 2>},
-    {"d128 bn128 st3 1Q", 128, run<128, 128, 3>},
+    {"d128 tma-store O", 128, run<128, 128, 2, 2, 0, true>},
+    {"d128 bn128 st2 2Q (prod again)", 128, run<128, 128, 2>},
     {"d256 bn80 st2 1Q (prod)", 256, run<256, 80, 2>},
 };
 

@@ -129,7 +129,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // kPolyEvery_: every kPolyEvery-th 8-column group of P is exponentiated by exp2_fma instead of the SFU
 // (0: none). kTmaStoreO_: the epilogue writes O to a shared staging tile (64 rows per warpgroup, 128-byte
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
-// memory (FlashAttention-3's epilogue; a sm90_dev candidate, session 13, not yet measured).
+// memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
           int kPolyEvery_ = 0, bool kTmaStoreO_ = false>
 struct Traits {
@@ -151,11 +151,11 @@ struct Traits {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
-  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers};
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kTmaStoreO};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kOStageBytes = kTmaStoreO ? kBlockM * kHeadDim * 2 : 0;  // after the K/V ring
-  static constexpr int kSmemBytes = kShape.smem_bytes(kSparse) + kOStageBytes;
+  static constexpr int kOStageBytes = kShape.o_stage_bytes(kSparse);  // after the K/V ring
+  static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
   static_assert(kSmemBytes <= 232448, "shared memory");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
@@ -231,9 +231,12 @@ struct KeyBlocks {
         n_out += __popc(ballot);
       }
     }
-    // The count, stored by every lane (n_out is the same in all; each lane's tile_full arrive releases its
-    // own store).
-    out[0] = n_out;
+    // The count, stored by lane 0 alone: lane 0 is also the only producer lane that walks the schedule
+    // (the K/V loads), so the count's reads and writes in the producer warp are one thread's, and its
+    // tile_full arrive releases the store to the consumers. (Every lane storing it, with the lanes
+    // walking it too, left 7 racecheck warnings on this word in runs s13-6 and s14-1.)
+    if (lane == 0) out[0] = n_out;
+    __syncwarp();  // the entries, stored by every lane, before lane 0 walks them
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -340,8 +343,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   if (warpgroup == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<K::kProducerRegs>();
-    // Warp 0: all 32 lanes walk the tiles and key blocks (and build block-sparse schedules together);
-    // lane 0 issues the TMA loads and their barrier operations.
+    // Warp 0: all 32 lanes walk the tiles and build block-sparse schedules together; lane 0 walks the
+    // key blocks and issues the TMA loads and their barrier operations.
     // (Dense masks: thread 0 alone -- measured faster at d64 than the whole warp.)
     if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
       const int lane = threadIdx.x;
@@ -393,7 +396,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
         // one block: K_{j+1} never waits behind V_j's slot.
         auto load_v = [&](int n, int at) {
-          if (lane != 0) return;
           const int s = at % kStages;
           mbar_wait(v_empty(s), ((at / kStages) & 1) ^ 1);
           mbar_arrive_expect_tx(v_full(s), K::kKVBytes);
@@ -403,9 +405,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
           }
         };
-        int v_pending = -1, v_at = 0;
-        for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-          if (lane == 0) {
+        // Lane 0 alone walks the key blocks and loads them (the other lanes of a block-sparse producer go
+        // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
+        if (lane == 0) {
+          int v_pending = -1, v_at = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
             const int s = it % kStages;
             mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
             mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
@@ -414,12 +418,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
               tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
             }
+            if (v_pending >= 0) load_v(v_pending, v_at);
+            v_pending = n;
+            v_at = it;
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
-          v_pending = n;
-          v_at = it;
         }
-        if (v_pending >= 0) load_v(v_pending, v_at);
       }
     }
   } else {
@@ -769,5 +773,5 @@ int32_t launch_fwd(const FwdParams& p);
   template <>                                                                                            \
   int32_t flash::sm90::launch_fwd<D, SPARSE, flash::DType::DTYPE>(const flash::FwdParams& p) {           \
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D, SPARSE);                                  \
-    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers>>(p); \
+    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p); \
   }

@@ -10,14 +10,18 @@ namespace flash::sm90 {
 
 struct Shape {
   int head_dim, block_n, stages;
-  int consumers = 2;  // consumer warpgroups of 64 query rows: the tile has 64 x consumers rows
+  int consumers = 2;     // consumer warpgroups of 64 query rows: the tile has 64 x consumers rows
+  bool store_o = false;  // O leaves through a shared staging tile and TMA stores (dense instantiations only)
   constexpr int block_m() const { return 64 * consumers; }
-  // Q buffers: two where they fit in H100's 227 KB (with 4 KB left for block-sparse schedules).
+  constexpr int o_stage_bytes(bool sparse) const { return store_o && !sparse ? block_m() * head_dim * 2 : 0; }
+  // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
+  // schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) <= 232448 ? 2 : 1;
+    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) + o_stage_bytes(sparse) <= 232448
+               ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024;
+    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes(sparse);
   }
 };
 
@@ -27,7 +31,9 @@ struct Shape {
 // before Q was double-buffered); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
 // Block-sparse masks need block_n to divide the mask's blocks (64 and 128), 128-row tiles (a tile inside
 // one mask row block of 128) and room for the schedules: d256 drops to 64 keys.
-inline constexpr Shape kShapes[] = {{64, 128, 4, 3}, {128, 128, 2}, {256, 80, 2}};
+// d64 and d128 write O through a staging tile with TMA stores (run s14-1: d128 +7% at 1k, +3-9% causal;
+// d64 +0-3%); d256 has no room left for one.
+inline constexpr Shape kShapes[] = {{64, 128, 4, 3, true}, {128, 128, 2, 2, true}, {256, 80, 2}};
 inline constexpr Shape kSparseShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the

@@ -31,7 +31,12 @@ namespace flash::sm80_bwd {
 // dS^T are computed (wait_group 1 instead of 0).
 // kWGs: warpgroups per CTA, 64 keys each (kBlockN = 64 kWGs). One warpgroup per CTA runs two CTAs per SM,
 // so one CTA's wgmmas fill the tensor cores while the other computes P and dS or waits at a barrier.
-template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_>
+// kPipe: dQ deferred by one step (v5), so that no barrier waits for the other warpgroup's dS^T inside a step
+// (dS^T is double-buffered; the step's top barrier is the only one left). Step i's dQ = dS_i K is issued in
+// step i+1: 1 = at its top, in front of S^T and dP^T (its adds run while those are on the tensor cores);
+// 2 = after dS^T, in front of dK (its adds run while dK is on the tensor cores; fewer live registers).
+// 0: dQ in its own step after a second barrier (v4). Deterministic mode never takes kPipe (sm80_bwd.cpp).
+template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_, int kPipe_ = 0>
 struct BwdTraits90 {
   static constexpr DType kDType = kDType_;
   static constexpr int kD = kHeadDim;
@@ -39,6 +44,9 @@ struct BwdTraits90 {
   static constexpr int kBlockM = kBlockM_, kBlockN = 64 * kWGs, kWarps = 4 * kWGs, kThreads = 128 * kWGs;
   static constexpr int kQStages = 2, kMinBlocks = kWGs == 1 ? 2 : 1;
   static constexpr bool kBulkDQ = kBulkDQ_, kOverlap = kOverlap_;
+  static constexpr int kPipe = kPipe_;
+  static_assert(!kPipe || (kWGs == 2 && !kBulkDQ && kOverlap), "pipelined dQ: 2 warpgroups, atomics, overlap");
+  static constexpr int kDSBufs = kPipe ? 2 : 1;
   static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
   // dQ tile kBlockM x kD in 64 x 64 pieces, piece w (+ kWGs, ...) to warpgroup w.
   static constexpr int kDQTiles = (kBlockM / 64) * (kD / 64), kDQTilesPerWG = (kDQTiles + kWGs - 1) / kWGs;
@@ -49,8 +57,9 @@ struct BwdTraits90 {
   static constexpr uint32_t kQBytes = kBlockM * kD * 2;
   static constexpr uint32_t kOffK = 0, kOffV = kKBytes, kOffQ = 2 * kKBytes;
   static constexpr uint32_t kOffDO = kOffQ + kQStages * kQBytes;
-  static constexpr uint32_t kOffDS = kOffDO + kQStages * kQBytes;        // dS^T [kBlockN][kBlockM], 1024-aligned
-  static constexpr uint32_t kOffL = kOffDS + kBlockN * kBlockM * 2;      // lse2 [stages][kBlockM]
+  static constexpr uint32_t kDSBytes = kBlockN * kBlockM * 2;
+  static constexpr uint32_t kOffDS = kOffDO + kQStages * kQBytes;        // dS^T [bufs][kBlockN][kBlockM], 1024-aligned
+  static constexpr uint32_t kOffL = kOffDS + kDSBufs * kDSBytes;         // lse2 [stages][kBlockM]
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
   static constexpr uint32_t kDQRow = 64 * 4 + 16;                        // staged dQ row (padded: no bank conflicts)
   static constexpr uint32_t kOffDQ = kOffDsum + kQStages * kBlockM * 4;  // dQ staging [warp][16 rows][kDQRow]
@@ -59,6 +68,49 @@ struct BwdTraits90 {
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
 };
 
+
+// dQ = dS K_j for this warpgroup's 64 x 64 pieces: piece c is rows 64 (c / (kD / 64)) and columns 64 (c % (kD / 64))
+// of the dQ tile; warpgroup w computes pieces w, w + kWGs, ... (dS^T at ds: [key][query], 128-byte rows).
+// One wgmma group (fence, mmas, commit).
+template <class K>
+__device__ __forceinline__ void dq_mma(float (&acc)[K::kDQTilesPerWG][32], uint32_t ds, uint32_t k_smem, int wgi) {
+  constexpr int kNP = K::kD / 64;
+  wg::fence();
+#pragma unroll
+  for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+    const int c = wgi + j * K::kWGs;
+    if (K::kDQTiles % K::kWGs == 0 || c < K::kDQTiles) {  // (constant when every warpgroup has pieces)
+      const uint64_t dds0 = wg::desc(ds + (c / kNP) * K::kBlockN * 128, K::kBlockN * 128);
+      const uint64_t dkt0 = wg::desc(k_smem + (c % kNP) * K::kBlockN * 128, K::kBlockN * 128);
+#pragma unroll
+      for (int kk = 0; kk < K::kBlockN / 16; ++kk)
+        wg::SS<64, 1, 1, K::kDType>::mma(acc[j], dds0 + kk * (2048 >> 4), dkt0 + kk * (2048 >> 4), kk > 0);
+    }
+  }
+  wg::commit();
+}
+
+// The pieces' adds into the fp32 dQ accumulator of (bh, query block at q0): red.global.add.v2.f32 pairs.
+template <class K>
+__device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float* dq_acc, int64_t sq_pad, int64_t bh,
+                                       int q0, int wgi, int wq0, int g, int t) {
+  constexpr int kNP = K::kD / 64, kD = K::kD;
+#pragma unroll
+  for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+    const int c = wgi + j * K::kWGs;
+    if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
+    wg::fence_regs(acc[j]);
+    // (w.dc == kD here: the row stride is a constant, so the adds share one address register.)
+    float* dq_rows = dq_acc + (bh * sq_pad + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64 + g * kD + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float* dst = dq_rows + 8 * r * kD + dt * 8;
+        atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]));
+      }
+  }
+}
 
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
@@ -84,7 +136,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
   const KeyBlockWork<K> work(p, w, smem0, tid);
   const int n_block = work.n_block, b = work.b, h_kv = work.h_kv, k0 = work.k0;
   const int i_lo = work.i_lo, n_i = work.n_i, ratio = work.ratio, n_steps = work.n_steps;
-  const bool sparse = work.sparse, det = work.det;
+  const bool sparse = work.sparse, det = K::kPipe ? false : work.det;
   const float scale_log2 = p.scale_log2;
   const int64_t sq_pad = w.sq_pad;
   auto listed = [&](int h, int i, int key) { return work.listed(h, i, key); };
@@ -100,6 +152,12 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
   if (step < n_steps) load_q(step, 0);
   cp_async_commit();
 
+  // kPipe: the previous step's dQ, still to be computed and added (its query block and dS^T buffer).
+  bool have_prev = false;
+  int64_t prev_bh = 0;
+  int prev_q0 = 0;
+  uint32_t prev_ds = ds_smem + (K::kPipe ? K::kDSBytes : 0u);  // (step 0's dQ reads a buffer step 0 leaves alone)
+
   for (int it = 0; step < n_steps; ++it) {
     const int stage = it & 1;
     const int h = h_kv * ratio + step / n_i, i = i_lo + step % n_i, q0 = i * kBlockM;
@@ -114,6 +172,14 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
     const uint32_t do_smem = smem0 + K::kOffDO + stage * K::kQBytes;
     const float* lse2_s = reinterpret_cast<const float*>(smem + K::kOffL + stage * kBlockM * 4);
     const float* dsum_s = reinterpret_cast<const float*>(smem + K::kOffDsum + stage * kBlockM * 4);
+    const uint32_t ds_cur = ds_smem + (K::kPipe ? uint32_t(it & 1) * K::kDSBytes : 0u);
+
+    // kPipe: the previous step's dQ (its dS^T is complete since the barrier above). Issued even when
+    // there is none (step 0; result unused): a conditional wgmma group costs ptxas ~300 B of spill.
+    float acc_pq[K::kPipe ? K::kDQTilesPerWG : 1][32];
+    if constexpr (K::kPipe == 1) {
+      dq_mma<K>(acc_pq, prev_ds, k_smem, wgi);
+    }
 
     // S^T = K_w Q_i^T, dP^T = V_w dO_i^T: 64 keys x kBlockM queries per warpgroup.
     // (Descriptors advance by adding offset >> 4 to one base each: 16 hoisted 64-bit descriptors cost
@@ -138,6 +204,10 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
         wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
       }
       wg::commit();
+      if constexpr (K::kPipe == 1) {
+        wg::wait<2>();  // the previous step's dQ (the oldest group) is done
+        if (have_prev) dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+      }
       wg::wait<1>();
     } else {
       wg::wait<0>();
@@ -203,9 +273,11 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = kr0 + g + 8 * r;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_smem + tile_off<kBlockN>(row, nt) + 4 * t), "r"(dsk[nt][r]));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_cur + tile_off<kBlockN>(row, nt) + 4 * t), "r"(dsk[nt][r]));
       }
     wg::fence_proxy_async();  // dS^T is read by wgmma after the barrier below
+
+    if constexpr (K::kPipe == 2) dq_mma<K>(acc_pq, prev_ds, k_smem, wgi);
 
     // dK += dS^T Q_i (and dV += P^T dO_i without overlap): A from registers, B = Q_i / dO_i N-major.
     wg::fence_regs(pk);
@@ -220,6 +292,23 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
     }
     wg::commit();
 
+    if constexpr (K::kPipe) {
+      if constexpr (K::kPipe == 2) {
+        wg::wait<1>();  // dV and the previous step's dQ are done; dK runs on
+        if (have_prev) dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+      }
+      // dV, dK done before the next step's barrier (after it, the next load overwrites this Q/dO stage);
+      // this step's dQ runs in the next step (or after the loop).
+      wg::wait<0>();
+      wg::fence_regs(acc_dv);
+      wg::fence_regs(acc_dk);
+      wg::fence_regs(pk);
+      wg::fence_regs(dsk);
+      have_prev = true;
+      prev_bh = bh, prev_q0 = q0, prev_ds = ds_cur;
+      step = step_next;
+      continue;
+    } else {
     // Deterministic: wait until every earlier key block of this query block has added its dQ part.
     int32_t* sem = nullptr;
     int rank = 0;
@@ -303,6 +392,17 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
       if (tid == 0) st_release(sem, rank + 1);
     }
     step = step_next;
+    }  // !kPipe
+  }
+
+  if constexpr (K::kPipe) {  // the last step's dQ
+    if (have_prev) {
+      float acc_pq[K::kDQTilesPerWG][32];
+      __syncthreads();  // its dS^T complete in shared memory
+      dq_mma<K>(acc_pq, prev_ds, k_smem, wgi);
+      wg::wait<0>();
+      dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+    }
   }
 
   if (K::kBulkDQ && lane < 16) wg::bulk_wait();  // dQ reduces complete (and done reading shared memory)
@@ -328,15 +428,15 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #endif
 }
 
-template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType>
+template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe>
 int32_t launch_bwd_sm90(const BwdParams& p) {
-  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType>;
+  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType, kPipe>;
   return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
 }  // namespace flash::sm80_bwd
 
-// One line per .cu file: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 1, false, true, BF16)
-#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE)                          \
-  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE>( \
+// One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, false)
+#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE)                          \
+  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE>( \
       const flash::BwdParams&);

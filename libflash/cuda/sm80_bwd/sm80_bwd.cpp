@@ -91,14 +91,29 @@ int32_t run(const BwdParams& p) {
   }();
   // d64 steps over 128 query rows: block-sparse masks need block_m a multiple of 128 there.
   const bool m128_ok = !p.has_block_mask || p.block_mask.block_m % 128 == 0;
+  // LIBFLASH_BWD_SM90_VARIANT (development: time candidates in one run, scripts/device-bwd.sh VARIANTS):
+  // 0 the default below; 1, 2: dQ deferred by one step (kPipe 1, 2) at d64 and d128; 3: the in-step dQ (v4).
+  static const int variant = [] {
+    const char* e = std::getenv("LIBFLASH_BWD_SM90_VARIANT");
+    return e == nullptr ? 0 : std::atoi(e);
+  }();
   if (use_wgmma && (d == 128 || (d == 64 && m128_ok)) && cuda::compute_capability(p.device_id) == 90) {
     // Two warpgroups per CTA, dQ by fp32 atomics, dP/dV overlapping the softmax: the fastest of the
     // variants timed (one warpgroup per CTA 0.62x at d128, bulk reduce-adds for dQ 0.98-1.0x).
-    if (d == 64)
-      return bf16 ? launch_bwd_sm90<64, 128, 2, false, true, DType::BF16>(p)
-                  : launch_bwd_sm90<64, 128, 2, false, true, DType::FP16>(p);
-    return bf16 ? launch_bwd_sm90<128, 64, 2, false, true, DType::BF16>(p)
-                : launch_bwd_sm90<128, 64, 2, false, true, DType::FP16>(p);
+    // Deterministic mode keeps the in-step dQ (its counters order the adds per step).
+    const int pipe = p.deterministic || variant == 3 ? 0 : variant == 1 || variant == 2 ? variant : 0;
+#define FLASH_BWD_SM90_LAUNCH(D, BM, PIPE)                                  \
+  return bf16 ? launch_bwd_sm90<D, BM, 2, false, true, DType::BF16, PIPE>(p) \
+              : launch_bwd_sm90<D, BM, 2, false, true, DType::FP16, PIPE>(p)
+    if (d == 64) {
+      if (pipe == 1) FLASH_BWD_SM90_LAUNCH(64, 128, 1);
+      if (pipe == 2) FLASH_BWD_SM90_LAUNCH(64, 128, 2);
+      FLASH_BWD_SM90_LAUNCH(64, 128, 0);
+    }
+    if (pipe == 1) FLASH_BWD_SM90_LAUNCH(128, 64, 1);
+    if (pipe == 2) FLASH_BWD_SM90_LAUNCH(128, 64, 2);
+    FLASH_BWD_SM90_LAUNCH(128, 64, 0);
+#undef FLASH_BWD_SM90_LAUNCH
   }
 #endif
   switch (d) {

@@ -130,14 +130,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // (0: none). kTmaStoreO_: the epilogue writes O to a shared staging tile (64 rows per warpgroup, 128-byte
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
-// kOverlapEpilogue_: with two Q buffers, the next tile's first S = Q K^T is issued before this tile's O
-// is written, so the tensor cores work through the epilogue (perf-log v8).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, bool kTmaStoreO_ = false, bool kOverlapEpilogue_ = true>
+          int kPolyEvery_ = 0, bool kTmaStoreO_ = false>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
-  static constexpr bool kOverlapEpilogue = kOverlapEpilogue_;
   static_assert(!(kTmaStoreO_ && kSparse_), "the staging tile sits where block-sparse schedules go");
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
@@ -183,7 +180,6 @@ struct KeyBlocks {
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
 
-  KeyBlocks() = default;
   __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule) {
     const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
     const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
@@ -442,283 +438,134 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
     if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
-    // The current tile: set by begin_tile, which also issues its S_0.
     int it = 0, tile_iter = 0;
-    int q_slot = 0, q_begin = 0, q_rows = 0, tile_b = 0, tile_h = 0;
-    uint32_t q_wg = 0;  // this warpgroup's 64 rows of page 0 of the tile's Q buffer
-    KeyBlocks<kBlockN, K::kSparse> blocks;
-    int n = -1;         // the key block whose S is in flight or just done; -1: none
-    int s_prev = 0;     // ring slot and phase of the previous key block (its V is the next P V's)
-    uint32_t phase_prev = 0;
-
-    float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
-    // (The accumulators and P are declared inside the tile loop, passed to these lambdas: declared out
-    // here, S's registers stayed live from one tile's last S to the next one's first -- the wgmma reads
-    // its accumulator operand -- and d64's 160-register consumers spilled 564 bytes.)
-
-    // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
-    auto issue_s = [&](float (&acc_s)[K::kSRegs], int s) {
-      const uint32_t k_s = k_smem0 + s * K::kKVBytes;
-#pragma unroll
-      for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
-      {
-        const uint64_t da = wg::desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
-        const uint64_t db = wg::desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
-        if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
-        else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
-      }
-      wg::commit();
-    };
-    // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
-    // (the N direction) kBlockN * 128 bytes apart.
-    auto issue_pv = [&](float (&acc_o)[K::kORegs], uint32_t (&p_frag)[kBlockN / 16][4], int s) {
-      const uint32_t v_s = v_smem0 + s * K::kKVBytes;
-#pragma unroll
-      for (int kc = 0; kc < kBlockN / 16; ++kc)
-        wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
-      wg::commit();
-    };
-    // Element mask, only where the block crosses the sequence end or a window edge.
-    auto mask = [&](float (&sv)[K::kSRegs], int n) {
-      if (!blocks.needs_mask(p, n, q_begin, q_begin + q_rows - 1)) return;
-      const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
-        const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
-        int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
-        hi = hi > p.seqlen_k ? p.seqlen_k : hi;
-        const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
-        const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * i + e;
-            if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-          }
-      }
-    };
-    // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
-    // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
-    // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
-    // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
-    auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
-      float max_new[2];
-      bool max_moved = false;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float m = kNegInf;
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        max_new[r] = fmaxf(row_max[r], m);
-        max_moved |= max_new[r] != row_max[r];
-      }
-      const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
-        const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i) {
-          constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
-          const bool fma_pipe = K::kPolyEvery > 0 && i % kEvery == kEvery - 1;
-          const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
-          const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
-          const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);
-          const float p1 = fma_pipe ? exp2_fma(x1) : exp2f(x1);
-          sum += p0 + p1;
-          sv[4 * i + 2 * r] = p0;
-          sv[4 * i + 2 * r + 1] = p1;
-        }
-        corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
-        row_sum[r] = row_sum[r] * corr[r] + sum;
-        row_max[r] = max_new[r];
-      }
-      return rescale;
-    };
-
-    // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
-    // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
-    auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
-#pragma unroll
-      for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
-    };
-
-    // Takes tile tile_iter from the producer; false when the producer handed over the end marker instead.
-    auto fetch_tile = [&]() -> bool {
-      q_slot = tile_iter % K::kQStages;
+    for (;; ++tile_iter) {
+      const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
       mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[q_slot];
-      if (x >= args.num_tiles) return false;
+      if (x >= args.num_tiles) break;
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       const Tile tile(args, x);
-      q_begin = tile.m_block * kBlockM;
-      q_rows = min(kBlockM, p.seqlen_q - q_begin);
-      tile_b = tile.b;
-      tile_h = tile.h;
-      blocks = KeyBlocks<kBlockN, K::kSparse>(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
-      q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;
-      n = blocks.next();
-      return true;
-    };
+      const int q_begin = tile.m_block * kBlockM;
+      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
 
-    // Epilogue, in two parts. finish_o: O /= l packed to the input dtype, and LSE = m * scale + ln(l) (-inf
-    // for a row that saw no key), into plain registers; then O, m and l are reset for the next tile. It
-    // runs right after the tile's last P V, before any other wgmma is issued: ptxas injected a wait
-    // (C7517) when the accumulators were read with the next tile's S_0 in flight.
-    uint32_t o_out[K::kORegs / 2];  // O's (row g + 8r, columns 8i + 2t, +1) at [2i + r]
-    float lse_out[2];
-    auto finish_o = [&](const float (&acc_o)[K::kORegs]) {
-      const float scale = fabsf(p.scale);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        lse_out[r] = sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
-#pragma unroll
-        for (int i = 0; i < K::kHeadDim / 8; ++i)
-          o_out[2 * i + r] = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
-        row_max[r] = kNegInf;
-        row_sum[r] = 0.f;
-      }
-    };
-    // store_o: the finished tile (rows [e_begin, e_begin + e_rows) of (b, h)) to global memory, straight
-    // from registers (a quad writes 16 contiguous bytes per row per n8 tile) or through the staging tile
-    // and a TMA store.
-    auto store_o = [&](int b, int h, int e_begin, int e_rows) {
-      // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it.
-      const uint32_t o_stage = v_smem0 + kStages * K::kKVBytes + wg * 64 * K::kHeadDim * 2;
-      if constexpr (K::kTmaStoreO) {
-        // The previous tile's store must have read the staging tile before it is written again.
-        if (tid == 0) wg::bulk_wait_read();
-        named_sync(4 + wg, 128);
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = wg * 64 + row_in_wg + 8 * r;
-        if constexpr (K::kTmaStoreO) {
-          // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
-          const int wrow = row_in_wg + 8 * r;
-#pragma unroll
-          for (int i = 0; i < K::kHeadDim / 8; ++i)
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
-                         "r"(o_out[2 * i + r]));
-        }
-        if (row < e_rows) {
-          if constexpr (!K::kTmaStoreO) {
-            using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
-            T* o_row = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-                       int64_t(e_begin + row) * p.o_row_stride + 2 * t;
-#pragma unroll
-            for (int i = 0; i < K::kHeadDim / 8; ++i) *reinterpret_cast<uint32_t*>(o_row + 8 * i) = o_out[2 * i + r];
-          }
-          if (p.lse != nullptr && t == 0)
-            p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + int64_t(e_begin + row) * p.lse_row_stride] = lse_out[r];
-        }
-      }
-      if constexpr (K::kTmaStoreO) {
-        // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
-        // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
-        wg::fence_proxy_async();
-        named_sync(4 + wg, 128);
-        if (tid == 0) {
-          int c[4];
-#pragma unroll
-          for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, e_begin + wg * 64, h, b);
-            tma_store_4d(&args.to, o_stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
-          }
-          wg::bulk_commit();
-        }
-      }
-    };
-
-    auto epilogue_fused = [&](const float (&acc_o)[K::kORegs], int b, int h, int e_begin, int e_rows) {
-      const float scale = fabsf(p.scale);
-      const uint32_t o_stage = v_smem0 + kStages * K::kKVBytes + wg * 64 * K::kHeadDim * 2;
-      if constexpr (K::kTmaStoreO) {
-        if (tid == 0) wg::bulk_wait_read();
-        named_sync(4 + wg, 128);
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = row_sum[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int row = wg * 64 + row_in_wg + 8 * r;
-        if constexpr (K::kTmaStoreO) {
-          const int wrow = row_in_wg + 8 * r;
-#pragma unroll
-          for (int i = 0; i < K::kHeadDim / 8; ++i)
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
-                         "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
-        }
-        if (row < e_rows) {
-          if constexpr (!K::kTmaStoreO) {
-            using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
-            T* o_row = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride +
-                       int64_t(e_begin + row) * p.o_row_stride + 2 * t;
-#pragma unroll
-            for (int i = 0; i < K::kHeadDim / 8; ++i)
-              *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
-          }
-          if (p.lse != nullptr && t == 0)
-            p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + int64_t(e_begin + row) * p.lse_row_stride] =
-                sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
-        }
-        row_max[r] = kNegInf;
-        row_sum[r] = 0.f;
-      }
-      if constexpr (K::kTmaStoreO) {
-        wg::fence_proxy_async();
-        named_sync(4 + wg, 128);
-        if (tid == 0) {
-          int c[4];
-#pragma unroll
-          for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, e_begin + wg * 64, h, b);
-            tma_store_4d(&args.to, o_stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
-          }
-          wg::bulk_commit();
-        }
-      }
-    };
-
-    // One pass per tile: issue the tile's S_0 (its Q is in place), write the previous tile's O while it
-    // runs (two Q buffers; with one, Q_{i+1} only starts loading when tile i's last S is done, so that
-    // epilogue went first, before the fetch, to cover the load), then the tile's key blocks. The wgmma is
-    // issued at this one place, and waited for in the same pass: with two issue sites (before the loop
-    // and at its end) ptxas copied the in-flight accumulators at the back edge (C7517 waits, spills).
-    bool have_tile = fetch_tile();
-    int e_b = 0, e_h = 0, e_begin = 0, e_rows = 0;  // the tile whose epilogue is pending
-    bool epilogue_pending = false;
-    for (;;) {
       float acc_o[K::kORegs];
 #pragma unroll
       for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
+      float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
-      if (have_tile && n >= 0) {
-        // S_0, then the previous tile's O written while it runs, then S_0's softmax. (Issue and wait in
-        // one branch: split over two, ptxas serialised the wgmmas, C7518.)
-        s_prev = it % kStages;
-        phase_prev = (it / kStages) & 1;
+
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
+      auto issue_s = [&](int s) {
+        const uint32_t k_s = k_smem0 + s * K::kKVBytes;
+#pragma unroll
+        for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
+        {
+          const uint64_t da = wg::desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
+          const uint64_t db = wg::desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
+          if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
+          else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
+        }
+        wg::commit();
+      };
+      // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
+      // (the N direction) kBlockN * 128 bytes apart.
+      auto issue_pv = [&](int s) {
+        const uint32_t v_s = v_smem0 + s * K::kKVBytes;
+#pragma unroll
+        for (int kc = 0; kc < kBlockN / 16; ++kc)
+          wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
+        wg::commit();
+      };
+      // Element mask, only where the block crosses the sequence end or a window edge.
+      auto mask = [&](float (&sv)[K::kSRegs], int n) {
+        if (!blocks.needs_mask(p, n, q_begin, q_begin + q_rows - 1)) return;
+        const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
+          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
+          hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+          const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
+          const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * i + e;
+              if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+            }
+        }
+      };
+      // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
+      // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
+      // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
+      // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
+      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
+        float max_new[2];
+        bool max_moved = false;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float m = kNegInf;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          max_new[r] = fmaxf(row_max[r], m);
+          max_moved |= max_new[r] != row_max[r];
+        }
+        const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
+          const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+          float sum = 0.f;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i) {
+            constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
+            const bool fma_pipe = K::kPolyEvery > 0 && i % kEvery == kEvery - 1;
+            const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
+            const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
+            const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);
+            const float p1 = fma_pipe ? exp2_fma(x1) : exp2f(x1);
+            sum += p0 + p1;
+            sv[4 * i + 2 * r] = p0;
+            sv[4 * i + 2 * r + 1] = p1;
+          }
+          corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
+          row_sum[r] = row_sum[r] * corr[r] + sum;
+          row_max[r] = max_new[r];
+        }
+        return rescale;
+      };
+
+      // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
+      // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
+      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
+      };
+      // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
+      // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
+      // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
+      auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
+      int n = blocks.next();
+      if (n >= 0) {
+        // Prologue: S_0 and its softmax.
+        int s_prev = it % kStages;
+        uint32_t phase_prev = (it / kStages) & 1;
         mbar_wait(k_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
         wg::fence();
-        issue_s(acc_s, s_prev);
+        issue_s(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-        if (epilogue_pending) store_o(e_b, e_h, e_begin, e_rows);
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
@@ -739,8 +586,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(v_full(s_prev), phase_prev);
           named_sync(1 + wg, 256);
           wg::fence();
-          issue_s(acc_s, s);
-          issue_pv(acc_o, p_frag, s_prev);
+          issue_s(s);
+          issue_pv(s_prev);
           named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
@@ -772,16 +619,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           s_prev = s;
           phase_prev = phase;
         }
-        // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: give
-        // them back now (every thread arrives -- q_empty counts them all -- so each thread's own loads are
-        // ordered before the producer's next stores there; racecheck does not follow a __syncwarp and one
-        // lane's arrive), and the producer loads the next tile's Q while the last P V and the epilogue run.
-        mbar_arrive(q_empty(q_slot));
+        // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
+        // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
+        // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
+        release_q();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
         wg::fence();
-        issue_pv(acc_o, p_frag, s_prev);
+        issue_pv(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wg::wait<0>();
         wg::fence_regs(acc_o);
@@ -789,19 +635,64 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         __syncwarp();
         if (lane == 0) mbar_arrive(v_empty(s_prev));
       } else {
-        if (epilogue_pending) store_o(e_b, e_h, e_begin, e_rows);
-        if (!have_tile) break;
-        mbar_arrive(q_empty(q_slot));  // no key block: nothing read Q_i
+        release_q();  // no key block: nothing read Q_i
       }
-      if constexpr (K::kQStages == 2 && K::kOverlapEpilogue) finish_o(acc_o);
-      e_b = tile_b, e_h = tile_h, e_begin = q_begin, e_rows = q_rows;
-      ++tile_iter;
-      if constexpr (K::kQStages == 2 && K::kOverlapEpilogue) {
-        epilogue_pending = true;
-      } else {
-        epilogue_fused(acc_o, e_b, e_h, e_begin, e_rows);
+
+      // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
+      // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
+      // row that saw no key.
+      const float scale = fabsf(p.scale);
+      // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it.
+      const uint32_t o_stage = v_smem0 + kStages * K::kKVBytes + wg * 64 * K::kHeadDim * 2;
+      if constexpr (K::kTmaStoreO) {
+        // The previous tile's store must have read the staging tile before it is written again.
+        if (tid == 0) wg::bulk_wait_read();
+        named_sync(4 + wg, 128);
       }
-      have_tile = fetch_tile();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int row = wg * 64 + row_in_wg + 8 * r;
+        if constexpr (K::kTmaStoreO) {
+          // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
+          const int wrow = row_in_wg + 8 * r;
+#pragma unroll
+          for (int i = 0; i < K::kHeadDim / 8; ++i)
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
+                         "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
+        }
+        if (row < q_rows) {
+          if constexpr (!K::kTmaStoreO) {
+            using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
+            T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
+                       int64_t(q_begin + row) * p.o_row_stride + 2 * t;
+#pragma unroll
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+              *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
+          }
+          if (p.lse != nullptr && t == 0)
+            p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + int64_t(q_begin + row) * p.lse_row_stride] =
+                sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
+        }
+      }
+      if constexpr (K::kTmaStoreO) {
+        // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
+        // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
+        wg::fence_proxy_async();
+        named_sync(4 + wg, 128);
+        if (tid == 0) {
+          int c[4];
+#pragma unroll
+          for (int pg = 0; pg < K::kPages; ++pg) {
+            tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
+            tma_store_4d(&args.to, o_stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
+          }
+          wg::bulk_commit();
+        }
+      }
     }
     if constexpr (K::kTmaStoreO)
       if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes

@@ -8,7 +8,8 @@
 #   tests   the sm80 backward GPU tests (TEST_FILTER), once per TEST_VARIANTS entry (default "0"), the
 #           entries run concurrently (LIBFLASH_BWD_SM90_VARIANT=v; 0 = the default kernels)
 #   bench   fa-bench --mode ${MODES:-fwd,fwd_bwd,bwd} --algo sm80 on the standard grid (d64/d128, causal and not),
-#           then --mode bwd once per VARIANTS entry (LIBFLASH_BWD_SM90_VARIANT=v), back to back
+#           (MODES=none: skipped), then --mode bwd once per VARIANTS entry (LIBFLASH_BWD_SM90_VARIANT=v; 'v.x' names a
+#           repeat), back to back
 #   fwdbwd  issue 8's figure: fa-bench --mode fwd_bwd --algo sm90 (Hopper forward + this backward)
 #   peers   PyTorch SDPA flash fwd_bwd (and fwd) in the same run
 #   ncu     Nsight Compute of the d64 main kernel (seqlen 4096, batch 4, 32 heads), once per NCU_VARIANTS entry;
@@ -22,7 +23,7 @@ R=$OUT/r
 PHASES=${PHASES:-build tests bench peers table}
 start=$(date +%s)
 t() { echo "[$(( $(date +%s) - start )) s] $*"; }
-B="build-h100/cli/fa-bench run --grid standard --dtype bf16 --head-dim 64,128 --mask none;causal --warmup 3 --reps 20 --no-progress"
+B="build-h100/cli/fa-bench run --grid standard --dtype bf16 --mask none;causal --warmup 3 --reps 20 --no-progress"
 for phase in $PHASES; do
   case $phase in
     build)
@@ -47,20 +48,24 @@ for phase in $PHASES; do
       t tests done
       ;;
     bench)
-      timeout 150 $B --algo sm80 --mode ${MODES:-fwd,fwd_bwd,bwd} --json $R/fa-bench-h100-bwd.json > $R/bench.log 2>&1
-      echo "bench rc=$?"
+      if [ "${MODES:-}" != none ]; then
+        timeout 150 $B --head-dim 64,128 --algo sm80 --mode ${MODES:-fwd,fwd_bwd,bwd} --json $R/fa-bench-h100-bwd.json > $R/bench.log 2>&1
+        echo "bench rc=$?"
+      fi
       for v in $VARIANTS; do
-        LIBFLASH_BWD_SM90_VARIANT=${v%%.*} timeout 90 $B --algo sm80 --mode bwd --json $R/fa-bench-h100-bwd-x$v.json > $R/bench-x$v.log 2>&1
-        echo "bench x$v rc=$?"
+        hd=64,128; case $v in 4*|5*|6*) hd=64;; esac  # (the kExpEmu variants are d64-only)
+        LIBFLASH_BWD_SM90_VARIANT=${v%%.*} timeout 90 $B --head-dim $hd --algo sm80 --mode bwd \
+          --json $R/fa-bench-h100-bwd-x$v.json > $R/bench-x$v.log 2>&1
+        echo "bench x$v rc=$? ($(( $(date +%s) - start )) s)"
       done
       if [ -n "$OLD" ]; then
-        LIBFLASH_BWD_WGMMA=0 timeout 90 $B --algo sm80 --mode bwd --json $R/fa-bench-h100-bwd-mmasync.json > $R/bench-old.log 2>&1
+        LIBFLASH_BWD_WGMMA=0 timeout 90 $B --head-dim 64,128 --algo sm80 --mode bwd --json $R/fa-bench-h100-bwd-mmasync.json > $R/bench-old.log 2>&1
         echo "bench old rc=$?"
       fi
       t bench done
       ;;
     fwdbwd)
-      LIBFLASH_BWD_SM90_VARIANT=${FWDBWD_VARIANT:-0} timeout 200 $B --algo sm90 --mode fwd_bwd \
+      LIBFLASH_BWD_SM90_VARIANT=${FWDBWD_VARIANT:-0} timeout 200 $B --head-dim 64,128 --algo sm90 --mode fwd_bwd \
         --json $R/fa-bench-h100-sm90-fwdbwd.json > $R/fa-bench-sm90-fwdbwd.log 2>&1
       echo "fwdbwd rc=$?"
       t fwdbwd done

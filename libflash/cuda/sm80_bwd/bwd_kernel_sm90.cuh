@@ -36,7 +36,10 @@ namespace flash::sm80_bwd {
 // step i+1: 1 = at its top, in front of S^T and dP^T (its adds run while those are on the tensor cores);
 // 2 = after dS^T, in front of dK (its adds run while dK is on the tensor cores; fewer live registers).
 // 0: dQ in its own step after a second barrier (v4). Deterministic mode never takes kPipe (sm80_bwd.cpp).
-template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_, int kPipe_ = 0>
+// kExpEmu: every kExpEmu-th n8 tile of P^T takes exp2 on the FMA pipe (exp2_fma) instead of the SFU (MUFU,
+// 16 per clock per SM: 1024 cycles of a d64 step's 16384 exp2), so that both pipes share the softmax; 0 = none.
+template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_, int kPipe_ = 0,
+          int kExpEmu_ = 0>
 struct BwdTraits90 {
   static constexpr DType kDType = kDType_;
   static constexpr int kD = kHeadDim;
@@ -44,7 +47,7 @@ struct BwdTraits90 {
   static constexpr int kBlockM = kBlockM_, kBlockN = 64 * kWGs, kWarps = 4 * kWGs, kThreads = 128 * kWGs;
   static constexpr int kQStages = 2, kMinBlocks = kWGs == 1 ? 2 : 1;
   static constexpr bool kBulkDQ = kBulkDQ_, kOverlap = kOverlap_;
-  static constexpr int kPipe = kPipe_;
+  static constexpr int kPipe = kPipe_, kExpEmu = kExpEmu_;
   static_assert(!kPipe || (kWGs == 2 && !kBulkDQ && kOverlap), "pipelined dQ: 2 warpgroups, atomics, overlap");
   static constexpr int kDSBufs = kPipe ? 2 : 1;
   static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
@@ -68,6 +71,21 @@ struct BwdTraits90 {
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
 };
 
+
+// 2^x on the FMA pipe, for x <= 0 (the exponents of P; -inf and x < -126 give exactly 0, as MUFU.EX2 with ftz
+// does): round x to the nearest integer n with the 1.5 * 2^23 trick, 2^(x - n) on [-0.5, 0.5] by a degree-4
+// polynomial (relative-error least squares, max 2.7e-6 relative: far below bf16/fp16 rounding), n added to
+// the exponent field.
+__device__ __forceinline__ float exp2_fma(float x) {
+  const float t = x + 12582912.f;                  // 1.5 * 2^23: the low mantissa bits of t hold n = round(x)
+  const float f = x - (t - 12582912.f);            // x - n in [-0.5, 0.5]
+  float q = fmaf(0.00956051052f, f, 0.0559170395f);
+  q = fmaf(q, f, 0.240249813f);
+  q = fmaf(q, f, 0.69312197f);
+  q = fmaf(q, f, 0.999999166f);
+  const float r = __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));  // q * 2^n
+  return x < -126.f ? 0.f : r;
+}
 
 // dQ = dS K_j for this warpgroup's 64 x 64 pieces: piece c is rows 64 (c / (kD / 64)) and columns 64 (c % (kD / 64))
 // of the dQ tile; warpgroup w computes pieces w, w + kWGs, ... (dS^T at ds: [key][query], 128-byte rows).
@@ -231,7 +249,8 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float pv = exp2f(s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
+          const float x = s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x);
+          float pv = (K::kExpEmu && nt % (K::kExpEmu ? K::kExpEmu : 1) == K::kExpEmu - 1) ? exp2_fma(x) : exp2f(x);
           if (need_mask) {
             const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + p.diag_offset;
             const bool vis = warp_visible && key < p.seqlen_k && (p.window_left < 0 || key >= diag - p.window_left) &&
@@ -428,15 +447,16 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #endif
 }
 
-template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe>
+template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, int kExpEmu>
 int32_t launch_bwd_sm90(const BwdParams& p) {
-  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType, kPipe>;
+  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType, kPipe, kExpEmu>;
   return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
 }  // namespace flash::sm80_bwd
 
-// One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, false)
-#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE)                          \
-  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE>( \
+// One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, 0, 0)
+#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE, EXP_EMU)                    \
+  template int32_t                                                                                                  \
+  flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE, EXP_EMU>(         \
       const flash::BwdParams&);

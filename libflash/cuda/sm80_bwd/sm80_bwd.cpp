@@ -92,7 +92,8 @@ int32_t run(const BwdParams& p) {
   // d64 steps over 128 query rows: block-sparse masks need block_m a multiple of 128 there.
   const bool m128_ok = !p.has_block_mask || p.block_mask.block_m % 128 == 0;
   // LIBFLASH_BWD_SM90_VARIANT (development: time candidates in one run, scripts/device-bwd.sh VARIANTS):
-  // 0 the default below; 1, 2: dQ deferred by one step (kPipe 1, 2) at d64 and d128; 3: the in-step dQ (v4).
+  // 0 the default below; 1, 2: dQ deferred by one step (kPipe 1, 2) at d64 and d128; 3: the in-step dQ (v4);
+  // d64 only: 4, 5: kPipe 2 with every 4th / 2nd n8 tile's exp2 on the FMA pipe (kExpEmu 4, 2); 6: kPipe 0, kExpEmu 4.
   static const int variant = [] {
     const char* e = std::getenv("LIBFLASH_BWD_SM90_VARIANT");
     return e == nullptr ? 0 : std::atoi(e);
@@ -101,18 +102,21 @@ int32_t run(const BwdParams& p) {
     // Two warpgroups per CTA, dQ by fp32 atomics, dP/dV overlapping the softmax: the fastest of the
     // variants timed (one warpgroup per CTA 0.62x at d128, bulk reduce-adds for dQ 0.98-1.0x).
     // Deterministic mode keeps the in-step dQ (its counters order the adds per step).
-    const int pipe = p.deterministic || variant == 3 ? 0 : variant == 1 || variant == 2 ? variant : 0;
-#define FLASH_BWD_SM90_LAUNCH(D, BM, PIPE)                                  \
-  return bf16 ? launch_bwd_sm90<D, BM, 2, false, true, DType::BF16, PIPE>(p) \
-              : launch_bwd_sm90<D, BM, 2, false, true, DType::FP16, PIPE>(p)
+    const int pipe = p.deterministic || variant == 3 || variant == 6 ? 0 : variant == 1 ? 1 : variant == 2 || variant == 4 || variant == 5 ? 2 : 0;
+#define FLASH_BWD_SM90_LAUNCH(D, BM, PIPE, EMU)                                  \
+  return bf16 ? launch_bwd_sm90<D, BM, 2, false, true, DType::BF16, PIPE, EMU>(p) \
+              : launch_bwd_sm90<D, BM, 2, false, true, DType::FP16, PIPE, EMU>(p)
     if (d == 64) {
-      if (pipe == 1) FLASH_BWD_SM90_LAUNCH(64, 128, 1);
-      if (pipe == 2) FLASH_BWD_SM90_LAUNCH(64, 128, 2);
-      FLASH_BWD_SM90_LAUNCH(64, 128, 0);
+      if (variant == 6) FLASH_BWD_SM90_LAUNCH(64, 128, 0, 4);
+      if (pipe == 2 && variant == 4) FLASH_BWD_SM90_LAUNCH(64, 128, 2, 4);
+      if (pipe == 2 && variant == 5) FLASH_BWD_SM90_LAUNCH(64, 128, 2, 2);
+      if (pipe == 1) FLASH_BWD_SM90_LAUNCH(64, 128, 1, 0);
+      if (pipe == 2) FLASH_BWD_SM90_LAUNCH(64, 128, 2, 0);
+      FLASH_BWD_SM90_LAUNCH(64, 128, 0, 0);
     }
-    if (pipe == 1) FLASH_BWD_SM90_LAUNCH(128, 64, 1);
-    if (pipe == 2) FLASH_BWD_SM90_LAUNCH(128, 64, 2);
-    FLASH_BWD_SM90_LAUNCH(128, 64, 0);
+    if (pipe == 1) FLASH_BWD_SM90_LAUNCH(128, 64, 1, 0);
+    if (pipe == 2) FLASH_BWD_SM90_LAUNCH(128, 64, 2, 0);
+    FLASH_BWD_SM90_LAUNCH(128, 64, 0, 0);
 #undef FLASH_BWD_SM90_LAUNCH
   }
 #endif

@@ -6,7 +6,8 @@
 # PHASES (default "build tests bench peers table"):
 #   build   cmake + ninja (sm_90a), ptxas lines of the backward main kernels
 #   tests   the sm80 backward GPU tests (TEST_FILTER), once per TEST_VARIANTS entry (default "0"), the
-#           entries run concurrently (LIBFLASH_BWD_SM90_VARIANT=v; 0 = the default kernels)
+#           entries (and TEST_SHARDS gtest shards of each, default 4) run concurrently
+#           (LIBFLASH_BWD_SM90_VARIANT=v; 0 = the default kernels)
 #   bench   fa-bench --mode ${MODES:-fwd,fwd_bwd,bwd} --algo sm80 on the standard grid (d64/d128, causal and not),
 #           (MODES=none: skipped), then --mode bwd once per VARIANTS entry (LIBFLASH_BWD_SM90_VARIANT=v; 'v.x' names a
 #           repeat), back to back
@@ -36,13 +37,19 @@ for phase in $PHASES; do
       nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
       ;;
     tests)
+      # (each variant's tests in TEST_SHARDS concurrent gtest shards: the fp64 CPU reference dominates)
+      n=${TEST_SHARDS:-4}
       for v in ${TEST_VARIANTS:-0}; do
-        LIBFLASH_BWD_SM90_VARIANT=$v timeout ${TEST_TIMEOUT:-200} build-h100/tests/flash_gpu_tests --gtest_brief=1 \
-          --gtest_filter="${TEST_FILTER:-*Backward*sm80*:*GpuBackward*/sm80}" > $R/tests-v$v.log 2>&1 &
+        for k in $(seq 0 $((n - 1))); do
+          GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$k LIBFLASH_BWD_SM90_VARIANT=$v timeout ${TEST_TIMEOUT:-200} \
+            build-h100/tests/flash_gpu_tests --gtest_brief=1 \
+            --gtest_filter="${TEST_FILTER:-*Backward*sm80*:*GpuBackward*/sm80}" > $R/tests-v$v-s$k.log 2>&1 &
+        done
       done
       wait
       for v in ${TEST_VARIANTS:-0}; do
-        echo "tests variant $v: $(grep -E '^\[  (PASSED|FAILED) ' $R/tests-v$v.log | tr '\n' ' ')"
+        cat $R/tests-v$v-s*.log > $R/tests-v$v.log && rm $R/tests-v$v-s*.log
+        echo "tests variant $v ($n shards): $(grep -E '^\[  (PASSED|FAILED) ' $R/tests-v$v.log | tr '\n' ' ')"
         grep -E "^\[  FAILED|Failure" $R/tests-v$v.log | head -8
       done
       t tests done
@@ -53,7 +60,7 @@ for phase in $PHASES; do
         echo "bench rc=$?"
       fi
       for v in $VARIANTS; do
-        hd=64,128; case $v in 4*|5*|6*) hd=64;; esac  # (the kExpEmu variants are d64-only)
+        hd=${VAR_HDIMS:-64,128}
         LIBFLASH_BWD_SM90_VARIANT=${v%%.*} timeout 90 $B --head-dim $hd --algo sm80 --mode bwd \
           --json $R/fa-bench-h100-bwd-x$v.json > $R/bench-x$v.log 2>&1
         echo "bench x$v rc=$? ($(( $(date +%s) - start )) s)"

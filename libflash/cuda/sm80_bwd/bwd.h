@@ -17,7 +17,7 @@ int32_t run(const BwdParams& p);
 template <int kHeadDim, int kVariant, DType kDType>
 int32_t launch_bwd(const BwdParams& p);
 // The wgmma main kernel (bwd_kernel_sm90.cuh; sm_90a builds only): head dims 64 and 128 on sm_90 devices.
-template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, int kExpEmu>
+template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, bool kRed>
 int32_t launch_bwd_sm90(const BwdParams& p);
 
 // Tile shapes of the mma.sync main kernel (shared by the host code and the kernels). The wgmma main kernel

@@ -15,7 +15,9 @@
 //   P^T, dS^T in registers (recomputed from the LSE, masked), dS^T also to smem ([key][query])
 //   dV  += P^T dO_i, dK += dS^T Q_i             RS wgmma m64n{d}k16, A from the accumulators, B N-major
 //   dQ_i += dS K_j                              SS wgmma m64n64k16, A = dS M-major, B = K N-major;
-//                                              warpgroup w takes columns 64w.. (d64: warpgroup 0 only)
+//                                              warpgroup w takes 64 x 64 piece w (d64: rows 64w..)
+// v5 (kPipe): step i's dQ is computed and added during step i+1 from a second dS^T buffer, so only one CTA
+// barrier per step remains and the dQ reductions overlap the tensor cores' next work.
 // Shared tiles keep bwd_main's layout: 64-column pages of 128-byte rows, 16-byte chunk ^= row % 8, which
 // is the wgmma 128-byte swizzle (8-row atoms of 1024 bytes; the base is aligned to 1024 here).
 #pragma once
@@ -36,10 +38,10 @@ namespace flash::sm80_bwd {
 // step i+1: 1 = at its top, in front of S^T and dP^T (its adds run while those are on the tensor cores);
 // 2 = after dS^T, in front of dK (its adds run while dK is on the tensor cores; fewer live registers).
 // 0: dQ in its own step after a second barrier (v4). Deterministic mode never takes kPipe (sm80_bwd.cpp).
-// kExpEmu: every kExpEmu-th n8 tile of P^T takes exp2 on the FMA pipe (exp2_fma) instead of the SFU (MUFU,
-// 16 per clock per SM: 1024 cycles of a d64 step's 16384 exp2), so that both pipes share the softmax; 0 = none.
+// kRed: the dQ adds as `red.global.add.v2.f32` (no return value) instead of atomicAdd(float2*), which compiles to
+// `atom.global.add.v2.f32` (ATOMG, a returning atomic: the SM keeps each in flight until L2 answers).
 template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_, int kPipe_ = 0,
-          int kExpEmu_ = 0>
+          bool kRed_ = false>
 struct BwdTraits90 {
   static constexpr DType kDType = kDType_;
   static constexpr int kD = kHeadDim;
@@ -47,7 +49,8 @@ struct BwdTraits90 {
   static constexpr int kBlockM = kBlockM_, kBlockN = 64 * kWGs, kWarps = 4 * kWGs, kThreads = 128 * kWGs;
   static constexpr int kQStages = 2, kMinBlocks = kWGs == 1 ? 2 : 1;
   static constexpr bool kBulkDQ = kBulkDQ_, kOverlap = kOverlap_;
-  static constexpr int kPipe = kPipe_, kExpEmu = kExpEmu_;
+  static constexpr int kPipe = kPipe_;
+  static constexpr bool kRed = kRed_;
   static_assert(!kPipe || (kWGs == 2 && !kBulkDQ && kOverlap), "pipelined dQ: 2 warpgroups, atomics, overlap");
   static constexpr int kDSBufs = kPipe ? 2 : 1;
   static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
@@ -72,19 +75,13 @@ struct BwdTraits90 {
 };
 
 
-// 2^x on the FMA pipe, for x <= 0 (the exponents of P; -inf and x < -126 give exactly 0, as MUFU.EX2 with ftz
-// does): round x to the nearest integer n with the 1.5 * 2^23 trick, 2^(x - n) on [-0.5, 0.5] by a degree-4
-// polynomial (relative-error least squares, max 2.7e-6 relative: far below bf16/fp16 rounding), n added to
-// the exponent field.
-__device__ __forceinline__ float exp2_fma(float x) {
-  const float t = x + 12582912.f;                  // 1.5 * 2^23: the low mantissa bits of t hold n = round(x)
-  const float f = x - (t - 12582912.f);            // x - n in [-0.5, 0.5]
-  float q = fmaf(0.00956051052f, f, 0.0559170395f);
-  q = fmaf(q, f, 0.240249813f);
-  q = fmaf(q, f, 0.69312197f);
-  q = fmaf(q, f, 0.999999166f);
-  const float r = __int_as_float(__float_as_int(q) + (__float_as_int(t) << 23));  // q * 2^n
-  return x < -126.f ? 0.f : r;
+// dst[0, 2) += (a, b) in fp32, one vector reduction (kRed) or atomic.
+template <bool kRed>
+__device__ __forceinline__ void add_v2(float* dst, float a, float b) {
+  if constexpr (kRed)
+    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+  else
+    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
 }
 
 // dQ = dS K_j for this warpgroup's 64 x 64 pieces: piece c is rows 64 (c / (kD / 64)) and columns 64 (c % (kD / 64))
@@ -125,7 +122,7 @@ __device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float* dst = dq_rows + 8 * r * kD + dt * 8;
-        atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]));
+        add_v2<K::kRed>(dst, acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]);
       }
   }
 }
@@ -240,28 +237,36 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
     const bool need_mask = !warp_visible || k0 + kBlockN > p.seqlen_k ||
                            (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + p.diag_offset - p.window_left) ||
                            (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + p.diag_offset + p.window_right);
+    // The mask is applied in a pass of its own (only for the blocks that need it): inside the exp2 loop it
+    // was a branch around ~20 instructions per element (BSSY/BRA/BSYNC on the unmasked path too), which took
+    // about a third of a d64 step (ncu source counters, bwd-s14 run 1).
     float pf[kNS * 4];
     uint32_t pk[kNS][2], dsk[kNS][2];
 #pragma unroll
     for (int nt = 0; nt < kNS; ++nt) {
       const float2 l2 = *reinterpret_cast<const float2*>(lse2_s + nt * 8 + 2 * t);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x);
-          float pv = (K::kExpEmu && nt % (K::kExpEmu ? K::kExpEmu : 1) == K::kExpEmu - 1) ? exp2_fma(x) : exp2f(x);
-          if (need_mask) {
+        for (int e = 0; e < 2; ++e) pf[nt * 4 + 2 * r + e] = exp2f(s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
+    }
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < kNS; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
             const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + p.diag_offset;
             const bool vis = warp_visible && key < p.seqlen_k && (p.window_left < 0 || key >= diag - p.window_left) &&
                              (p.window_right < 0 || key <= diag + p.window_right);
-            if (!vis) pv = 0.f;
+            if (!vis) pf[nt * 4 + 2 * r + e] = 0.f;
           }
-          pf[nt * 4 + 2 * r + e] = pv;
-        }
-        pk[nt][r] = E::pack(pf[nt * 4 + 2 * r], pf[nt * 4 + 2 * r + 1]);
-      }
     }
+#pragma unroll
+    for (int nt = 0; nt < kNS; ++nt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) pk[nt][r] = E::pack(pf[nt * 4 + 2 * r], pf[nt * 4 + 2 * r + 1]);
     const uint64_t dto0 = wg::desc(do_smem, kBlockM * 128), dtq0 = wg::desc(q_smem, kBlockM * 128);
     if constexpr (K::kOverlap) {
       // dV += P^T dO_i now (A from registers, B = dO_i N-major): it runs while dS^T is computed.
@@ -397,7 +402,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             float* dst = dq_rows + 8 * r * kD + dt * 8;
-            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]));
+            add_v2<K::kRed>(dst, acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]);
           }
       }
     }
@@ -447,16 +452,15 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #endif
 }
 
-template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, int kExpEmu>
+template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, bool kRed>
 int32_t launch_bwd_sm90(const BwdParams& p) {
-  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType, kPipe, kExpEmu>;
+  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType, kPipe, kRed>;
   return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
 }  // namespace flash::sm80_bwd
 
-// One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, 0, 0)
-#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE, EXP_EMU)                    \
-  template int32_t                                                                                                  \
-  flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE, EXP_EMU>(         \
+// One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, 2, true)
+#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE, RED)                          \
+  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE, RED>( \
       const flash::BwdParams&);

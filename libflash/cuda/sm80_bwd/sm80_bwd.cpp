@@ -92,31 +92,34 @@ int32_t run(const BwdParams& p) {
   // d64 steps over 128 query rows: block-sparse masks need block_m a multiple of 128 there.
   const bool m128_ok = !p.has_block_mask || p.block_mask.block_m % 128 == 0;
   // LIBFLASH_BWD_SM90_VARIANT (development: time candidates in one run, scripts/device-bwd.sh VARIANTS):
-  // 0 the default below; 1, 2: dQ deferred by one step (kPipe 1, 2) at d64 and d128; 3: the in-step dQ (v4);
-  // d64 only: 4, 5: kPipe 2 with every 4th / 2nd n8 tile's exp2 on the FMA pipe (kExpEmu 4, 2); 6: kPipe 0, kExpEmu 4.
+  // 0 the default below; 3 the in-step dQ (v4's schedule, kPipe 0); bf16 only (fp16 keeps the default):
+  // 7 the default schedule with returning atomics for dQ (kRed off), 8 kPipe 0 with them (v4 + the mask pass).
   static const int variant = [] {
     const char* e = std::getenv("LIBFLASH_BWD_SM90_VARIANT");
     return e == nullptr ? 0 : std::atoi(e);
   }();
   if (use_wgmma && (d == 128 || (d == 64 && m128_ok)) && cuda::compute_capability(p.device_id) == 90) {
-    // Two warpgroups per CTA, dQ by fp32 atomics, dP/dV overlapping the softmax: the fastest of the
-    // variants timed (one warpgroup per CTA 0.62x at d128, bulk reduce-adds for dQ 0.98-1.0x).
+    // Two warpgroups per CTA, dQ by fp32 reductions, dP/dV overlapping the softmax (one warpgroup per CTA was
+    // 0.62x at d128, bulk reduce-adds for dQ 0.98-1.0x), the dQ of step i computed and added during step i+1
+    // (kPipe; d64: at the top of the step, d128: before dK -- each the faster there; docs/perf-log.md v5).
     // Deterministic mode keeps the in-step dQ (its counters order the adds per step).
-    const int pipe = p.deterministic || variant == 3 || variant == 6 ? 0 : variant == 1 ? 1 : variant == 2 || variant == 4 || variant == 5 ? 2 : 0;
-#define FLASH_BWD_SM90_LAUNCH(D, BM, PIPE, EMU)                                  \
-  return bf16 ? launch_bwd_sm90<D, BM, 2, false, true, DType::BF16, PIPE, EMU>(p) \
-              : launch_bwd_sm90<D, BM, 2, false, true, DType::FP16, PIPE, EMU>(p)
-    if (d == 64) {
-      if (variant == 6) FLASH_BWD_SM90_LAUNCH(64, 128, 0, 4);
-      if (pipe == 2 && variant == 4) FLASH_BWD_SM90_LAUNCH(64, 128, 2, 4);
-      if (pipe == 2 && variant == 5) FLASH_BWD_SM90_LAUNCH(64, 128, 2, 2);
-      if (pipe == 1) FLASH_BWD_SM90_LAUNCH(64, 128, 1, 0);
-      if (pipe == 2) FLASH_BWD_SM90_LAUNCH(64, 128, 2, 0);
-      FLASH_BWD_SM90_LAUNCH(64, 128, 0, 0);
+    const bool v4 = p.deterministic || variant == 3 || variant == 8;
+    const bool atom = bf16 && (variant == 7 || variant == 8);
+#define FLASH_BWD_SM90_LAUNCH(D, BM, PIPE, RED)                                  \
+  return bf16 ? launch_bwd_sm90<D, BM, 2, false, true, DType::BF16, PIPE, RED>(p) \
+              : launch_bwd_sm90<D, BM, 2, false, true, DType::FP16, PIPE, RED>(p)
+    if (atom) {  // (bf16 only: the fp16 instantiations of these are not compiled)
+      if (d == 64) return v4 ? launch_bwd_sm90<64, 128, 2, false, true, DType::BF16, 0, false>(p)
+                             : launch_bwd_sm90<64, 128, 2, false, true, DType::BF16, 1, false>(p);
+      return v4 ? launch_bwd_sm90<128, 64, 2, false, true, DType::BF16, 0, false>(p)
+                : launch_bwd_sm90<128, 64, 2, false, true, DType::BF16, 2, false>(p);
     }
-    if (pipe == 1) FLASH_BWD_SM90_LAUNCH(128, 64, 1, 0);
-    if (pipe == 2) FLASH_BWD_SM90_LAUNCH(128, 64, 2, 0);
-    FLASH_BWD_SM90_LAUNCH(128, 64, 0, 0);
+    if (d == 64) {
+      if (v4) FLASH_BWD_SM90_LAUNCH(64, 128, 0, true);
+      FLASH_BWD_SM90_LAUNCH(64, 128, 1, true);
+    }
+    if (v4) FLASH_BWD_SM90_LAUNCH(128, 64, 0, true);
+    FLASH_BWD_SM90_LAUNCH(128, 64, 2, true);
 #undef FLASH_BWD_SM90_LAUNCH
   }
 #endif

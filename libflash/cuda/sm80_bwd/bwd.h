@@ -22,7 +22,8 @@ int32_t launch_bwd_sm90(const BwdParams& p);
 
 // Tile shapes of the mma.sync main kernel (shared by the host code and the kernels). The wgmma main kernel
 // on sm_90 (bwd_kernel_sm90.cuh, BwdTraits90) uses 128 keys per CTA as well, 64 query rows per step at d128
-// and 128 at d64; its shared memory (146 KB at d128, 131 KB at d64) fits every sm_90 device.
+// and 128 at d64; its shared memory (v5, two dS^T buffers: ~162 KB at d64 and d128; 131-146 KB with one, in
+// deterministic mode) fits every sm_90 device (227 KB).
 struct BwdShape {
   int head_dim;
   int variant;    // 0: 8 warps, one CTA per SM; 1: 4 warps, two CTAs per SM   // compiled head dim (a smaller multiple of 8 runs with zero-filled columns)

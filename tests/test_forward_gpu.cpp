@@ -216,7 +216,6 @@ TEST_P(GpuEdges, BlockSparseEveryBlockSize) {
                           {129, 700, 32, FLASH_DTYPE_BF16}, {257, 191, 256, FLASH_DTYPE_BF16},
                           {65, 63, 96, FLASH_DTYPE_FP16}};
   int n = 0;
-  bool ran_64_row_blocks = false;  // sm90 runs 64-row mask blocks (one list per consumer warpgroup)
   for (const Shape& sh : shapes)
     for (int bm : {64, 128})
       for (int bn : {64, 128}) {
@@ -243,9 +242,7 @@ TEST_P(GpuEdges, BlockSparseEveryBlockSize) {
         const Check ch = check_case(c);
         EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " pattern " << pattern
                            << " seed " << base_seed();
-        ran_64_row_blocks |= bm == 64 && bn == 128 && sh.d == 64;
       }
-  if (GetParam() == FLASH_ALGO_SM90) EXPECT_TRUE(ran_64_row_blocks) << "sm90 declined 64 x 128 mask blocks at d64";
 }
 
 TEST_P(GpuEdges, BlockSparseUnsortedRepeatedAndJunkIndices) {

@@ -205,10 +205,10 @@ struct KeyBlocks {
   // `bits` (kLists bitmaps of n_mask_blocks / 32 + 1 words, one bit per mask key block) for the sets. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
-  // One list per consumer warpgroup (kLists of them): a warpgroup's 64 rows always lie inside one mask row
-  // block (block_m a multiple of 64, supports()), a tile's may not (block_m 64, or 192-row tiles). The
-  // schedule is the union, each entry n | visible << kVisibleShift, bit w of `visible` set when warpgroup
-  // w's list has the block. Warpgroups in the same row block share one list load.
+  // kLists == 1: the tile lies in one mask row block; entries are key block indices.
+  // kLists == 3 (three consumer warpgroups, 192-row tiles that span two or three mask row blocks): one
+  // list per warpgroup (64 rows, always inside one mask row block); the schedule is their union, each
+  // entry n | visible << kVisibleShift, bit w of `visible` set when warpgroup w's list has the block.
   template <int kLists>
   __device__ void build_schedule(const FwdParams& p, int b, int h, int64_t q_begin, int32_t* out, uint32_t* bits,
                                  int lane) const {
@@ -222,16 +222,11 @@ struct KeyBlocks {
       const int words = n_mask_blocks / 32 + 1;
       for (int w = lane; w < kLists * words; w += 32) bits[w] = 0u;
       __syncwarp();
-      uint32_t same_as_prev = 0;  // bit l: list l is list l - 1 (same mask row block), not loaded twice
 #pragma unroll
       for (int l = 0; l < kLists; ++l) {
         const int64_t row0 = q_begin + (kLists == 1 ? 0 : 64 * l);
         if (row0 >= p.seqlen_q) continue;  // a warpgroup with no row in the sequence visits nothing
         const int64_t qb = row0 / m.block_m;  // the tile's (or warpgroup's) rows lie in this row block (supports())
-        if (l > 0 && (row0 - 64) / m.block_m == qb) {
-          same_as_prev |= 1u << l;
-          continue;
-        }
         int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
         count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
         const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
@@ -248,12 +243,11 @@ struct KeyBlocks {
         uint32_t visible = 0;
         if (n >= n_lo) {
 #pragma unroll
-          for (int l = 0; l < kLists; ++l)
-            visible |= ((same_as_prev >> l) & 1u ? (visible >> (l - 1)) & 1u : (bits[l * words + (kb >> 5)] >> (kb & 31)) & 1u) << l;
+          for (int l = 0; l < kLists; ++l) visible |= ((bits[l * words + (kb >> 5)] >> (kb & 31)) & 1u) << l;
         }
         const uint32_t ballot = __ballot_sync(0xffffffffu, visible != 0);
         if (visible != 0)
-          out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = n | int(visible << kVisibleShift);
+          out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = kLists == 1 ? n : n | int(visible << kVisibleShift);
         n_out += __popc(ballot);
       }
     }
@@ -395,7 +389,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
         // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
-        constexpr int kLists = K::kConsumers;
+        constexpr int kLists = K::kConsumers == 3 ? 3 : 1;
         if constexpr (K::kSparse && K::kQStages == 1)
           blocks.template build_schedule<kLists>(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
         if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
@@ -584,18 +578,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
       // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
       auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
-      if constexpr (K::kSparse) {
-        // Block-sparse, per-warpgroup lists (build_schedule): every warpgroup walks the union and takes
-        // one ping-pong turn per entry plus the drain turn, so the turns stay in step; it issues matrix
-        // products only for the blocks its own list has. For a block it does not see, it passes the turn
-        // empty and releases the block's K and V slots unread (once full, so the arrivals count toward
-        // this use of the slots). Its pending P V (P_prev, V in ring position it_prev) waits for its next
-        // visible block -- unless the skipped block sits kStages ring positions past it: that block's V
-        // load needs the held slot back, so the P V is issued alone first (holding on would deadlock).
-        // With equal lists (block_m a multiple of the tile) every block is visible and this is the dense
-        // loop's schedule.
+      if constexpr (K::kSparse && K::kConsumers == 3) {
+        // Block-sparse with per-warpgroup lists (build_schedule<3>): every warpgroup walks the union and
+        // takes one ping-pong turn per entry plus the drain turn, so the turns stay in step; it issues
+        // matrix products only for the blocks its own list has. For a block it does not see, it issues its
+        // pending P V alone (or passes the turn empty) and releases the block's K and V slots unread.
+        // A pending P V is never held across a skipped block: the producer needs that V slot back before
+        // it can load a block this warpgroup may be waiting for (with kStages skips in a row, a deadlock).
         bool pending = false, first = true;
-        int s_prev = 0, it_prev = 0;
+        int s_prev = 0;
         uint32_t phase_prev = 0;
         auto pv_alone = [&]() {  // the pending P V in a turn of its own, waited for
           mbar_wait(v_full(s_prev), phase_prev);
@@ -674,10 +665,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             pending = true;
             first = false;
             s_prev = s;
-            it_prev = it;
             phase_prev = phase;
           } else {
-            if (pending && it - it_prev >= kStages) pv_alone();
+            if (pending) pv_alone();
             else empty_turn();
             // Released once full, so the arrivals count toward this use of the slots.
             mbar_wait(k_full(s), phase);

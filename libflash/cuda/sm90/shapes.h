@@ -34,10 +34,9 @@ struct Shape {
 // d64 and d128 write O through a staging tile with TMA stores (run s14-1: d128 +7% at 1k, +3-9% causal;
 // d64 +0-3%); d256 has no room left for one.
 inline constexpr Shape kShapes[] = {{64, 128, 4, 3, true}, {128, 128, 2, 2, true}, {256, 80, 2}};
-// d64 block-sparse keeps two warpgroups: three (192-row tiles over two or three mask row blocks, each
-// warpgroup with its own list) ran random patterns 1.25-1.4x slower (run s14-6, perf-log v9): the tile
-// walks the union of the lists, and a warpgroup's skipped turns break its S / P V overlap.
-inline constexpr Shape kSparseShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
+// d64 block-sparse runs three warpgroups too, each with its own mask row block's list (fwd_kernel.cuh,
+// build_schedule<3>): a 192-row tile spans two or three mask row blocks.
+inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 3}, {128, 128, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and up to three bitmaps over the mask's key

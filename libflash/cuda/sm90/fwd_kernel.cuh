@@ -190,64 +190,44 @@ struct KeyBlocks {
     sched = kSparse ? schedule : nullptr;
   }
 
-  // Schedule entries of per-warpgroup lists: the key block in the low bits, the warpgroups that see it above.
-  static constexpr int kVisibleShift = 24;
-  static constexpr int kBlockIndexMask = (1 << kVisibleShift) - 1;
-
-  // Next key block (in units of kBlockN; block-sparse with per-warpgroup lists: the schedule entry), or
-  // -1 when done.
+  // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
     if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
     return pos < sched[0] ? sched[1 + pos++] : -1;
   }
 
-  // Producer warp (all 32 lanes): the schedule of the tile at rows [q_begin, ...) into `out`, using
-  // `bits` (kLists bitmaps of n_mask_blocks / 32 + 1 words, one bit per mask key block) for the sets. The
+  // Producer warp (all 32 lanes): the schedule of query block m_block (kBlockM rows from q_begin) into
+  // `out`, using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
-  // kLists == 1: the tile lies in one mask row block; entries are key block indices.
-  // kLists == 3 (three consumer warpgroups, 192-row tiles that span two or three mask row blocks): one
-  // list per warpgroup (64 rows, always inside one mask row block); the schedule is their union, each
-  // entry n | visible << kVisibleShift, bit w of `visible` set when warpgroup w's list has the block.
-  template <int kLists>
-  __device__ void build_schedule(const FwdParams& p, int b, int h, int64_t q_begin, int32_t* out, uint32_t* bits,
-                                 int lane) const {
-    // Lane 0 read this buffer (tile i-2's schedule) in the K/V loop; order those reads before any
-    // lane's stores here.
+  __device__ void build_schedule(const FwdParams& p, int b, int h, int m_block, int block_m, int32_t* out,
+                                 uint32_t* bits, int lane) const {
+    // Every lane read this buffer (tile i-2's schedule) in the K/V loop; order those reads before any
+    // lane's stores here. Without it a tile with an empty key range (lo >= hi) stored its count with no
+    // warp barrier since, which is what racecheck reported (perf-log v5, after the last GPU run).
     __syncwarp();
     int n_out = 0;
     if (lo < hi) {
       const BlockMaskParams& m = p.block_mask;
       const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-      const int words = n_mask_blocks / 32 + 1;
-      for (int w = lane; w < kLists * words; w += 32) bits[w] = 0u;
+      for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
       __syncwarp();
-#pragma unroll
-      for (int l = 0; l < kLists; ++l) {
-        const int64_t row0 = q_begin + (kLists == 1 ? 0 : 64 * l);
-        if (row0 >= p.seqlen_q) continue;  // a warpgroup with no row in the sequence visits nothing
-        const int64_t qb = row0 / m.block_m;  // the tile's (or warpgroup's) rows lie in this row block (supports())
-        int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
-        count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
-        const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-        for (int i = lane; i < count; i += 32) {
-          const int32_t kb = list[int64_t(i) * m.idx_stride];
-          if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[l * words + (kb >> 5)], 1u << (kb & 31));
-        }
+      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
+      int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+      const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+      for (int i = lane; i < count; i += 32) {
+        const int32_t kb = list[int64_t(i) * m.idx_stride];
+        if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
       }
       __syncwarp();
       const int sub_per = m.block_n / kBlockN;
       for (int base = cursor; base >= n_lo; base -= 32) {  // lane l looks at block base - l: descending
         const int n = base - lane;
         const int kb = n / sub_per;
-        uint32_t visible = 0;
-        if (n >= n_lo) {
-#pragma unroll
-          for (int l = 0; l < kLists; ++l) visible |= ((bits[l * words + (kb >> 5)] >> (kb & 31)) & 1u) << l;
-        }
-        const uint32_t ballot = __ballot_sync(0xffffffffu, visible != 0);
-        if (visible != 0)
-          out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = kLists == 1 ? n : n | int(visible << kVisibleShift);
+        const bool listed = n >= n_lo && ((bits[kb >> 5] >> (kb & 31)) & 1u);
+        const uint32_t ballot = __ballot_sync(0xffffffffu, listed);
+        if (listed) out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = n;
         n_out += __popc(ballot);
       }
     }
@@ -389,13 +369,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
         // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
-        constexpr int kLists = K::kConsumers == 3 ? 3 : 1;
         if constexpr (K::kSparse && K::kQStages == 1)
-          blocks.template build_schedule<kLists>(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
+          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
         if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
         __syncwarp(K::kSparse ? 0xffffffffu : 1u);
         if constexpr (K::kSparse && K::kQStages == 2)
-          blocks.template build_schedule<kLists>(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
+          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
         // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
         // then Q_i by TMA.
         if (lane == 0) tile_ids[q_slot] = x;
@@ -430,8 +409,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
         if (lane == 0) {
           int v_pending = -1, v_at = 0;
-          for (int e = blocks.next(); e >= 0; e = blocks.next(), ++it) {
-            const int n = e & blocks.kBlockIndexMask;  // (entries of per-warpgroup lists carry who sees them)
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
             const int s = it % kStages;
             mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
             mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
@@ -578,112 +556,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
       // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
       auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
-      if constexpr (K::kSparse && K::kConsumers == 3) {
-        // Block-sparse with per-warpgroup lists (build_schedule<3>): every warpgroup walks the union and
-        // takes one ping-pong turn per entry plus the drain turn, so the turns stay in step; it issues
-        // matrix products only for the blocks its own list has. For a block it does not see, it issues its
-        // pending P V alone (or passes the turn empty) and releases the block's K and V slots unread.
-        // A pending P V is never held across a skipped block: the producer needs that V slot back before
-        // it can load a block this warpgroup may be waiting for (with kStages skips in a row, a deadlock).
-        bool pending = false, first = true;
-        int s_prev = 0;
-        uint32_t phase_prev = 0;
-        auto pv_alone = [&]() {  // the pending P V in a turn of its own, waited for
-          mbar_wait(v_full(s_prev), phase_prev);
-          named_sync(1 + wg, 256);
-          wg::fence();
-          issue_pv(s_prev);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          wg::wait<0>();
-          wg::fence_regs(acc_o);
-          wg::fence_regs(p_frag);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s_prev));
-          pending = false;
-        };
-        auto empty_turn = [&]() {
-          named_sync(1 + wg, 256);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-        };
-        int e = blocks.next();
-        const bool any = e >= 0;
-        for (; e >= 0; e = blocks.next(), ++it) {
-          const int n = e & blocks.kBlockIndexMask;
-          const int s = it % kStages;
-          const uint32_t phase = (it / kStages) & 1;
-          if ((e >> (blocks.kVisibleShift + wg)) & 1) {
-            mbar_wait(k_full(s), phase);
-            float sv[K::kSRegs];
-            float corr[2];
-            bool rescale;
-            // Each branch waits for the wgmmas it issued (waits shared across the two made ptxas
-            // serialise them, C7518).
-            if (pending) {
-              // S_j with the pending P V in one turn, the softmax of S_j while the P V runs (as the dense loop).
-              mbar_wait(v_full(s_prev), phase_prev);
-              named_sync(1 + wg, 256);
-              wg::fence();
-              issue_s(s);
-              issue_pv(s_prev);
-              named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-              wg::wait<1>();
-              __syncwarp();
-              if (lane == 0) mbar_arrive(k_empty(s));
-#pragma unroll
-              for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-              mask(sv, n);
-              rescale = softmax(sv, first, corr);
-              wg::wait<0>();
-              wg::fence_regs(acc_o);
-              wg::fence_regs(p_frag);
-              __syncwarp();
-              if (lane == 0) mbar_arrive(v_empty(s_prev));
-            } else {
-              named_sync(1 + wg, 256);
-              wg::fence();
-              issue_s(s);
-              named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-              wg::wait<0>();
-              wg::fence_regs(acc_s);
-              __syncwarp();
-              if (lane == 0) mbar_arrive(k_empty(s));
-#pragma unroll
-              for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-              mask(sv, n);
-              rescale = softmax(sv, first, corr);
-            }
-            if (rescale) {
-#pragma unroll
-              for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                  acc_o[4 * i + 2 * r] *= corr[r];
-                  acc_o[4 * i + 2 * r + 1] *= corr[r];
-                }
-            }
-            pack_p(sv, p_frag);
-            pending = true;
-            first = false;
-            s_prev = s;
-            phase_prev = phase;
-          } else {
-            if (pending) pv_alone();
-            else empty_turn();
-            // Released once full, so the arrivals count toward this use of the slots.
-            mbar_wait(k_full(s), phase);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(k_empty(s));
-            mbar_wait(v_full(s), phase);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s));
-          }
-        }
-        release_q();
-        if (any) {  // the drain turn
-          if (pending) pv_alone();
-          else empty_turn();
-        }
-      } else {
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
@@ -764,7 +636,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if (lane == 0) mbar_arrive(v_empty(s_prev));
       } else {
         release_q();  // no key block: nothing read Q_i
-      }
       }
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row

@@ -34,17 +34,14 @@ struct Shape {
 // d64 and d128 write O through a staging tile with TMA stores (run s14-1: d128 +7% at 1k, +3-9% causal;
 // d64 +0-3%); d256 has no room left for one.
 inline constexpr Shape kShapes[] = {{64, 128, 4, 3, true}, {128, 128, 2, 2, true}, {256, 80, 2}};
-// d64 block-sparse runs three warpgroups too, each with its own mask row block's list (fwd_kernel.cuh,
-// build_schedule<3>): a 192-row tile spans two or three mask row blocks.
-inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 3}, {128, 128, 2}, {256, 64, 2}};
+inline constexpr Shape kSparseShapes[] = {{64, 128, 4}, {128, 128, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
-// producer builds tile i+1's while the consumers read tile i's) and up to three bitmaps over the mask's key
-// blocks (one per warpgroup list).
+// producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.
 inline int64_t sparse_sched_stride(int64_t seqlen_k, int block_n) { return 1 + (seqlen_k + block_n - 1) / block_n; }
 inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_block_n) {
   const int64_t mask_blocks = (seqlen_k + mask_block_n - 1) / mask_block_n;
-  return (2 * 4 * sparse_sched_stride(seqlen_k, block_n) + 3 * 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
+  return (2 * 4 * sparse_sched_stride(seqlen_k, block_n) + 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
 }
 
 // Tiles of unequal length -- causal-like masks (a right edge, no left edge) and block-sparse ones -- are

@@ -68,13 +68,10 @@ bool supports(const FwdParams& p, std::string* why) {
     *why = "sequence lengths above 2^30 exceed TMA's 32-bit coordinates";
     return false;
   }
-  // A tile's rows must lie in one mask row block -- or, with three consumer warpgroups (per-warpgroup
-  // lists), each warpgroup's 64 rows.
-  const int rows_in_one_block = s.consumers == 3 ? 64 : s.block_m();
-  if (p.has_block_mask && (p.block_mask.block_m % rows_in_one_block != 0 || p.block_mask.block_n % s.block_n != 0)) {
-    *why = "block-sparse masks need block_m a multiple of " + std::to_string(rows_in_one_block) +
-           " and block_n a multiple of " + std::to_string(s.block_n) + " at head_dim " + std::to_string(p.head_dim) +
-           " (mask has " + std::to_string(p.block_mask.block_m) + " x " + std::to_string(p.block_mask.block_n) + ")";
+  if (p.has_block_mask && (p.block_mask.block_m % 128 != 0 || p.block_mask.block_n % s.block_n != 0)) {
+    *why = "block-sparse masks need block_m a multiple of 128 and block_n a multiple of " + std::to_string(s.block_n) +
+           " at head_dim " + std::to_string(p.head_dim) + " (mask has " + std::to_string(p.block_mask.block_m) + " x " +
+           std::to_string(p.block_mask.block_n) + ")";
     return false;
   }
   if (p.has_block_mask) {

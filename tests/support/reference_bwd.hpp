@@ -23,14 +23,17 @@
 // those given inputs move the exact gradients when P is recomputed from the given LSE and
 // D = rowsum(dO o O) from the given O (FlashAttention's formulation):
 //   dL_i = |LSE_given - LSE|,  dD_i = |rowsum(dO o O_given) - D_i|,
-//   r_ij = dL_i + u32 scale |Q_i|.|K_j|                   (relative error of the recomputed P_ij)
-//   t_ij = P_ij (r_ij (|dP_ij - D_i| + |D_i|) + dD_i + u32 (|dO_i|.|V_j| + |dO_i|.|O_i|))
+//   r_ij = dL_i + g_d scale |Q_i|.|K_j|                   (relative error of the recomputed P_ij)
+//   t_ij = P_ij (r_ij (|dP_ij - D_i| + |D_i|) + dD_i + g_d (|dO_i|.|V_j| + |dO_i|.|O_i|))
 //   dv_in = sum_i P_ij r_ij |dO_i|,  dq_in = scale sum_j t_ij |K_j|,  dk_in = scale sum_i t_ij |Q_i|.
-// |D_i| covers D = rowsum(P o dP), as naive has it. The u32 = 2^-24 terms are one fp32 rounding of the
-// magnitudes behind the fp32 dots S_ij, dP_ij and D_i. They matter in fp32 only: there the recomputed
-// S_ij - LSE_i (the LSE came from another summation) and, with D = rowsum(dO o O) (the fused formulation:
-// P is never whole), dP_ij - D_i no longer cancel their roundings the way a materialised softmax does
-// (exactly, for a row that sees a single key, where the exact dS is 0).
+// |D_i| covers D = rowsum(P o dP), as naive has it. The g_d terms are the worst-case fp32 rounding of a
+// dot of d terms (g_d = d u32 / (1 - d u32), u32 = 2^-24) of the magnitudes behind the fp32 dots S_ij,
+// dP_ij and D_i. (One rounding was not enough: a row with a single key, exact dS = 0, gave 2.08x that
+// bound at d = 8 on the mma.sync and wgmma backward alike; seed 8288798731798789772, session 14.) They
+// matter in fp32 only: there the recomputed S_ij - LSE_i (the LSE came from another summation) and, with
+// D = rowsum(dO o O) (the fused formulation: P is never whole), dP_ij - D_i no longer cancel their
+// roundings the way a materialised softmax does (exactly, for a row that sees a single key, where the
+// exact dS is 0).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -121,7 +124,11 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
   const bool sensitivity = !naive && o_given != nullptr && lse_given != nullptr;
   std::vector<double> P(SQ * SK), dP(SQ * SK), dk_h(SK * D), dv_h(SK * D), acc(D), lse(SQ), dL(SQ), dD(SQ), t(SQ * SK),
       rel(SQ * SK);
+  // One fp32 rounding, and the worst-case rounding of an fp32 dot product of D terms (Higham's gamma_D =
+  // D u / (1 - D u), about D u): the fused kernels' S, dP and D = rowsum(dO o O) are such dots, summed in
+  // an order (tensor-core accumulation, the preprocess's loop) that no reference can reproduce.
   const double u32 = std::ldexp(1.0, -24);
+  const double dot32 = static_cast<double>(D) * u32 / (1.0 - static_cast<double>(D) * u32);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t hk = 0; hk < HK; ++hk) {
       std::vector<double> dk_sum(SK * D, 0.0), dv_sum(SK * D, 0.0);
@@ -138,7 +145,7 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
               dot = f32(dot + q.at(b, i, h, e) * k.at(b, j, hk, e));
               if (sensitivity) mag += std::fabs(q.at(b, i, h, e) * k.at(b, j, hk, e));
             }
-            if (sensitivity) rel[i * SK + j] = u32 * pr.scale * mag;
+            if (sensitivity) rel[i * SK + j] = dot32 * pr.scale * mag;
             s[j] = naive ? round_to(dtype, static_cast<float>(dot * pr.scale)) : dot * pr.scale;
             mx = std::max(mx, s[j]);
           }
@@ -181,7 +188,7 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
             for (int64_t j = 0; j < SK; ++j) {
               rel[i * SK + j] += dL[i];
               t[i * SK + j] = P[i * SK + j] * (rel[i * SK + j] * (std::fabs(dP[i * SK + j] - Di) + std::fabs(Di)) + dD[i] +
-                                               u32 * (t[i * SK + j] + D_mag));
+                                               dot32 * (t[i * SK + j] + D_mag));
             }
           }
           for (int64_t j = 0; j < SK; ++j) dP[i * SK + j] = rnd(P[i * SK + j] * (dP[i * SK + j] - Di));

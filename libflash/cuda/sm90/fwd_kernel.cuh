@@ -557,28 +557,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
       auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
       int n = blocks.next();
-      if (K::kConsumers == 3 && n >= 0 && wg * 64 >= q_rows) {
-        // This warpgroup's 64 rows all lie past seqlen_q (the last query tile of d64's 192-row tiles when
-        // seqlen_q is not a multiple of 192: at 1024, two of three warpgroups). No products: it takes the
-        // same ping-pong turns as the others (one per key block and the drain's), empty, and releases each
-        // K and V slot once full, so the others run on without it. (Two warpgroups: not compiled -- it
-        // would be rare there, and the extra path cost d256's 240-register consumers 72 B of spills.)
-        for (; n >= 0; n = blocks.next(), ++it) {
-          const int s = it % kStages;
-          const uint32_t phase = (it / kStages) & 1;
-          named_sync(1 + wg, 256);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          mbar_wait(k_full(s), phase);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(k_empty(s));
-          mbar_wait(v_full(s), phase);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s));
-        }
-        release_q();
-        named_sync(1 + wg, 256);  // the drain's turn
-        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-      } else if (n >= 0) {
+      if (n >= 0) {
         // Prologue: S_0 and its softmax.
         int s_prev = it % kStages;
         uint32_t phase_prev = (it / kStages) & 1;

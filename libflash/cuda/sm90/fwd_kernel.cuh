@@ -393,31 +393,28 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (lane == 0) next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
           x = K::kSparse ? __shfl_sync(0xffffffffu, next, 0) : next;
         }
+        // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
+        auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                           int n, int at) {
+          mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(full, K::kKVBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
+            tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+          }
+        };
         // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
         // one block: K_{j+1} never waits behind V_j's slot.
         auto load_v = [&](int n, int at) {
-          const int s = at % kStages;
-          mbar_wait(v_empty(s), ((at / kStages) & 1) ^ 1);
-          mbar_arrive_expect_tx(v_full(s), K::kKVBytes);
-#pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tile.b);
-            tma_load_4d(v_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(s), c[0], c[1], c[2], c[3]);
-          }
+          load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
         };
         // Lane 0 alone walks the key blocks and loads them (the other lanes of a block-sparse producer go
         // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
         if (lane == 0) {
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            const int s = it % kStages;
-            mbar_wait(k_empty(s), ((it / kStages) & 1) ^ 1);
-            mbar_arrive_expect_tx(k_full(s), K::kKVBytes);
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(k_smem0 + s * K::kKVBytes + pg * kBlockN * 128, &args.tk, k_full(s), c[0], c[1], c[2], c[3]);
-            }
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
             if (v_pending >= 0) load_v(v_pending, v_at);
             v_pending = n;
             v_at = it;

@@ -346,8 +346,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
     }
     __syncthreads();  // dS^T complete in shared memory
 
-    // dQ_i += dS K_j in 64 x 64 pieces over this CTA's keys: piece c is rows 64 (c / (kD / 64)) and columns
-    // 64 (c % (kD / 64)) of the dQ tile; warpgroup w computes pieces w, w + kWGs, ...
+    // dQ_i += dS K_j over this CTA's keys, in dq_mma's 64 x 64 pieces.
     constexpr int kNP = kD / 64;
     if constexpr (K::kWGs == 1) {  // dK done first: P^T, dS^T die before dQ's accumulators live (registers)
       wg::wait<0>();
@@ -357,28 +356,15 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
       wg::fence_regs(dsk);
     }
     float acc[K::kDQTilesPerWG][32];
-    wg::fence();
-#pragma unroll
-    for (int j = 0; j < K::kDQTilesPerWG; ++j) {
-      const int c = wgi + j * K::kWGs;
-      if (K::kDQTiles % K::kWGs == 0 || c < K::kDQTiles) {  // (constant when every warpgroup has pieces)
-        const uint64_t dds0 = wg::desc(ds_smem + (c / kNP) * kBlockN * 128, kBlockN * 128);
-        const uint64_t dkt0 = wg::desc(k_smem + (c % kNP) * kBlockN * 128, kBlockN * 128);
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          wg::SS<64, 1, 1, K::kDType>::mma(acc[j], dds0 + kk * (2048 >> 4), dkt0 + kk * (2048 >> 4), kk > 0);
-      }
-    }
-    wg::commit();
+    dq_mma<K>(acc, ds_smem, k_smem, wgi);
     wg::wait<0>();
+    if (K::kBulkDQ && !det) {
 #pragma unroll
-    for (int j = 0; j < K::kDQTilesPerWG; ++j) {
-      const int c = wgi + j * K::kWGs;
-      if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
-      wg::fence_regs(acc[j]);
-      // (w.dc == kD here: the row stride is a constant, so the adds share one address register.)
-      float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64;
-      if (K::kBulkDQ && !det) {
+      for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+        const int c = wgi + j * K::kWGs;
+        if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
+        wg::fence_regs(acc[j]);
+        float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64;
         // This warp's 16 rows x 64 columns to its staging rows, then one bulk reduce-add per row.
         const uint32_t st0 = smem0 + K::kOffDQ + warp * 16 * K::kDQRow;
         if (lane < 16) wg::bulk_wait_read();  // the previous step's reduce has read the staging rows
@@ -395,16 +381,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
           wg::bulk_reduce_add(dq_rows + lane * kD, st0 + lane * K::kDQRow, 64 * 4);
           wg::bulk_commit();
         }
-      } else {
-        dq_rows += g * kD + 2 * t;
-#pragma unroll
-        for (int dt = 0; dt < 8; ++dt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            float* dst = dq_rows + 8 * r * kD + dt * 8;
-            add_v2<K::kRed>(dst, acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]);
-          }
       }
+    } else {
+      dq_add<K>(acc, w.dq_acc, sq_pad, bh, q0, wgi, wq0, g, t);
     }
     wg::fence_regs(acc_dv);  // dV, dK (and their A operands P^T, dS^T) are final only after the wait
     wg::fence_regs(acc_dk);

@@ -10,6 +10,7 @@
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
+#   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -139,6 +140,18 @@ for phase in "$@"; do
           $B run --dtype bf16 --head-dim $1 --heads $2 --batch $3 --seqlen $4 --algo sm90 --mask $5 --warmup 2 --reps 1 \
           --no-progress > "$OUT/ncu-d$1-$4-$5.txt" 2>&1
         echo "ncu d$1 $4 $5: exit $?"; grep -E "pct|per_second|duration|Stall" "$OUT/ncu-d$1-$4-$5.txt" | head -20
+      done
+      ;;
+    ncu-sparse)
+      # Issue 7's short block-sparse tiles: d128 4k, 3 of 32 key blocks per query block, against dense.
+      B=$BUILD/cli/fa-bench
+      M="sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__bytes_write.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+      for mask in block-sparse:0.1:128 none; do
+        timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+          --metrics "$M" --section WarpStateStats \
+          $B run --dtype bf16 --head-dim 128 --heads 16 --batch 2 --seqlen 4096 --algo sm90 --mask $mask --warmup 2 --reps 1 \
+          --no-progress > "$OUT/ncu-sparse-${mask%%:*}.txt" 2>&1
+        echo "ncu $mask: exit $?"; grep -E "pct|sum|duration|Stall" "$OUT/ncu-sparse-${mask%%:*}.txt" | head -24
       done
       ;;
     pack)

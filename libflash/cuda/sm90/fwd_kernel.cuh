@@ -135,7 +135,6 @@ template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
-  static_assert(!(kTmaStoreO_ && kSparse_), "the staging tile sits where block-sparse schedules go");
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -154,7 +153,7 @@ struct Traits {
   static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kTmaStoreO};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kOStageBytes = kShape.o_stage_bytes(kSparse);  // after the K/V ring
+  static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
   static_assert(kSmemBytes <= 232448, "shared memory");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
@@ -309,8 +308,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t q_smem = smem;
   const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
   const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
-  // Block-sparse only (launch adds the bytes): two schedules of sched_stride ints, then the list bitmap.
-  int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (v_smem0 + kStages * K::kKVBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
+  // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
+  // schedules of sched_stride ints and the list bitmap.
+  const uint32_t o_stage0 = v_smem0 + kStages * K::kKVBytes;
+  int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
@@ -361,11 +362,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           break;
         }
         const Tile tile(args, x);
-        const int q_begin = tile.m_block * kBlockM;
+        const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
         const int h_kv = tile.h / p.head_ratio;
         int c[4];
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
-        KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, min(q_begin + kBlockM, p.seqlen_q), sched);
+        KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
         // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
@@ -444,9 +445,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (x >= args.num_tiles) break;
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       const Tile tile(args, x);
-      const int q_begin = tile.m_block * kBlockM;
-      const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, q_begin, q_begin + q_rows, sched_base + (tile_iter & 1) * args.sched_stride);
+      // The tile's rows [q_begin, q_begin + kBlockM), of which [q_first, q_end) are real: rows past seqlen_q
+      // in the last tile, or rows before 0 in the first one when the tiles are shifted (args.q_shift).
+      // Q's TMA box reads zeros there and O's TMA store drops them.
+      const int q_begin = tile.m_block * kBlockM - args.q_shift;
+      const int q_first = max(q_begin, 0), q_end = min(q_begin + kBlockM, p.seqlen_q);
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, q_first, q_end, sched_base + (tile_iter & 1) * args.sched_stride);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -480,7 +484,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       };
       // Element mask, only where the block crosses the sequence end or a window edge.
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
-        if (!blocks.needs_mask(p, n, q_begin, q_begin + q_rows - 1)) return;
+        if (!blocks.needs_mask(p, n, q_first, q_end - 1)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -640,7 +644,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // row that saw no key.
       const float scale = fabsf(p.scale);
       // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it.
-      const uint32_t o_stage = v_smem0 + kStages * K::kKVBytes + wg * 64 * K::kHeadDim * 2;
+      const uint32_t o_stage = o_stage0 + wg * 64 * K::kHeadDim * 2;
       if constexpr (K::kTmaStoreO) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
@@ -661,7 +665,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
-        if (row < q_rows) {
+        if (q_begin + row >= q_first && q_begin + row < q_end) {
           if constexpr (!K::kTmaStoreO) {
             using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
             T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
@@ -680,7 +684,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0) {
+        if (tid == 0 && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
           int c[4];
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
@@ -699,8 +703,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 }
 
 // ---- Host side ----------------------------------------------------------------------------------------
+// align_end = false keeps every mask's tiles aligned to row 0 (dev/sm90_dev.cu times both).
 template <class K>
-int32_t launch(const FwdParams& p) {
+int32_t launch(const FwdParams& p, bool align_end = true) {
   Args args{};
   args.p = p;
   if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
@@ -721,6 +726,10 @@ int32_t launch(const FwdParams& p) {
         st != FLASH_OK)
       return st;
   args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
+  // Masks with a right edge (causal-like, windows): a row's key range grows with the row, so the tiles are
+  // aligned to end at seqlen_q and the partial one comes first, where it has the fewest keys (d64's 192-row
+  // tiles at 1k: 27 key blocks per head instead of 32). Block-sparse tiles stay aligned to the mask's blocks.
+  args.q_shift = align_end && !K::kSparse && p.window_right >= 0 ? args.num_m_blocks * K::kBlockM - p.seqlen_q : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);

@@ -13,15 +13,15 @@ struct Shape {
   int consumers = 2;     // consumer warpgroups of 64 query rows: the tile has 64 x consumers rows
   bool store_o = false;  // O leaves through a shared staging tile and TMA stores (dense instantiations only)
   constexpr int block_m() const { return 64 * consumers; }
-  constexpr int o_stage_bytes(bool sparse) const { return store_o && !sparse ? block_m() * head_dim * 2 : 0; }
+  constexpr int o_stage_bytes() const { return store_o ? block_m() * head_dim * 2 : 0; }
   // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
   // schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) + o_stage_bytes(sparse) <= 232448
+    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) + o_stage_bytes() <= 232448
                ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes(sparse);
+    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
   }
 };
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -30,17 +31,47 @@ using flash::FwdParams;
 
 namespace {
 
+// A problem: head dim d, seqlen n, mask; batch * n = 16384 * grid_scale (the standard grid has 1; issue 7's
+// mask grid, batch 2 at 4k-16k, is given by batch), heads 2048 / d.
 struct Problem {
-  int d, n;
+  int d, n, batch;
   bool causal;
+  double density;  // block-sparse: fraction of 128 x 128 blocks kept per query block (0: no block mask)
 };
 
-void* g_workspace = nullptr;  // the dynamic tile order's counter (causal)
+void* g_workspace = nullptr;  // the dynamic tile order's counter (causal, block-sparse)
+int32_t* g_mask_num = nullptr;  // block-sparse: kv_num_blocks [num_q_blocks], broadcast over batch and heads
+int32_t* g_mask_idx = nullptr;  // kv_indices [num_q_blocks][per_row]
 
-FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o) {
+// The same kind of pattern as fa-bench's block-sparse:DENSITY:128 -- round(density * key blocks) distinct
+// key blocks per query block, chosen at random, one pattern for every batch and head -- uploaded to the
+// device; returns the BlockMaskParams naming it.
+flash::BlockMaskParams upload_pattern(int n, double density, uint64_t seed) {
+  const int blocks = (n + 127) / 128;
+  int per_row = int(std::llround(density * blocks));
+  per_row = std::min(std::max(per_row, 1), blocks);
+  std::vector<int32_t> num(blocks, per_row), idx(size_t(blocks) * per_row), all(blocks);
+  std::mt19937_64 rng(seed ^ uint64_t(n) << 20 ^ uint64_t(density * 1000));
+  for (int qb = 0; qb < blocks; ++qb) {
+    for (int j = 0; j < blocks; ++j) all[j] = j;
+    for (int t = 0; t < per_row; ++t) std::swap(all[t], all[t + int(rng() % uint64_t(blocks - t))]);
+    std::sort(all.begin(), all.begin() + per_row);
+    std::copy(all.begin(), all.begin() + per_row, idx.begin() + size_t(qb) * per_row);
+  }
+  CK(cudaMemcpy(g_mask_num, num.data(), num.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(g_mask_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+  flash::BlockMaskParams m{};
+  m.kv_num_blocks = g_mask_num, m.kv_indices = g_mask_idx;
+  m.num_qblock_stride = 1;
+  m.idx_qblock_stride = per_row, m.idx_stride = 1;
+  m.block_m = m.block_n = 128, m.num_q_blocks = blocks, m.max_kv_blocks = per_row;
+  return m;
+}
+
+FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o, const flash::BlockMaskParams& bm) {
   FwdParams p{};
   p.workspace = g_workspace, p.workspace_size = flash::sm90::kTileCounterBytes;
-  const int b = 16384 / pr.n, h = 2048 / pr.d;
+  const int b = pr.batch, h = 2048 / pr.d;
   p.q = q, p.k = k, p.v = v, p.o = o, p.lse = nullptr;
   const int64_t row = int64_t(h) * pr.d, batch = row * pr.n;
   p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = batch;
@@ -52,7 +83,9 @@ FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o) {
   p.scale_log2 = p.scale * 1.4426950408889634f;
   p.window_left = -1, p.window_right = pr.causal ? 0 : -1;
   p.diag_offset = 0;
-  p.is_causal = pr.causal, p.has_window = pr.causal, p.has_block_mask = false;
+  p.is_causal = pr.causal, p.has_window = pr.causal;
+  p.has_block_mask = pr.density > 0;
+  if (p.has_block_mask) p.block_mask = bm;
   p.device_id = 0, p.stream = nullptr;
   return p;
 }
@@ -62,37 +95,44 @@ using Launch = int32_t (*)(const FwdParams&);
 struct Candidate {
   const char* name;
   int d;
+  bool sparse;
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2, int POLY = 0, bool TMA_STORE = false>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0, bool TMA_STORE = false, bool SPARSE = false, bool ALIGN_END = true>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, POLY, TMA_STORE>>(p);
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, ALIGN_END);
 }
 
-// Candidates: the production shape of each head dim first (the reference for the check). Run s12-2
-// compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast (perf-log);
-// session 13 (runs s13-1/2): three consumer warpgroups (192-row tiles; d64's production shape since) and
-// "poly N" (every N-th 8-column group of P exponentiated on the FMA pipe: no consistent gain); run s13-8:
-// two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256 (2 stages + 2Q won: d128's
-// production shape since); run s14-1: the TMA-store epilogue (d64's and d128's production since); run
-// s14-2: the next tile's S_0 issued before this tile's epilogue (commit 61802af, reverted: equal dense,
-// 5-17% slower causal).
+// Candidates: the production shape of each head dim and mask kind first (the reference for the check).
+// Run s12-2 compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast
+// (perf-log); session 13 (runs s13-1/2): three consumer warpgroups (192-row tiles; d64's production shape
+// since) and "poly N" (every N-th 8-column group of P exponentiated on the FMA pipe: no consistent gain);
+// run s13-8: two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256 (2 stages + 2Q won:
+// d128's production shape since); run s14-1: the TMA-store epilogue (d64's and d128's production since);
+// run s14-2: the next tile's S_0 issued before this tile's epilogue (commit 61802af, reverted: equal dense,
+// 5-17% slower causal). Session 15: tiles aligned to the end of the sequence under a right-edged mask
+// ("no shift": aligned to row 0 as before); block-sparse with the TMA-store epilogue (one Q buffer at d128),
+// deeper rings, and the FMA-pipe exp2 at d64.
 const Candidate kCandidates[] = {
-    {"d64  3wg tma-store (prod)", 64, run<64, 128, 4, 3, 0, true>},
-    {"d64  3wg direct-store O", 64, run<64, 128, 4, 3>},
-    {"d128 bn128 st2 2Q tma-store (prod)", 128, run<128, 128, 2, 2, 0, true>},
-    {"d128 direct-store O", 128, run<128, 128, 2>},
-    {"d256 bn80 st2 1Q (prod)", 256, run<256, 80, 2>},
+    {"d64  3wg tma-store (prod)", 64, false, run<64, 128, 4, 3, 0, true>},
+    {"d64  3wg no shift", 64, false, run<64, 128, 4, 3, 0, true, false, false>},
+    {"d128 bn128 st2 2Q tma (prod)", 128, false, run<128, 128, 2, 2, 0, true>},
+    {"d64  sp st4 2Q (prod)", 64, true, run<64, 128, 4, 2, 0, false, true>},
+    {"d64  sp st4 2Q tma-store", 64, true, run<64, 128, 4, 2, 0, true, true>},
+    {"d64  sp st6 1Q", 64, true, run<64, 128, 6, 2, 0, false, true>},
+    {"d64  sp st4 2Q poly2", 64, true, run<64, 128, 4, 2, 2, false, true>},
+    {"d128 sp st2 2Q (prod)", 128, true, run<128, 128, 2, 2, 0, false, true>},
+    {"d128 sp st2 1Q tma-store", 128, true, run<128, 128, 2, 2, 0, true, true>},
+    {"d128 sp st3 1Q", 128, true, run<128, 128, 3, 2, 0, false, true>},
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
-  const int seqs[] = {1024, 4096, 16384};
   constexpr int kSets = 4;
-  const size_t elems = size_t(16384) * 2048;  // b*n*h*d is the same for every grid point
+  const size_t elems = size_t(32768) * 2048;  // b*n*h*d of the largest problem (the mask grid at 16k)
   std::vector<void*> q(kSets), k(kSets), v(kSets);
   void *o, *o_ref;
   {
@@ -107,53 +147,83 @@ int main(int argc, char** argv) {
       }
   }
   CK(cudaMalloc(&g_workspace, flash::sm90::kTileCounterBytes));
+  CK(cudaMalloc(&g_mask_num, 4 * 1024));
+  CK(cudaMalloc(&g_mask_idx, 4 * 1024 * 1024));
   CK(cudaMalloc(&o, elems * 2));
   CK(cudaMalloc(&o_ref, elems * 2));
   std::vector<__nv_bfloat16> a(elems), r(elems);
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  std::printf("%-24s %-7s %6s %9s %8s %10s\n", "candidate", "mask", "seqlen", "ms", "TFLOP/s", "max|d|/max");
+
+  // Dense candidates on the standard grid, dense and causal; block-sparse ones on issue 7's grid (batch 2)
+  // at three densities, after the dense production kernel of the same head dim on that grid (the ratio's
+  // denominator, printed as "time/dense").
+  std::vector<Problem> problems;
   for (bool causal : {false, true})
-    for (int n : seqs)
-      for (const Candidate& c : kCandidates) {
-        const Problem pr{c.d, n, causal};
-        const bool prod = std::strstr(c.name, "(prod)") != nullptr;  // "(prod again)": checked against it
-        // Check: this candidate vs the production instantiation, inputs of set 0, outputs poisoned.
-        FwdParams p = make_params(pr, q[0], k[0], v[0], prod ? o_ref : o);
-        CK(cudaMemset(p.o, 0xff, elems * 2));
-        if (c.fn(p) != 0) {
-          std::printf("%-24s launch failed\n", c.name);
-          continue;
-        }
-        CK(cudaDeviceSynchronize());
-        double err = 0;
-        if (!prod) {
-          CK(cudaMemcpy(a.data(), o, elems * 2, cudaMemcpyDeviceToHost));
-          CK(cudaMemcpy(r.data(), o_ref, elems * 2, cudaMemcpyDeviceToHost));
-          double mx = 0, md = 0;
-          for (size_t i = 0; i < elems; ++i) {
-            const double x = __bfloat162float(a[i]), y = __bfloat162float(r[i]);
-            mx = std::max(mx, std::fabs(y));
-            md = std::isnan(x) ? INFINITY : std::max(md, std::fabs(x - y));
-          }
-          err = md / mx;
-        }
-        std::vector<float> t;
-        for (int i = 0; i < reps + 5; ++i) {
-          FwdParams pi = make_params(pr, q[i % kSets], k[i % kSets], v[i % kSets], o);
-          CK(cudaEventRecord(e0));
-          c.fn(pi);
-          CK(cudaEventRecord(e1));
-          CK(cudaEventSynchronize(e1));
-          float ms;
-          CK(cudaEventElapsedTime(&ms, e0, e1));
-          if (i >= 5) t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        const double ms = t[t.size() / 2];
-        const double flops = 4.0 * 16384.0 * 2048.0 * n * (causal ? 0.5 : 1.0);
-        std::printf("%-24s %-7s %6d %9.4f %8.1f %10.2e\n", c.name, causal ? "causal" : "dense", n, ms, flops / ms / 1e9, err);
+    for (int n : {1024, 2048, 4096, 16384}) problems.push_back({0, n, 16384 / n, causal, 0.0});
+  for (int n : {4096, 16384})
+    for (double s : {0.0, 0.1, 0.25, 0.5}) problems.push_back({0, n, 2, false, s});
+
+  std::printf("%-30s %-7s %6s %5s %9s %8s %10s %9s\n", "candidate", "mask", "seqlen", "batch", "ms", "TFLOP/s", "max|d|/max",
+              "time/dense");
+  std::map<std::pair<int, int>, double> dense_ms;  // (d, n): the dense production time on the mask grid
+  for (const Problem& base : problems)
+    for (const Candidate& c : kCandidates) {
+      const bool sparse = base.density > 0;
+      if (c.sparse != sparse) continue;
+      // The mask grid's dense reference: the production dense kernels only.
+      if (!sparse && base.batch == 2 && std::strstr(c.name, "(prod)") == nullptr) continue;
+      Problem pr = base;
+      pr.d = c.d;
+      const flash::BlockMaskParams bm = sparse ? upload_pattern(pr.n, pr.density, 7) : flash::BlockMaskParams{};
+      const bool prod = std::strstr(c.name, "(prod)") != nullptr;  // first of its head dim and kind
+      // Check: this candidate vs the production instantiation, inputs of set 0, outputs poisoned.
+      FwdParams p = make_params(pr, q[0], k[0], v[0], prod ? o_ref : o, bm);
+      const size_t n_elems = size_t(pr.batch) * pr.n * 2048;
+      CK(cudaMemset(p.o, 0xff, n_elems * 2));
+      if (const int32_t st = c.fn(p); st != 0) {
+        std::printf("%-30s launch failed (%d)\n", c.name, st);
+        continue;
       }
+      CK(cudaDeviceSynchronize());
+      double err = 0;
+      if (!prod) {
+        CK(cudaMemcpy(a.data(), o, n_elems * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(r.data(), o_ref, n_elems * 2, cudaMemcpyDeviceToHost));
+        double mx = 0, md = 0;
+        for (size_t i = 0; i < n_elems; ++i) {
+          const double x = __bfloat162float(a[i]), y = __bfloat162float(r[i]);
+          mx = std::max(mx, std::fabs(y));
+          md = std::isnan(x) || std::isnan(y) ? INFINITY : std::max(md, std::fabs(x - y));
+        }
+        err = md / mx;
+      }
+      std::vector<float> t;
+      for (int i = 0; i < reps + 5; ++i) {
+        FwdParams pi = make_params(pr, q[i % kSets], k[i % kSets], v[i % kSets], o, bm);
+        CK(cudaEventRecord(e0));
+        c.fn(pi);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 5) t.push_back(ms);
+      }
+      std::sort(t.begin(), t.end());
+      const double ms = t[t.size() / 2];
+      double frac = pr.causal ? 0.5 : 1.0;
+      if (sparse) frac = double(bm.max_kv_blocks) / bm.num_q_blocks;
+      const double flops = 4.0 * pr.batch * pr.n * 2048.0 * pr.n * frac;
+      char mask[16];
+      std::snprintf(mask, sizeof mask, "%s", sparse ? "" : pr.causal ? "causal" : "dense");
+      if (sparse) std::snprintf(mask, sizeof mask, "bs%.2f", pr.density);
+      double& ref = dense_ms[{pr.d, pr.n}];
+      if (!sparse && pr.batch == 2) ref = ms;
+      std::printf("%-30s %-7s %6d %5d %9.4f %8.1f %10.2e", c.name, mask, pr.n, pr.batch, ms, flops / ms / 1e9, err);
+      if (sparse && ref > 0) std::printf(" %9.3f", ms / ref);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
   return 0;
 }

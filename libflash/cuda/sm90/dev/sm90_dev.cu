@@ -99,9 +99,10 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2, int POLY = 0, bool TMA_STORE = false, bool SPARSE = false, bool ALIGN_END = true>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0, bool TMA_STORE = false, bool SPARSE = false, bool ALIGN_END = true,
+          bool PREFETCH = true>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, ALIGN_END);
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END, PREFETCH});
 }
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -111,20 +112,23 @@ int32_t run(const FwdParams& p) {
 // run s13-8: two Q buffers (2Q) bought with fewer or narrower K/V stages at d128/d256 (2 stages + 2Q won:
 // d128's production shape since); run s14-1: the TMA-store epilogue (d64's and d128's production since);
 // run s14-2: the next tile's S_0 issued before this tile's epilogue (commit 61802af, reverted: equal dense,
-// 5-17% slower causal). Session 15: tiles aligned to the end of the sequence under a right-edged mask
-// ("no shift": aligned to row 0 as before); block-sparse with the TMA-store epilogue (one Q buffer at d128),
-// deeper rings, and the FMA-pipe exp2 at d64.
+// 5-17% slower causal). Session 15 (run s15-1): tiles aligned to the end of the sequence under a
+// right-edged mask ("no shift": aligned to row 0 as before); block-sparse with the TMA-store epilogue (one
+// Q buffer at d128), deeper rings, the FMA-pipe exp2 at d64 (poly2: 5-10% slower); run s15-2: block-sparse
+// schedules' first key blocks prefetched to L2 ("no-prefetch": without).
 const Candidate kCandidates[] = {
     {"d64  3wg tma-store (prod)", 64, false, run<64, 128, 4, 3, 0, true>},
     {"d64  3wg no shift", 64, false, run<64, 128, 4, 3, 0, true, false, false>},
     {"d128 bn128 st2 2Q tma (prod)", 128, false, run<128, 128, 2, 2, 0, true>},
     {"d64  sp st4 2Q (prod)", 64, true, run<64, 128, 4, 2, 0, false, true>},
     {"d64  sp st4 2Q tma-store", 64, true, run<64, 128, 4, 2, 0, true, true>},
+    {"d64  sp st4 2Q tma no-prefetch", 64, true, run<64, 128, 4, 2, 0, true, true, true, false>},
     {"d64  sp st6 1Q", 64, true, run<64, 128, 6, 2, 0, false, true>},
-    {"d64  sp st4 2Q poly2", 64, true, run<64, 128, 4, 2, 2, false, true>},
+    {"d64  sp st5 1Q tma-store", 64, true, run<64, 128, 5, 2, 0, true, true>},
     {"d128 sp st2 2Q (prod)", 128, true, run<128, 128, 2, 2, 0, false, true>},
-    {"d128 sp st2 1Q tma-store", 128, true, run<128, 128, 2, 2, 0, true, true>},
     {"d128 sp st3 1Q", 128, true, run<128, 128, 3, 2, 0, false, true>},
+    {"d128 sp st3 1Q no-prefetch", 128, true, run<128, 128, 3, 2, 0, false, true, true, false>},
+    {"d128 sp st2 1Q tma-store", 128, true, run<128, 128, 2, 2, 0, true, true>},
 };
 
 }  // namespace

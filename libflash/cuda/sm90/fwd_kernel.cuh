@@ -80,12 +80,6 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
-// 4-D tiled TMA prefetch global -> L2 (no shared memory, no barrier): a later load of the box hits L2.
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -376,40 +370,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
         // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
-        // Block-sparse tiles are short (3 key blocks at 4k, s = 0.1) and their K and V blocks are mostly read
-        // for the first time (a head's blocks are shared by a few tiles, not by all its query blocks as in a
-        // dense mask), so a ring of 2-3 stages leaves HBM's latency exposed at every tile (ncu, run s15-1:
-        // DRAM 39% busy, issue 23% active). As soon as the schedule exists -- a tile ahead of the
-        // consumers -- lane 0 asks L2 for Q_i and the schedule's first kPrefetch key blocks; the ring's
-        // loads then find them there. (Only the first few: at s = 0.5 a 16k schedule is 4 MB per CTA.)
-        auto prefetch_schedule = [&]() {
-          constexpr int kPrefetch = 4;
-          if (lane != 0 || !args.l2_prefetch) return;
-#pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-            tma_prefetch_4d(&args.tq, c[0], c[1], c[2], c[3]);
-          }
-          const int count = min(sched[0], kPrefetch);
-          for (int i = 0; i < count; ++i)
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, args.k_pos, pg * 64, sched[1 + i] * kBlockN, h_kv, tile.b);
-              tma_prefetch_4d(&args.tk, c[0], c[1], c[2], c[3]);
-              tma_coords(c, args.v_pos, pg * 64, sched[1 + i] * kBlockN, h_kv, tile.b);
-              tma_prefetch_4d(&args.tv, c[0], c[1], c[2], c[3]);
-            }
-        };
-        if constexpr (K::kSparse && K::kQStages == 1) {
+        if constexpr (K::kSparse && K::kQStages == 1)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-          prefetch_schedule();
-        }
         if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
         __syncwarp(K::kSparse ? 0xffffffffu : 1u);
-        if constexpr (K::kSparse && K::kQStages == 2) {
+        if constexpr (K::kSparse && K::kQStages == 2)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-          prefetch_schedule();
-        }
         // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
         // then Q_i by TMA.
         if (lane == 0) tile_ids[q_slot] = x;
@@ -752,7 +718,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 // Choices that production always makes, switchable so dev/sm90_dev.cu can time both in one run.
 struct LaunchOptions {
   bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
-  bool l2_prefetch = true;  // block-sparse: the first key blocks of a schedule prefetched to L2 (args.l2_prefetch)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -783,7 +748,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // stored) or wholly at or after it: a TMA store whose box starts at a negative row faulted on the H100
   // (run s15-1), while loads from such boxes read zeros as documented.
   args.q_shift = opt.align_end && !K::kSparse && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
-  args.l2_prefetch = opt.l2_prefetch;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);

@@ -80,12 +80,6 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
-// 4-D tiled TMA prefetch global -> L2 (no shared memory, no barrier): a later load of the box hits L2.
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -427,17 +421,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             v_at = it;
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
-          // One Q buffer (d256; d128 block-sparse): the next tile's Q can only be loaded once this tile's
-          // last S is done, and as the first read of those rows it comes from HBM, while the consumers wait
-          // on it after their epilogue. Ask L2 for it now, a ring's depth before then, so that load hits L2.
-          if (K::kQStages == 1 && args.q_prefetch && x < args.num_tiles) {
-            const Tile next(args, x);
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, args.q_pos, pg * 64, next.m_block * kBlockM - args.q_shift, next.h, next.b);
-              tma_prefetch_4d(&args.tq, c[0], c[1], c[2], c[3]);
-            }
-          }
         }
       }
     }
@@ -735,7 +718,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 // Choices that production always makes, switchable so dev/sm90_dev.cu can time both in one run.
 struct LaunchOptions {
   bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
-  bool q_prefetch = true;   // one Q buffer: the next tile's Q prefetched to L2 (args.q_prefetch)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -765,7 +747,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // The shift is whole warpgroups' 64 rows, so each warpgroup's O box lies either wholly before row 0 (not
   // stored) or wholly at or after it: a TMA store whose box starts at a negative row faulted on the H100
   // (run s15-1), while loads from such boxes read zeros as documented.
-  args.q_prefetch = opt.q_prefetch;
   args.q_shift = opt.align_end && !K::kSparse && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");

@@ -32,7 +32,7 @@ struct Shape {
 // Block-sparse masks need block_n to divide the mask's blocks (64 and 128), 128-row tiles (a tile inside
 // one mask row block of 128) and room for the schedules: d256 drops to 64 keys.
 // d64 and d128 write O through a staging tile with TMA stores (run s14-1: d128 +7% at 1k, +3-9% causal;
-// d64 +0-3%); d256 has no room left for one. Block-sparse too since run s15-1/2 (its tiles are short, so
+// d64 +0-3%); d256 has no room left for one. Block-sparse too since runs s15-1/3 (its tiles are short, so
 // the epilogue weighs more: time / dense -0.01 to -0.04 at d64, and at d128 the staging tile in place of
 // a second Q buffer -0.01 to -0.04; a third K/V stage instead measured the same but caps seqlen_k near 30k).
 // d256 block-sparse has no room for it either.

@@ -115,10 +115,10 @@ int32_t run(const FwdParams& p) {
 // right-edged mask ("no shift": aligned to row 0 as before); block-sparse with the TMA-store epilogue (one
 // Q buffer at d128), deeper rings, the FMA-pipe exp2 at d64 (poly2: 5-10% slower); run s15-2: block-sparse
 // schedules' first key blocks prefetched to L2 (cp.async.bulk.prefetch.tensor, 4 blocks a tile ahead):
-// 5-20% slower, removed; run s15-3: one Q buffer (d256, d128 block-sparse) with the next tile's Q
+// 5-20% slower, removed; run s15-5: one Q buffer (d256, d128 block-sparse) with the next tile's Q
 // prefetched to L2 when the producer has issued this tile's last load: no effect (d256 dense 1k 0.2443 /
 // 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed.
-// The first candidate timed on a problem tends to measure slower (run s15-3: the same d256 kernel 1-15%
+// The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
     {"d64  3wg tma-store (prod)", 64, false, run<64, 128, 4, 3, 0, true>},

@@ -134,6 +134,7 @@ template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse
           int kPolyEvery_ = 0, bool kTmaStoreO_ = false>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
+  static constexpr bool kPerWgMask = false;  // dev/sm90_dev.cu's variant (a derived Traits) sets it
   static constexpr bool kTmaStoreO = kTmaStoreO_;
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
@@ -445,12 +446,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (x >= args.num_tiles) break;
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       const Tile tile(args, x);
-      // The tile's rows [q_begin, q_begin + kBlockM), of which [q_first, q_end) are real: rows past seqlen_q
-      // in the last tile, or rows before 0 in the first one when the tiles are shifted (args.q_shift).
-      // Q's TMA box reads zeros there and O's TMA store drops them.
+      // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
+      // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
+      // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
+      // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
-      const int q_first = max(q_begin, 0), q_end = min(q_begin + kBlockM, p.seqlen_q);
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, q_first, q_end, sched_base + (tile_iter & 1) * args.sched_stride);
+      const int q_end = min(q_begin + kBlockM, p.seqlen_q);
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -482,13 +484,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
-      // Element mask, only where the block crosses the sequence end or a window edge within this
-      // warpgroup's own real rows: a causal diagonal cuts 2-3 key blocks of a 192-row tile but one or two of
-      // each 64-row warpgroup's, and at d64 the mask's compares compete with the softmax for issue slots.
-      // (Rows outside [q_first, q_end) are discarded, so a warpgroup with none skips the mask.)
-      const int wg_first = max(q_begin + wg * 64, q_first), wg_last = min(q_begin + wg * 64 + 63, q_end - 1);
+      // Element mask, only where the block crosses the sequence end or a window edge. K::kPerWgMask (a
+      // dev/sm90_dev.cu variant, perf-log v12): decided per warpgroup's own 64 rows, and causal-like masks
+      // compare the right edge alone -- measured slower at d64 in production (the loop's code grew).
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
-        if (wg_first > wg_last || !blocks.needs_mask(p, n, wg_first, wg_last)) return;
+        if constexpr (K::kPerWgMask) {
+          const int wg_first = max(q_begin + wg * 64, 0), wg_last = min(q_begin + wg * 64 + 63, q_end - 1);
+          if (wg_first > wg_last || !blocks.needs_mask(p, n, wg_first, wg_last)) return;
+        } else {
+          if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
+        }
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -498,7 +503,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
           const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
           const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
-          if (p.window_left < 0) {  // causal and right-edged windows: the right edge alone
+          if (K::kPerWgMask && p.window_left < 0) {  // causal and right-edged windows: the right edge alone
 #pragma unroll
             for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
@@ -677,7 +682,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
-        if (q_begin + row >= q_first && q_begin + row < q_end) {
+        if (q_begin + row >= 0 && q_begin + row < q_end) {
           if constexpr (!K::kTmaStoreO) {
             using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
             T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +

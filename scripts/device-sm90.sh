@@ -11,6 +11,7 @@
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
+#   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
 #   ncu-src  warp-stall samples by source line (d128 4k block-sparse, d256 1k dense)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
@@ -121,6 +122,11 @@ for phase in "$@"; do
     dev)
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 2>&1 | tee "$OUT/sm90-dev.txt"
+      ;;
+    prof)
+      # Where a tile's time goes: the kernel's Traits::kProfile variant (clock64 phase counters), sm90_dev's profile section.
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 200 $BUILD/libflash/cuda/sm90/sm90_dev 10 profile 2>&1 | tee "$OUT/sm90-prof.txt"
       ;;
     sass)
       # Instruction mix of the d64/d128 softmax: SFU (MUFU) vs FMA-pipe work per key block.

@@ -135,6 +135,8 @@ template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   static constexpr bool kPerWgMask = false;  // dev/sm90_dev.cu's variant (a derived Traits) sets it
+  // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
+  static constexpr bool kProfile = false;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
@@ -292,6 +294,23 @@ __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, in
   for (int i = 1; i < 4; ++i) c[i] = pos.seq == i ? row : pos.head == i ? head : batch;
 }
 
+// ---- Profiling (Traits::kProfile, dev only) -----------------------------------------------------------
+// Cycles (clock64 of the SM) each consumer warpgroup's thread 0 spends per phase of a tile, summed over tiles
+// into args.profile[8 * wg + phase] (consumer phases kWaitTile .. kEpilogue, counts kTiles, kBlocks), and the
+// producer's waits into args.profile[8 * kConsumers + ...]. Compiled out of production instantiations.
+struct Prof {
+  enum : int { kWaitTile, kWaitQ, kPrologue, kLoop, kDrain, kEpilogue, kTiles, kBlocks };
+  enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal };
+  unsigned long long* out;
+  long long mark;
+  __device__ void lap(int i) {
+    const long long now = clock64();
+    atomicAdd(out + i, static_cast<unsigned long long>(now - mark));
+    mark = now;
+  }
+  __device__ void add(int i, long long v) { atomicAdd(out + i, static_cast<unsigned long long>(v)); }
+};
+
 // ---- The kernel -------------------------------------------------------------------------------------
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
@@ -351,6 +370,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
       const int lane = threadIdx.x;
       int it = 0;  // position in the K/V ring, continued across tiles
+      [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
       int x = int(blockIdx.x);  // the first tile of either order
       for (int tile_iter = 0;; ++tile_iter) {
         const int q_slot = tile_iter % K::kQStages;
@@ -360,6 +380,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
           if (lane == 0) tile_ids[q_slot] = x;
           if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
+          if constexpr (K::kProfile)
+            if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
           break;
         }
         const Tile tile(args, x);
@@ -373,7 +395,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
         if constexpr (K::kSparse && K::kQStages == 1)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-        if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+        {
+          const long long t0 = K::kProfile ? clock64() : 0;
+          if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+          if constexpr (K::kProfile)
+            if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+        }
         __syncwarp(K::kSparse ? 0xffffffffu : 1u);
         if constexpr (K::kSparse && K::kQStages == 2)
           blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
@@ -398,7 +425,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
         auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
                            int n, int at) {
-          mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+          {
+            const long long t0 = K::kProfile ? clock64() : 0;
+            mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+          }
           mbar_arrive_expect_tx(full, K::kKVBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
@@ -438,13 +469,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
+    Prof prof{K::kProfile ? args.profile + 8 * wg : nullptr, K::kProfile ? clock64() : 0};
+    auto lap = [&](int phase) {
+      if constexpr (K::kProfile)
+        if (tid == 0) prof.lap(phase);
+    };
     for (;; ++tile_iter) {
       const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
       mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[q_slot];
       if (x >= args.num_tiles) break;
+      lap(Prof::kWaitTile);
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      lap(Prof::kWaitQ);
       const Tile tile(args, x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
@@ -595,6 +633,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           pack_p(acc_s, p_frag);
         }
         ++it;
+        lap(Prof::kPrologue);
+        [[maybe_unused]] const int it_first = it;
         // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
         // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
@@ -640,6 +680,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
         // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
         // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
+        lap(Prof::kLoop);
+        if constexpr (K::kProfile)
+          if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
         release_q();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
@@ -652,6 +695,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(p_frag);
         __syncwarp();
         if (lane == 0) mbar_arrive(v_empty(s_prev));
+        lap(Prof::kDrain);
       } else {
         release_q();  // no key block: nothing read Q_i
       }
@@ -711,6 +755,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::bulk_commit();
         }
       }
+      lap(Prof::kEpilogue);
+      if constexpr (K::kProfile)
+        if (tid == 0) prof.add(Prof::kTiles, 1);
     }
     if constexpr (K::kTmaStoreO)
       if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
@@ -723,6 +770,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 // Choices that production always makes, switchable so dev/sm90_dev.cu can time both in one run.
 struct LaunchOptions {
   bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
+  unsigned long long* profile = nullptr;  // Traits::kProfile: 8 x (consumers + 1) zeroed counters (Prof)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -753,6 +801,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // stored) or wholly at or after it: with a 13-row shift (a TMA store box starting at row -13) the GPU sweep
   // failed with a CUDA error on the H100 (run s15-1), while Q's loads from boxes starting before row 0 read
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
+  args.profile = opt.profile;
   args.q_shift = opt.align_end && !K::kSparse && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");

@@ -24,6 +24,7 @@ struct Args {
   int32_t num_m_blocks;  // query blocks per (batch, head)
   int32_t sched_stride;  // block-sparse: ints per schedule buffer (1 + key blocks of kBlockN)
   int32_t q_shift;       // the first tile starts at row -q_shift (masks with a right edge; see launch)
+  unsigned long long* profile;  // Traits::kProfile only (dev/sm90_dev.cu): phase cycle counters, else null
   int32_t l2_group;      // causal-like order: (batch, head) pairs per group whose K and V fit in L2 together
   int32_t* tile_counter; // dynamic order (causal-like and block-sparse masks): tiles handed out so far,
                          // past the first gridDim.x; zeroed by launch in the workspace. nullptr: static

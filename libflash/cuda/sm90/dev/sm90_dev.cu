@@ -112,6 +112,38 @@ template <int D, int BN, int ST, int WG = 2, bool TMA_STORE = false>
 int32_t run_per_wg(const FwdParams& p) {
   return flash::sm90::launch<PerWgMask<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
 }
+// The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
+template <class T>
+struct Profiled : T {
+  static constexpr bool kProfile = true;
+};
+unsigned long long* g_profile = nullptr;  // 8 x 4 counters
+template <int D, int BN, int ST, int WG, bool TMA_STORE, bool SPARSE>
+int32_t run_prof(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
+}
+struct ProfCase {
+  const char* name;
+  int d, n, batch;
+  bool causal;
+  double density;
+  int consumers;
+  Launch fn;
+};
+const ProfCase kProfCases[] = {
+    {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, true, true>},
+    {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
+};
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
 // Run s12-2 compared d64 bn192 st3, d128 bn176 st2 / bn96 st3, d256 bn80 and 2-CTA cluster multicast
@@ -148,6 +180,7 @@ const Candidate kCandidates[] = {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  const bool profile_only = argc > 2 && std::strcmp(argv[2], "profile") == 0;
   constexpr int kSets = 4;
   const size_t elems = size_t(32768) * 2048;  // b*n*h*d of the largest problem (the mask grid at 16k)
   std::vector<void*> q(kSets), k(kSets), v(kSets);
@@ -185,6 +218,7 @@ int main(int argc, char** argv) {
   std::printf("%-30s %-7s %6s %5s %9s %8s %10s %9s\n", "candidate", "mask", "seqlen", "batch", "ms", "TFLOP/s", "max|d|/max",
               "time/dense");
   std::map<std::pair<int, int>, double> dense_ms;  // (d, n): the dense production time on the mask grid
+  if (profile_only) problems.clear();
   for (const Problem& base : problems)
     for (const Candidate& c : kCandidates) {
       const bool sparse = base.density > 0;
@@ -242,5 +276,43 @@ int main(int argc, char** argv) {
       std::printf("\n");
       std::fflush(stdout);
     }
+
+  // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
+  // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
+  CK(cudaMalloc(&g_profile, 8 * 4 * sizeof(unsigned long long)));
+  std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
+              "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",
+              "lp/blk", "pQslot", "pRing%");
+  for (const ProfCase& pc : kProfCases) {
+    const Problem pr{pc.d, pc.n, pc.batch, pc.causal, pc.density};
+    const flash::BlockMaskParams bm = pr.density > 0 ? upload_pattern(pr.n, pr.density, 7) : flash::BlockMaskParams{};
+    FwdParams p = make_params(pr, q[1], k[1], v[1], o, bm);
+    pc.fn(p);  // warm
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemset(g_profile, 0, 8 * 4 * sizeof(unsigned long long)));
+    CK(cudaEventRecord(e0));
+    pc.fn(p);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    unsigned long long h[32];
+    CK(cudaMemcpy(h, g_profile, sizeof h, cudaMemcpyDeviceToHost));
+    double ph[6] = {}, tiles = 0, blocks = 0;
+    for (int w = 0; w < pc.consumers; ++w) {
+      for (int i = 0; i < 6; ++i) ph[i] += double(h[8 * w + i]);
+      tiles += double(h[8 * w + 6]);
+      blocks += double(h[8 * w + 7]);
+    }
+    const double per = tiles > 0 ? 1.0 / tiles : 0;
+    double sum = 0;
+    for (double x : ph) sum += x * per;
+    const unsigned long long* pp = h + 8 * pc.consumers;
+    std::printf("%-14s %6d %5.3f %8.0f %7.2f %7.0f %8.0f %8.0f %7.0f %8.0f %8.0f %8.0f %7.0f %7.0f %8.1f\n", pc.name, pc.n, ms,
+                tiles / pc.consumers, blocks / tiles, ph[0] * per, ph[1] * per, ph[2] * per, ph[3] * per, ph[4] * per,
+                ph[5] * per, sum, blocks > tiles ? ph[3] / (blocks - tiles) : 0.0,
+                double(pp[0]) / (tiles / pc.consumers), pp[2] > 0 ? 100.0 * double(pp[1]) / double(pp[2]) : 0.0);
+    std::fflush(stdout);
+  }
   return 0;
 }

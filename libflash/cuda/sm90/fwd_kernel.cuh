@@ -131,13 +131,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, bool kTmaStoreO_ = false>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   static constexpr bool kPerWgMask = false;  // dev/sm90_dev.cu's variant (a derived Traits) sets it
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
-  static constexpr bool kTmaStoreO = kTmaStoreO_;
+  static constexpr bool kTmaStoreO = kStoreO_ != 0;
+  // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
+  // to spare): Q is then released after the store has read them, not after the tile's last S.
+  static constexpr bool kOStageInQ = kStoreO_ == 2;
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -153,7 +156,7 @@ struct Traits {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
-  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kTmaStoreO};
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
@@ -683,7 +686,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         lap(Prof::kLoop);
         if constexpr (K::kProfile)
           if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
-        release_q();
+        if constexpr (!K::kOStageInQ) release_q();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
@@ -697,16 +700,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if (lane == 0) mbar_arrive(v_empty(s_prev));
         lap(Prof::kDrain);
       } else {
-        release_q();  // no key block: nothing read Q_i
+        if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
       }
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
       // row that saw no key.
       const float scale = fabsf(p.scale);
-      // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it.
-      const uint32_t o_stage = o_stage0 + wg * 64 * K::kHeadDim * 2;
-      if constexpr (K::kTmaStoreO) {
+      // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it
+      // -- its own tile after the ring, or its own rows of the Q buffer, whose pages are kBlockM rows apart.
+      const uint32_t o_stage = K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
+      constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
+      if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
         named_sync(4 + wg, 128);
@@ -723,7 +728,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int wrow = row_in_wg + 8 * r;
 #pragma unroll
           for (int i = 0; i < K::kHeadDim / 8; ++i)
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * 64 * 128 + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * kOPage + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
         if (q_begin + row >= 0 && q_begin + row < q_end) {
@@ -750,10 +755,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
             tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
-            tma_store_4d(&args.to, o_stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
+            tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();
+          if constexpr (K::kOStageInQ) wg::bulk_wait_read();  // the store has read these Q rows
         }
+        // Staged in Q: every thread's arrive comes after its own staging stores (and the fence above), thread
+        // 0's after the store has read them; then the producer may load the next Q there.
+        if constexpr (K::kOStageInQ) release_q();
       }
       lap(Prof::kEpilogue);
       if constexpr (K::kProfile)

@@ -11,9 +11,11 @@ namespace flash::sm90 {
 struct Shape {
   int head_dim, block_n, stages;
   int consumers = 2;     // consumer warpgroups of 64 query rows: the tile has 64 x consumers rows
-  bool store_o = false;  // O leaves through a shared staging tile and TMA stores (dense instantiations only)
+  // O leaves through a shared staging tile and TMA stores: 1 a tile of its own after the K/V ring, 2 each
+  // warpgroup's own rows of the Q buffer (Q then stays until the store has read them); 0 direct stores.
+  int store_o = 0;
   constexpr int block_m() const { return 64 * consumers; }
-  constexpr int o_stage_bytes() const { return store_o ? block_m() * head_dim * 2 : 0; }
+  constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
   // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
   // schedules).
   constexpr int q_stages(bool sparse) const {
@@ -35,9 +37,10 @@ struct Shape {
 // d64 +0-3%); d256 has no room left for one. Block-sparse too since runs s15-1/3 (its tiles are short, so
 // the epilogue weighs more: time / dense -0.01 to -0.04 at d64, and at d128 the staging tile in place of
 // a second Q buffer -0.01 to -0.04; a third K/V stage instead measured the same but caps seqlen_k near 30k).
-// d256 block-sparse has no room for it either.
-inline constexpr Shape kShapes[] = {{64, 128, 4, 3, true}, {128, 128, 2, 2, true}, {256, 80, 2}};
-inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 2, true}, {128, 128, 2, 2, true}, {256, 64, 2}};
+// d256 block-sparse has no room for it either. d256 dense stages O in each warpgroup's own rows of the Q
+// buffer instead (store_o 2, session 15: its direct-store epilogue took 11% of a 1k tile, perf-log v15).
+inline constexpr Shape kShapes[] = {{64, 128, 4, 3, 1}, {128, 128, 2, 2, 1}, {256, 80, 2, 2, 2}};
+inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 2, 1}, {128, 128, 2, 2, 1}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.

@@ -99,7 +99,7 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2, int POLY = 0, bool TMA_STORE = false, bool SPARSE = false, bool ALIGN_END = true>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true>
 int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
@@ -108,7 +108,7 @@ template <class T>
 struct PerWgMask : T {
   static constexpr bool kPerWgMask = true;
 };
-template <int D, int BN, int ST, int WG = 2, bool TMA_STORE = false>
+template <int D, int BN, int ST, int WG = 2, int TMA_STORE = 0>
 int32_t run_per_wg(const FwdParams& p) {
   return flash::sm90::launch<PerWgMask<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
 }
@@ -118,7 +118,7 @@ struct Profiled : T {
   static constexpr bool kProfile = true;
 };
 unsigned long long* g_profile = nullptr;  // 8 x 4 counters
-template <int D, int BN, int ST, int WG, bool TMA_STORE, bool SPARSE>
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
@@ -140,6 +140,9 @@ const ProfCase kProfCases[] = {
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 O-in-Q", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
+    {"d256 O-in-Q", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
+    {"d256 O-in-Q cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, true, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
@@ -158,20 +161,17 @@ const ProfCase kProfCases[] = {
 // schedules' first key blocks prefetched to L2 (cp.async.bulk.prefetch.tensor, 4 blocks a tile ahead):
 // 5-20% slower, removed; run s15-5: one Q buffer (d256, d128 block-sparse) with the next tile's Q
 // prefetched to L2 when the producer has issued this tile's last load: no effect (d256 dense 1k 0.2443 /
-// 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed.
+// 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed; run s15-7: the per-warpgroup mask (perf-log
+// v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
     {"d64  3wg tma-store (prod)", 64, false, run<64, 128, 4, 3, 0, true>},
-    {"d64  per-wg mask", 64, false, run_per_wg<64, 128, 4, 3, true>},
-    {"d64  3wg (prod again)", 64, false, run<64, 128, 4, 3, 0, true>},
-    {"d64  per-wg mask again", 64, false, run_per_wg<64, 128, 4, 3, true>},
     {"d128 bn128 st2 2Q tma (prod)", 128, false, run<128, 128, 2, 2, 0, true>},
-    {"d128 per-wg mask", 128, false, run_per_wg<128, 128, 2, 2, true>},
-    {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, true>},
-    {"d256 bn80 st2 1Q (prod)", 256, false, run<256, 80, 2>},
-    {"d256 per-wg mask", 256, false, run_per_wg<256, 80, 2>},
-    {"d256 (prod again)", 256, false, run<256, 80, 2>},
+    {"d256 O staged in Q (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 direct stores (s14)", 256, false, run<256, 80, 2>},
+    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 direct stores again", 256, false, run<256, 80, 2>},
     {"d64  sp st4 2Q tma (prod)", 64, true, run<64, 128, 4, 2, 0, true, true>},
     {"d128 sp st2 1Q tma (prod)", 128, true, run<128, 128, 2, 2, 0, true, true>},
 };

@@ -158,10 +158,6 @@ struct Traits {
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
   static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
-  // One Q buffer: each consumer warpgroup's 64 rows are loaded and released on their own (barriers q_full(wg),
-  // q_empty(wg), 64-row TMA boxes), so the warpgroup that finishes a tile first gets its next rows first.
-  static constexpr bool kQHalves = kQStages == 1;
-  static_assert(!kQHalves || kConsumers <= 2, "a Q barrier pair per consumer warpgroup (two pairs exist)");
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
@@ -351,13 +347,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    // Every producer lane that stores arrives on tile_full and every consumer thread on q_empty, so the
-    // tile index's and schedule's shared stores and loads are ordered thread by thread. Two tile slots
-    // always (tile_iter & 1); Q barriers per Q buffer, or per consumer warpgroup (kQHalves).
-    for (int slot = 0; slot < 2; ++slot) mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
-    for (int slot = 0; slot < (K::kQHalves ? K::kConsumers : K::kQStages); ++slot) {
+    for (int slot = 0; slot < K::kQStages; ++slot) {
+      // Every producer lane that stores arrives on tile_full and every consumer thread on q_empty, so the
+      // tile index's and schedule's shared stores and loads are ordered thread by thread.
       mbar_init(q_full(slot), 1);
-      mbar_init(q_empty(slot), K::kQHalves ? 128 : 128 * K::kConsumers);
+      mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
+      mbar_init(q_empty(slot), 128 * K::kConsumers);
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
@@ -383,14 +378,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       for (int tile_iter = 0;; ++tile_iter) {
         const int q_slot = tile_iter % K::kQStages;
         const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
-        const int t_slot = tile_iter & 1;  // the tile index's (and schedule's) slot: q_slot with two Q buffers
         if (x >= args.num_tiles) {
-          // No tile left: hand the consumers the end marker through the next tile slot as if it were a tile.
-          // (kQHalves: the slot's last readers, tile_iter - 2's, released their Q rows before the waits of
-          // the previous iteration returned.)
-          if (!K::kQHalves && (K::kSparse || lane == 0)) mbar_wait(q_empty(q_slot), q_phase ^ 1);
-          if (lane == 0) tile_ids[t_slot] = x;
-          if (K::kSparse || lane == 0) mbar_arrive(tile_full(t_slot));
+          // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
+          if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
+          if (lane == 0) tile_ids[q_slot] = x;
+          if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
           if constexpr (K::kProfile)
             if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
           break;
@@ -402,50 +394,29 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
         KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
-        // before we could load the previous tile's Q (one Q buffer: during the previous iteration, so the build
-        // overlaps their work on tile_iter - 1; two: after the wait below).
-        if constexpr (K::kQHalves) {
-          // The tile's index and schedule at once, then each warpgroup's Q rows as soon as that warpgroup has
-          // released its rows of the previous tile.
-          if constexpr (K::kSparse) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-          if (lane == 0) tile_ids[t_slot] = x;
-          if (K::kSparse || lane == 0) mbar_arrive(tile_full(t_slot));
+        // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
+        // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
+        if constexpr (K::kSparse && K::kQStages == 1)
+          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+        {
+          const long long t0 = K::kProfile ? clock64() : 0;
+          if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+          if constexpr (K::kProfile)
+            if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+        }
+        __syncwarp(K::kSparse ? 0xffffffffu : 1u);
+        if constexpr (K::kSparse && K::kQStages == 2)
+          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+        // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
+        // then Q_i by TMA.
+        if (lane == 0) tile_ids[q_slot] = x;
+        if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
+        if (lane == 0) {
+          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
-          for (int w = 0; w < K::kConsumers; ++w) {
-            const long long t0 = K::kProfile ? clock64() : 0;
-            if (K::kSparse || lane == 0) mbar_wait(q_empty(w), q_phase ^ 1);
-            if constexpr (K::kProfile)
-              if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
-            if (lane == 0) {
-              mbar_arrive_expect_tx(q_full(w), K::kQBytes / K::kConsumers);
-#pragma unroll
-              for (int pg = 0; pg < kPages; ++pg) {
-                tma_coords(c, args.q_pos, pg * 64, q_begin + 64 * w, tile.h, tile.b);
-                tma_load_4d(q_smem + w * 64 * 128 + pg * kBlockM * 128, &args.tq, q_full(w), c[0], c[1], c[2], c[3]);
-              }
-            }
-          }
-          __syncwarp(K::kSparse ? 0xffffffffu : 1u);
-        } else {
-          {
-            const long long t0 = K::kProfile ? clock64() : 0;
-            if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
-            if constexpr (K::kProfile)
-              if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
-          }
-          __syncwarp(K::kSparse ? 0xffffffffu : 1u);
-          if constexpr (K::kSparse) blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-          // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
-          // then Q_i by TMA.
-          if (lane == 0) tile_ids[t_slot] = x;
-          if (K::kSparse || lane == 0) mbar_arrive(tile_full(t_slot));
-          if (lane == 0) {
-            mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-              tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
-            }
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
         }
         // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
@@ -509,12 +480,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     for (;; ++tile_iter) {
       const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
-      const int t_slot = tile_iter & 1;
-      mbar_wait(tile_full(t_slot), (tile_iter >> 1) & 1);  // the tile's index (and block-sparse schedule) are written
-      const int x = tile_ids[t_slot];
+      mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
+      const int x = tile_ids[q_slot];
       if (x >= args.num_tiles) break;
       lap(Prof::kWaitTile);
-      mbar_wait(q_full(K::kQHalves ? wg : q_slot), q_phase);  // Q_i (this warpgroup's rows of it) has landed
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
       const Tile tile(args, x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
@@ -644,7 +614,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
       // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
       // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
-      auto release_q = [&]() { mbar_arrive(q_empty(K::kQHalves ? wg : q_slot)); };
+      auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
@@ -816,7 +786,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   Args args{};
   args.p = p;
   if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-                                     p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kQHalves ? 64 : K::kBlockM, "q");
+                                     p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kBlockM, "q");
       st != FLASH_OK)
     return st;
   if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,

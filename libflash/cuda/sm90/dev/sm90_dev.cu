@@ -112,21 +112,6 @@ template <int D, int BN, int ST, int WG = 2, int TMA_STORE = 0>
 int32_t run_per_wg(const FwdParams& p) {
   return flash::sm90::launch<PerWgMask<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
 }
-// Session 15's one-Q-buffer kernels before Q was loaded per warpgroup (kQHalves off: one 128-row load after
-// both warpgroups released it).
-template <class T>
-struct WholeQ : T {
-  static constexpr bool kQHalves = false;
-};
-template <int D, int BN, int ST, int STORE_O, bool SPARSE>
-int32_t run_whole_q(const FwdParams& p) {
-  return flash::sm90::launch<WholeQ<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, 2, 0, STORE_O>>>(p);
-}
-template <class T>
-struct ProfiledWholeQ : T {
-  static constexpr bool kProfile = true;
-  static constexpr bool kQHalves = false;
-};
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -137,10 +122,6 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
-template <int D, int BN, int ST, int STORE_O, bool SPARSE>
-int32_t run_prof_whole_q(const FwdParams& p) {
-  return flash::sm90::launch<ProfiledWholeQ<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, 2, 0, STORE_O>>>(p, {true, g_profile});
-}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -150,15 +131,21 @@ struct ProfCase {
   Launch fn;
 };
 const ProfCase kProfCases[] = {
-    {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof<64, 128, 4, 3, 1, false>},
-    {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, 1, false>},
-    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
-    {"d256 whole-Q", 256, 1024, 16, false, 0, 2, run_prof_whole_q<256, 80, 2, 2, false>},
-    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
-    {"d256 cau whole-Q", 256, 1024, 16, true, 0, 2, run_prof_whole_q<256, 80, 2, 2, false>},
-    {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, 1, false>},
-    {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 1, true>},
-    {"d128 bs whole-Q", 128, 4096, 2, false, 0.1, 2, run_prof_whole_q<128, 128, 2, 1, true>},
+    {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 O-in-Q", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
+    {"d256 O-in-Q", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
+    {"d256 O-in-Q cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
+    {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, true, true>},
+    {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -175,20 +162,18 @@ const ProfCase kProfCases[] = {
 // 5-20% slower, removed; run s15-5: one Q buffer (d256, d128 block-sparse) with the next tile's Q
 // prefetched to L2 when the producer has issued this tile's last load: no effect (d256 dense 1k 0.2443 /
 // 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed; run s15-7: the per-warpgroup mask (perf-log
-// v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2);
-// run s15-12: one-Q-buffer kernels load and release Q per warpgroup (kQHalves; "whole Q": as before).
+// v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
+    {"d64  3wg tma-store (prod)", 64, false, run<64, 128, 4, 3, 0, true>},
     {"d128 bn128 st2 2Q tma (prod)", 128, false, run<128, 128, 2, 2, 0, true>},
-    {"d256 Q halves (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 whole Q (s15-10)", 256, false, run_whole_q<256, 80, 2, 2, false>},
+    {"d256 O staged in Q (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 direct stores (s14)", 256, false, run<256, 80, 2>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 whole Q again", 256, false, run_whole_q<256, 80, 2, 2, false>},
-    {"d128 sp Q halves (prod)", 128, true, run<128, 128, 2, 2, 0, true, true>},
-    {"d128 sp whole Q (s15-10)", 128, true, run_whole_q<128, 128, 2, 1, true>},
-    {"d128 sp (prod again)", 128, true, run<128, 128, 2, 2, 0, true, true>},
-    {"d128 sp whole Q again", 128, true, run_whole_q<128, 128, 2, 1, true>},
+    {"d256 direct stores again", 256, false, run<256, 80, 2>},
+    {"d64  sp st4 2Q tma (prod)", 64, true, run<64, 128, 4, 2, 0, true, true>},
+    {"d128 sp st2 1Q tma (prod)", 128, true, run<128, 128, 2, 2, 0, true, true>},
 };
 
 }  // namespace

@@ -162,7 +162,8 @@ const ProfCase kProfCases[] = {
 // 5-20% slower, removed; run s15-5: one Q buffer (d256, d128 block-sparse) with the next tile's Q
 // prefetched to L2 when the producer has issued this tile's last load: no effect (d256 dense 1k 0.2443 /
 // 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed; run s15-7: the per-warpgroup mask (perf-log
-// v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2).
+// v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2);
+// run s15-12: one-Q-buffer kernels loading and releasing Q per warpgroup (commit 1568f72, reverted: perf-log v16).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {

@@ -123,6 +123,11 @@ for phase in "$@"; do
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 2>&1 | tee "$OUT/sm90-dev.txt"
       ;;
+    dev-causal)
+      # sm90_dev's candidates on the causal problems only (no profile section).
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 200 $BUILD/libflash/cuda/sm90/sm90_dev 20 causal 2>&1 | tee "$OUT/sm90-dev-causal.txt"
+      ;;
     prof)
       # Where a tile's time goes: the kernel's Traits::kProfile variant (clock64 phase counters), sm90_dev's profile section.
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }

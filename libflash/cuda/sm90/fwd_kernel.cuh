@@ -137,6 +137,7 @@ struct Traits {
   static constexpr bool kPerWgMask = false;  // dev/sm90_dev.cu's variant (a derived Traits) sets it
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
+  static constexpr bool kAscending = false;  // dev/sm90_dev.cu's variant: key blocks walked upwards (KeyBlocks)
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -179,9 +180,11 @@ struct Traits {
 // schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
 // counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
 // window, descending. Producer and consumers each walk their own KeyBlocks over the same range/schedule.
-template <int kBlockN, bool kSparse>
+// kAscending (dev/sm90_dev.cu's variant): dense walks go from the first block up, so a causal tile's masked
+// diagonal blocks come last, in the overlapped loop, rather than first, in the prologue.
+template <int kBlockN, bool kSparse, bool kAscending = false>
 struct KeyBlocks {
-  int lo, hi, cursor, n_lo;
+  int lo, hi, cursor, n_lo, n_hi;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
 
@@ -191,12 +194,14 @@ struct KeyBlocks {
     lo = int(max(lo64, int64_t(0)));
     hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
-    cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
+    n_hi = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
+    cursor = kAscending && !kSparse ? n_lo : n_hi;
     sched = kSparse ? schedule : nullptr;
   }
 
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
+    if (!kSparse && kAscending) return cursor <= n_hi ? cursor++ : -1;
     if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
     return pos < sched[0] ? sched[1 + pos++] : -1;
   }
@@ -392,7 +397,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int h_kv = tile.h / p.head_ratio;
         int c[4];
         int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
-        KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
+        KeyBlocks<kBlockN, K::kSparse, K::kAscending> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
         // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
         // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
         // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
@@ -493,7 +498,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride);
+      KeyBlocks<kBlockN, K::kSparse, K::kAscending> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride);
 
       float acc_o[K::kORegs];
 #pragma unroll

@@ -112,6 +112,15 @@ template <int D, int BN, int ST, int WG = 2, int TMA_STORE = 0>
 int32_t run_per_wg(const FwdParams& p) {
   return flash::sm90::launch<PerWgMask<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
 }
+// Key blocks walked upwards (the masked diagonal blocks of a causal tile last instead of first).
+template <class T>
+struct Ascending : T {
+  static constexpr bool kAscending = true;
+};
+template <int D, int BN, int ST, int WG, int STORE_O>
+int32_t run_asc(const FwdParams& p) {
+  return flash::sm90::launch<Ascending<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, STORE_O>>>(p);
+}
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -163,18 +172,23 @@ const ProfCase kProfCases[] = {
 // prefetched to L2 when the producer has issued this tile's last load: no effect (d256 dense 1k 0.2443 /
 // 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed; run s15-7: the per-warpgroup mask (perf-log
 // v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2);
-// run s15-12: one-Q-buffer kernels loading and releasing Q per warpgroup (commit 1568f72, reverted: perf-log v16).
+// run s15-12: one-Q-buffer kernels loading and releasing Q per warpgroup (commit 1568f72, reverted: perf-log v16);
+// run s15-13: key blocks walked upwards (Traits::kAscending), causal only (`sm90_dev 20 causal`).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
-    {"d64  3wg tma-store (prod)", 64, false, run<64, 128, 4, 3, 0, true>},
-    {"d128 bn128 st2 2Q tma (prod)", 128, false, run<128, 128, 2, 2, 0, true>},
-    {"d256 O staged in Q (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 direct stores (s14)", 256, false, run<256, 80, 2>},
+    {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  ascending", 64, false, run_asc<64, 128, 4, 3, 1>},
+    {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  ascending again", 64, false, run_asc<64, 128, 4, 3, 1>},
+    {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 ascending", 128, false, run_asc<128, 128, 2, 2, 1>},
+    {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 ascending again", 128, false, run_asc<128, 128, 2, 2, 1>},
+    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 ascending", 256, false, run_asc<256, 80, 2, 2, 2>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 direct stores again", 256, false, run<256, 80, 2>},
-    {"d64  sp st4 2Q tma (prod)", 64, true, run<64, 128, 4, 2, 0, true, true>},
-    {"d128 sp st2 1Q tma (prod)", 128, true, run<128, 128, 2, 2, 0, true, true>},
+    {"d256 ascending again", 256, false, run_asc<256, 80, 2, 2, 2>},
 };
 
 }  // namespace
@@ -182,6 +196,7 @@ const Candidate kCandidates[] = {
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
   const bool profile_only = argc > 2 && std::strcmp(argv[2], "profile") == 0;
+  const bool causal_only = argc > 2 && std::strcmp(argv[2], "causal") == 0;  // the causal problems, no profile
   constexpr int kSets = 4;
   const size_t elems = size_t(32768) * 2048;  // b*n*h*d of the largest problem (the mask grid at 16k)
   std::vector<void*> q(kSets), k(kSets), v(kSets);
@@ -220,6 +235,7 @@ int main(int argc, char** argv) {
               "time/dense");
   std::map<std::pair<int, int>, double> dense_ms;  // (d, n): the dense production time on the mask grid
   if (profile_only) problems.clear();
+  if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   for (const Problem& base : problems)
     for (const Candidate& c : kCandidates) {
       const bool sparse = base.density > 0;
@@ -280,6 +296,7 @@ int main(int argc, char** argv) {
 
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
+  if (causal_only) return 0;
   CK(cudaMalloc(&g_profile, 8 * 4 * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",

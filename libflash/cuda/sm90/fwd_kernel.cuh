@@ -134,7 +134,6 @@ template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse
           int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
-  static constexpr bool kPerWgMask = false;  // dev/sm90_dev.cu's variant (a derived Traits) sets it
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   static constexpr bool kAscending = false;  // dev/sm90_dev.cu's variant: key blocks walked upwards (KeyBlocks)
@@ -530,16 +529,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
-      // Element mask, only where the block crosses the sequence end or a window edge. K::kPerWgMask (a
-      // dev/sm90_dev.cu variant, perf-log v12): decided per warpgroup's own 64 rows, and causal-like masks
-      // compare the right edge alone -- measured slower at d64 in production (the loop's code grew).
+      // Element mask, only where the block crosses the sequence end or a window edge. (Deciding it per
+      // warpgroup's 64 rows instead, with a right-edge-only compare for causal masks, made d64's dense path
+      // 4-8% slower: perf-log v12, commit 2beb5a7.)
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
-        if constexpr (K::kPerWgMask) {
-          const int wg_first = max(q_begin + wg * 64, 0), wg_last = min(q_begin + wg * 64 + 63, q_end - 1);
-          if (wg_first > wg_last || !blocks.needs_mask(p, n, wg_first, wg_last)) return;
-        } else {
-          if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
-        }
+        if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -549,21 +543,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
           const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
           const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
-          if (K::kPerWgMask && p.window_left < 0) {  // causal and right-edged windows: the right edge alone
 #pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
+          for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
-              for (int e = 0; e < 2; ++e)
-                if (8 * i + e >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-          } else {
-#pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = 8 * i + e;
-                if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-              }
-          }
+            for (int e = 0; e < 2; ++e) {
+              const int col = 8 * i + e;
+              if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+            }
         }
       };
       // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a

@@ -103,15 +103,6 @@ template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bo
 int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
-// perf-log v12's variant: the element mask decided per warpgroup, right edge alone for causal-like masks.
-template <class T>
-struct PerWgMask : T {
-  static constexpr bool kPerWgMask = true;
-};
-template <int D, int BN, int ST, int WG = 2, int TMA_STORE = 0>
-int32_t run_per_wg(const FwdParams& p) {
-  return flash::sm90::launch<PerWgMask<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
-}
 // Key blocks walked upwards (the masked diagonal blocks of a causal tile last instead of first).
 template <class T>
 struct Ascending : T {

@@ -12,7 +12,6 @@
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
-#   ncu-src  warp-stall samples by source line (d128 4k block-sparse, d256 1k dense)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -164,23 +163,6 @@ for phase in "$@"; do
           $B run --dtype bf16 --head-dim 128 --heads 16 --batch 2 --seqlen 4096 --algo sm90 --mask $mask --warmup 2 --reps 1 \
           --no-progress > "$OUT/ncu-sparse-${mask%%:*}.txt" 2>&1
         echo "ncu $mask: exit $?"; grep -E "pct|sum|duration|Stall" "$OUT/ncu-sparse-${mask%%:*}.txt" | head -24
-      done
-      ;;
-    ncu-src)
-      # Where the consumers wait, by source line (-lineinfo is on): d128 4k block-sparse s = 0.1 and d256 1k
-      # dense, the shapes whose per-tile cost is largest against their dense / long-sequence rates.
-      B=$BUILD/cli/fa-bench
-      for cfg in "128 16 2 4096 block-sparse:0.1:128 sp128" "256 8 16 1024 none d256"; do
-        set -- $cfg
-        timeout 150 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
-          --section SourceCounters --section WarpStateStats -o "$OUT/ncu-$6" -f \
-          $B run --dtype bf16 --head-dim $1 --heads $2 --batch $3 --seqlen $4 --algo sm90 --mask $5 --warmup 2 --reps 1 \
-          --no-progress > "$OUT/ncu-$6.log" 2>&1
-        echo "ncu $6: exit $?"
-        ncu -i "$OUT/ncu-$6.ncu-rep" --page source --csv --print-source cuda > "$OUT/ncu-$6-src.csv" 2>&1 || \
-          ncu -i "$OUT/ncu-$6.ncu-rep" --page source --csv > "$OUT/ncu-$6-src.csv" 2>&1
-        python3 scripts/ncu_top_lines.py "$OUT/ncu-$6-src.csv" 25 | tee "$OUT/ncu-$6-top.txt" | head -30
-        rm -f "$OUT/ncu-$6.ncu-rep"
       done
       ;;
     pack)

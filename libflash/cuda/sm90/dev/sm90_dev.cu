@@ -164,7 +164,8 @@ const ProfCase kProfCases[] = {
 // 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed; run s15-7: the per-warpgroup mask (perf-log
 // v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2);
 // run s15-12: one-Q-buffer kernels loading and releasing Q per warpgroup (commit 1568f72, reverted: perf-log v16);
-// run s15-13: key blocks walked upwards (Traits::kAscending), causal only (`sm90_dev 20 causal`).
+// next (not yet run: session 15's device time ran out): key blocks walked upwards (Traits::kAscending),
+// causal only (`sm90_dev 20 causal`, device phase dev-causal).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {

@@ -103,14 +103,15 @@ template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bo
 int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
-// Key blocks walked upwards (the masked diagonal blocks of a causal tile last instead of first).
+// Tiles not joined: the next tile's S_0 in a turn of its own after this tile's drain and epilogue
+// (Traits::kJoinTiles off; production before perf-log v18).
 template <class T>
-struct Ascending : T {
-  static constexpr bool kAscending = true;
+struct Split : T {
+  static constexpr bool kJoinTiles = false;
 };
-template <int D, int BN, int ST, int WG, int STORE_O>
-int32_t run_asc(const FwdParams& p) {
-  return flash::sm90::launch<Ascending<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, STORE_O>>>(p);
+template <int D, int BN, int ST, int WG, int STORE_O, bool SPARSE = false>
+int32_t run_split(const FwdParams& p) {
+  return flash::sm90::launch<Split<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, STORE_O>>>(p);
 }
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
@@ -121,6 +122,10 @@ unsigned long long* g_profile = nullptr;  // 8 x 4 counters
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
+}
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
+int32_t run_prof_split(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<Split<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -146,6 +151,11 @@ const ProfCase kProfCases[] = {
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, true, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
+    {"d64 dense S", 64, 1024, 16, false, 0, 3, run_prof_split<64, 128, 4, 3, true, false>},
+    {"d64 causal S", 64, 1024, 16, true, 0, 3, run_prof_split<64, 128, 4, 3, true, false>},
+    {"d128 dense S", 128, 1024, 16, false, 0, 2, run_prof_split<128, 128, 2, 2, true, false>},
+    {"d128 causal S", 128, 1024, 16, true, 0, 2, run_prof_split<128, 128, 2, 2, true, false>},
+    {"d64 bs0.1 b2 S", 64, 4096, 2, false, 0.1, 2, run_prof_split<64, 128, 4, 2, true, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -164,23 +174,23 @@ const ProfCase kProfCases[] = {
 // 0.2454 / 0.2448 ms prefetch / none / prefetch again), removed; run s15-7: the per-warpgroup mask (perf-log
 // v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2);
 // run s15-12: one-Q-buffer kernels loading and releasing Q per warpgroup (commit 1568f72, reverted: perf-log v16);
-// next (not yet run: session 15's device time ran out): key blocks walked upwards (Traits::kAscending),
-// causal only (`sm90_dev 20 causal`, device phase dev-causal).
+// run s16-1: key blocks walked upwards (kAscending, causal only: the same within the spread; perf-log v17,
+// removed); next: the next tile's S_0 joined to this tile's last turn (Traits::kJoinTiles, two-Q-buffer kernels).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  ascending", 64, false, run_asc<64, 128, 4, 3, 1>},
+    {"d64  split", 64, false, run_split<64, 128, 4, 3, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  ascending again", 64, false, run_asc<64, 128, 4, 3, 1>},
+    {"d64  split again", 64, false, run_split<64, 128, 4, 3, 1>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 ascending", 128, false, run_asc<128, 128, 2, 2, 1>},
+    {"d128 split", 128, false, run_split<128, 128, 2, 2, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 ascending again", 128, false, run_asc<128, 128, 2, 2, 1>},
-    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 ascending", 256, false, run_asc<256, 80, 2, 2, 2>},
-    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 ascending again", 256, false, run_asc<256, 80, 2, 2, 2>},
+    {"d128 split again", 128, false, run_split<128, 128, 2, 2, 1>},
+    {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  bs split", 64, true, run_split<64, 128, 4, 2, 1, true>},
+    {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  bs split again", 64, true, run_split<64, 128, 4, 2, 1, true>},
 };
 
 }  // namespace

@@ -157,9 +157,6 @@ struct Traits {
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
   static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
-  // Joined tiles: a tile's last turn (its drain P V) also issues the next tile's S_0, whose Q is resident by
-  // then with two Q buffers, so a tile boundary costs one ping-pong turn instead of two (perf-log v18).
-  static constexpr bool kJoinTiles = kQStages == 2 && !kOStageInQ;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
@@ -182,7 +179,7 @@ struct Traits {
 // counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
 // window, descending. Producer and consumers each walk their own KeyBlocks over the same range/schedule.
 // (Walking dense tiles upwards, so a causal tile's masked diagonal blocks come last, in the overlapped loop,
-// measured the same: perf-log v17.)
+// measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
 template <int kBlockN, bool kSparse>
 struct KeyBlocks {
   int lo, hi, cursor, n_lo, n_hi;
@@ -326,8 +323,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
   const float kNegInf = -INFINITY;
-  // Joined tiles issue the next tile's S_0 from the other Q buffer before this tile's O is stored.
-  static_assert(!K::kJoinTiles || (K::kQStages == 2 && !K::kOStageInQ), "kJoinTiles needs two Q buffers");
 
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
@@ -484,19 +479,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kProfile)
         if (tid == 0) prof.lap(phase);
     };
-    // Carried from one tile to the next (kJoinTiles): whether the last turn of the previous tile already
-    // issued this tile's S_0 and left its softmax state here and its P_0 in p_frag.
-    bool joined = false;
-    float row_max[2], row_sum[2];
-    uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
     for (;; ++tile_iter) {
       const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
-      if (!joined) mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
+      mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[q_slot];
       if (x >= args.num_tiles) break;
       lap(Prof::kWaitTile);
-      if (!joined) mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
       const Tile tile(args, x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
@@ -510,11 +500,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_o[K::kORegs];
 #pragma unroll
       for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
+      float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
       float acc_s[K::kSRegs];
+      uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4. q_wg:
-      // this warpgroup's 64 rows of page 0 of a Q buffer (this tile's, or with kJoinTiles the next one's).
-      auto issue_s = [&](uint32_t q_wg, int s) {
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
+      auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
 #pragma unroll
         for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
@@ -526,7 +518,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         wg::commit();
       };
-      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;
       // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
       // (the N direction) kBlockN * 128 bytes apart.
       auto issue_pv = [&](int s) {
@@ -536,16 +527,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
-      // Element mask of key block n for the tile of rows [qb, qe) walking kb, only where the block crosses
-      // the sequence end or a window edge. (Deciding it per warpgroup's 64 rows instead, with a
-      // right-edge-only compare for causal masks, made d64's dense path 4-8% slower: perf-log v12, commit
-      // 2beb5a7.)
-      auto mask = [&](float (&sv)[K::kSRegs], int n, const KeyBlocks<kBlockN, K::kSparse>& kb, int qb, int qe) {
-        if (!kb.needs_mask(p, n, max(qb, 0), qe - 1)) return;
+      // Element mask, only where the block crosses the sequence end or a window edge. (Deciding it per
+      // warpgroup's 64 rows instead, with a right-edge-only compare for causal masks, made d64's dense path
+      // 4-8% slower: perf-log v12, commit 2beb5a7.)
+      auto mask = [&](float (&sv)[K::kSRegs], int n) {
+        if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t diag = qb + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
           const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
           int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
@@ -560,12 +550,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             }
         }
       };
-      // Online softmax of S_j (base 2, the scale folded into one FFMA) against the running (rmax, rsum); a
-      // row lives in the 4 lanes of a quad. Overwrites sv with P_j (fp32) and writes the O correction
-      // exp2((m - m') * scale_log2) to corr; returns whether any row of the warp needs it (past the first
-      // blocks the running max rarely moves, and when it moved in no row the correction is exactly 1: the O
-      // rescale is skipped, bit for bit the same).
-      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2], float (&rmax)[2], float (&rsum)[2]) {
+      // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
+      // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
+      // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
+      // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
+      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
         float max_new[2];
         bool max_moved = false;
 #pragma unroll
@@ -575,8 +564,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          max_new[r] = fmaxf(rmax[r], m);
-          max_moved |= max_new[r] != rmax[r];
+          max_new[r] = fmaxf(row_max[r], m);
+          max_moved |= max_new[r] != row_max[r];
         }
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
 #pragma unroll
@@ -596,9 +585,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             sv[4 * i + 2 * r] = p0;
             sv[4 * i + 2 * r + 1] = p1;
           }
-          corr[r] = rescale ? exp2f(rmax[r] * scale_log2 - max_scaled) : 1.f;
-          rsum[r] = rsum[r] * corr[r] + sum;
-          rmax[r] = max_new[r];
+          corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
+          row_sum[r] = row_sum[r] * corr[r] + sum;
+          row_max[r] = max_new[r];
         }
         return rescale;
       };
@@ -615,37 +604,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
       // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
       auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
-      // kJoinTiles: the next tile's softmax state and P_0 (fp32), from this tile's last turn to the next.
-      [[maybe_unused]] float next_max[2] = {kNegInf, kNegInf}, next_sum[2] = {0.f, 0.f};
-      [[maybe_unused]] float next_p[K::kJoinTiles ? K::kSRegs : 1];
       int n = blocks.next();
       if (n >= 0) {
-        if (!joined) {
-          // Prologue: S_0 and its softmax.
-          row_max[0] = row_max[1] = kNegInf;
-          row_sum[0] = row_sum[1] = 0.f;
-          const int s0 = it % kStages;
-          mbar_wait(k_full(s0), (it / kStages) & 1);
-          named_sync(1 + wg, 256);
-          wg::fence();
-          issue_s(q_wg, s0);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          wg::wait<0>();
-          wg::fence_regs(acc_s);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(k_empty(s0));  // S_0 done: K_0's slot may be refilled
-          mask(acc_s, n, blocks, q_begin, q_end);
-          {
-            float corr[2];
-            softmax(acc_s, true, corr, row_max, row_sum);
-            pack_p(acc_s, p_frag);
-          }
-          ++it;
+        // Prologue: S_0 and its softmax.
+        int s_prev = it % kStages;
+        uint32_t phase_prev = (it / kStages) & 1;
+        mbar_wait(k_full(s_prev), phase_prev);
+        named_sync(1 + wg, 256);
+        wg::fence();
+        issue_s(s_prev);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        wg::wait<0>();
+        wg::fence_regs(acc_s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        mask(acc_s, n);
+        {
+          float corr[2];
+          softmax(acc_s, true, corr);
+          pack_p(acc_s, p_frag);
         }
-        // (joined: S_0 was issued in the previous tile's last turn; its softmax state is in row_max/row_sum
-        // and P_0 in p_frag.)
-        int s_prev = (it - 1) % kStages;
-        uint32_t phase_prev = ((it - 1) / kStages) & 1;
+        ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
         // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
@@ -657,7 +636,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(v_full(s_prev), phase_prev);
           named_sync(1 + wg, 256);
           wg::fence();
-          issue_s(q_wg, s);
+          issue_s(s);
           issue_pv(s_prev);
           named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
@@ -669,9 +648,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float sv[K::kSRegs];
 #pragma unroll
           for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-          mask(sv, n, blocks, q_begin, q_end);
+          mask(sv, n);
           float corr[2];
-          const bool rescale = softmax(sv, false, corr, row_max, row_sum);
+          const bool rescale = softmax(sv, false, corr);
           wg::wait<0>();
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
@@ -697,68 +676,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kProfile)
           if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
         if constexpr (!K::kOStageInQ) release_q();
-        // The last turn: the last P V alone (the drain), or with kJoinTiles also the next tile's S_0 when
-        // that tile has a key block -- its index and Q are in the other slot by now (the producer loaded
-        // them once this tile started) -- so the tensor cores get one full turn instead of two half ones
-        // around the epilogue, and the next tile starts in its loop.
-        joined = false;
+        // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
-        if constexpr (K::kJoinTiles) {
-          const int q_slot_next = (tile_iter + 1) % K::kQStages;
-          const uint32_t q_phase_next = ((tile_iter + 1) / K::kQStages) & 1;
-          mbar_wait(tile_full(q_slot_next), q_phase_next);
-          const int x_next = tile_ids[q_slot_next];
-          if (x_next < args.num_tiles) {
-            const Tile tile_next(args, x_next);
-            const int qb = tile_next.m_block * kBlockM - args.q_shift;
-            const int qe = min(qb + kBlockM, p.seqlen_q);
-            KeyBlocks<kBlockN, K::kSparse> blocks_next(p, max(qb, 0), qe, sched_base + ((tile_iter + 1) & 1) * args.sched_stride);
-            const int n0 = blocks_next.next();
-            if (n0 >= 0) {
-              joined = true;
-              const int s = it % kStages;
-              mbar_wait(q_full(q_slot_next), q_phase_next);
-              mbar_wait(k_full(s), (it / kStages) & 1);
-              named_sync(1 + wg, 256);
-              wg::fence();
-              issue_s(q_smem + q_slot_next * K::kQBytes + wg * 64 * 128, s);
-              issue_pv(s_prev);
-              named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-              wg::wait<1>();  // the next tile's S_0 is ready; this tile's last P V may still run
-              __syncwarp();
-              if (lane == 0) mbar_arrive(k_empty(s));
-#pragma unroll
-              for (int i = 0; i < K::kSRegs; ++i) next_p[i] = acc_s[i];
-              mask(next_p, n0, blocks_next, qb, qe);
-              float corr[2];
-              softmax(next_p, true, corr, next_max, next_sum);
-              wg::wait<0>();
-              wg::fence_regs(acc_o);
-              wg::fence_regs(p_frag);
-              __syncwarp();
-              if (lane == 0) mbar_arrive(v_empty(s_prev));
-              pack_p(next_p, p_frag);  // P_0 of the next tile (packed now: fewer registers live across the epilogue)
-              ++it;
-            }
-          }
-        }
-        if (!joined) {
-          // Drain: the last P V.
-          named_sync(1 + wg, 256);
-          wg::fence();
-          issue_pv(s_prev);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          wg::wait<0>();
-          wg::fence_regs(acc_o);
-          wg::fence_regs(p_frag);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s_prev));
-        }
+        named_sync(1 + wg, 256);
+        wg::fence();
+        issue_pv(s_prev);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        wg::wait<0>();
+        wg::fence_regs(acc_o);
+        wg::fence_regs(p_frag);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
-        joined = false;
       }
+
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
       // row that saw no key.
@@ -820,11 +753,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // 0's after the store has read them; then the producer may load the next Q there.
         if constexpr (K::kOStageInQ) release_q();
       }
-      if constexpr (K::kJoinTiles)
-        if (joined) {  // the next tile's S_0, issued in the last turn: its softmax state (P_0 is in p_frag)
-          row_max[0] = next_max[0], row_max[1] = next_max[1];
-          row_sum[0] = next_sum[0], row_sum[1] = next_sum[1];
-        }
       lap(Prof::kEpilogue);
       if constexpr (K::kProfile)
         if (tid == 0) prof.add(Prof::kTiles, 1);

@@ -103,16 +103,6 @@ template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bo
 int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
-// Tiles not joined: the next tile's S_0 in a turn of its own after this tile's drain and epilogue
-// (Traits::kJoinTiles off; production before perf-log v18).
-template <class T>
-struct Split : T {
-  static constexpr bool kJoinTiles = false;
-};
-template <int D, int BN, int ST, int WG, int STORE_O, bool SPARSE = false>
-int32_t run_split(const FwdParams& p) {
-  return flash::sm90::launch<Split<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, STORE_O>>>(p);
-}
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -122,10 +112,6 @@ unsigned long long* g_profile = nullptr;  // 8 x 4 counters
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof_split(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<Split<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -151,11 +137,8 @@ const ProfCase kProfCases[] = {
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, true, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
-    {"d64 dense S", 64, 1024, 16, false, 0, 3, run_prof_split<64, 128, 4, 3, true, false>},
-    {"d64 causal S", 64, 1024, 16, true, 0, 3, run_prof_split<64, 128, 4, 3, true, false>},
-    {"d128 dense S", 128, 1024, 16, false, 0, 2, run_prof_split<128, 128, 2, 2, true, false>},
-    {"d128 causal S", 128, 1024, 16, true, 0, 2, run_prof_split<128, 128, 2, 2, true, false>},
-    {"d64 bs0.1 b2 S", 64, 4096, 2, false, 0.1, 2, run_prof_split<64, 128, 4, 2, true, true>},
+    {"d128 bs .1 2QOQ", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
+    {"d64 bs .1 st5OQ", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 5, 2, 2, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -175,22 +158,23 @@ const ProfCase kProfCases[] = {
 // v12); run s15-10: d256 with O staged in each warpgroup's own Q rows and TMA-stored (Traits kStoreO 2);
 // run s15-12: one-Q-buffer kernels loading and releasing Q per warpgroup (commit 1568f72, reverted: perf-log v16);
 // run s16-1: key blocks walked upwards (kAscending, causal only: the same within the spread; perf-log v17,
-// removed); next: the next tile's S_0 joined to this tile's last turn (Traits::kJoinTiles, two-Q-buffer kernels).
+// removed); run s16-2: the next tile's S_0 joined to this tile's last turn (Traits::kJoinTiles: slower,
+// perf-log v18, commit de2be94, reverted); run s16-3: block-sparse with O staged in Q (store_o 2), which frees
+// the room for a second Q buffer at d128 and a fifth K/V stage at d64 (`sm90_dev N sparse`: the mask grid only).
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  split", 64, false, run_split<64, 128, 4, 3, 1>},
-    {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  split again", 64, false, run_split<64, 128, 4, 3, 1>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 split", 128, false, run_split<128, 128, 2, 2, 1>},
-    {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 split again", 128, false, run_split<128, 128, 2, 2, 1>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs split", 64, true, run_split<64, 128, 4, 2, 1, true>},
+    {"d64  bs st4 O-in-Q", 64, true, run<64, 128, 4, 2, 0, 2, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs split again", 64, true, run_split<64, 128, 4, 2, 1, true>},
+    {"d64  bs st5 O-in-Q", 64, true, run<64, 128, 5, 2, 0, 2, true>},
+    {"d64  bs st5 O-in-Q again", 64, true, run<64, 128, 5, 2, 0, 2, true>},
+    {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 1, true>},
+    {"d128 bs 2Q O-in-Q", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 1, true>},
+    {"d128 bs 2Q O-in-Q again", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };
 
 }  // namespace
@@ -199,6 +183,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
   const bool profile_only = argc > 2 && std::strcmp(argv[2], "profile") == 0;
   const bool causal_only = argc > 2 && std::strcmp(argv[2], "causal") == 0;  // the causal problems, no profile
+  const bool sparse_only = argc > 2 && std::strcmp(argv[2], "sparse") == 0;  // the mask grid, no profile
   constexpr int kSets = 4;
   const size_t elems = size_t(32768) * 2048;  // b*n*h*d of the largest problem (the mask grid at 16k)
   std::vector<void*> q(kSets), k(kSets), v(kSets);
@@ -237,6 +222,7 @@ int main(int argc, char** argv) {
               "time/dense");
   std::map<std::pair<int, int>, double> dense_ms;  // (d, n): the dense production time on the mask grid
   if (profile_only) problems.clear();
+  if (sparse_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch != 2; }), problems.end());
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   for (const Problem& base : problems)
     for (const Candidate& c : kCandidates) {
@@ -298,7 +284,7 @@ int main(int argc, char** argv) {
 
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
-  if (causal_only) return 0;
+  if (causal_only || sparse_only) return 0;
   CK(cudaMalloc(&g_profile, 8 * 4 * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",

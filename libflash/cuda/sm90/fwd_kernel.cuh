@@ -327,8 +327,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
-  __shared__ alignas(8) uint64_t bars[6 + 4 * kStages];
-  __shared__ int tile_ids[2];  // the tile in each Q slot, written by the producer before its tile_full arrive
+  // Block-sparse: two more, sched_empty per schedule slot.
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kStages + (K::kSparse ? 2 : 0)];
+  // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
+  // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
+  __shared__ int tile_ids[2];
+  constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
   const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
@@ -346,15 +350,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto v_full = [&](int s) { return bar0 + 32 + 8 * (kStages + s); };
   auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + s); };
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kStages + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + 2 + slot); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
-      // Every producer lane that stores arrives on tile_full and every consumer thread on q_empty, so the
-      // tile index's and schedule's shared stores and loads are ordered thread by thread.
       mbar_init(q_full(slot), 1);
-      mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
       mbar_init(q_empty(slot), 128 * K::kConsumers);
+    }
+    // Every producer lane that stores arrives on tile_full, and every consumer thread (and the loading
+    // lane) on q_empty / sched_empty, so the tile index's and schedule's shared stores and loads are
+    // ordered thread by thread.
+    for (int slot = 0; slot < kTileSlots; ++slot) {
+      mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
+      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + 1);
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
@@ -369,95 +378,182 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   if (warpgroup == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<K::kProducerRegs>();
-    // Warp 0: all 32 lanes walk the tiles and build block-sparse schedules together; lane 0 walks the
-    // key blocks and issues the TMA loads and their barrier operations.
-    // (Dense masks: thread 0 alone -- measured faster at d64 than the whole warp.)
-    if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
-      const int lane = threadIdx.x;
-      int it = 0;  // position in the K/V ring, continued across tiles
-      [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
-      int x = int(blockIdx.x);  // the first tile of either order
-      for (int tile_iter = 0;; ++tile_iter) {
-        const int q_slot = tile_iter % K::kQStages;
-        const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
-        if (x >= args.num_tiles) {
-          // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
-          if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
-          if (lane == 0) tile_ids[q_slot] = x;
-          if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
-          if constexpr (K::kProfile)
-            if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
-          break;
+    if constexpr (K::kSparse) {
+      // Block-sparse: warp 1 is the scheduler -- it takes the tiles (the atomic counter), turns each one's
+      // list into a schedule in shared memory and publishes both through tile_full, up to two tiles ahead;
+      // lane 0 of warp 0 is the loader -- Q and the scheduled K/V blocks by TMA. Building a schedule waits
+      // on two dependent global loads (the count, then the list), which in the loader's own sequence held
+      // every tile start up (perf-log v19: the producer was busy, not waiting for the ring, 95% of a d64
+      // block-sparse run, and the consumers waited 2-5k cycles at each tile start).
+      const int lane = threadIdx.x % 32;
+      if (threadIdx.x / 32 == 1) {
+        int x = int(blockIdx.x);
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int slot = tile_iter & 1;
+          // Ask for the tile after this one now, so the atomic's latency hides behind the build.
+          int next = 0;
+          if (lane == 0 && x < args.num_tiles)
+            next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          next = __shfl_sync(0xffffffffu, next, 0);
+          // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
+          mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+          if (x < args.num_tiles) {
+            const Tile tile(args, x);
+            const int q_begin = tile.m_block * kBlockM - args.q_shift;
+            int32_t* sched = sched_base + slot * args.sched_stride;
+            const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
+            blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+          }
+          if (lane == 0) tile_ids[slot] = x;
+          mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
+          if (x >= args.num_tiles) break;  // the end marker is published
+          x = next;
         }
-        const Tile tile(args, x);
-        const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
-        const int h_kv = tile.h / p.head_ratio;
-        int c[4];
-        int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
-        KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
-        // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
-        // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
-        // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
-        if constexpr (K::kSparse && K::kQStages == 1)
-          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-        {
-          const long long t0 = K::kProfile ? clock64() : 0;
-          if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
-          if constexpr (K::kProfile)
-            if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
-        }
-        __syncwarp(K::kSparse ? 0xffffffffu : 1u);
-        if constexpr (K::kSparse && K::kQStages == 2)
-          blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-        // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
-        // then Q_i by TMA.
-        if (lane == 0) tile_ids[q_slot] = x;
-        if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
-        if (lane == 0) {
+      } else if (threadIdx.x == 0) {
+        int it = 0;  // position in the K/V ring, continued across tiles
+        [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int slot = tile_iter & 1;
+          const int q_slot = tile_iter % K::kQStages;
+          mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+          const int x = tile_ids[slot];
+          if (x >= args.num_tiles) {
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            break;
+          }
+          const Tile tile(args, x);
+          const int q_begin = tile.m_block * kBlockM - args.q_shift;
+          const int h_kv = tile.h / p.head_ratio;
+          int c[4];
+          {
+            const long long t0 = K::kProfile ? clock64() : 0;
+            mbar_wait(q_empty(q_slot), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with this buffer
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+          }
           mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
           for (int pg = 0; pg < kPages; ++pg) {
             tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
             tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
-        }
-        // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
-        {
-          int next = 0;
-          if (lane == 0) next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          x = K::kSparse ? __shfl_sync(0xffffffffu, next, 0) : next;
-        }
-        // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
-        auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                           int n, int at) {
-          {
-            const long long t0 = K::kProfile ? clock64() : 0;
-            mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
-          }
-          mbar_arrive_expect_tx(full, K::kKVBytes);
+          auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                             int n, int at) {
+            {
+              const long long t0 = K::kProfile ? clock64() : 0;
+              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+              if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+            }
+            mbar_arrive_expect_tx(full, K::kKVBytes);
 #pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-            tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
-          }
-        };
-        // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
-        // one block: K_{j+1} never waits behind V_j's slot.
-        auto load_v = [&](int n, int at) {
-          load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
-        };
-        // Lane 0 alone walks the key blocks and loads them (the other lanes of a block-sparse producer go
-        // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
-        if (lane == 0) {
+            for (int pg = 0; pg < kPages; ++pg) {
+              tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
+              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+            }
+          };
+          // V_j trails K_j by one block, as in the dense producer below.
+          KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
-            if (v_pending >= 0) load_v(v_pending, v_at);
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
             v_pending = n;
             v_at = it;
           }
-          if (v_pending >= 0) load_v(v_pending, v_at);
+          mbar_arrive(sched_empty(slot));  // the schedule is read
+          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
+        }
+      }
+    } else {
+      // Warp 0: all 32 lanes walk the tiles and build block-sparse schedules together; lane 0 walks the
+      // key blocks and issues the TMA loads and their barrier operations.
+      // (Dense masks: thread 0 alone -- measured faster at d64 than the whole warp.)
+      if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
+        const int lane = threadIdx.x;
+        int it = 0;  // position in the K/V ring, continued across tiles
+        [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
+        int x = int(blockIdx.x);  // the first tile of either order
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int q_slot = tile_iter % K::kQStages;
+          const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
+          if (x >= args.num_tiles) {
+            // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
+            if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
+            if (lane == 0) tile_ids[q_slot] = x;
+            if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
+            if constexpr (K::kProfile)
+              if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            break;
+          }
+          const Tile tile(args, x);
+          const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
+          const int h_kv = tile.h / p.head_ratio;
+          int c[4];
+          int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
+          KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
+          // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
+          // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
+          // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
+          if constexpr (K::kSparse && K::kQStages == 1)
+            blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+          {
+            const long long t0 = K::kProfile ? clock64() : 0;
+            if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+            if constexpr (K::kProfile)
+              if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+          }
+          __syncwarp(K::kSparse ? 0xffffffffu : 1u);
+          if constexpr (K::kSparse && K::kQStages == 2)
+            blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+          // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
+          // then Q_i by TMA.
+          if (lane == 0) tile_ids[q_slot] = x;
+          if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
+          if (lane == 0) {
+            mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+  #pragma unroll
+            for (int pg = 0; pg < kPages; ++pg) {
+              tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+              tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+            }
+          }
+          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
+          {
+            int next = 0;
+            if (lane == 0) next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+            x = K::kSparse ? __shfl_sync(0xffffffffu, next, 0) : next;
+          }
+          // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
+          auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                             int n, int at) {
+            {
+              const long long t0 = K::kProfile ? clock64() : 0;
+              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+              if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+            }
+            mbar_arrive_expect_tx(full, K::kKVBytes);
+  #pragma unroll
+            for (int pg = 0; pg < kPages; ++pg) {
+              tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
+              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+            }
+          };
+          // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
+          // one block: K_{j+1} never waits behind V_j's slot.
+          auto load_v = [&](int n, int at) {
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
+          };
+          // Lane 0 alone walks the key blocks and loads them (the other lanes of a block-sparse producer go
+          // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
+          if (lane == 0) {
+            int v_pending = -1, v_at = 0;
+            for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+              load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
+              if (v_pending >= 0) load_v(v_pending, v_at);
+              v_pending = n;
+              v_at = it;
+            }
+            if (v_pending >= 0) load_v(v_pending, v_at);
+          }
         }
       }
     }
@@ -482,8 +578,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     for (;; ++tile_iter) {
       const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
-      mbar_wait(tile_full(q_slot), q_phase);  // the tile's index (and block-sparse schedule) are written
-      const int x = tile_ids[q_slot];
+      const int t_slot = tile_iter % kTileSlots;
+      mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
+      const int x = tile_ids[t_slot];
       if (x >= args.num_tiles) break;
       lap(Prof::kWaitTile);
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
@@ -603,7 +700,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
       // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
       // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
-      auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
+      auto release_q = [&]() {
+        mbar_arrive(q_empty(q_slot));
+        if constexpr (K::kSparse) mbar_arrive(sched_empty(t_slot));  // the schedule is read too
+      };
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.

@@ -570,6 +570,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
+    // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
+    // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
+    // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
+    constexpr bool kDeferQRelease = K::kOStageInQ && K::kQStages == 2;
+    bool q_release_pending = false;
     Prof prof{K::kProfile ? args.profile + 8 * wg : nullptr, K::kProfile ? clock64() : 0};
     auto lap = [&](int phase) {
       if constexpr (K::kProfile)
@@ -698,11 +703,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
       };
       // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
-      // (q_empty counts them all), so each thread's own loads are ordered before the producer's next
-      // stores there -- racecheck does not follow them through a __syncwarp and one lane's arrive.
-      auto release_q = [&]() {
-        mbar_arrive(q_empty(q_slot));
-        if constexpr (K::kSparse) mbar_arrive(sched_empty(t_slot));  // the schedule is read too
+      // (q_empty and sched_empty count them all), so each thread's own loads are ordered before the
+      // producer's next stores there -- racecheck does not follow them through a __syncwarp and one lane's
+      // arrive.
+      auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
+      auto release_sched = [&]() {
+        if constexpr (K::kSparse) mbar_arrive(sched_empty(t_slot));
+      };
+      auto release_prev_q = [&]() {  // kDeferQRelease: the previous tile's buffer, once its store has read it
+        if constexpr (kDeferQRelease)
+          if (q_release_pending) {
+            if (tid == 0) wg::bulk_wait_read();
+            mbar_arrive(q_empty(q_slot ^ 1));
+            q_release_pending = false;
+          }
       };
       int n = blocks.next();
       if (n >= 0) {
@@ -714,6 +728,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence();
         issue_s(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
@@ -776,6 +791,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kProfile)
           if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
         if constexpr (!K::kOStageInQ) release_q();
+        release_sched();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
@@ -790,6 +806,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
+        release_sched();
+        release_prev_q();
       }
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
@@ -847,11 +865,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();
-          if constexpr (K::kOStageInQ) wg::bulk_wait_read();  // the store has read these Q rows
+          if constexpr (K::kOStageInQ && !kDeferQRelease) wg::bulk_wait_read();  // the store has read these Q rows
         }
         // Staged in Q: every thread's arrive comes after its own staging stores (and the fence above), thread
-        // 0's after the store has read them; then the producer may load the next Q there.
-        if constexpr (K::kOStageInQ) release_q();
+        // 0's after the store has read them; then the producer may load the next Q there. (Deferred to the
+        // next tile's prologue with two Q buffers.)
+        if constexpr (kDeferQRelease) q_release_pending = true;
+        else if constexpr (K::kOStageInQ) release_q();
       }
       lap(Prof::kEpilogue);
       if constexpr (K::kProfile)

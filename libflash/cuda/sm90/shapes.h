@@ -38,9 +38,11 @@ struct Shape {
 // the epilogue weighs more: time / dense -0.01 to -0.04 at d64, and at d128 the staging tile in place of
 // a second Q buffer -0.01 to -0.04; a third K/V stage instead measured the same but caps seqlen_k near 30k).
 // d256 block-sparse has no room for it either. d256 dense stages O in each warpgroup's own rows of the Q
-// buffer instead (store_o 2, session 15: its direct-store epilogue took 11% of a 1k tile, perf-log v15).
+// buffer instead (store_o 2, session 15: its direct-store epilogue took 11% of a 1k tile, perf-log v15), and
+// so does d128 block-sparse since session 16, which buys back its second Q buffer (perf-log v19: time /
+// dense at 4k 0.171 -> 0.161 at s = 0.1, once the scheduler warp had removed the wait for the schedule).
 inline constexpr Shape kShapes[] = {{64, 128, 4, 3, 1}, {128, 128, 2, 2, 1}, {256, 80, 2, 2, 2}};
-inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 2, 1}, {128, 128, 2, 2, 1}, {256, 64, 2}};
+inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 2, 1}, {128, 128, 2, 2, 2}, {256, 64, 2}};
 
 // Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.

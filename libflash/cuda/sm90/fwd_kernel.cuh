@@ -131,7 +131,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, int kVStages_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
@@ -148,14 +148,15 @@ struct Traits {
   static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = kStages_;
+  static constexpr int kStages = kStages_;                           // K's ring depth
+  static constexpr int kVStages = kVStages_ ? kVStages_ : kStages;  // V's
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
-  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_, kVStages_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
@@ -321,14 +322,14 @@ template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
-  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
+  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kVStages = K::kVStages, kPages = K::kPages;
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
   // Block-sparse: two more, sched_empty per schedule slot.
-  __shared__ alignas(8) uint64_t bars[6 + 4 * kStages + (K::kSparse ? 2 : 0)];
+  __shared__ alignas(8) uint64_t bars[6 + 2 * (kStages + kVStages) + (K::kSparse ? 2 : 0)];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -339,18 +340,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
   // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
   // schedules of sched_stride ints and the list bitmap.
-  const uint32_t o_stage0 = v_smem0 + kStages * K::kKVBytes;
+  const uint32_t o_stage0 = v_smem0 + kVStages * K::kKVBytes;
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
-  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + slot); };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (2 * (kStages + kVStages) + slot); };
   auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
   auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
   auto v_full = [&](int s) { return bar0 + 32 + 8 * (kStages + s); };
-  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + s); };
-  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kStages + s); };
-  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + 2 + slot); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (kStages + kVStages + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + kVStages + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (2 * (kStages + kVStages) + 2 + slot); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -367,8 +368,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
-      mbar_init(v_full(s), 1);
       mbar_init(k_empty(s), 4 * K::kConsumers);
+    }
+    for (int s = 0; s < kVStages; ++s) {
+      mbar_init(v_full(s), 1);
       mbar_init(v_empty(s), 4 * K::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -436,31 +439,35 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
             tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
+          // Key block n into ring position `at` of K (depth kStages) or V (kVStages), once the consumers released it.
           auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                             int n, int at) {
+                             int n, int at, int depth) {
             {
               const long long t0 = K::kProfile ? clock64() : 0;
-              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+              mbar_wait(empty, ((at / depth) & 1) ^ 1);
               if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
             }
             mbar_arrive_expect_tx(full, K::kKVBytes);
 #pragma unroll
             for (int pg = 0; pg < kPages; ++pg) {
               tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+              tma_load_4d(smem0 + (at % depth) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
             }
+          };
+          auto load_v = [&](int n, int at) {
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kVStages), v_empty(at % kVStages), n, at, kVStages);
           };
           // V_j trails K_j by one block, as in the dense producer below.
           KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
-            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, kStages);
+            if (v_pending >= 0) load_v(v_pending, v_at);
             v_pending = n;
             v_at = it;
           }
           mbar_arrive(sched_empty(slot));  // the schedule is read
-          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
+          if (v_pending >= 0) load_v(v_pending, v_at);
         }
       }
     } else {
@@ -522,32 +529,32 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             if (lane == 0) next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
             x = K::kSparse ? __shfl_sync(0xffffffffu, next, 0) : next;
           }
-          // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
+          // Key block n into ring position `at` of K (depth kStages) or V (kVStages), once the consumers released it.
           auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                             int n, int at) {
+                             int n, int at, int depth) {
             {
               const long long t0 = K::kProfile ? clock64() : 0;
-              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+              mbar_wait(empty, ((at / depth) & 1) ^ 1);
               if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
             }
             mbar_arrive_expect_tx(full, K::kKVBytes);
   #pragma unroll
             for (int pg = 0; pg < kPages; ++pg) {
               tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+              tma_load_4d(smem0 + (at % depth) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
             }
           };
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
-            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kVStages), v_empty(at % kVStages), n, at, kVStages);
           };
           // Lane 0 alone walks the key blocks and loads them (the other lanes of a block-sparse producer go
           // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
           if (lane == 0) {
             int v_pending = -1, v_at = 0;
             for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-              load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
+              load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, kStages);
               if (v_pending >= 0) load_v(v_pending, v_at);
               v_pending = n;
               v_at = it;
@@ -721,24 +728,26 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
-        int s_prev = it % kStages;
-        uint32_t phase_prev = (it / kStages) & 1;
-        mbar_wait(k_full(s_prev), phase_prev);
+        const int s0 = it % kStages;
+        mbar_wait(k_full(s0), (it / kStages) & 1);
         named_sync(1 + wg, 256);
         wg::fence();
-        issue_s(s_prev);
+        issue_s(s0);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
-        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) mbar_arrive(k_empty(s0));  // S_0 done: K_0's slot may be refilled
         mask(acc_s, n);
         {
           float corr[2];
           softmax(acc_s, true, corr);
           pack_p(acc_s, p_frag);
         }
+        // V_{j-1}'s slot and phase in its ring, for the next turn's P V.
+        int v_prev = it % kVStages;
+        uint32_t v_phase_prev = (it / kVStages) & 1;
         ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
@@ -748,11 +757,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int s = it % kStages;
           const uint32_t phase = (it / kStages) & 1;
           mbar_wait(k_full(s), phase);
-          mbar_wait(v_full(s_prev), phase_prev);
+          mbar_wait(v_full(v_prev), v_phase_prev);
           named_sync(1 + wg, 256);
           wg::fence();
           issue_s(s);
-          issue_pv(s_prev);
+          issue_pv(v_prev);
           named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
@@ -770,7 +779,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (lane == 0) mbar_arrive(v_empty(v_prev));  // this warp no longer reads V_{j-1}
           if (rescale) {
 #pragma unroll
             for (int i = 0; i < K::kHeadDim / 8; ++i)
@@ -781,8 +790,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               }
           }
           pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-          s_prev = s;
-          phase_prev = phase;
+          v_prev = it % kVStages;
+          v_phase_prev = (it / kVStages) & 1;
         }
         // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
         // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
@@ -793,16 +802,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (!K::kOStageInQ) release_q();
         release_sched();
         // Drain: the last P V.
-        mbar_wait(v_full(s_prev), phase_prev);
+        mbar_wait(v_full(v_prev), v_phase_prev);
         named_sync(1 + wg, 256);
         wg::fence();
-        issue_pv(s_prev);
+        issue_pv(v_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) mbar_arrive(v_empty(s_prev));
+        if (lane == 0) mbar_arrive(v_empty(v_prev));
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i

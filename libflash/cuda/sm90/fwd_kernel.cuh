@@ -5,8 +5,8 @@
 //   producer  (warpgroup 0, 24-40 registers/thread): one thread issues every TMA load -- a query tile
 //             Q_i (kBlockM = 64 x consumers rows; one or two buffers) per work tile, then K_j and V_j of each key
 //             block j it visits into a kStages-deep ring of shared buffers, each guarded by "full" and
-//             "empty" mbarriers (block-sparse masks: its whole warp first turns the tile's list into a
-//             schedule in shared memory);
+//             "empty" mbarriers (block-sparse masks: a second warp, the scheduler, turns each tile's list
+//             into a schedule in shared memory up to two tiles ahead);
 //   consumers (warpgroups 1 and 2, 232-240 registers/thread; 1-3 with 160 at d64): each owns 64 rows of Q_i and runs
 //             Algorithm 1 on them:
 //               S   = Q_i K_j^T                      wgmma m64 n{kBlockN} k16, both operands in smem
@@ -20,10 +20,11 @@
 // does. K_j is released when S_j is done, V_j when P_j V_j is.
 //
 // Hand-over of a tile's index and block-sparse schedule (plain shared stores by the producer, plain loads
-// by the consumers): through a "tile_full" mbarrier per Q slot that only threads arrive on -- every
-// producer lane after its own stores (release), every consumer thread waits (acquire) -- and back through
-// q_empty, which every consumer thread arrives on after its last load and every producer lane that
-// stores waits on before storing there again. Thread by thread, so compute-sanitizer racecheck can follow
+// by the consumers): through a "tile_full" mbarrier per tile slot (per Q buffer; block-sparse: per
+// schedule) that only threads arrive on -- every producer lane after its own stores (release), every
+// consumer thread waits (acquire) -- and back through q_empty (block-sparse: sched_empty, which the loading
+// lane also arrives on), which every consumer thread arrives on after its last load and every producer
+// lane that stores waits on before storing there again. Thread by thread, so compute-sanitizer racecheck can follow
 // it: handed over through q_full (whose phase TMA completes) or released by one lane per warp after
 // __syncwarp, racecheck reported the pairs (perf-log v5; dev/racecheck_mbarrier.cu is the minimal case).
 //
@@ -131,7 +132,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, int kVStages_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
@@ -148,21 +149,20 @@ struct Traits {
   static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = kStages_;                           // K's ring depth
-  static constexpr int kVStages = kVStages_ ? kVStages_ : kStages;  // V's
+  static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
-  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_, kVStages_};
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
   static_assert(kSmemBytes <= 232448, "shared memory");
-  // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The producer warp
+  // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The scheduler warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
@@ -175,8 +175,8 @@ struct Traits {
 // ---- Which key blocks a query block visits ------------------------------------------------------------
 // The same rules as the sm80 kernel and the CPU backend (libflash/cpu/block_range.h): the window's key
 // range [lo, hi) of the whole query block, walked from its last block down (the blocks cut by the
-// diagonal come first). For block-sparse masks the producer thread turns the query block's list into a
-// schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
+// diagonal come first). For block-sparse masks the producer's scheduler warp turns the query block's list
+// into a schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
 // counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
 // window, descending. Producer and consumers each walk their own KeyBlocks over the same range/schedule.
 // (Walking dense tiles upwards, so a causal tile's masked diagonal blocks come last, in the overlapped loop,
@@ -204,15 +204,16 @@ struct KeyBlocks {
     return pos < sched[0] ? sched[1 + pos++] : -1;
   }
 
-  // Producer warp (all 32 lanes): the schedule of query block m_block (kBlockM rows from q_begin) into
+  // The scheduler warp (all 32 lanes): the schedule of query block m_block (kBlockM rows from q_begin) into
   // `out`, using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
   __device__ void build_schedule(const FwdParams& p, int b, int h, int m_block, int block_m, int32_t* out,
                                  uint32_t* bits, int lane) const {
-    // Every lane read this buffer (tile i-2's schedule) in the K/V loop; order those reads before any
-    // lane's stores here. Without it a tile with an empty key range (lo >= hi) stored its count with no
-    // warp barrier since, which is what racecheck reported (perf-log v5, after the last GPU run).
+    // The readers of this buffer (tile i-2's schedule: the loading lane and the consumers) released it
+    // through sched_empty before the caller got here; the warp barrier orders this warp's previous stores
+    // (bitmap, entries) before this build's. (When the producer warp also walked the schedule, a tile with
+    // an empty key range stored its count with no warp barrier since: racecheck, perf-log v5.)
     __syncwarp();
     int n_out = 0;
     if (lo < hi) {
@@ -239,12 +240,11 @@ struct KeyBlocks {
         n_out += __popc(ballot);
       }
     }
-    // The count, stored by lane 0 alone: lane 0 is also the only producer lane that walks the schedule
-    // (the K/V loads), so the count's reads and writes in the producer warp are one thread's, and its
-    // tile_full arrive releases the store to the consumers. (Every lane storing it, with the lanes
-    // walking it too, left 7 racecheck warnings on this word in runs s13-6 and s14-1.)
+    // The count, stored by lane 0 alone; every lane's tile_full arrive (after this) releases its own
+    // stores to the loading lane and the consumers. (Every lane storing it, while the same warp's lanes
+    // also walked the schedule, left 7 racecheck warnings on this word in runs s13-6 and s14-1.)
     if (lane == 0) out[0] = n_out;
-    __syncwarp();  // the entries, stored by every lane, before lane 0 walks them
+    __syncwarp();
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window?
@@ -322,14 +322,14 @@ template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
-  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kVStages = K::kVStages, kPages = K::kPages;
+  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
   // Block-sparse: two more, sched_empty per schedule slot.
-  __shared__ alignas(8) uint64_t bars[6 + 2 * (kStages + kVStages) + (K::kSparse ? 2 : 0)];
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kStages + (K::kSparse ? 2 : 0)];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -340,18 +340,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
   // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
   // schedules of sched_stride ints and the list bitmap.
-  const uint32_t o_stage0 = v_smem0 + kVStages * K::kKVBytes;
+  const uint32_t o_stage0 = v_smem0 + kStages * K::kKVBytes;
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
-  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (2 * (kStages + kVStages) + slot); };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + slot); };
   auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
   auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
   auto v_full = [&](int s) { return bar0 + 32 + 8 * (kStages + s); };
-  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (kStages + kVStages + s); };
-  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + kVStages + s); };
-  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (2 * (kStages + kVStages) + 2 + slot); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kStages + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + 2 + slot); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -368,10 +368,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
-      mbar_init(k_empty(s), 4 * K::kConsumers);
-    }
-    for (int s = 0; s < kVStages; ++s) {
       mbar_init(v_full(s), 1);
+      mbar_init(k_empty(s), 4 * K::kConsumers);
       mbar_init(v_empty(s), 4 * K::kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -439,43 +437,38 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
             tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
-          // Key block n into ring position `at` of K (depth kStages) or V (kVStages), once the consumers released it.
           auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                             int n, int at, int depth) {
+                             int n, int at) {
             {
               const long long t0 = K::kProfile ? clock64() : 0;
-              mbar_wait(empty, ((at / depth) & 1) ^ 1);
+              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
               if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
             }
             mbar_arrive_expect_tx(full, K::kKVBytes);
 #pragma unroll
             for (int pg = 0; pg < kPages; ++pg) {
               tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(smem0 + (at % depth) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
             }
           };
-          auto load_v = [&](int n, int at) {
-            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kVStages), v_empty(at % kVStages), n, at, kVStages);
-          };
-          // V_j trails K_j by one block, as in the dense producer below.
+          // V_j trails K_j by one block, as in the dense producer below (see there why).
           KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, kStages);
-            if (v_pending >= 0) load_v(v_pending, v_at);
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
             v_pending = n;
             v_at = it;
           }
           mbar_arrive(sched_empty(slot));  // the schedule is read
-          if (v_pending >= 0) load_v(v_pending, v_at);
+          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
         }
       }
     } else {
-      // Warp 0: all 32 lanes walk the tiles and build block-sparse schedules together; lane 0 walks the
-      // key blocks and issues the TMA loads and their barrier operations.
-      // (Dense masks: thread 0 alone -- measured faster at d64 than the whole warp.)
-      if (K::kSparse ? threadIdx.x < 32 : threadIdx.x == 0) {
-        const int lane = threadIdx.x;
+      // Dense and window masks: thread 0 alone takes the tiles (static order, or the counter for causal-like
+      // masks) and issues every TMA load and its barrier operations (measured faster at d64 than the
+      // whole warp).
+      if (threadIdx.x == 0) {
         int it = 0;  // position in the K/V ring, continued across tiles
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         int x = int(blockIdx.x);  // the first tile of either order
@@ -484,83 +477,61 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
           if (x >= args.num_tiles) {
             // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
-            if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);
-            if (lane == 0) tile_ids[q_slot] = x;
-            if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
-            if constexpr (K::kProfile)
-              if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            mbar_wait(q_empty(q_slot), q_phase ^ 1);
+            tile_ids[q_slot] = x;
+            mbar_arrive(tile_full(q_slot));
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
           int c[4];
-          int32_t* sched = sched_base + (tile_iter & 1) * args.sched_stride;
-          KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
-          // Block-sparse: the schedule goes to the buffer of tile_iter - 2, which the consumers finished
-          // before we could load this slot's previous Q (one Q buffer: that was tile_iter - 1's, so the
-          // build overlaps their work on it; two: after the wait below, tile_iter - 2's).
-          if constexpr (K::kSparse && K::kQStages == 1)
-            blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+          KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr);
           {
             const long long t0 = K::kProfile ? clock64() : 0;
-            if (K::kSparse || lane == 0) mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
-            if constexpr (K::kProfile)
-              if (lane == 0) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+            mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
           }
-          __syncwarp(K::kSparse ? 0xffffffffu : 1u);
-          if constexpr (K::kSparse && K::kQStages == 2)
-            blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
-          // The tile's index and schedule to the consumers (each lane's arrive releases its own stores),
-          // then Q_i by TMA.
-          if (lane == 0) tile_ids[q_slot] = x;
-          if (K::kSparse || lane == 0) mbar_arrive(tile_full(q_slot));
-          if (lane == 0) {
-            mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
-  #pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-              tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
-            }
+          // The tile's index to the consumers, then Q_i by TMA.
+          tile_ids[q_slot] = x;
+          mbar_arrive(tile_full(q_slot));
+          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
-          {
-            int next = 0;
-            if (lane == 0) next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-            x = K::kSparse ? __shfl_sync(0xffffffffu, next, 0) : next;
-          }
-          // Key block n into ring position `at` of K (depth kStages) or V (kVStages), once the consumers released it.
+          x = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
           auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                             int n, int at, int depth) {
+                             int n, int at) {
             {
               const long long t0 = K::kProfile ? clock64() : 0;
-              mbar_wait(empty, ((at / depth) & 1) ^ 1);
+              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
               if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
             }
             mbar_arrive_expect_tx(full, K::kKVBytes);
-  #pragma unroll
+#pragma unroll
             for (int pg = 0; pg < kPages; ++pg) {
               tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(smem0 + (at % depth) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
             }
           };
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
-            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kVStages), v_empty(at % kVStages), n, at, kVStages);
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
           };
-          // Lane 0 alone walks the key blocks and loads them (the other lanes of a block-sparse producer go
-          // on to the next tile's q_empty wait and meet lane 0 again at build_schedule's __syncwarp).
-          if (lane == 0) {
-            int v_pending = -1, v_at = 0;
-            for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-              load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, kStages);
-              if (v_pending >= 0) load_v(v_pending, v_at);
-              v_pending = n;
-              v_at = it;
-            }
+          int v_pending = -1, v_at = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
             if (v_pending >= 0) load_v(v_pending, v_at);
+            v_pending = n;
+            v_at = it;
           }
+          if (v_pending >= 0) load_v(v_pending, v_at);
         }
       }
     }
@@ -728,26 +699,24 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
-        const int s0 = it % kStages;
-        mbar_wait(k_full(s0), (it / kStages) & 1);
+        int s_prev = it % kStages;
+        uint32_t phase_prev = (it / kStages) & 1;
+        mbar_wait(k_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
         wg::fence();
-        issue_s(s0);
+        issue_s(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
-        if (lane == 0) mbar_arrive(k_empty(s0));  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         mask(acc_s, n);
         {
           float corr[2];
           softmax(acc_s, true, corr);
           pack_p(acc_s, p_frag);
         }
-        // V_{j-1}'s slot and phase in its ring, for the next turn's P V.
-        int v_prev = it % kVStages;
-        uint32_t v_phase_prev = (it / kVStages) & 1;
         ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
@@ -757,11 +726,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int s = it % kStages;
           const uint32_t phase = (it / kStages) & 1;
           mbar_wait(k_full(s), phase);
-          mbar_wait(v_full(v_prev), v_phase_prev);
+          mbar_wait(v_full(s_prev), phase_prev);
           named_sync(1 + wg, 256);
           wg::fence();
           issue_s(s);
-          issue_pv(v_prev);
+          issue_pv(s_prev);
           named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
@@ -779,7 +748,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(v_prev));  // this warp no longer reads V_{j-1}
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if (rescale) {
 #pragma unroll
             for (int i = 0; i < K::kHeadDim / 8; ++i)
@@ -790,8 +759,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               }
           }
           pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-          v_prev = it % kVStages;
-          v_phase_prev = (it / kVStages) & 1;
+          s_prev = s;
+          phase_prev = phase;
         }
         // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
         // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
@@ -802,16 +771,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (!K::kOStageInQ) release_q();
         release_sched();
         // Drain: the last P V.
-        mbar_wait(v_full(v_prev), v_phase_prev);
+        mbar_wait(v_full(s_prev), phase_prev);
         named_sync(1 + wg, 256);
         wg::fence();
-        issue_pv(v_prev);
+        issue_pv(s_prev);
         named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) mbar_arrive(v_empty(v_prev));
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
@@ -981,3 +950,4 @@ int32_t launch_fwd(const FwdParams& p);
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D, SPARSE);                                  \
     return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p); \
   }
+

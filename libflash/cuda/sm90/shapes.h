@@ -14,18 +14,16 @@ struct Shape {
   // O leaves through a shared staging tile and TMA stores: 1 a tile of its own after the K/V ring, 2 each
   // warpgroup's own rows of the Q buffer (Q then stays until the store has read them); 0 direct stores.
   int store_o = 0;
-  int v_stages = 0;      // V's ring depth when it differs from K's (0: the same, `stages`)
   constexpr int block_m() const { return 64 * consumers; }
-  constexpr int kv_stages() const { return stages + (v_stages ? v_stages : stages); }  // K + V ring slots
   constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
-  // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 2 KB left for block-sparse
-  // schedules: seqlen_k up to ~30k; supports() checks the actual need).
+  // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
+  // schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * block_m() + kv_stages() * block_n) * head_dim * 2 + 1024 + (sparse ? 2048 : 0) + o_stage_bytes() <= 232448
+    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) + o_stage_bytes() <= 232448
                ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * block_m() + kv_stages() * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
+    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
   }
 };
 

@@ -101,7 +101,7 @@ for phase in "$@"; do
     masks)
       B=$BUILD/cli/fa-bench
       for d in 64 128; do
-        timeout 200 $B run --dtype bf16 --head-dim $d --heads $((2048 / d)) --batch 2 --seqlen 4096,8192,16384 --algo sm90 \
+        timeout 200 $B run --dtype bf16 --head-dim $d --heads $((2048 / d)) --batch 2 --seqlen 4096,8192,16384 --algo sm90 --check \
            --mask "none;causal;window:256,0;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" \
            --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-sm90-masks-d$d.json" > "$OUT/fa-bench-sm90-masks-d$d.txt" 2>&1
         echo "fa-bench masks d$d: exit $?"

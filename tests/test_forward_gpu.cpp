@@ -265,6 +265,31 @@ TEST_P(GpuEdges, BlockSparseUnsortedRepeatedAndJunkIndices) {
       }
 }
 
+// sm90 runs a persistent grid (one CTA per SM) whose block-sparse schedules and Q buffers are reused tile
+// after tile through two slots each; the other cases have fewer tiles than SMs, so each CTA sees one tile.
+// Here every CTA takes several (2 x 8 heads x 20 query blocks = 320 tiles on 132 SMs), with per-head random
+// lists, rows that list nothing, GQA, seqlen_q != seqlen_k, and the causal composition.
+TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
+  if (GetParam() != FLASH_ALGO_SM90) GTEST_SKIP() << "tests sm90's persistent tile order (the others launch a CTA per tile)";
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  int n = 0;
+  for (int64_t d : {64, 128})
+    for (int variant = 0; variant < 2; ++variant) {
+      CaseSpec s = base(2560, 900, d, FLASH_DTYPE_BF16);
+      s.heads_q = 8, s.heads_kv = 4;
+      fill_block_mask(s, 128, 128, variant == 0 ? 0 : 2, base_seed() + 7919 * ++n);
+      // A whole query block of one (batch, head) lists nothing: its rows see no key.
+      flash_ref::Mask& m = s.mask;
+      std::fill_n(m.listed.begin() + ((1 * m.mask_heads + 3) * m.n_qb + 5) * size_t(m.n_kb), m.n_kb, uint8_t{0});
+      if (variant == 1) s.mask.causal = 1;
+      std::mt19937_64 rng(base_seed() ^ (0x7113 + n));
+      Case c = make_case(s, rng);
+      ASSERT_EQ(run_cuda(c, GetParam(), 0), FLASH_OK) << flash_last_error_message() << "\n  case: " << s.describe();
+      const Check ch = check_case(c);
+      EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Algorithms, GpuEdges, ::testing::ValuesIn(kGpuAlgorithms),
                          [](const auto& info) { return std::string(flash_algorithm_name(info.param)); });
 

@@ -379,49 +379,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   if (warpgroup == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<K::kProducerRegs>();
-    // Q_i of the tile at (q_begin, h, b) into Q buffer q_slot (the consumers are done with it).
-    auto load_q = [&](int q_slot, int q_begin, int h, int b) {
-      int c[4];
-      mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
-#pragma unroll
-      for (int pg = 0; pg < kPages; ++pg) {
-        tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
-        tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
-      }
-    };
-    // A tile's key blocks into the K/V ring, `it` its position (continued across tiles). V_j is consumed one
-    // turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by one block: K_{j+1} never
-    // waits behind V_j's slot. walked() runs once the last block index has been read.
-    auto load_tile_kv = [&](auto& blocks, int& it, int h_kv, int b, auto walked) {
-      int c[4];
-      // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
-      auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                         int n, int at) {
-        {
-          [[maybe_unused]] const long long t0 = K::kProfile ? clock64() : 0;
-          mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-          if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
-        }
-        mbar_arrive_expect_tx(full, K::kKVBytes);
-#pragma unroll
-        for (int pg = 0; pg < kPages; ++pg) {
-          tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
-          tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
-        }
-      };
-      auto load_v = [&](int n, int at) {
-        load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
-      };
-      int v_pending = -1, v_at = 0;
-      for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-        load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
-        if (v_pending >= 0) load_v(v_pending, v_at);
-        v_pending = n;
-        v_at = it;
-      }
-      walked();
-      if (v_pending >= 0) load_v(v_pending, v_at);
-    };
     if constexpr (K::kSparse) {
       // Block-sparse: warp 1 is the scheduler -- it takes the tiles (the atomic counter), turns each one's
       // list into a schedule in shared memory and publishes both through tile_full, up to two tiles ahead;
@@ -467,14 +424,44 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
+          const int h_kv = tile.h / p.head_ratio;
+          int c[4];
           {
             const long long t0 = K::kProfile ? clock64() : 0;
             mbar_wait(q_empty(q_slot), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with this buffer
             if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
           }
-          load_q(q_slot, q_begin, tile.h, tile.b);
+          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+          }
+          auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                             int n, int at) {
+            {
+              const long long t0 = K::kProfile ? clock64() : 0;
+              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+              if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+            }
+            mbar_arrive_expect_tx(full, K::kKVBytes);
+#pragma unroll
+            for (int pg = 0; pg < kPages; ++pg) {
+              tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
+              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+            }
+          };
+          // V_j trails K_j by one block, as in the dense producer below (see there why).
           KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
-          load_tile_kv(blocks, it, tile.h / p.head_ratio, tile.b, [&] { mbar_arrive(sched_empty(slot)); });  // the schedule is read
+          int v_pending = -1, v_at = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
+            v_pending = n;
+            v_at = it;
+          }
+          mbar_arrive(sched_empty(slot));  // the schedule is read
+          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
         }
       }
     } else {
@@ -498,6 +485,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
+          const int h_kv = tile.h / p.head_ratio;
+          int c[4];
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr);
           {
             const long long t0 = K::kProfile ? clock64() : 0;
@@ -507,10 +496,42 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The tile's index to the consumers, then Q_i by TMA.
           tile_ids[q_slot] = x;
           mbar_arrive(tile_full(q_slot));
-          load_q(q_slot, q_begin, tile.h, tile.b);
+          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+#pragma unroll
+          for (int pg = 0; pg < kPages; ++pg) {
+            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
+            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+          }
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
           x = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          load_tile_kv(blocks, it, tile.h / p.head_ratio, tile.b, [] {});
+          // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
+          auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                             int n, int at) {
+            {
+              const long long t0 = K::kProfile ? clock64() : 0;
+              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+              if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+            }
+            mbar_arrive_expect_tx(full, K::kKVBytes);
+#pragma unroll
+            for (int pg = 0; pg < kPages; ++pg) {
+              tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
+              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+            }
+          };
+          // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
+          // one block: K_{j+1} never waits behind V_j's slot.
+          auto load_v = [&](int n, int at) {
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
+          };
+          int v_pending = -1, v_at = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
+            if (v_pending >= 0) load_v(v_pending, v_at);
+            v_pending = n;
+            v_at = it;
+          }
+          if (v_pending >= 0) load_v(v_pending, v_at);
         }
       }
     }

@@ -183,7 +183,7 @@ struct Traits {
 // measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
 template <int kBlockN, bool kSparse>
 struct KeyBlocks {
-  int lo, hi, cursor, n_lo, n_hi;
+  int lo, hi, cursor, n_lo;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
 
@@ -193,8 +193,7 @@ struct KeyBlocks {
     lo = int(max(lo64, int64_t(0)));
     hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
-    n_hi = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
-    cursor = n_hi;
+    cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
     sched = kSparse ? schedule : nullptr;
   }
 

@@ -132,13 +132,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kSAhead_ = false>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
-  // kSAhead_: S runs one key block ahead of the softmax (a turn issues P_{j-1} V_{j-1} and S_{j+1}; the
-  // softmax of S_j, issued a turn earlier, does not wait on the tensor cores). Two S tiles live at once:
-  // only where 232 registers hold them (d64 with two consumer warpgroups).
-  static constexpr bool kSAhead = kSAhead_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
@@ -589,15 +585,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
       const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
-      auto issue_s = [&](int s, float (&acc)[K::kSRegs]) {
+      auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
 #pragma unroll
         for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
         {
           const uint64_t da = wg::desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
           const uint64_t db = wg::desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
-          if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc, da, db);
-          else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc, da, db, 1);
+          if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
+          else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
         }
         wg::commit();
       };
@@ -704,160 +700,73 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Prologue: S_0 and its softmax.
         int s_prev = it % kStages;
         uint32_t phase_prev = (it / kStages) & 1;
-        if constexpr (K::kSAhead) {
-          // S one key block ahead. Prologue: S_0 and S_1 in the first turn, the softmax of S_0.
-          float acc_s2[K::kSRegs];
-          int n_next = blocks.next();
-          mbar_wait(k_full(s_prev), phase_prev);
-          if (n_next >= 0) mbar_wait(k_full((it + 1) % kStages), ((it + 1) / kStages) & 1);
+        mbar_wait(k_full(s_prev), phase_prev);
+        named_sync(1 + wg, 256);
+        wg::fence();
+        issue_s(s_prev);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        release_prev_q();  // (while S_0 runs)
+        wg::wait<0>();
+        wg::fence_regs(acc_s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        mask(acc_s, n);
+        {
+          float corr[2];
+          softmax(acc_s, true, corr);
+          pack_p(acc_s, p_frag);
+        }
+        ++it;
+        lap(Prof::kPrologue);
+        [[maybe_unused]] const int it_first = it;
+        // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
+        // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
+        for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          const int s = it % kStages;
+          const uint32_t phase = (it / kStages) & 1;
+          mbar_wait(k_full(s), phase);
+          mbar_wait(v_full(s_prev), phase_prev);
           named_sync(1 + wg, 256);
           wg::fence();
-          issue_s(s_prev, acc_s);
-          if (n_next >= 0) issue_s((it + 1) % kStages, acc_s2);
-          else wg::commit();  // an empty group: the wait below stays unconditional (ptxas: C7514 otherwise)
+          issue_s(s);
+          issue_pv(s_prev);
           named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          release_prev_q();  // (while S_0 runs)
-          wg::wait<1>();  // S_0 has landed; S_1 may still run
-          wg::fence_regs(acc_s);
+          wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           __syncwarp();
-          if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-          {
-            float sv[K::kSRegs], corr[2];  // (a copy, as in the steps: C7515)
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
+          // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
+          // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
+          // serialise the wgmmas (C7513; perf-log).
+          float sv[K::kSRegs];
 #pragma unroll
-            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-            mask(sv, n);
-            softmax(sv, true, corr);
-            wg::wait<0>();  // (no wgmma in flight while P is packed: C7513)
-            wg::fence_regs(acc_s2);
-            pack_p(sv, p_frag);
-          }
-          ++it;
-          lap(Prof::kPrologue);
-          [[maybe_unused]] const int it_first = it;
-          // One key block j = it (key block n_j, its S in `cur` since the last turn; P_{j-1} in p_frag, V_{j-1}
-          // in slot s_prev): the turn issues P_{j-1} V_{j-1} and S_{j+1} (into `nxt`), then the softmax of
-          // S_j runs while both are in flight. Returns key block j + 1, or -1.
-          auto step = [&](float (&cur)[K::kSRegs], float (&nxt)[K::kSRegs], int n_j) {
-            const int s = it % kStages;
-            const uint32_t phase = (it / kStages) & 1;
-            const int n_after = blocks.next();
-            if (n_after >= 0) mbar_wait(k_full((it + 1) % kStages), ((it + 1) / kStages) & 1);
-            mbar_wait(v_full(s_prev), phase_prev);
-            named_sync(1 + wg, 256);
-            wg::fence();
-            issue_pv(s_prev);
-            if (n_after >= 0) issue_s((it + 1) % kStages, nxt);
-            named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-            // S_j landed before the last step ended (its wait<0>), so K_j is free and the softmax need not wait.
-            __syncwarp();
-            if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
-            // The softmax works on a copy: writing `cur` while any wgmma is in flight serialises them (C7515).
-            float sv[K::kSRegs];
-#pragma unroll
-            for (int i = 0; i < K::kSRegs; ++i) sv[i] = cur[i];
-            mask(sv, n_j);
-            float corr[2];
-            const bool rescale = softmax(sv, false, corr);
-            // P_{j-1} V_{j-1} has landed, and S_{j+1} too (it ran during the softmax): packing P_j while any
-            // wgmma is in flight makes ptxas serialise them (C7513).
-            wg::wait<0>();
-            wg::fence_regs(nxt);
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            if (rescale) {
-#pragma unroll
-              for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                  acc_o[4 * i + 2 * r] *= corr[r];
-                  acc_o[4 * i + 2 * r + 1] *= corr[r];
-                }
-            }
-            pack_p(sv, p_frag);
-            s_prev = s;
-            phase_prev = phase;
-            ++it;
-            return n_after;
-          };
-          // S_j alternates between the two register tiles (static indices keep both in registers).
-          while (n_next >= 0) {
-            n_next = step(acc_s2, acc_s, n_next);
-            if (n_next < 0) break;
-            n_next = step(acc_s, acc_s2, n_next);
-          }
-          if constexpr (K::kProfile)
-            if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
-        } else {
-          mbar_wait(k_full(s_prev), phase_prev);
-          named_sync(1 + wg, 256);
-          wg::fence();
-          issue_s(s_prev, acc_s);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-          release_prev_q();  // (while S_0 runs)
+          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+          mask(sv, n);
+          float corr[2];
+          const bool rescale = softmax(sv, false, corr);
           wg::wait<0>();
-          wg::fence_regs(acc_s);
+          wg::fence_regs(acc_o);
+          wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-          mask(acc_s, n);
-          {
-            float corr[2];
-            softmax(acc_s, true, corr);
-            pack_p(acc_s, p_frag);
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (rescale) {
+#pragma unroll
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                acc_o[4 * i + 2 * r] *= corr[r];
+                acc_o[4 * i + 2 * r + 1] *= corr[r];
+              }
           }
-          ++it;
-          lap(Prof::kPrologue);
-          [[maybe_unused]] const int it_first = it;
-          // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
-          // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
-          for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            const int s = it % kStages;
-            const uint32_t phase = (it / kStages) & 1;
-            mbar_wait(k_full(s), phase);
-            mbar_wait(v_full(s_prev), phase_prev);
-            named_sync(1 + wg, 256);
-            wg::fence();
-            issue_s(s, acc_s);
-            issue_pv(s_prev);
-            named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-            wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-            __syncwarp();
-            if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
-            // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
-            // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
-            // serialise the wgmmas (C7513; perf-log).
-            float sv[K::kSRegs];
-#pragma unroll
-            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-            mask(sv, n);
-            float corr[2];
-            const bool rescale = softmax(sv, false, corr);
-            wg::wait<0>();
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            if (rescale) {
-#pragma unroll
-              for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                  acc_o[4 * i + 2 * r] *= corr[r];
-                  acc_o[4 * i + 2 * r + 1] *= corr[r];
-                }
-            }
-            pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-            s_prev = s;
-            phase_prev = phase;
-          }
-          if constexpr (K::kProfile)
-            if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
+          pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+          s_prev = s;
+          phase_prev = phase;
         }
         // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
         // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
         // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
         lap(Prof::kLoop);
+        if constexpr (K::kProfile)
+          if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
         if constexpr (!K::kOStageInQ) release_q();
         release_sched();
         // Drain: the last P V.

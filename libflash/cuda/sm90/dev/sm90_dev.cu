@@ -99,10 +99,9 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true,
-          bool AHEAD = false>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE, AHEAD>>(p, {ALIGN_END});
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
@@ -110,9 +109,9 @@ struct Profiled : T {
   static constexpr bool kProfile = true;
 };
 unsigned long long* g_profile = nullptr;  // 8 x 4 counters
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE, bool AHEAD = false>
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE, AHEAD>>>(p, {true, g_profile});
+  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -129,16 +128,15 @@ const ProfCase kProfCases[] = {
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 O-in-Q", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
     {"d256 O-in-Q", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
     {"d256 O-in-Q cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
-    {"d64 bs.1 ahead", 64, 4096, 2, false, 0.1, 2, run_prof<64, 64, 8, 2, true, true, true>},
-    {"d128 bs.1 ahead", 128, 4096, 2, false, 0.1, 2, run_prof<128, 64, 4, 2, 2, true, true>},
-    {"d64 2wg ahead", 64, 1024, 16, false, 0, 2, run_prof<64, 64, 8, 2, true, false, true>},
-    {"d128 ahead", 128, 1024, 16, false, 0, 2, run_prof<128, 64, 4, 2, true, false, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -175,22 +173,15 @@ const ProfCase kProfCases[] = {
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  2wg bn64 S ahead", 64, false, run<64, 64, 8, 2, 0, 1, false, true, true>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  2wg bn64 S ahead again", 64, false, run<64, 64, 8, 2, 0, 1, false, true, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 bn64 S ahead", 128, false, run<128, 64, 4, 2, 0, 1, false, true, true>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 bn64 S ahead again", 128, false, run<128, 64, 4, 2, 0, 1, false, true, true>},
+    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs bn64 S ahead", 64, true, run<64, 64, 8, 2, 0, 1, true, true, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs bn64 S ahead again", 64, true, run<64, 64, 8, 2, 0, 1, true, true, true>},
-    {"d64  bs bn64 (no ahead)", 64, true, run<64, 64, 8, 2, 0, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs bn64 S ahead", 128, true, run<128, 64, 4, 2, 0, 2, true, true, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs bn64 S ahead again", 128, true, run<128, 64, 4, 2, 0, 2, true, true, true>},
 };
 
 }  // namespace

@@ -132,9 +132,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
+  // kPingPong_ false (dev only): the consumer warpgroups issue their products whenever they are ready.
+  static constexpr bool kPingPong = kPingPong_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
@@ -301,10 +303,14 @@ __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, in
 
 // ---- Profiling (Traits::kProfile, dev only) -----------------------------------------------------------
 // Cycles (clock64 of the SM) each consumer warpgroup's thread 0 spends per phase of a tile, summed over tiles
-// into args.profile[8 * wg + phase] (consumer phases kWaitTile .. kEpilogue, counts kTiles, kBlocks), and the
-// producer's waits into args.profile[8 * kConsumers + ...]. Compiled out of production instantiations.
+// into args.profile[kPerWg * wg + phase] (consumer phases kWaitTile .. kEpilogue, counts kTiles, kBlocks, then
+// the loop's steps kStepWaitKV .. kStepTail summed over its blocks), and the producer's waits into
+// args.profile[kPerWg * kConsumers + ...]. Compiled out of production instantiations.
 struct Prof {
   enum : int { kWaitTile, kWaitQ, kPrologue, kLoop, kDrain, kEpilogue, kTiles, kBlocks };
+  // One loop block: K_j / V_{j-1} full waits, the wait for the turn, the issue, wait<1> (S_j), the copy + mask +
+  // softmax, wait<0> (P_{j-1} V_{j-1}), rescale + pack.
+  enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail, kPerWg = 16 };
   enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal };
   unsigned long long* out;
   long long mark;
@@ -418,7 +424,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
           const int x = tile_ids[slot];
           if (x >= args.num_tiles) {
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
           const Tile tile(args, x);
@@ -428,7 +434,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           {
             const long long t0 = K::kProfile ? clock64() : 0;
             mbar_wait(q_empty(q_slot), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with this buffer
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
           }
           mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
 #pragma unroll
@@ -441,7 +447,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             {
               const long long t0 = K::kProfile ? clock64() : 0;
               mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-              if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+              if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
             }
             mbar_arrive_expect_tx(full, K::kKVBytes);
 #pragma unroll
@@ -479,7 +485,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             mbar_wait(q_empty(q_slot), q_phase ^ 1);
             tile_ids[q_slot] = x;
             mbar_arrive(tile_full(q_slot));
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
           const Tile tile(args, x);
@@ -490,7 +496,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           {
             const long long t0 = K::kProfile ? clock64() : 0;
             mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
           }
           // The tile's index to the consumers, then Q_i by TMA.
           tile_ids[q_slot] = x;
@@ -509,7 +515,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             {
               const long long t0 = K::kProfile ? clock64() : 0;
               mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-              if constexpr (K::kProfile) Prof{args.profile, 0}.add(8 * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+              if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
             }
             mbar_arrive_expect_tx(full, K::kKVBytes);
 #pragma unroll
@@ -544,7 +550,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const float scale_log2 = p.scale_log2;
     // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
-    if (wg == K::kConsumers - 1) named_arrive(1, 256);
+    if (K::kPingPong && wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -552,7 +558,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
     constexpr bool kDeferQRelease = K::kOStageInQ && K::kQStages == 2;
     bool q_release_pending = false;
-    Prof prof{K::kProfile ? args.profile + 8 * wg : nullptr, K::kProfile ? clock64() : 0};
+    Prof prof{K::kProfile ? args.profile + Prof::kPerWg * wg : nullptr, K::kProfile ? clock64() : 0};
+    // The loop's steps, timed with the 32-bit clock into registers and added once per tile (an atomic per step
+    // would be most of what it measures).
+    [[maybe_unused]] uint32_t step_mark = 0, step_sum[7] = {};
+    auto step = [&](int i) {
+      if constexpr (K::kProfile) {
+        const uint32_t now = static_cast<uint32_t>(clock());
+        step_sum[i - Prof::kStepWaitKV] += now - step_mark;
+        step_mark = now;
+      }
+    };
     auto lap = [&](int phase) {
       if constexpr (K::kProfile)
         if (tid == 0) prof.lap(phase);
@@ -701,10 +717,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int s_prev = it % kStages;
         uint32_t phase_prev = (it / kStages) & 1;
         mbar_wait(k_full(s_prev), phase_prev);
-        named_sync(1 + wg, 256);
+        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
         wg::fence();
         issue_s(s_prev);
-        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
@@ -721,17 +737,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] const int it_first = it;
         // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
         // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
+        if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = it % kStages;
           const uint32_t phase = (it / kStages) & 1;
           mbar_wait(k_full(s), phase);
           mbar_wait(v_full(s_prev), phase_prev);
-          named_sync(1 + wg, 256);
+          step(Prof::kStepWaitKV);
+          if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+          step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
           issue_pv(s_prev);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+          if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+          step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+          step(Prof::kStepWaitS);
           __syncwarp();
           if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
@@ -743,7 +764,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
+          step(Prof::kStepSoftmax);
           wg::wait<0>();
+          step(Prof::kStepWaitPV);
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
@@ -760,21 +783,25 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
           s_prev = s;
           phase_prev = phase;
+          step(Prof::kStepTail);
         }
         // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
         // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
         // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
         lap(Prof::kLoop);
         if constexpr (K::kProfile)
-          if (tid == 0) prof.add(Prof::kBlocks, it - it_first + 1);
+          if (tid == 0) {
+            prof.add(Prof::kBlocks, it - it_first + 1);
+            for (int i = 0; i < 7; ++i) prof.add(Prof::kStepWaitKV + i, step_sum[i]), step_sum[i] = 0;
+          }
         if constexpr (!K::kOStageInQ) release_q();
         release_sched();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
-        named_sync(1 + wg, 256);
+        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
         wg::fence();
         issue_pv(s_prev);
-        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);

@@ -99,19 +99,20 @@ struct Candidate {
   Launch fn;
 };
 
-template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true>
+template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true,
+          bool PINGPONG = true>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE, PINGPONG>>(p, {ALIGN_END});
 }
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
   static constexpr bool kProfile = true;
 };
-unsigned long long* g_profile = nullptr;  // 8 x 4 counters
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
+unsigned long long* g_profile = nullptr;  // Prof::kPerWg x 4 counters
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE, bool PINGPONG = true>
 int32_t run_prof(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
+  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE, PINGPONG>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -137,6 +138,10 @@ const ProfCase kProfCases[] = {
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
+    {"d64 bs.5 b2", 64, 4096, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true>},
+    {"d64 bs.5 no-pp", 64, 4096, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true, false>},
+    {"d64 3wg b2", 64, 4096, 2, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
+    {"d128 bs.5 b2", 128, 4096, 2, false, 0.5, 2, run_prof<128, 128, 2, 2, 2, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -173,14 +178,19 @@ const ProfCase kProfCases[] = {
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  3wg no ping-pong", 64, false, run<64, 128, 4, 3, 0, 1, false, true, false>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 no ping-pong", 128, false, run<128, 128, 2, 2, 0, 1, false, true, false>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  bs no ping-pong", 64, true, run<64, 128, 4, 2, 0, 1, true, true, false>},
+    {"d64  bs poly8", 64, true, run<64, 128, 4, 2, 8, 1, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  bs poly4", 64, true, run<64, 128, 4, 2, 4, 1, true>},
+    {"d64  bs no ping-pong again", 64, true, run<64, 128, 4, 2, 0, 1, true, true, false>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs no ping-pong", 128, true, run<128, 128, 2, 2, 0, 2, true, true, false>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };
 
@@ -292,7 +302,7 @@ int main(int argc, char** argv) {
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
   if (causal_only || sparse_only) return 0;
-  CK(cudaMalloc(&g_profile, 8 * 4 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g_profile, 64 * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",
               "lp/blk", "pQslot", "pRing%");
@@ -302,29 +312,35 @@ int main(int argc, char** argv) {
     FwdParams p = make_params(pr, q[1], k[1], v[1], o, bm);
     pc.fn(p);  // warm
     CK(cudaDeviceSynchronize());
-    CK(cudaMemset(g_profile, 0, 8 * 4 * sizeof(unsigned long long)));
+    CK(cudaMemset(g_profile, 0, 64 * sizeof(unsigned long long)));
     CK(cudaEventRecord(e0));
     pc.fn(p);
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
-    unsigned long long h[32];
+    unsigned long long h[64];
+    constexpr int W = flash::sm90::Prof::kPerWg;
     CK(cudaMemcpy(h, g_profile, sizeof h, cudaMemcpyDeviceToHost));
-    double ph[6] = {}, tiles = 0, blocks = 0;
+    double ph[6] = {}, st[7] = {}, tiles = 0, blocks = 0;
     for (int w = 0; w < pc.consumers; ++w) {
-      for (int i = 0; i < 6; ++i) ph[i] += double(h[8 * w + i]);
-      tiles += double(h[8 * w + 6]);
-      blocks += double(h[8 * w + 7]);
+      for (int i = 0; i < 6; ++i) ph[i] += double(h[W * w + i]);
+      for (int i = 0; i < 7; ++i) st[i] += double(h[W * w + 8 + i]);
+      tiles += double(h[W * w + 6]);
+      blocks += double(h[W * w + 7]);
     }
     const double per = tiles > 0 ? 1.0 / tiles : 0;
     double sum = 0;
     for (double x : ph) sum += x * per;
-    const unsigned long long* pp = h + 8 * pc.consumers;
+    const unsigned long long* pp = h + W * pc.consumers;
     std::printf("%-14s %6d %5.3f %8.0f %7.2f %7.0f %8.0f %8.0f %7.0f %8.0f %8.0f %8.0f %7.0f %7.0f %8.1f\n", pc.name, pc.n, ms,
                 tiles / pc.consumers, blocks / tiles, ph[0] * per, ph[1] * per, ph[2] * per, ph[3] * per, ph[4] * per,
                 ph[5] * per, sum, blocks > tiles ? ph[3] / (blocks - tiles) : 0.0,
                 double(pp[0]) / (tiles / pc.consumers), pp[2] > 0 ? 100.0 * double(pp[1]) / double(pp[2]) : 0.0);
+    // The loop's blocks, step by step (cycles per block, 32-bit clock).
+    const double lb = blocks > tiles ? 1.0 / (blocks - tiles) : 0.0;
+    std::printf("  loop block: waitKV %.0f turn %.0f issue %.0f waitS %.0f softmax %.0f waitPV %.0f tail %.0f\n", st[0] * lb,
+                st[1] * lb, st[2] * lb, st[3] * lb, st[4] * lb, st[5] * lb, st[6] * lb);
     std::fflush(stdout);
   }
   return 0;

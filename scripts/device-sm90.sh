@@ -11,6 +11,7 @@
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
+#   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
 #   pack    everything in $OUT into results.tgz
@@ -170,6 +171,22 @@ for phase in "$@"; do
           --no-progress > "$OUT/ncu-sparse-${mask%%:*}.txt" 2>&1
         echo "ncu $mask: exit $?"; grep -E "pct|sum|duration|Stall" "$OUT/ncu-sparse-${mask%%:*}.txt" | head -24
       done
+      ;;
+    ncu-d64)
+      # Where the d64 block-sparse loop's time goes (its softmax is ~60% of a block, the step profile): stall
+      # reasons over the kernel, the SASS, and the per-instruction stall samples of the source page.
+      B=$BUILD/cli/fa-bench
+      obj=$(find $BUILD -name "fwd_hdim64_sparse_bf16.cu.o" -path "*sm90*" | head -1)
+      cuobjdump -sass "$obj" > "$OUT/sass-d64-sparse.txt" 2>&1
+      A="--dtype bf16 --head-dim 64 --heads 32 --batch 2 --seqlen 4096 --algo sm90 --mask block-sparse:0.5:128 --warmup 2 --reps 1 --no-progress"
+      timeout 150 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active" \
+        $B run $A > "$OUT/ncu-d64bs-stalls.txt" 2>&1
+      echo "ncu stalls: exit $?"; grep -E "ratio|pct" "$OUT/ncu-d64bs-stalls.txt" | sort -k3 -n -r | head -30
+      timeout 200 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+        $B run $A > "$OUT/ncu-d64bs-source.csv" 2>&1
+      echo "ncu source: exit $? $(wc -c < "$OUT/ncu-d64bs-source.csv") bytes"; head -c 600 "$OUT/ncu-d64bs-source.csv"
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

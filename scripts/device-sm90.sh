@@ -11,6 +11,7 @@
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
+#   sass-dev  where each sm90_dev kernel's softmax sits against the P V wait
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
@@ -171,6 +172,12 @@ for phase in "$@"; do
           --no-progress > "$OUT/ncu-sparse-${mask%%:*}.txt" 2>&1
         echo "ncu $mask: exit $?"; grep -E "pct|sum|duration|Stall" "$OUT/ncu-sparse-${mask%%:*}.txt" | head -24
       done
+      ;;
+    sass-dev)
+      # Where each sm90_dev kernel's softmax sits against the P V wait (scripts/sass_overlap.py).
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev > /tmp/sass-dev.txt 2>&1
+      python3 scripts/sass_overlap.py /tmp/sass-dev.txt | tee "$OUT/sass-overlap.txt"
       ;;
     ncu-d64)
       # Where the d64 block-sparse loop's time goes (its softmax is ~60% of a block, the step profile): stall

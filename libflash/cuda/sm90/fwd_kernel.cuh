@@ -132,8 +132,10 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, bool kFenceEach_ = false>
 struct Traits {
+  // kFenceEach_: a wgmma.fence before P V too, not only before the turn's S (dev).
+  static constexpr bool kFenceEach = kFenceEach_;
   static constexpr int kPolyEvery = kPolyEvery_;
   // kPingPong_ false (dev only): the consumer warpgroups issue their products whenever they are ready.
   static constexpr bool kPingPong = kPingPong_;
@@ -748,6 +750,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
+          if constexpr (K::kFenceEach) wg::fence();
           issue_pv(s_prev);
           if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           step(Prof::kStepIssue);

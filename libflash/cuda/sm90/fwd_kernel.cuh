@@ -132,10 +132,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, bool kFenceEach_ = false>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, int kPin_ = 0>
 struct Traits {
-  // kFenceEach_: a wgmma.fence before P V too, not only before the turn's S (dev).
-  static constexpr bool kFenceEach = kFenceEach_;
+  // kPin_ (dev): what keeps ptxas from scheduling the loop's softmax after the P V wait (perf-log v24):
+  // 0 nothing, 1 the warpgroup's named barrier after the softmax, 2 a clock read after it.
+  static constexpr int kPin = kPin_;
   static constexpr int kPolyEvery = kPolyEvery_;
   // kPingPong_ false (dev only): the consumer warpgroups issue their products whenever they are ready.
   static constexpr bool kPingPong = kPingPong_;
@@ -750,7 +751,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
-          if constexpr (K::kFenceEach) wg::fence();
           issue_pv(s_prev);
           if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           step(Prof::kStepIssue);
@@ -767,6 +767,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
+          if constexpr (K::kPin == 1) named_sync(4 + wg, 128);
+          if constexpr (K::kPin == 2) {
+            uint32_t t0;
+            asm volatile("mov.u32 %0, %%clock;" : "=r"(t0));
+            asm volatile("" ::"r"(t0));
+          }
           step(Prof::kStepSoftmax);
           wg::wait<0>();
           step(Prof::kStepWaitPV);

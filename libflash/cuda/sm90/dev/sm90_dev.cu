@@ -100,9 +100,9 @@ struct Candidate {
 };
 
 template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true,
-          bool PINGPONG = true, bool FENCE = false>
+          bool PINGPONG = true, int PIN = 0>
 int32_t run(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE, PINGPONG, FENCE>>(p, {ALIGN_END});
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE, PINGPONG, PIN>>(p, {ALIGN_END});
 }
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
@@ -110,9 +110,9 @@ struct Profiled : T {
   static constexpr bool kProfile = true;
 };
 unsigned long long* g_profile = nullptr;  // Prof::kPerWg x 4 counters
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE, bool PINGPONG = true, bool FENCE = false>
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE, PINGPONG, FENCE>>>(p, {true, g_profile});
+  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -139,10 +139,7 @@ const ProfCase kProfCases[] = {
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
     {"d64 bs.5 b2", 64, 4096, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true>},
-    {"d64 bs.5 fence", 64, 4096, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true, true, true>},
     {"d128 bs.5 b2", 128, 4096, 2, false, 0.5, 2, run_prof<128, 128, 2, 2, 2, true>},
-    {"d128 bs.5 fence", 128, 4096, 2, false, 0.5, 2, run_prof<128, 128, 2, 2, 2, true, true, true>},
-    {"d128 fence 1k", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false, true, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -178,27 +175,26 @@ const ProfCase kProfCases[] = {
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {
-    {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  3wg fence each", 64, false, run<64, 128, 4, 3, 0, 1, false, true, true, true>},
-    {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  3wg fence each again", 64, false, run<64, 128, 4, 3, 0, 1, false, true, true, true>},
-    {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 fence each", 128, false, run<128, 128, 2, 2, 0, 1, false, true, true, true>},
-    {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 fence each again", 128, false, run<128, 128, 2, 2, 0, 1, false, true, true, true>},
-    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 fence each", 256, false, run<256, 80, 2, 2, 0, 2, false, true, true, true>},
-    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 fence each again", 256, false, run<256, 80, 2, 2, 0, 2, false, true, true, true>},
-    {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs fence each", 64, true, run<64, 128, 4, 2, 0, 1, true, true, true, true>},
-    {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs fence each again", 64, true, run<64, 128, 4, 2, 0, 1, true, true, true, true>},
-    {"d64  bs fence each no-pp", 64, true, run<64, 128, 4, 2, 0, 1, true, true, false, true>},
-    {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs fence each", 128, true, run<128, 128, 2, 2, 0, 2, true, true, true, true>},
-    {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs fence each again", 128, true, run<128, 128, 2, 2, 0, 2, true, true, true, true>},
+    {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1, false, true, true, 0>},
+    {"d64  3wg pin bar", 64, false, run<64, 128, 4, 3, 0, 1, false, true, true, 1>},
+    {"d64  3wg (prod again)", 64, false, run<64, 128, 4, 3, 0, 1, false, true, true, 0>},
+    {"d64  3wg pin clock", 64, false, run<64, 128, 4, 3, 0, 1, false, true, true, 2>},
+    {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1, false, true, true, 0>},
+    {"d128 pin bar", 128, false, run<128, 128, 2, 2, 0, 1, false, true, true, 1>},
+    {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1, false, true, true, 0>},
+    {"d128 pin clock", 128, false, run<128, 128, 2, 2, 0, 1, false, true, true, 2>},
+    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2, false, true, true, 0>},
+    {"d256 pin bar", 256, false, run<256, 80, 2, 2, 0, 2, false, true, true, 1>},
+    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2, false, true, true, 0>},
+    {"d256 pin clock", 256, false, run<256, 80, 2, 2, 0, 2, false, true, true, 2>},
+    {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true, true, true, 0>},
+    {"d64  bs pin bar", 64, true, run<64, 128, 4, 2, 0, 1, true, true, true, 1>},
+    {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true, true, true, 0>},
+    {"d64  bs pin clock", 64, true, run<64, 128, 4, 2, 0, 1, true, true, true, 2>},
+    {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true, true, true, 0>},
+    {"d128 bs pin bar", 128, true, run<128, 128, 2, 2, 0, 2, true, true, true, 1>},
+    {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true, true, true, 0>},
+    {"d128 bs pin clock", 128, true, run<128, 128, 2, 2, 0, 2, true, true, true, 2>},
 };
 
 }  // namespace

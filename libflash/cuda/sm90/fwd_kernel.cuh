@@ -132,11 +132,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, int kPin_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, bool kMaskRange_ = true>
 struct Traits {
-  // kPin_ (dev): what keeps ptxas from scheduling the loop's softmax after the P V wait (perf-log v24):
-  // 0 nothing, 1 the warpgroup's named barrier after the softmax, 2 a clock read after it.
-  static constexpr int kPin = kPin_;
+  // kMaskRange_ (dev): whether a key block needs the element mask is two compares against bounds computed once
+  // per tile, instead of the 64-bit window arithmetic on the kernel parameters in every loop block.
+  static constexpr bool kMaskRange = kMaskRange_;
   static constexpr int kPolyEvery = kPolyEvery_;
   // kPingPong_ false (dev only): the consumer warpgroups issue their products whenever they are ready.
   static constexpr bool kPingPong = kPingPong_;
@@ -191,6 +191,8 @@ struct KeyBlocks {
   int lo, hi, cursor, n_lo;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
+  // Key blocks n < mask_below or n > mask_above need the element mask (needs_mask, decided once per tile).
+  int mask_below, mask_above;
 
   __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule) {
     const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
@@ -200,7 +202,25 @@ struct KeyBlocks {
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
     sched = kSparse ? schedule : nullptr;
+    // needs_mask's three conditions as bounds on n (q_first = q_begin, q_last = q_end - 1):
+    //   k_last >= seqlen_k                          <=> n >= seqlen_k / kBlockN
+    //   k_begin < q_last + diag - window_left (= L) <=> n < ceil(L / kBlockN)
+    //   k_last > q_first + diag + window_right (= R) <=> n * kBlockN > R - kBlockN + 1 (= T): every n when T < 0,
+    //                                                   else n > floor(T / kBlockN)
+    int64_t above = p.seqlen_k / kBlockN - 1;
+    if (p.window_right >= 0) {
+      const int64_t t = int64_t(q_begin) + p.diag_offset + p.window_right - kBlockN + 1;
+      above = min(above, t < 0 ? int64_t(-1) : t / kBlockN);
+    }
+    int64_t below = 0;
+    if (p.window_left >= 0) {
+      const int64_t l = int64_t(q_end) - 1 + p.diag_offset - p.window_left;
+      below = l <= 0 ? 0 : (l + kBlockN - 1) / kBlockN;
+    }
+    mask_above = int(max(above, int64_t(-1)));
+    mask_below = int(min(below, int64_t(0x7fffffff)));
   }
+  __device__ __forceinline__ bool needs_mask(int n) const { return n < mask_below || n > mask_above; }
 
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
@@ -629,7 +649,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // warpgroup's 64 rows instead, with a right-edge-only compare for causal masks, made d64's dense path
       // 4-8% slower: perf-log v12, commit 2beb5a7.)
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
-        if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
+        if constexpr (K::kMaskRange) {
+          if (!blocks.needs_mask(n)) return;
+        } else {
+          if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
+        }
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -767,12 +791,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
-          if constexpr (K::kPin == 1) named_sync(4 + wg, 128);
-          if constexpr (K::kPin == 2) {
-            uint32_t t0;
-            asm volatile("mov.u32 %0, %%clock;" : "=r"(t0));
-            asm volatile("" ::"r"(t0));
-          }
           step(Prof::kStepSoftmax);
           wg::wait<0>();
           step(Prof::kStepWaitPV);

@@ -74,6 +74,27 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// Both phases complete: the two probes are issued back to back, so their round trips overlap (a loop block
+// waits for K_j and V_{j-1}; one after the other they were ~6% of the d64 block-sparse loop's stall samples,
+// ncu s17-3, though both had always completed).
+__device__ __forceinline__ void mbar_wait2(uint32_t bar_a, uint32_t parity_a, uint32_t bar_b, uint32_t parity_b) {
+  asm volatile(
+      "{\n.reg .pred da, db;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 db, [%2], %3;\n"
+      "@da bra DONE_A;\n"
+      "WAIT_A:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %1;\n"
+      "@!da bra WAIT_A;\n"
+      "DONE_A:\n"
+      "@db bra DONE_B;\n"
+      "WAIT_B:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 db, [%2], %3;\n"
+      "@!db bra WAIT_B;\n"
+      "DONE_B:\n}\n" ::"r"(bar_a),
+      "r"(parity_a), "r"(bar_b), "r"(parity_b)
+      : "memory");
+}
 // 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
@@ -132,11 +153,13 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, bool kMaskRange_ = true>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, bool kMaskRange_ = true, bool kWait2_ = false>
 struct Traits {
   // kMaskRange_ (dev): whether a key block needs the element mask is two compares against bounds computed once
   // per tile, instead of the 64-bit window arithmetic on the kernel parameters in every loop block.
   static constexpr bool kMaskRange = kMaskRange_;
+  // kWait2_ (dev): a loop block's two full-barrier waits (K_j, V_{j-1}) probed together (mbar_wait2).
+  static constexpr bool kWait2 = kWait2_;
   static constexpr int kPolyEvery = kPolyEvery_;
   // kPingPong_ false (dev only): the consumer warpgroups issue their products whenever they are ready.
   static constexpr bool kPingPong = kPingPong_;
@@ -768,8 +791,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = it % kStages;
           const uint32_t phase = (it / kStages) & 1;
-          mbar_wait(k_full(s), phase);
-          mbar_wait(v_full(s_prev), phase_prev);
+          if constexpr (K::kWait2) {
+            mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);
+          } else {
+            mbar_wait(k_full(s), phase);
+            mbar_wait(v_full(s_prev), phase_prev);
+          }
           step(Prof::kStepWaitKV);
           if constexpr (K::kPingPong) named_sync(1 + wg, 256);
           step(Prof::kStepTurn);

@@ -153,16 +153,9 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kPingPong_ = true, bool kMaskRange_ = true, bool kWait2_ = false>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
-  // kMaskRange_ (dev): whether a key block needs the element mask is two compares against bounds computed once
-  // per tile, instead of the 64-bit window arithmetic on the kernel parameters in every loop block.
-  static constexpr bool kMaskRange = kMaskRange_;
-  // kWait2_ (dev): a loop block's two full-barrier waits (K_j, V_{j-1}) probed together (mbar_wait2).
-  static constexpr bool kWait2 = kWait2_;
   static constexpr int kPolyEvery = kPolyEvery_;
-  // kPingPong_ false (dev only): the consumer warpgroups issue their products whenever they are ready.
-  static constexpr bool kPingPong = kPingPong_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
@@ -214,7 +207,9 @@ struct KeyBlocks {
   int lo, hi, cursor, n_lo;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
-  // Key blocks n < mask_below or n > mask_above need the element mask (needs_mask, decided once per tile).
+  // Key blocks n < mask_below or n > mask_above have some (row, key) outside the sequence or the window, so they
+  // need the element mask. Decided once per tile: per block, the same test on the kernel parameters (64-bit
+  // window arithmetic, constant-bank loads) was ~10% of the d64 block-sparse loop's stall samples (ncu s17-3).
   int mask_below, mask_above;
 
   __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule) {
@@ -225,7 +220,8 @@ struct KeyBlocks {
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
     sched = kSparse ? schedule : nullptr;
-    // needs_mask's three conditions as bounds on n (q_first = q_begin, q_last = q_end - 1):
+    // The three conditions as bounds on n (q_first = q_begin, q_last = q_end - 1; checked against the per-block
+    // test on 62.9M random cases, session 17):
     //   k_last >= seqlen_k                          <=> n >= seqlen_k / kBlockN
     //   k_begin < q_last + diag - window_left (= L) <=> n < ceil(L / kBlockN)
     //   k_last > q_first + diag + window_right (= R) <=> n * kBlockN > R - kBlockN + 1 (= T): every n when T < 0,
@@ -294,14 +290,6 @@ struct KeyBlocks {
     __syncwarp();
   }
 
-  // Does some (row, key) of this tile fall outside the sequence or the window?
-  __device__ __forceinline__ bool needs_mask(const FwdParams& p, int n, int64_t q_first, int64_t q_last) const {
-    const int64_t k_begin = int64_t(n) * kBlockN, k_last = k_begin + kBlockN - 1;
-    if (k_last >= p.seqlen_k) return true;
-    if (p.window_left >= 0 && k_begin < q_last + p.diag_offset - p.window_left) return true;
-    if (p.window_right >= 0 && k_last > q_first + p.diag_offset + p.window_right) return true;
-    return false;
-  }
 };
 
 // Work tile x -> (query block, batch*head).
@@ -596,7 +584,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const float scale_log2 = p.scale_log2;
     // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
-    if (K::kPingPong && wg == K::kConsumers - 1) named_arrive(1, 256);
+    if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -672,11 +660,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // warpgroup's 64 rows instead, with a right-edge-only compare for causal masks, made d64's dense path
       // 4-8% slower: perf-log v12, commit 2beb5a7.)
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
-        if constexpr (K::kMaskRange) {
-          if (!blocks.needs_mask(n)) return;
-        } else {
-          if (!blocks.needs_mask(p, n, max(q_begin, 0), q_end - 1)) return;
-        }
+        if (!blocks.needs_mask(n)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -767,10 +751,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int s_prev = it % kStages;
         uint32_t phase_prev = (it / kStages) & 1;
         mbar_wait(k_full(s_prev), phase_prev);
-        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+        named_sync(1 + wg, 256);
         wg::fence();
         issue_s(s_prev);
-        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
@@ -791,19 +775,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = it % kStages;
           const uint32_t phase = (it / kStages) & 1;
-          if constexpr (K::kWait2) {
-            mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);
-          } else {
-            mbar_wait(k_full(s), phase);
-            mbar_wait(v_full(s_prev), phase_prev);
-          }
+          mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
-          if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+          named_sync(1 + wg, 256);
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
           issue_pv(s_prev);
-          if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
@@ -852,10 +831,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         release_sched();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
-        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+        named_sync(1 + wg, 256);
         wg::fence();
         issue_pv(s_prev);
-        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);

@@ -153,10 +153,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kTree_ = false>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
-  // kTree_ (dev): the softmax's row max and row sum reduced as trees (depth log2) instead of one chain per row.
-  static constexpr bool kTree = kTree_;
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
@@ -691,19 +689,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float m = kNegInf;
-          if constexpr (K::kTree) {
-            float t[kBlockN / 8];
 #pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i) t[i] = fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
-#pragma unroll
-            for (int w = 1; w < kBlockN / 8; w *= 2)
-#pragma unroll
-              for (int i = 0; i + w < kBlockN / 8; i += 2 * w) t[i] = fmaxf(t[i], t[i + w]);
-            m = t[0];
-          } else {
-#pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
-          }
+          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
           max_new[r] = fmaxf(row_max[r], m);
@@ -715,7 +702,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
           const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
           float sum = 0.f;
-          [[maybe_unused]] float part[kBlockN / 8];
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
             constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
@@ -724,17 +710,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
             const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);
             const float p1 = fma_pipe ? exp2_fma(x1) : exp2f(x1);
-            if constexpr (K::kTree) part[i] = p0 + p1;
-            else sum += p0 + p1;
+            sum += p0 + p1;
             sv[4 * i + 2 * r] = p0;
             sv[4 * i + 2 * r + 1] = p1;
-          }
-          if constexpr (K::kTree) {
-#pragma unroll
-            for (int w = 1; w < kBlockN / 8; w *= 2)
-#pragma unroll
-              for (int i = 0; i + w < kBlockN / 8; i += 2 * w) part[i] += part[i + w];
-            sum = part[0];
           }
           corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
           row_sum[r] = row_sum[r] * corr[r] + sum;

@@ -153,8 +153,10 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kRightOnly_ = false>
 struct Traits {
+  // kRightOnly_ (dev): with no left window edge, a masked block's elements are compared with the right edge only.
+  static constexpr bool kRightOnly = kRightOnly_;
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
@@ -670,13 +672,21 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
           const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
           const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+          if (K::kRightOnly && p.window_left < 0) {  // (uniform) causal-like masks and the sequence end
 #pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i)
+            for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = 8 * i + e;
-              if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-            }
+              for (int e = 0; e < 2; ++e)
+                if (8 * i + e >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+          } else {
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = 8 * i + e;
+                if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+              }
+          }
         }
       };
       // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a

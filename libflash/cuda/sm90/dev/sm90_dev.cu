@@ -169,8 +169,13 @@ const ProfCase kProfCases[] = {
 // third K/V stage (one Q buffer, O staged in Q; the schedules then cap seqlen_k near 30k): the loop 13% faster
 // per block, but the wait for Q (one buffer) lost more at 4k; run s16-10: a third stage for K or for V alone,
 // with two Q buffers (a kVStages Traits parameter, removed again): K2V3 1-2% faster at 4k s = 0.1, the same
-// elsewhere, not worth its seqlen_k cap (perf-log v22). The candidates below are the production kernels,
-// each timed twice: the list to start the next comparison from.
+// elsewhere, not worth its seqlen_k cap (perf-log v22). Session 17: s17-1 S one key block ahead of the softmax
+// (Traits::kSAhead at block_n 64, commit 7c68fee, removed: 10-30% slower, v23); s17-2 no ping-pong and the FMA-pipe
+// exp2 at d64 block-sparse (not kept) with the loop step profile; s17-4 a wgmma.fence before P V and s17-5 a
+// named barrier or clock read pinning the softmax before the P V wait (equal times, v24); s17-6 the mask test from
+// per-tile bounds (v25) and s17-7 the K/V waits probed together (v26), production since; s17-9 tree reductions
+// (v27, removed); s17-12 the right-edge-only mask (v28, production since). The candidates below are the
+// production kernels, each timed twice: the list to start the next comparison from.
 // The first candidate timed on a problem tends to measure slower (run s15-5: the same d256 kernel 1-15%
 // slower first than again), so a candidate is compared with "(prod again)" where it matters.
 const Candidate kCandidates[] = {

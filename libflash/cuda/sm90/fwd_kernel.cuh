@@ -656,9 +656,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
-      // Element mask, only where the block crosses the sequence end or a window edge. (Deciding it per
-      // warpgroup's 64 rows instead, with a right-edge-only compare for causal masks, made d64's dense path
-      // 4-8% slower: perf-log v12, commit 2beb5a7.)
+      // Element mask, only where the block crosses the sequence end or a window edge. (Deciding that per
+      // warpgroup's 64 rows instead made d64's dense path 4-8% slower: perf-log v12, commit 2beb5a7.)
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
         if (!blocks.needs_mask(n)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
@@ -780,7 +779,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
         // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
-        // the softmax of S_j while P_{j-1} V_{j-1} still runs, then rescale O once it has landed.
+        // the softmax of S_j, then rescale O once P_{j-1} V_{j-1} has landed. (ptxas places the softmax after that
+        // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = it % kStages;

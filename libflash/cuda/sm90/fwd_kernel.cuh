@@ -153,11 +153,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kEx2Pair_ = false>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
-  // kEx2Pair_ (dev, bf16): P's exponentials two at a time (ex2.approx.ftz.bf16x2 on the exponent rounded to bf16),
-  // straight into P's bf16 fragment; the row sum adds the bf16 values.
-  static constexpr bool kEx2Pair = kEx2Pair_ && kDType_ == DType::BF16;
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
@@ -741,39 +738,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
       };
-      // kEx2Pair: the softmax with P's exponentials in bf16 pairs, written to pp (P's fragment layout).
-      auto softmax_pair = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2], uint32_t (&pp)[kBlockN / 16][4]) {
-        float max_new[2];
-        bool max_moved = false;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float m = kNegInf;
-#pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          max_new[r] = fmaxf(row_max[r], m);
-          max_moved |= max_new[r] != row_max[r];
-        }
-        const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
-          float sum = 0.f;
-#pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i) {
-            const uint32_t x = pack2<DType::BF16>(sv[4 * i + 2 * r] * scale_log2 - max_scaled, sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
-            uint32_t e;
-            asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(e) : "r"(x));
-            pp[i / 2][(i % 2) * 2 + r] = e;
-            sum += __uint_as_float(e << 16) + __uint_as_float(e & 0xffff0000u);
-          }
-          corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
-          row_sum[r] = row_sum[r] * corr[r] + sum;
-          row_max[r] = max_new[r];
-        }
-        return rescale;
-      };
       // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
       // (q_empty and sched_empty count them all), so each thread's own loads are ordered before the
       // producer's next stores there -- racecheck does not follow them through a __syncwarp and one lane's
@@ -808,12 +772,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         mask(acc_s, n);
         {
           float corr[2];
-          if constexpr (K::kEx2Pair) {
-            softmax_pair(acc_s, true, corr, p_frag);
-          } else {
-            softmax(acc_s, true, corr);
-            pack_p(acc_s, p_frag);
-          }
+          softmax(acc_s, true, corr);
+          pack_p(acc_s, p_frag);
         }
         ++it;
         lap(Prof::kPrologue);
@@ -844,25 +804,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float sv[K::kSRegs];
 #pragma unroll
           for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-          if constexpr (K::kEx2Pair) {
-            // The softmax after the wait (where ptxas puts it anyway, v24), writing P_j's fragment directly.
-            wg::wait<0>();
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            mask(sv, n);
-            float corr[2];
-            if (softmax_pair(sv, false, corr, p_frag)) {
-#pragma unroll
-              for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                  acc_o[4 * i + 2 * r] *= corr[r];
-                  acc_o[4 * i + 2 * r + 1] *= corr[r];
-                }
-            }
-          } else {
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
@@ -883,7 +824,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               }
           }
           pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-          }
           s_prev = s;
           phase_prev = phase;
           step(Prof::kStepTail);

@@ -418,6 +418,23 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   if (warpgroup == 0) {
     // ================================ producer ================================
     setmaxnreg_dec<K::kProducerRegs>();
+    // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at`
+    // (slot at % kStages), once the consumers released the slot. Both producers below (dense, block-sparse).
+    auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                       int n, int at, int h_kv, int b) {
+      {
+        const long long t0 = K::kProfile ? clock64() : 0;
+        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+        if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+      }
+      mbar_arrive_expect_tx(full, K::kKVBytes);
+      int c[4];
+#pragma unroll
+      for (int pg = 0; pg < kPages; ++pg) {
+        tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+      }
+    };
     if constexpr (K::kSparse) {
       // Block-sparse: warp 1 is the scheduler -- it takes the tiles (the atomic counter), turns each one's
       // list into a schedule in shared memory and publishes both through tile_full, up to two tiles ahead;
@@ -476,31 +493,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
             tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
           }
-          auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                             int n, int at) {
-            {
-              const long long t0 = K::kProfile ? clock64() : 0;
-              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-              if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
-            }
-            mbar_arrive_expect_tx(full, K::kKVBytes);
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
-            }
-          };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
-            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
             v_pending = n;
             v_at = it;
           }
           mbar_arrive(sched_empty(slot));  // the schedule is read
-          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at);
+          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
         }
       }
     } else {
@@ -543,29 +546,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
           x = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          // Key block n of K or V into ring position `at` (slot at % kStages), once the consumers released it.
-          auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                             int n, int at) {
-            {
-              const long long t0 = K::kProfile ? clock64() : 0;
-              mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-              if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
-            }
-            mbar_arrive_expect_tx(full, K::kKVBytes);
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, tile.b);
-              tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
-            }
-          };
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
-            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at);
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, tile.b);
           };
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it);
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
             if (v_pending >= 0) load_v(v_pending, v_at);
             v_pending = n;
             v_at = it;

@@ -108,7 +108,9 @@ template <class T>
 struct Profiled : T {
   static constexpr bool kProfile = true;
 };
-unsigned long long* g_profile = nullptr;  // Prof::kPerWg x 4 counters
+// Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
+constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
+unsigned long long* g_profile = nullptr;
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
@@ -222,6 +224,15 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
+  auto timed = [&](Launch fn, const FwdParams& p) {  // one launch, timed with CUDA events (ms)
+    CK(cudaEventRecord(e0));
+    fn(p);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+  };
 
   // Dense candidates on the standard grid, dense and causal; block-sparse ones on issue 7's grid (batch 2)
   // at three densities, after the dense production kernel of the same head dim on that grid (the ratio's
@@ -271,13 +282,7 @@ int main(int argc, char** argv) {
       }
       std::vector<float> t;
       for (int i = 0; i < reps + 5; ++i) {
-        FwdParams pi = make_params(pr, q[i % kSets], k[i % kSets], v[i % kSets], o, bm);
-        CK(cudaEventRecord(e0));
-        c.fn(pi);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        const float ms = timed(c.fn, make_params(pr, q[i % kSets], k[i % kSets], v[i % kSets], o, bm));
         if (i >= 5) t.push_back(ms);
       }
       std::sort(t.begin(), t.end());
@@ -299,7 +304,7 @@ int main(int argc, char** argv) {
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
   if (causal_only || sparse_only) return 0;
-  CK(cudaMalloc(&g_profile, 64 * sizeof(unsigned long long)));
+  CK(cudaMalloc(&g_profile, kProfCounters * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",
               "lp/blk", "pQslot", "pRing%");
@@ -309,14 +314,9 @@ int main(int argc, char** argv) {
     FwdParams p = make_params(pr, q[1], k[1], v[1], o, bm);
     pc.fn(p);  // warm
     CK(cudaDeviceSynchronize());
-    CK(cudaMemset(g_profile, 0, 64 * sizeof(unsigned long long)));
-    CK(cudaEventRecord(e0));
-    pc.fn(p);
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    unsigned long long h[64];
+    CK(cudaMemset(g_profile, 0, kProfCounters * sizeof(unsigned long long)));
+    const float ms = timed(pc.fn, p);
+    unsigned long long h[kProfCounters];
     constexpr int W = flash::sm90::Prof::kPerWg;
     CK(cudaMemcpy(h, g_profile, sizeof h, cudaMemcpyDeviceToHost));
     double ph[6] = {}, st[7] = {}, tiles = 0, blocks = 0;

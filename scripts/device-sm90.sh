@@ -12,6 +12,7 @@
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
 #   sass-dev  where each sm90_dev kernel's softmax sits against the P V wait
+#   ncu-l2   DRAM bytes and L2 hit rate of the causal 1k problems (and d256 dense 1k)
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
@@ -171,6 +172,19 @@ for phase in "$@"; do
           $B run --dtype bf16 --head-dim 128 --heads 16 --batch 2 --seqlen 4096 --algo sm90 --mask $mask --warmup 2 --reps 1 \
           --no-progress > "$OUT/ncu-sparse-${mask%%:*}.txt" 2>&1
         echo "ncu $mask: exit $?"; grep -E "pct|sum|duration|Stall" "$OUT/ncu-sparse-${mask%%:*}.txt" | head -24
+      done
+      ;;
+    ncu-l2)
+      # DRAM traffic of the causal order at 1k (K and V re-read by every query block of a head: do they come from
+      # L2?) against the dense twin; the minimum is Q + K + V + O once (bf16: 4 x 67 MB at every d on this grid).
+      B=$BUILD/cli/fa-bench
+      M="dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum"
+      for cfg in "256 8 causal" "256 8 none" "128 16 causal" "64 32 causal"; do
+        set -- $cfg
+        timeout 100 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 --metrics "$M" \
+          $B run --dtype bf16 --head-dim $1 --heads $2 --batch 16 --seqlen 1024 --algo sm90 --mask $3 --warmup 2 --reps 1 \
+          --no-progress > "$OUT/ncu-l2-d$1-$3.txt" 2>&1
+        echo "ncu-l2 d$1 1k $3: exit $?"; grep -E "dram__|lts__|gmma|duration" "$OUT/ncu-l2-d$1-$3.txt"
       done
       ;;
     sass-dev)

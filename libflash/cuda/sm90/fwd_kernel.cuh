@@ -296,7 +296,9 @@ struct KeyBlocks {
 // Causal-like masks (right edge, no left edge): longest first, so the heaviest tiles start early and the
 // short ones fill the end -- but within groups of args.l2_group (batch, head) pairs whose K and V fit in
 // L2 together (launch sizes them): the CTAs working at one time then share a few heads' K and V instead
-// of streaming 132 different ones from HBM (a grid-wide longest-first order did that at 1k-4k).
+// of streaming 132 different ones from HBM (a grid-wide longest-first order did that at 1k-4k). The last
+// group takes the pairs left after args.l2_full_groups full ones: at least 2 x grid tiles, so the very end
+// is still longest-first over many tiles.
 // Otherwise one (batch, head)'s query blocks are consecutive, so CTAs side by side share K and V in L2.
 struct Tile {
   int m_block, b, h;
@@ -306,10 +308,13 @@ struct Tile {
     int bh;
     if (p.window_right >= 0 && p.window_left < 0) {
       const int per_group = a.l2_group * a.num_m_blocks;
-      const int group = x / per_group, r = x - group * per_group;
-      const int size = min(a.l2_group, num_bh - group * a.l2_group);  // the last group may be smaller
+      int first = a.l2_full_groups * a.l2_group, size = num_bh - first, r = x - a.l2_full_groups * per_group;  // the last group
+      if (r < 0) {
+        const int group = x / per_group;
+        first = group * a.l2_group, size = a.l2_group, r = x - group * per_group;
+      }
       m_block = a.num_m_blocks - 1 - r / size;
-      bh = group * a.l2_group + r % size;
+      bh = first + r % size;
     } else {
       m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
       bh = x / a.num_m_blocks;
@@ -924,6 +929,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 struct LaunchOptions {
   bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
   unsigned long long* profile = nullptr;  // Traits::kProfile: 8 x (consumers + 1) zeroed counters (Prof)
+  // The causal order's groups: their K and V within this many MB of L2 (0: a third of the device's L2), and a last
+  // group of at least tail_grids x grid tiles.
+  int l2_budget_mb = 0;
+  double tail_grids = 2.0;
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -981,14 +990,19 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   const int sms = cuda::multiprocessor_count(p.device_id);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
   {
-    // Causal order's groups of (batch, head) pairs: as many as share half of L2 for their K and V (a query
-    // head's share with GQA), but at least 4 x grid tiles: the longest-first order is only kept inside a
-    // group, and a group much smaller than the grid ends with a few long tiles alone (simulated balance
-    // 0.90-0.96 at 1-4 x grid, >= 0.95 from 4x; perf-log v5).
+    // The causal order's groups of (batch, head) pairs (Tile): as many as share a third of L2 for their K and V
+    // (a query head's share with GQA), so the query blocks of a head, which each read its K and V again, find them
+    // there; and a last group of at least 2 x grid tiles, whose longest-first order balances the end. (Groups of 4 x
+    // grid tiles, the rule before: 66 heads' K and V at d256 1k, 66 MB, and 390 MB read from DRAM where the dense
+    // twin reads 204 MB; L2 / 3 and the tail: causal +16% d256 1k, +2-5% d64, +2-7% d128; session 18, perf-log v30.)
+    const int64_t num_bh = int64_t(p.heads_q) * p.batch;
     const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio);
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    const int64_t for_balance = (4 * int64_t(grid) + args.num_m_blocks - 1) / args.num_m_blocks;
-    args.l2_group = static_cast<int32_t>(std::clamp<int64_t>(std::max(l2 / 2 / kv_bytes, for_balance), 1, int64_t(p.heads_q) * p.batch));
+    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / 3;
+    const int64_t group = std::clamp<int64_t>(budget / kv_bytes, 1, num_bh);
+    const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(opt.tail_grids * grid / args.num_m_blocks)));
+    args.l2_group = static_cast<int32_t>(group);
+    args.l2_full_groups = static_cast<int32_t>(std::max<int64_t>(0, (num_bh - tail) / group));
   }
   kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");

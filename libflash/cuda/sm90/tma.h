@@ -26,6 +26,7 @@ struct Args {
   int32_t q_shift;       // the first tile starts at row -q_shift (masks with a right edge; see launch)
   unsigned long long* profile;  // Traits::kProfile only (dev/sm90_dev.cu): phase cycle counters, else null
   int32_t l2_group;      // causal-like order: (batch, head) pairs per group whose K and V fit in L2 together
+  int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)
   int32_t* tile_counter; // dynamic order (causal-like and block-sparse masks): tiles handed out so far,
                          // past the first gridDim.x; zeroed by launch in the workspace. nullptr: static
 };

@@ -440,6 +440,28 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
+    // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
+    // into it (rows from q_begin of query head h, batch b).
+    auto wait_q_slot = [&](int tile_iter) {
+      const long long t0 = K::kProfile ? clock64() : 0;
+      mbar_wait(q_empty(tile_iter % K::kQStages), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with it
+      if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+    };
+    auto load_q = [&](int tile_iter, int q_begin, int h, int b) {
+      const int q_slot = tile_iter % K::kQStages;
+      mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+      int c[4];
+#pragma unroll
+      for (int pg = 0; pg < kPages; ++pg) {
+        tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
+        tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+      }
+    };
+    // With two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block: by
+    // then the consumers have released that buffer (its tile's last S, or with O staged in Q its successor's S_0), so
+    // the wait holds back no K/V load. (Loaded after the tile's last K/V instead, it was still landing when the
+    // consumers got there: d64 dense 1k 5% slower, d128 1%, d64 block-sparse 1-1.6%; perf-log v32.)
+    constexpr int kQAhead = K::kQStages == 2 ? kStages - 1 : -1;  // the block index after which it goes out
     if constexpr (K::kSparse) {
       // Block-sparse: warp 1 is the scheduler -- it takes the tiles (the atomic counter), turns each one's
       // list into a schedule in shared memory and publishes both through tile_full, up to two tiles ahead;
@@ -473,10 +495,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
       } else if (threadIdx.x == 0) {
         int it = 0;  // position in the K/V ring, continued across tiles
+        int q_issued = 0;  // tiles whose Q has been loaded (the next one's goes out during this one, kQAhead)
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
-          const int q_slot = tile_iter % K::kQStages;
           mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
           const int x = tile_ids[slot];
           if (x >= args.num_tiles) {
@@ -486,26 +508,32 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
-          int c[4];
-          {
-            const long long t0 = K::kProfile ? clock64() : 0;
-            mbar_wait(q_empty(q_slot), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with this buffer
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+          if (q_issued == tile_iter) {
+            wait_q_slot(tile_iter);
+            load_q(tile_iter, q_begin, tile.h, tile.b);
+            ++q_issued;
           }
-          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
-#pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
-          }
+          // The next tile's Q (its index and schedule are published two tiles ahead; waiting for them again at the top
+          // of the next iteration returns at once: that phase cannot move on before this lane's sched_empty arrive).
+          auto load_next_q = [&]() {
+            mbar_wait(tile_full(slot ^ 1), ((tile_iter + 1) >> 1) & 1);
+            const int next = tile_ids[slot ^ 1];
+            if (next < args.num_tiles) {
+              const Tile nt(args, next);
+              wait_q_slot(tile_iter + 1);
+              load_q(tile_iter + 1, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
+              ++q_issued;
+            }
+          };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
           int v_pending = -1, v_at = 0;
-          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          for (int n = blocks.next(), j = 0; n >= 0; n = blocks.next(), ++it, ++j) {
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
             if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
             v_pending = n;
             v_at = it;
+            if (j == kQAhead) load_next_q();
           }
           mbar_arrive(sched_empty(slot));  // the schedule is read
           if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
@@ -518,53 +546,45 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (threadIdx.x == 0) {
         int it = 0;  // position in the K/V ring, continued across tiles
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
-        int x = int(blockIdx.x);  // the first tile of either order
-        for (int tile_iter = 0;; ++tile_iter) {
+        // A tile's start: once its Q buffer is free, its index to the consumers (through the Q slot's tile_full), then
+        // Q_i by TMA; no tile left: the end marker in its place, as if it were a tile.
+        auto start_tile = [&](int tile_iter, int x) {
           const int q_slot = tile_iter % K::kQStages;
-          const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
-          if (x >= args.num_tiles) {
-            // No tile left: hand the consumers the end marker through the next Q slot as if it were a tile.
-            mbar_wait(q_empty(q_slot), q_phase ^ 1);
-            tile_ids[q_slot] = x;
-            mbar_arrive(tile_full(q_slot));
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
-            break;
+          wait_q_slot(tile_iter);
+          tile_ids[q_slot] = x;
+          mbar_arrive(tile_full(q_slot));
+          if (x < args.num_tiles) {
+            const Tile tile(args, x);
+            load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
           }
+        };
+        int x = int(blockIdx.x);  // the first tile of either order
+        start_tile(0, x);
+        for (int tile_iter = 0; x < args.num_tiles; ++tile_iter) {
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
-          int c[4];
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr);
-          {
-            const long long t0 = K::kProfile ? clock64() : 0;
-            mbar_wait(q_empty(q_slot), q_phase ^ 1);  // consumers are done with this buffer
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
-          }
-          // The tile's index to the consumers, then Q_i by TMA.
-          tile_ids[q_slot] = x;
-          mbar_arrive(tile_full(q_slot));
-          mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
-#pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.q_pos, pg * 64, q_begin, tile.h, tile.b);
-            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
-          }
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
-          x = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
             load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, tile.b);
           };
-          int v_pending = -1, v_at = 0;
-          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          int v_pending = -1, v_at = 0, j = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
             if (v_pending >= 0) load_v(v_pending, v_at);
             v_pending = n;
             v_at = it;
+            if (j == kQAhead) start_tile(tile_iter + 1, next);
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
+          if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
+          x = next;
         }
+        if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
       }
     }
   } else {

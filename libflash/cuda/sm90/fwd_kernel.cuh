@@ -110,17 +110,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
-// Programmatic dependent launch: the kernel may start while the tile counter's zeroing kernel (launch) still runs;
-// the thread that takes tiles from the counter waits for that kernel's completion and its stores first. (Returns
-// at once in a grid launched without the attribute.)
-__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// The dynamic tile order's counter, zeroed by a one-thread kernel that lets the forward kernel launch at once: it
-// then overlaps its start (launch, shared-memory set-up, the first Q and K loads) with this one.
-template <int = 0>
-__global__ void zero_tile_counter(int32_t* counter) {
-  *counter = 0;
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
@@ -485,17 +474,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int x = int(blockIdx.x);
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
-          // Ask for the tile after this one now, so the atomic's latency hides behind the build -- except for the
-          // first tile, which is built first: the counter may still be being zeroed (griddep_wait).
+          // Ask for the tile after this one now, so the atomic's latency hides behind the build.
           int next = 0;
-          auto ask_next = [&]() {
-            if (lane == 0 && x < args.num_tiles) {
-              if (args.tile_counter != nullptr && tile_iter == 0) griddep_wait();
-              next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-            }
-            next = __shfl_sync(0xffffffffu, next, 0);
-          };
-          if (tile_iter > 0) ask_next();
+          if (lane == 0 && x < args.num_tiles)
+            next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          next = __shfl_sync(0xffffffffu, next, 0);
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (x < args.num_tiles) {
@@ -505,7 +488,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
             blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
           }
-          if (tile_iter == 0) ask_next();
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (x >= args.num_tiles) break;  // the end marker is published
@@ -583,14 +565,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr);
-          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads -- in the first
-          // tile after its first K load: the counter may still be being zeroed (griddep_wait).
-          int next = -1;
-          auto ask_next = [&]() {
-            if (args.tile_counter != nullptr && tile_iter == 0) griddep_wait();
-            next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          };
-          if (tile_iter > 0) ask_next();
+          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
+          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -599,14 +575,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           int v_pending = -1, v_at = 0, j = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-            if (next < 0) ask_next();
             if (v_pending >= 0) load_v(v_pending, v_at);
             v_pending = n;
             v_at = it;
             if (j == kQAhead) start_tile(tile_iter + 1, next);
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
-          if (next < 0) ask_next();  // (a first tile with no key block)
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
           x = next;
         }
@@ -979,7 +953,6 @@ struct LaunchOptions {
   // group of at least tail_grids x grid tiles.
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
-  bool pdl = true;  // the counter zeroed by a kernel the forward overlaps (programmatic dependent launch), or a memset
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1026,13 +999,9 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
     args.tile_counter = reinterpret_cast<int32_t*>(at);
-    if (opt.pdl) {
-      zero_tile_counter<<<1, 1, 0, static_cast<cudaStream_t>(p.stream)>>>(args.tile_counter);
-      if (const int32_t st = cuda::check_launch("sm90 tile counter zeroing kernel"); st != FLASH_OK) return st;
-    } else if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
-               e != cudaSuccess) {
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+        e != cudaSuccess)
       return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
-    }
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
@@ -1055,18 +1024,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     args.l2_group = static_cast<int32_t>(group);
     args.l2_full_groups = static_cast<int32_t>(std::max<int64_t>(0, (num_bh - tail) / group));
   }
-  // With the tile counter, launched as a programmatic dependent of its zeroing kernel (griddep_wait). That kernel
-  // started only after everything before it in the stream had completed, so Q, K and V are ready whenever this one
-  // starts; only the counter needs the wait.
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(grid), config.blockDim = dim3(K::kThreads), config.dynamicSmemBytes = size_t(smem_bytes);
-  config.stream = static_cast<cudaStream_t>(p.stream);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attr, config.numAttrs = args.tile_counter != nullptr && opt.pdl ? 1 : 0;
-  if (const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args); e != cudaSuccess)
-    return cuda::status_from(e, "cudaLaunchKernelEx(sm90 fwd kernel)");
+  kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");
 }
 

@@ -112,14 +112,6 @@ int32_t run_group(const FwdParams& p) {
   opt.tail_grids = TAIL_TENTHS / 10.0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
 }
-// The tile counter zeroed by cudaMemsetAsync before a plain launch (before session 18) instead of a zeroing kernel
-// the forward overlaps (LaunchOptions::pdl).
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
-int32_t run_memset(const FwdParams& p) {
-  flash::sm90::LaunchOptions opt;
-  opt.pdl = false;
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(p, opt);
-}
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -203,20 +195,14 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  memset", 64, false, run_memset<64, 128, 4, 3, 1>},
-    {"d64  L2 24MB", 64, false, run_group<64, 128, 4, 3, 1, 24, 20>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 memset", 128, false, run_memset<128, 128, 2, 2, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 memset", 256, false, run_memset<256, 80, 2, 2, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs memset", 64, true, run_memset<64, 128, 4, 2, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs memset", 128, true, run_memset<128, 128, 2, 2, 2, true>},
 };
 
 }  // namespace

@@ -949,7 +949,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 struct LaunchOptions {
   bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
   unsigned long long* profile = nullptr;  // Traits::kProfile: 8 x (consumers + 1) zeroed counters (Prof)
-  // The causal order's groups: their K and V within this many MB of L2 (0: a third of the device's L2), and a last
+  // The causal order's groups: their K and V within this many MB of L2 (0: a third of the device's L2, half at d64), and a last
   // group of at least tail_grids x grid tiles.
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
@@ -1010,7 +1010,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   const int sms = cuda::multiprocessor_count(p.device_id);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
   {
-    // The causal order's groups of (batch, head) pairs (Tile): as many as share a third of L2 for their K and V
+    // The causal order's groups of (batch, head) pairs (Tile): as many as share a third of L2 (d64: half) for their K and V
     // (a query head's share with GQA), so the query blocks of a head, which each read its K and V again, find them
     // there; and a last group of at least 2 x grid tiles, whose longest-first order balances the end. (Groups of 4 x
     // grid tiles, the rule before: 66 heads' K and V at d256 1k, 66 MB, and 390 MB read from DRAM where the dense
@@ -1018,7 +1018,9 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     const int64_t num_bh = int64_t(p.heads_q) * p.batch;
     const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio);
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / 3;
+    // (d64 takes half of L2: +1.5-2% at 2k-16k over a third in runs s18-3 and s18-5; d128 and d256 measured the same
+    // or up to 4% slower with half.)
+    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
     const int64_t group = std::clamp<int64_t>(budget / kv_bytes, 1, num_bh);
     const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(opt.tail_grids * grid / args.num_m_blocks)));
     args.l2_group = static_cast<int32_t>(group);

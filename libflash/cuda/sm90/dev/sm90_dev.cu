@@ -189,12 +189,14 @@ const ProfCase kProfCases[] = {
 // turns of wholly masked leading blocks taken empty (Traits::kSkipMaskedWg, removed: d64 causal 3-4% slower) and the
 // causal order's L2 groups (LaunchOptions::l2_budget_mb / tail_grids, v30: L2 / 3 and a 2-grid last group in
 // production since); s18-4 the next tile's Q loaded during this tile (Traits::kQEarly against the load after the
-// tile's last K/V: v32, production since). The candidates below are the production kernels, each timed twice: the list to start the
+// tile's last K/V: v32, production since); s18-5 the tile counter zeroed by a kernel the forward overlaps through a
+// programmatic dependent launch instead of a memset (LaunchOptions::pdl, v33: 1-5% slower, removed). The candidates below are the production kernels, each timed twice: the list to start the
 // next comparison from. Candidates are timed in interleaved rounds since s18-2: timed one after the other, the
 // same kernel measured 1-15% slower first than again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  L2 16MB", 64, false, run_group<64, 128, 4, 3, 1, 16, 20>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},

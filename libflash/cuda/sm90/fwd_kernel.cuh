@@ -293,12 +293,8 @@ struct KeyBlocks {
 };
 
 // Work tile x -> (query block, batch*head).
-// Causal-like masks (right edge, no left edge): longest first, so the heaviest tiles start early and the
-// short ones fill the end -- but within groups of args.l2_group (batch, head) pairs whose K and V fit in
-// L2 together (launch sizes them): the CTAs working at one time then share a few heads' K and V instead
-// of streaming 132 different ones from HBM (a grid-wide longest-first order did that at 1k-4k). The last
-// group takes the pairs left after args.l2_full_groups full ones: at least 2 x grid tiles, so the very end
-// is still longest-first over many tiles.
+// Causal-like masks (right edge, no left edge): longest first within groups of (batch, head) pairs whose K and V fit
+// in L2 together (shapes.h, CausalOrder; launch sizes the groups).
 // Otherwise one (batch, head)'s query blocks are consecutive, so CTAs side by side share K and V in L2.
 struct Tile {
   int m_block, b, h;
@@ -307,14 +303,7 @@ struct Tile {
     const int num_bh = p.heads_q * p.batch;
     int bh;
     if (p.window_right >= 0 && p.window_left < 0) {
-      const int per_group = a.l2_group * a.num_m_blocks;
-      int first = a.l2_full_groups * a.l2_group, size = num_bh - first, r = x - a.l2_full_groups * per_group;  // the last group
-      if (r < 0) {
-        const int group = x / per_group;
-        first = group * a.l2_group, size = a.l2_group, r = x - group * per_group;
-      }
-      m_block = a.num_m_blocks - 1 - r / size;
-      bh = first + r % size;
+      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile(x, m_block, bh);
     } else {
       m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
       bh = x / a.num_m_blocks;
@@ -1010,21 +999,15 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   const int sms = cuda::multiprocessor_count(p.device_id);
   const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
   {
-    // The causal order's groups of (batch, head) pairs (Tile): as many as share a third of L2 (d64: half) for their K and V
-    // (a query head's share with GQA), so the query blocks of a head, which each read its K and V again, find them
-    // there; and a last group of at least 2 x grid tiles, whose longest-first order balances the end. (Groups of 4 x
-    // grid tiles, the rule before: 66 heads' K and V at d256 1k, 66 MB, and 390 MB read from DRAM where the dense
-    // twin reads 204 MB; L2 / 3 and the tail: causal +16% d256 1k, +2-5% d64, +2-7% d128; session 18, perf-log v30.)
-    const int64_t num_bh = int64_t(p.heads_q) * p.batch;
-    const int64_t kv_bytes = std::max<int64_t>(1, int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio);
+    // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
+    // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
+    // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30).
+    const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    // (d64 takes half of L2: +1.5-2% at 2k-16k over a third in runs s18-3 and s18-5; d128 and d256 measured the same
-    // or up to 4% slower with half.)
     const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
-    const int64_t group = std::clamp<int64_t>(budget / kv_bytes, 1, num_bh);
-    const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(opt.tail_grids * grid / args.num_m_blocks)));
-    args.l2_group = static_cast<int32_t>(group);
-    args.l2_full_groups = static_cast<int32_t>(std::max<int64_t>(0, (num_bh - tail) / group));
+    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids);
+    args.l2_group = order.group;
+    args.l2_full_groups = order.full_groups;
   }
   kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");

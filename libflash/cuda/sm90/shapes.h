@@ -3,6 +3,8 @@
 // Shared memory: Q (block_m x d, one or two buffers) + stages x (K + V) (block_n x d each), bf16/fp16,
 // under H100's 227 KB.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -58,6 +60,43 @@ inline bool dynamic_tiles(bool has_block_mask, int64_t window_left, int64_t wind
   return has_block_mask || (window_right >= 0 && window_left < 0);
 }
 inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align it in a caller's workspace
+
+#if defined(__CUDACC__)
+#define FLASH_SM90_HD __host__ __device__
+#else
+#define FLASH_SM90_HD
+#endif
+
+// The causal-like masks' tile order (fwd_kernel.cuh, Tile): longest first, so the heaviest tiles start early and the
+// short ones fill the end -- but within groups of `group` (batch, head) pairs whose K and V fit in L2 together, so
+// the CTAs working at one time share a few heads' K and V (each query block of a head reads them again) instead of
+// streaming 132 different ones from HBM. `full_groups` groups of exactly `group` pairs come first; the last group
+// takes the pairs left, so it can be made large enough that the very end is still longest-first over many tiles.
+struct CausalOrder {
+  int num_bh, num_m_blocks, group, full_groups;
+  // Work tile x -> query block m_block of (batch * heads + head) bh.
+  FLASH_SM90_HD void tile(int x, int& m_block, int& bh) const {
+    const int per_group = group * num_m_blocks;
+    int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // the last group
+    if (r < 0) {
+      const int g = x / per_group;
+      first = g * group, size = group, r = x - g * per_group;
+    }
+    m_block = num_m_blocks - 1 - r / size;
+    bh = first + r % size;
+  }
+};
+
+// The groups for a launch of `grid` CTAs: as many (batch, head) pairs as fit their K and V (kv_bytes each: a query
+// head's share with GQA) in l2_budget bytes, and a last group of at least tail_grids x grid tiles. (Groups of at
+// least 4 x grid tiles, the rule before session 18, put 66 heads' K and V in flight at d256 1k, 66 MB for a 50 MB L2:
+// 390 MB read from DRAM where the dense twin reads 204 MB; perf-log v30.)
+inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t l2_budget,
+                                double tail_grids) {
+  const int64_t group = std::clamp<int64_t>(l2_budget / std::max<int64_t>(kv_bytes, 1), 1, num_bh);
+  const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(tail_grids * grid / num_m_blocks)));
+  return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
+}
 
 constexpr Shape shape_for(int d, bool sparse = false) {
   for (const Shape& s : sparse ? kSparseShapes : kShapes)

@@ -1,0 +1,85 @@
+// tests/test_sm90_order.cpp -- the sm90 forward's causal tile order (libflash/cuda/sm90/shapes.h, CausalOrder), on the
+// host: the kernel's Tile uses the same function, and the GPU tests' problems are too small to reach more than one
+// group (their last group alone holds 2 x grid tiles), so the order's groups are checked here, in CI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "libflash/cuda/sm90/shapes.h"
+
+namespace {
+
+using flash::sm90::CausalOrder;
+using flash::sm90::causal_order;
+
+// Every work tile maps to a distinct (query block, batch*head) and every pair is reached; inside a group the query
+// blocks come longest first (descending m_block); a group's pairs are consecutive; groups fit the L2 budget; the last
+// group holds at least tail_grids x grid tiles (or every pair).
+void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t budget, double tail_grids) {
+  const CausalOrder o = causal_order(num_bh, num_m_blocks, grid, kv_bytes, budget, tail_grids);
+  SCOPED_TRACE(::testing::Message() << "num_bh " << num_bh << " m_blocks " << num_m_blocks << " grid " << grid << " kv "
+                                    << kv_bytes << " budget " << budget << " -> group " << o.group << " full "
+                                    << o.full_groups);
+  ASSERT_GE(o.group, 1);
+  ASSERT_LE(int64_t(o.group), num_bh);
+  if (o.group > 1) EXPECT_LE(int64_t(o.group) * kv_bytes, budget);
+  if (int64_t(o.group + 1) <= num_bh) EXPECT_GT(int64_t(o.group + 1) * kv_bytes, budget);  // as many as fit
+  const int64_t last = num_bh - int64_t(o.full_groups) * o.group;
+  ASSERT_GE(last, 0);
+  const int64_t want_tail = std::min<int64_t>(num_bh, int64_t(std::ceil(tail_grids * grid / num_m_blocks)));
+  if (o.full_groups > 0) EXPECT_GE(last, want_tail);
+  if (o.full_groups > 0) EXPECT_LT(last, want_tail + o.group);  // no full group left in the tail that could stand alone
+
+  const int64_t tiles = num_bh * num_m_blocks;
+  std::vector<uint8_t> seen(size_t(tiles), 0);
+  int prev_m = 0, prev_group = -1;
+  for (int64_t x = 0; x < tiles; ++x) {
+    int m = -1, bh = -1;
+    o.tile(int(x), m, bh);
+    ASSERT_GE(m, 0);
+    ASSERT_LT(m, num_m_blocks);
+    ASSERT_GE(bh, 0);
+    ASSERT_LT(int64_t(bh), num_bh);
+    uint8_t& s = seen[size_t(int64_t(bh) * num_m_blocks + m)];
+    ASSERT_EQ(s, 0) << "tile " << x << " repeats (m " << m << ", bh " << bh << ")";
+    s = 1;
+    const int group = bh < int64_t(o.full_groups) * o.group ? bh / o.group : o.full_groups;
+    if (group == prev_group) EXPECT_LE(m, prev_m) << "tile " << x << ": not longest first inside its group";
+    else EXPECT_GT(group, prev_group) << "tile " << x << ": groups out of order";
+    prev_m = m, prev_group = group;
+  }
+}
+
+TEST(Sm90CausalOrder, StandardGridShapes) {
+  // H100 (132 SMs, 50 MB of L2) on the standard grid: d64 192-row tiles with half of L2, d128 / d256 128-row tiles
+  // with a third; batch * seqlen = 16k, heads 2048 / d.
+  const int64_t l2 = 50 << 20;
+  for (int n : {512, 1024, 2048, 4096, 8192, 16384})
+    for (int d : {64, 128, 256}) {
+      const int block_m = d == 64 ? 192 : 128;
+      const int64_t num_bh = int64_t(16384 / n) * (2048 / d);
+      const int m_blocks = (n + block_m - 1) / block_m;
+      const int grid = int(std::min<int64_t>(num_bh * m_blocks, 132));
+      check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3, 2.0);
+    }
+}
+
+TEST(Sm90CausalOrder, RandomShapes) {
+  std::mt19937_64 rng(20261122);
+  for (int i = 0; i < 3000; ++i) {
+    const int64_t num_bh = 1 + int64_t(rng() % 300);
+    const int m_blocks = 1 + int(rng() % 40);
+    const int grid = int(std::min<int64_t>(num_bh * m_blocks, 1 + int64_t(rng() % 160)));
+    const int64_t kv = 1 + int64_t(rng() % (64 << 20));
+    const int64_t budget = (1 + int64_t(rng() % 64)) << 20;
+    const double tail = double(rng() % 5);  // 0 (no tail rule) .. 4 grids
+    check_order(num_bh, m_blocks, grid, kv, budget, tail);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace

@@ -104,7 +104,8 @@ int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
 // Production shapes with the causal order's (batch, head) groups sized by an L2 budget in MB and a last group of at
-// least TAIL_TENTHS / 10 grids of tiles (LaunchOptions::l2_budget_mb, tail_grids; production: L2 / 3 and 2).
+// least TAIL_TENTHS / 10 grids of tiles (LaunchOptions::l2_budget_mb, tail_grids; production: L2 / 3 (d64: L2 / 2)
+// and 2).
 template <int D, int BN, int ST, int WG, int TMA_STORE, int MB, int TAIL_TENTHS>
 int32_t run_group(const FwdParams& p) {
   flash::sm90::LaunchOptions opt;
@@ -190,9 +191,11 @@ const ProfCase kProfCases[] = {
 // causal order's L2 groups (LaunchOptions::l2_budget_mb / tail_grids, v30: L2 / 3 and a 2-grid last group in
 // production since); s18-4 the next tile's Q loaded during this tile (Traits::kQEarly against the load after the
 // tile's last K/V: v32, production since); s18-5 the tile counter zeroed by a kernel the forward overlaps through a
-// programmatic dependent launch instead of a memset (LaunchOptions::pdl, v33: 1-5% slower, removed). The candidates below are the production kernels, each timed twice: the list to start the
-// next comparison from. Candidates are timed in interleaved rounds since s18-2: timed one after the other, the
-// same kernel measured 1-15% slower first than again (runs s15-5, s18-1).
+// programmatic dependent launch instead of a memset (LaunchOptions::pdl, v33: 1-5% slower, removed); s18-5/6 d64's
+// groups with half of L2 (production since; "L2 16MB" below is about a third). The candidates below are the
+// production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
+// interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
+// again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},

@@ -208,7 +208,7 @@ struct KeyBlocks {
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
   // Key blocks n < mask_below or n > mask_above have some (row, key) outside the sequence or the window, so they
-  // need the element mask. Decided once per tile: per block, the same test on the kernel parameters (64-bit
+  // need the element mask (shapes.h, mask_bounds). Decided once per tile: per block, the same test on the kernel parameters (64-bit
   // window arithmetic, constant-bank loads) was ~10% of the d64 block-sparse loop's stall samples (ncu s17-3).
   int mask_below, mask_above;
 
@@ -220,24 +220,8 @@ struct KeyBlocks {
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
     sched = kSparse ? schedule : nullptr;
-    // The three conditions as bounds on n (q_first = q_begin, q_last = q_end - 1; checked against the per-block
-    // test on 62.9M random cases, session 17):
-    //   k_last >= seqlen_k                          <=> n >= seqlen_k / kBlockN
-    //   k_begin < q_last + diag - window_left (= L) <=> n < ceil(L / kBlockN)
-    //   k_last > q_first + diag + window_right (= R) <=> n * kBlockN > R - kBlockN + 1 (= T): every n when T < 0,
-    //                                                   else n > floor(T / kBlockN)
-    int64_t above = p.seqlen_k / kBlockN - 1;
-    if (p.window_right >= 0) {
-      const int64_t t = int64_t(q_begin) + p.diag_offset + p.window_right - kBlockN + 1;
-      above = min(above, t < 0 ? int64_t(-1) : t / kBlockN);
-    }
-    int64_t below = 0;
-    if (p.window_left >= 0) {
-      const int64_t l = int64_t(q_end) - 1 + p.diag_offset - p.window_left;
-      below = l <= 0 ? 0 : (l + kBlockN - 1) / kBlockN;
-    }
-    mask_above = int(max(above, int64_t(-1)));
-    mask_below = int(min(below, int64_t(0x7fffffff)));
+    const MaskBounds mb = mask_bounds<kBlockN>(p, q_begin, q_end);
+    mask_above = mb.above, mask_below = mb.below;
   }
   __device__ __forceinline__ bool needs_mask(int n) const { return n < mask_below || n > mask_above; }
 

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../../params.h"
+
 namespace flash::sm90 {
 
 struct Shape {
@@ -66,6 +68,33 @@ inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align i
 #else
 #define FLASH_SM90_HD
 #endif
+
+// Which key blocks of a tile need the element mask (fwd_kernel.cuh, KeyBlocks): blocks n < below or n > above (of
+// kBlockN keys) hold some (row, key) of rows [q_begin, q_end) outside the sequence or the window; the others are wholly
+// visible to every row. With q_first = q_begin, q_last = q_end - 1 and diag = diag_offset, block n needs it when
+//   k_last >= seqlen_k                          <=> n >= seqlen_k / kBlockN
+//   k_begin < q_last + diag - window_left (= L) <=> n < ceil(L / kBlockN)
+//   k_last > q_first + diag + window_right (= R) <=> n * kBlockN > R - kBlockN + 1 (= T): every n when T < 0,
+//                                                   else n > floor(T / kBlockN)
+// (window edges < 0: unbounded). Checked against a row-by-row test in tests/test_sm90_host.cpp.
+struct MaskBounds {
+  int above, below;
+};
+template <int kBlockN>
+FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int q_end) {
+  int64_t above = p.seqlen_k / kBlockN - 1;
+  if (p.window_right >= 0) {
+    const int64_t t = int64_t(q_begin) + p.diag_offset + p.window_right - kBlockN + 1;
+    const int64_t a = t < 0 ? int64_t(-1) : t / kBlockN;
+    above = a < above ? a : above;
+  }
+  int64_t below = 0;
+  if (p.window_left >= 0) {
+    const int64_t l = int64_t(q_end) - 1 + p.diag_offset - p.window_left;
+    below = l <= 0 ? 0 : (l + kBlockN - 1) / kBlockN;
+  }
+  return MaskBounds{int(above > int64_t(-1) ? above : int64_t(-1)), int(below < int64_t(0x7fffffff) ? below : int64_t(0x7fffffff))};
+}
 
 // The causal-like masks' tile order (fwd_kernel.cuh, Tile): longest first, so the heaviest tiles start early and the
 // short ones fill the end -- but within groups of `group` (batch, head) pairs whose K and V fit in L2 together, so

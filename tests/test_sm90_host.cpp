@@ -1,6 +1,9 @@
-// tests/test_sm90_order.cpp -- the sm90 forward's causal tile order (libflash/cuda/sm90/shapes.h, CausalOrder), on the
-// host: the kernel's Tile uses the same function, and the GPU tests' problems are too small to reach more than one
-// group (their last group alone holds 2 x grid tiles), so the order's groups are checked here, in CI.
+// tests/test_sm90_host.cpp -- host-side checks of two per-tile decisions of the sm90 forward that the kernel takes
+// from libflash/cuda/sm90/shapes.h:
+// - the causal tile order (CausalOrder): the GPU tests' problems are too small to reach more than one group (their
+//   last group alone holds 2 x grid tiles), so the order's groups are checked here, in CI;
+// - which key blocks need the element mask (mask_bounds): a block wrongly taken as wholly visible would let masked
+//   keys through, so the bounds are compared with a row-by-row test on random windows, offsets and tiles.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +18,8 @@ namespace {
 
 using flash::sm90::CausalOrder;
 using flash::sm90::causal_order;
+using flash::sm90::mask_bounds;
+using flash::sm90::MaskBounds;
 
 // Every work tile maps to a distinct (query block, batch*head) and every pair is reached; inside a group the query
 // blocks come longest first (descending m_block); a group's pairs are consecutive; groups fit the L2 budget; the last
@@ -80,6 +85,47 @@ TEST(Sm90CausalOrder, RandomShapes) {
     check_order(num_bh, m_blocks, grid, kv, budget, tail);
     if (HasFatalFailure()) return;
   }
+}
+
+// Block n (keys [n * kBlockN, n * kBlockN + kBlockN)) needs the element mask when some row of [q_begin, q_end) does not
+// see all of its keys: row r sees keys k with 0 <= k < seqlen_k, k >= r + diag - window_left (window_left >= 0) and
+// k <= r + diag + window_right (window_right >= 0) -- flash.h's mask, row by row.
+template <int kBlockN>
+bool needs_mask_rowwise(const flash::FwdParams& p, int q_begin, int q_end, int64_t n) {
+  const int64_t k_begin = n * kBlockN, k_last = k_begin + kBlockN - 1;
+  if (k_last >= p.seqlen_k) return true;
+  for (int64_t r = q_begin; r < q_end; ++r) {
+    if (p.window_left >= 0 && k_begin < r + p.diag_offset - p.window_left) return true;
+    if (p.window_right >= 0 && k_last > r + p.diag_offset + p.window_right) return true;
+  }
+  return false;
+}
+
+template <int kBlockN>
+void check_mask_bounds(std::mt19937_64& rng, int cases) {
+  for (int i = 0; i < cases; ++i) {
+    flash::FwdParams p{};
+    p.seqlen_k = 1 + int64_t(rng() % 3000);
+    p.window_left = rng() % 3 == 0 ? -1 : int32_t(rng() % 700);
+    p.window_right = rng() % 3 == 0 ? -1 : int32_t(rng() % 700);
+    p.diag_offset = int64_t(rng() % 4001) - 2000;
+    const int q_begin = int(rng() % 3000), q_end = q_begin + 1 + int(rng() % 192);
+    const MaskBounds b = mask_bounds<kBlockN>(p, q_begin, q_end);
+    for (int64_t n = 0; n * kBlockN < p.seqlen_k + kBlockN; ++n) {
+      const bool bounds = n < b.below || n > b.above;
+      ASSERT_EQ(bounds, needs_mask_rowwise<kBlockN>(p, q_begin, q_end, n))
+          << "block " << n << " of " << kBlockN << " keys, rows [" << q_begin << ", " << q_end << "), seqlen_k "
+          << p.seqlen_k << ", window (" << p.window_left << ", " << p.window_right << "), diag " << p.diag_offset
+          << ": bounds [" << b.below << ", " << b.above << "]";
+    }
+  }
+}
+
+TEST(Sm90MaskBounds, MatchRowByRowTest) {
+  std::mt19937_64 rng(7757);
+  check_mask_bounds<64>(rng, 1500);
+  check_mask_bounds<80>(rng, 1500);
+  check_mask_bounds<128>(rng, 1500);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
+#   sass-d64  the d64 dense kernel's SASS, and where its spills sit
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -208,6 +209,13 @@ for phase in "$@"; do
         --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
         $B run $A > "$OUT/ncu-d64bs-source.csv" 2>&1
       echo "ncu source: exit $? $(wc -c < "$OUT/ncu-d64bs-source.csv") bytes"; head -c 600 "$OUT/ncu-d64bs-source.csv"
+      ;;
+    sass-d64)
+      # The d64 dense kernel's SASS (where its spills sit: LDL/STL against the loop's HGMMAs and barriers).
+      obj=$(find $BUILD -name "fwd_hdim64_bf16.cu.o" -path "*sm90*" | head -1)
+      cuobjdump -sass "$obj" > "$OUT/sass-d64-dense.txt" 2>&1
+      grep -n "LDL\|STL" "$OUT/sass-d64-dense.txt" | head -40
+      grep -c "HGMMA" "$OUT/sass-d64-dense.txt"
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

@@ -118,6 +118,24 @@ TEST_P(GpuEdges, SlidingWindows) {
   }
 }
 
+// sm90 d64 runs 192-row tiles; one whose real rows fit in 64 (seqlen_q % 192 in 1..64, or seqlen_q <= 64) is split over
+// its three warpgroups' key blocks and merged (fwd_kernel.cuh, split tiles). Key counts of 0-5+ blocks per warpgroup
+// (one block: warpgroup 0 alone; two: warpgroup 2 has none), with and without a left window edge (the element mask on
+// the shared rows), and tiles before it unsplit in the same CTA. Every algorithm must agree.
+TEST_P(GpuEdges, SplitLastTiles) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  const int64_t seqlen_qs[] = {1, 37, 64, 192 + 64, 5 * 192 + 40};
+  const int64_t seqlen_ks[] = {1, 128, 129, 300, 385, 1000, 2049};
+  int n = 0;
+  for (int64_t sq : seqlen_qs)
+    for (int64_t sk : seqlen_ks) {
+      CaseSpec s = base(sq, sk, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+      s.batch = 1, s.heads_q = 3, s.heads_kv = 1;
+      if (n % 3 == 0) s.mask.window_left = 200;  // (no right edge: the tiles are not shifted, so the last one is split)
+      expect_ok(s);
+    }
+}
+
 // A negative softmax scale (allowed by the ABI) turns the row max into a min: sm80 folds it into Q's sign;
 // sm90 refuses it with the reason, and AUTO then runs sm80 (GpuAuto.NegativeScaleFallsBack).
 TEST_P(GpuEdges, NegativeScale) {

@@ -118,11 +118,11 @@ TEST_P(GpuEdges, SlidingWindows) {
   }
 }
 
-// sm90 d64 runs 192-row tiles; one whose real rows fit in 64 (seqlen_q % 192 in 1..64, or seqlen_q <= 64) is split over
-// its three warpgroups' key blocks and merged (fwd_kernel.cuh, split tiles). Key counts of 0-5+ blocks per warpgroup
-// (one block: warpgroup 0 alone; two: warpgroup 2 has none), with and without a left window edge (the element mask on
-// the shared rows), and tiles before it unsplit in the same CTA. Every algorithm must agree.
-TEST_P(GpuEdges, SplitLastTiles) {
+// Last tiles with few real rows: sm90 d64 runs 192-row tiles, so seqlen_q % 192 in 1..64 (or seqlen_q <= 64) leaves a
+// tile of one warpgroup's real rows and two of junk (session 19 split such tiles over the warpgroups' key blocks,
+// perf-log v34, and reverted it). Key counts of 1 to 17 blocks, with and without a left window edge (no right edge:
+// the tiles are not shifted, so the partial tile is the last), GQA, tiles before it in the same CTA.
+TEST_P(GpuEdges, ShortLastTiles) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   const int64_t seqlen_qs[] = {1, 37, 64, 192 + 64, 5 * 192 + 40};
   const int64_t seqlen_ks[] = {1, 128, 129, 300, 385, 1000, 2049};

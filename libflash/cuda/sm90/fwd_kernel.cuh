@@ -42,7 +42,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -63,10 +62,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrive as `count` arrivals at once (a split tile's key block has one consumer warpgroup, which arrives for all).
-__device__ __forceinline__ void mbar_arrive(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 // Wait until the phase with this parity has completed. A fresh barrier is in phase 0, so waiting for
 // parity 1 returns at once (the "previous phase" counts as complete): producers start on parity 1.
@@ -157,10 +152,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // (0: none). kTmaStoreO_: the epilogue writes O to a shared staging tile (64 rows per warpgroup, 128-byte
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
-// kSplit_: tiles with at most 64 real rows are split over the three consumer warpgroups' key blocks (see the
-// consumers' split tiles); three-warpgroup dense instantiations only, on by default (off: sm90_dev's reference).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kSplit_ = true>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
@@ -169,7 +162,6 @@ struct Traits {
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
   static constexpr bool kOStageInQ = kStoreO_ == 2;
-  static constexpr bool kSplit = kSplit_ && kConsumers_ == 3 && !kSparse_ && kStoreO_ == 1;
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -237,12 +229,6 @@ struct KeyBlocks {
   __device__ __forceinline__ int next() {
     if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
     return pos < sched[0] ? sched[1 + pos++] : -1;
-  }
-  // Dense walks: the next block, then `step` blocks on (a split tile's warpgroup visits every third).
-  __device__ __forceinline__ int next(int step) {
-    const int n = cursor;
-    cursor -= step;
-    return n >= n_lo ? n : -1;
   }
 
   // The scheduler warp (all 32 lanes): the schedule of query block m_block (kBlockM rows from q_begin) into
@@ -622,26 +608,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
       // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
-      const int q_tile = tile.m_block * kBlockM - args.q_shift;
-      const int q_end = min(q_tile + kBlockM, p.seqlen_q);
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_tile, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride);
-      // Split tile (Traits::kSplit, d64 dense): a tile whose real rows fit in one warpgroup's 64 (the last of a head
-      // when seqlen_q % 192 is 1-64: 1024 = 5 x 192 + 64, so at 1k it was a sixth of the tiles and two thirds junk)
-      // runs those 64 rows on all three warpgroups, each over every third key block of the tile: warpgroup w takes
-      // blocks w, w + 3, ... of the walk, as if the ring held only its own, and arrives on their empty barriers for all
-      // three (count kConsumers). The turns stay round-robin: a warpgroup with fewer blocks takes empty turns. Then
-      // warpgroups 1 and 2 hand their (O, m, l) to warpgroup 0 through shared memory, which merges them as the online
-      // softmax merges two blocks and writes the rows. (Tiles shifted to end at seqlen_q -- right-edged masks -- are
-      // never split: their partial tile is the first, with the fewest keys.)
-      // The split tile's loop is a second instantiation of run_tile below, with the walk's stride and the empty
-      // barriers' arrive count as constants; the rows move through q_begin and q_wg. (The stride as a run-time value in
-      // the one loop took a register there: the named barrier's id spilled, and every d64 loop block was 20% slower,
-      // run s19-1.)
-      [[maybe_unused]] const bool split = K::kSplit && q_end - q_tile <= 64;
-      constexpr int kSplitWays = K::kSplit ? K::kConsumers : 1;
-      // Rows [q_begin + 64 wg, + 64) are this warpgroup's; in a split tile the first 64 are every warpgroup's (warpgroups
-      // 1 and 2 write none).
-      int q_begin = q_tile - (K::kSplit && split ? wg * 64 : 0);
+      const int q_begin = tile.m_block * kBlockM - args.q_shift;
+      const int q_end = min(q_begin + kBlockM, p.seqlen_q);
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -650,8 +619,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      // This warpgroup's 64 rows of page 0 (a split tile: the first 64, every warpgroup's).
-      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + (K::kSplit && split ? 0 : wg * 64 * 128);
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
@@ -772,24 +740,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             q_release_pending = false;
           }
       };
-      // The tile's key blocks: prologue, loop, drain; kSplitTile: a split tile's share of them.
-      auto run_tile = [&](auto split_tag) {
-      constexpr bool kSplitTile = decltype(split_tag)::value;
-      constexpr int kv_step = kSplitTile ? kSplitWays : 1;
-      // K_j's and V_j's empty barriers count one arrive per consumer warp; in a split tile one warpgroup reads each.
-      auto release_kv = [&](uint32_t bar) {
-        if (lane == 0) {
-          if constexpr (kSplitTile) mbar_arrive(bar, kv_step);
-          else mbar_arrive(bar);
-        }
-      };
-      if constexpr (kSplitTile) blocks.cursor -= wg, it += wg;  // this warpgroup's first block: the wg-th of the walk
-      // The next block of this warpgroup's: the next of the walk, or in a split tile the third next.
-      auto next_block = [&]() {
-        if constexpr (kSplitTile) return blocks.next(kv_step);
-        else return blocks.next();
-      };
-      int n = next_block();
+      int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
         int s_prev = it % kStages;
@@ -803,21 +754,21 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
-        release_kv(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         mask(acc_s, n);
         {
           float corr[2];
           softmax(acc_s, true, corr);
           pack_p(acc_s, p_frag);
         }
-        it += kv_step;
+        ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
         // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
         // the softmax of S_j, then rescale O once P_{j-1} V_{j-1} has landed. (ptxas places the softmax after that
         // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
-        for (n = next_block(); n >= 0; n = next_block(), it += kv_step) {
+        for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = it % kStages;
           const uint32_t phase = (it / kStages) & 1;
           mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
@@ -832,7 +783,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
           __syncwarp();
-          release_kv(k_empty(s));  // K_j's slot may be refilled
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
           // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
           // serialise the wgmmas (C7513; perf-log).
@@ -848,7 +799,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          release_kv(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if (rescale) {
 #pragma unroll
             for (int i = 0; i < K::kHeadDim / 8; ++i)
@@ -884,86 +835,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
         __syncwarp();
-        release_kv(v_empty(s_prev));
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
         release_sched();
         release_prev_q();
       }
-      if constexpr (kSplitTile) {
-        // Every warpgroup takes the turns of the one with the most blocks (warpgroup 0: ceil(total / 3) + 1 with the
-        // drain), empty where it has none left, so the next tile's turns start in step.
-        // The tile's blocks, recomputed from the kernel parameters (kept live across the loop, they made it spill).
-        const KeyBlocks<kBlockN, false> walk(p, q_begin + wg * 64, q_end, nullptr);
-        const int total = max(walk.cursor - walk.n_lo + 1, 0);
-        const int mine = (total - wg + kSplitWays - 1) / kSplitWays;
-        const int turns = total > 0 ? (total + kSplitWays - 1) / kSplitWays + 1 : 0;
-        for (int turn = mine > 0 ? mine + 1 : 0; turn < turns; ++turn) {
-          named_sync(1 + wg, 256);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-        }
-        it += total - wg - kSplitWays * mine;  // from its last block's position + 3 to the tile's end
-        if (total >= 2) {  // (else warpgroup 0 had the tile's one block, or there was none: its O is the tile's)
-          // Warpgroups 1 and 2 leave (O, m, l) in their slot (each thread its own registers, 16-byte stores in thread
-          // order); the slots overlap the staging tiles, so every warpgroup's last O store must have read its own first.
-          constexpr int kSlot = K::kShape.split_slot_bytes();
-          constexpr int kStats = 64 * K::kHeadDim * 4;  // after the slot's O
-          if (tid == 0) wg::bulk_wait_read();
-          named_sync(7, 128 * K::kConsumers);
-          if (wg > 0) {
-            const uint32_t slot = o_stage0 + (wg - 1) * kSlot;
-#pragma unroll
-            for (int i = 0; i < K::kORegs / 4; ++i)
-              asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + (i * 128 + tid) * 16), "f"(acc_o[4 * i]),
-                           "f"(acc_o[4 * i + 1]), "f"(acc_o[4 * i + 2]), "f"(acc_o[4 * i + 3]) : "memory");
-            asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + kStats + tid * 16), "f"(row_max[0]),
-                         "f"(row_max[1]), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
-          }
-          named_sync(7, 128 * K::kConsumers);
-          if (wg > 0) {
-            named_sync(8, 128 * K::kConsumers);  // warpgroup 0 has read the slots: the staging tiles are free again
-          } else {
-          // Warpgroup 0: the online softmax's merge, O = sum_w exp2((m_w - m) * scale_log2) O_w, l likewise.
-          const float4* slots = reinterpret_cast<const float4*>(smem_raw + (o_stage0 - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
-          float c_w[2][2], c_own[2];
-          {
-            const float4 s1 = slots[kStats / 16 + tid], s2 = slots[(kSlot + kStats) / 16 + tid];
-            const float m_w[2][2] = {{s1.x, s1.y}, {s2.x, s2.y}}, l_w[2][2] = {{s1.z, s1.w}, {s2.z, s2.w}};
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              const float m = fmaxf(row_max[r], fmaxf(m_w[0][r], m_w[1][r]));
-              const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;  // (a row that saw nothing: all weights 0)
-              c_own[r] = exp2f(row_max[r] * scale_log2 - m_scaled);
-              c_w[0][r] = exp2f(m_w[0][r] * scale_log2 - m_scaled);
-              c_w[1][r] = exp2f(m_w[1][r] * scale_log2 - m_scaled);
-              row_sum[r] = row_sum[r] * c_own[r] + l_w[0][r] * c_w[0][r] + l_w[1][r] * c_w[1][r];
-              row_max[r] = m;
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < K::kORegs / 4; ++i) {
-            const float4 o1 = slots[i * 128 + tid], o2 = slots[kSlot / 16 + i * 128 + tid];
-            acc_o[4 * i] = acc_o[4 * i] * c_own[0] + o1.x * c_w[0][0] + o2.x * c_w[1][0];  // (elements 4i + e: row e / 2)
-            acc_o[4 * i + 1] = acc_o[4 * i + 1] * c_own[0] + o1.y * c_w[0][0] + o2.y * c_w[1][0];
-            acc_o[4 * i + 2] = acc_o[4 * i + 2] * c_own[1] + o1.z * c_w[0][1] + o2.z * c_w[1][1];
-            acc_o[4 * i + 3] = acc_o[4 * i + 3] * c_own[1] + o1.w * c_w[0][1] + o2.w * c_w[1][1];
-          }
-          named_arrive(8, 128 * K::kConsumers);  // (the epilogue's warpgroup barrier orders these loads before its stores)
-          }
-        }
-        // Warpgroups 1 and 2 go through the epilogue with their own rows again, as in an unsplit tile: all past
-        // seqlen_q, so nothing of theirs is written (and skipping it with a `continue` made the loop spill).
-        q_begin += wg * 64;
-        }
-      };
-      if constexpr (K::kSplit) {
-        if (split) run_tile(std::true_type{});
-        else run_tile(std::false_type{});
-      } else {
-        run_tile(std::false_type{});
-      }
-
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a

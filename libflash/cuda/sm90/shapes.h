@@ -19,13 +19,7 @@ struct Shape {
   // warpgroup's own rows of the Q buffer (Q then stays until the store has read them); 0 direct stores.
   int store_o = 0;
   constexpr int block_m() const { return 64 * consumers; }
-  // A tile with one warpgroup's worth of real rows is split over the three warpgroups' key blocks (fwd_kernel.cuh,
-  // split tiles): two warpgroups hand their fp32 O, m and l to the third through this region, one slot each.
-  constexpr int split_slot_bytes() const { return 64 * head_dim * 4 + 128 * 16; }
-  constexpr int o_stage_bytes() const {
-    const int tile = block_m() * head_dim * 2, slots = consumers == 3 ? 2 * split_slot_bytes() : 0;
-    return store_o != 1 ? 0 : tile > slots ? tile : slots;
-  }
+  constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
   // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
   // schedules).
   constexpr int q_stages(bool sparse) const {

@@ -121,12 +121,6 @@ int32_t run_static(const FwdParams& p) {
   q.workspace = nullptr, q.workspace_size = 0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
 }
-// Without split tiles (Traits::kSplit off): a last tile of <= 64 real rows runs on one warpgroup's rows, the
-// production rule before session 19.
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_nosplit(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, false>>(p);
-}
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -207,15 +201,14 @@ const ProfCase kProfCases[] = {
 // tile's last K/V: v32, production since); s18-5 the tile counter zeroed by a kernel the forward overlaps through a
 // programmatic dependent launch instead of a memset (LaunchOptions::pdl, v33: 1-5% slower, removed); s18-5/6 d64's
 // groups with half of L2 (production since); s18-10 the static order without a workspace (run_static: block-sparse
-// within 0-2%, causal 30-50% slower) and a 3-grid tail (not better). Session 19: s19-1 split tiles (Traits::kSplit, v34) against none. The candidates below are the
+// within 0-2%, causal 30-50% slower) and a 3-grid tail (not better). Session 19: s19-1/2 split tiles (v34: a tile of <= 64 real rows on all three warpgroups, every third key
+block each, merged through shared memory; commit fe2d573, reverted: 8-10% slower everywhere). The candidates below are the
 // production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  no split (s18)", 64, false, run_nosplit<64, 128, 4, 3, 1>},
-    {"d64  no split again", 64, false, run_nosplit<64, 128, 4, 3, 1>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},

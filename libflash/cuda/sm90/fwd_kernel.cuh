@@ -162,11 +162,6 @@ struct Traits {
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
   static constexpr bool kOStageInQ = kStoreO_ == 2;
-  // kStoreO_ == 3: warpgroup 0 stages its O in the tile's last K stage and warpgroup 1 in its last V stage, which they
-  // hold until the store has read them (two consumers, dense: d256). Q is then released after the tile's last S, as with
-  // direct stores, so the next tile's Q loads during the last P V and the epilogue.
-  static constexpr bool kOStageInRing = kStoreO_ == 3;
-  static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -745,19 +740,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             q_release_pending = false;
           }
       };
-      // K_j's slot back to the producer once this warpgroup's S_j is done -- except, with O staged in the ring, warpgroup
-      // 0's last K of the tile (its O goes there; released after the store) and warpgroup 1 then tells warpgroup 0 that
-      // its S no longer reads it.
-      [[maybe_unused]] int s_last = -1;  // O staged in the ring: the last block's slot (-1: the tile had no block)
-      auto release_k = [&](int s) {
-        if constexpr (K::kOStageInRing) {
-          const bool last = blocks.cursor < blocks.n_lo;  // (dense walk: the block just taken was the last)
-          if (lane == 0 && !(last && wg == 0)) mbar_arrive(k_empty(s));
-          if (last && wg == 1) named_arrive(7, 256);
-        } else {
-          if (lane == 0) mbar_arrive(k_empty(s));
-        }
-      };
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
@@ -772,7 +754,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
-        release_k(s_prev);  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         mask(acc_s, n);
         {
           float corr[2];
@@ -801,7 +783,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
           __syncwarp();
-          release_k(s);  // K_j's slot may be refilled
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
           // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
           // serialise the wgmmas (C7513; perf-log).
@@ -853,16 +835,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
         __syncwarp();
-        if constexpr (K::kOStageInRing) {
-          // Warpgroup 1 keeps V_last's slot for its O; warpgroup 0 tells it that its own P V no longer reads it.
-          if (wg == 0) {
-            if (lane == 0) mbar_arrive(v_empty(s_prev));
-            named_arrive(8, 256);
-          }
-          s_last = s_prev;
-        } else {
-          if (lane == 0) mbar_arrive(v_empty(s_prev));
-        }
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
@@ -876,16 +849,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const float scale = fabsf(p.scale);
       // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it
       // -- its own tile after the ring, or its own rows of the Q buffer, whose pages are kBlockM rows apart.
-      // With O staged in the ring: warpgroup 0's in the last K slot, warpgroup 1's in the last V slot (each 64 x d, in
-      // 64-row pages, within the slot's block_n x d), once the other warpgroup's S / P V no longer reads it. A tile with
-      // no key block holds no slot: its rows (zeros) are stored directly.
-      [[maybe_unused]] const bool tma_o = K::kTmaStoreO && (!K::kOStageInRing || s_last >= 0);
-      const uint32_t o_stage = K::kOStageInRing ? (wg == 0 ? k_smem0 : v_smem0) + max(s_last, 0) * K::kKVBytes
-                               : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
+      const uint32_t o_stage = K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
-      if constexpr (K::kOStageInRing) {
-        if (tma_o) named_sync(7 + wg, 256);
-      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
+      if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
         named_sync(4 + wg, 128);
@@ -897,7 +863,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = wg * 64 + row_in_wg + 8 * r;
-        if (tma_o) {
+        if constexpr (K::kTmaStoreO) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
 #pragma unroll
@@ -906,7 +872,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
         if (q_begin + row >= 0 && q_begin + row < q_end) {
-          if (!tma_o) {
+          if constexpr (!K::kTmaStoreO) {
             using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
             T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
                        int64_t(q_begin + row) * p.o_row_stride + 2 * t;
@@ -919,7 +885,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                 sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
         }
       }
-      if (tma_o) {
+      if constexpr (K::kTmaStoreO) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
@@ -939,13 +905,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // next tile's prologue with two Q buffers.)
         if constexpr (kDeferQRelease) q_release_pending = true;
         else if constexpr (K::kOStageInQ) release_q();
-        if constexpr (K::kOStageInRing) {
-          // The slot back to the producer once the store has read it (thread 0 waits; the warpgroup barrier passes
-          // that on to every warp's arrive).
-          if (tid == 0) wg::bulk_wait_read();
-          named_sync(4 + wg, 128);
-          if (lane == 0) mbar_arrive(wg == 0 ? k_empty(s_last) : v_empty(s_last));
-        }
       }
       lap(Prof::kEpilogue);
       if constexpr (K::kProfile)

@@ -154,8 +154,6 @@ const ProfCase kProfCases[] = {
     {"d256 O-in-Q", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
     {"d256 O-in-Q", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
     {"d256 O-in-Q cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
-    {"d256 O-in-ring", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
-    {"d256 O-ring cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
@@ -203,9 +201,10 @@ const ProfCase kProfCases[] = {
 // tile's last K/V: v32, production since); s18-5 the tile counter zeroed by a kernel the forward overlaps through a
 // programmatic dependent launch instead of a memset (LaunchOptions::pdl, v33: 1-5% slower, removed); s18-5/6 d64's
 // groups with half of L2 (production since); s18-10 the static order without a workspace (run_static: block-sparse
-// within 0-2%, causal 30-50% slower) and a 3-grid tail (not better). Session 19: s19-1/2 split tiles (v34: a tile of <= 64 real rows on all three warpgroups, every third key
-// block each, merged through shared memory; commit fe2d573, reverted: 8-10% slower everywhere); s19-3 d256's O staged in the
-// tile's last K and V slots (store_o 3, v35) against O in Q (store_o 2). The candidates below are the
+// within 0-2%, causal 30-50% slower) and a 3-grid tail (not better). Session 19: s19-1/2 split tiles (v34: a tile of <= 64 real rows on all three
+// warpgroups, every third key block each, merged through shared memory; commit fe2d573, reverted: 8-10% slower
+// everywhere); s19-4 d256's O staged in the tile's last K and V slots (store_o 3, v35, commit aa7b8d2, reverted: 2.5-4%
+// slower than O in Q). The candidates below are the
 // production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
@@ -214,10 +213,8 @@ const Candidate kCandidates[] = {
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 O in Q (s18)", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d256 O in Q again", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 2>},
+    {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},

@@ -16,7 +16,7 @@
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
-#   sass-d64  the d64 dense kernel's SASS, and where its spills sit
+#   sass-d64 / sass-d256  the d64 / d256 dense kernel's SASS, and where its spills sit
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +62,7 @@ for phase in "$@"; do
     sanitize)
       for tool in memcheck racecheck synccheck; do
         timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
-          --gtest_filter='Random/GpuSweep.MatchesReference/sm90_1:Random/GpuSweep.MatchesReference/sm90_2:Random/GpuSweep.MatchesReference/sm90_3:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm90:Algorithms/GpuEdges.SlidingWindows/sm90' \
+          --gtest_filter='Random/GpuSweep.MatchesReference/sm90_1:Random/GpuSweep.MatchesReference/sm90_2:Random/GpuSweep.MatchesReference/sm90_3:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm90:Algorithms/GpuEdges.SlidingWindows/sm90:Algorithms/GpuEdges.TilesThatSeeNoKey/sm90' \
           > "$OUT/sanitizer-$tool.log" 2>&1
         echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$tool.log") clean summaries)"
         tail -2 "$OUT/sanitizer-$tool.log"
@@ -210,12 +210,13 @@ for phase in "$@"; do
         $B run $A > "$OUT/ncu-d64bs-source.csv" 2>&1
       echo "ncu source: exit $? $(wc -c < "$OUT/ncu-d64bs-source.csv") bytes"; head -c 600 "$OUT/ncu-d64bs-source.csv"
       ;;
-    sass-d64)
-      # The d64 dense kernel's SASS (where its spills sit: LDL/STL against the loop's HGMMAs and barriers).
-      obj=$(find $BUILD -name "fwd_hdim64_bf16.cu.o" -path "*sm90*" | head -1)
-      cuobjdump -sass "$obj" > "$OUT/sass-d64-dense.txt" 2>&1
-      grep -n "LDL\|STL" "$OUT/sass-d64-dense.txt" | head -40
-      grep -c "HGMMA" "$OUT/sass-d64-dense.txt"
+    sass-d64|sass-d256)
+      # The d64 / d256 dense kernel's SASS (where its spills sit: LDL/STL against the loop's HGMMAs and barriers).
+      d=${phase#sass-d}
+      obj=$(find $BUILD -name "fwd_hdim${d}_bf16.cu.o" -path "*sm90*" | head -1)
+      cuobjdump -sass "$obj" > "$OUT/sass-d$d-dense.txt" 2>&1
+      grep -n "LDL\|STL\|HGMMA.*gsb0\|BAR.SYNC\|BRA" "$OUT/sass-d$d-dense.txt" | awk -F'/\\*' '{print $1 $2}' | head -150 > "$OUT/sass-d$d-marks.txt"
+      grep -n "LDL\|STL" "$OUT/sass-d$d-dense.txt" | head -40
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

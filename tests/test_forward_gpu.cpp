@@ -136,6 +136,22 @@ TEST_P(GpuEdges, ShortLastTiles) {
     }
 }
 
+// Whole query tiles that see no key (O = 0, LSE = -inf), at every sm90 head dim: bottom-right causal with
+// seqlen_q > seqlen_k (the first 600 rows see nothing) and a top-left diagonal band past seqlen_k. (sm90 d256 stages O
+// in the tile's last key block's ring slots, so its empty tiles visit one wholly masked block.)
+TEST_P(GpuEdges, TilesThatSeeNoKey) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  for (int64_t d : {64, 128, 256}) {
+    CaseSpec s = base(700, 100, d, FLASH_DTYPE_BF16);
+    s.mask.causal = 1;
+    expect_ok(s);
+    CaseSpec t = base(500, 200, d, FLASH_DTYPE_FP16);
+    t.mask.window_left = 0, t.mask.window_right = 0;
+    t.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    expect_ok(t);
+  }
+}
+
 // A negative softmax scale (allowed by the ABI) turns the row max into a min: sm80 folds it into Q's sign;
 // sm90 refuses it with the reason, and AUTO then runs sm80 (GpuAuto.NegativeScaleFallsBack).
 TEST_P(GpuEdges, NegativeScale) {

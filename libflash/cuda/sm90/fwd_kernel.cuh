@@ -162,6 +162,14 @@ struct Traits {
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
   static constexpr bool kOStageInQ = kStoreO_ == 2;
+  // kStoreO_ == 3: O is staged in the tile's last key block's ring slots -- warpgroup 1's in K_last's, warpgroup 0's in
+  // V_last's -- and the slots go back to the producer once the stores have read them (two consumers, dense: d256). Q is
+  // then released after the tile's last S, as with direct stores, so the next tile's Q loads during the last P V and the
+  // epilogue. The consumer loop is the same as for every other epilogue: a slot's empty barrier counts one arrival
+  // more, which the producer gives for every block but a tile's last (it knows which is last when it loads the next),
+  // and the stores' owner gives for the last.
+  static constexpr bool kOStageInRing = kStoreO_ == 3;
+  static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
   static constexpr bool kSparse = kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
@@ -212,7 +220,9 @@ struct KeyBlocks {
   // window arithmetic, constant-bank loads) was ~10% of the d64 block-sparse loop's stall samples (ncu s17-3).
   int mask_below, mask_above;
 
-  __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule) {
+  // at_least_one (dense walks, O staged in the ring): a tile that sees no key still visits block 0, wholly masked, so
+  // it has a last block's slots to stage its O (zeros) in.
+  __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule, bool at_least_one = false) {
     const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
     const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
     lo = int(max(lo64, int64_t(0)));
@@ -222,6 +232,7 @@ struct KeyBlocks {
     sched = kSparse ? schedule : nullptr;
     const MaskBounds mb = mask_bounds<kBlockN>(p, q_begin, q_end);
     mask_above = mb.above, mask_below = mb.below;
+    if (at_least_one && cursor < 0) cursor = n_lo = 0, mask_below = max(mask_below, 1);
   }
   __device__ __forceinline__ bool needs_mask(int n) const { return n < mask_below || n > mask_above; }
 
@@ -386,8 +397,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     for (int s = 0; s < kStages; ++s) {
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), 4 * K::kConsumers);
-      mbar_init(v_empty(s), 4 * K::kConsumers);
+      mbar_init(k_empty(s), 4 * K::kConsumers + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(v_empty(s), 4 * K::kConsumers + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -537,7 +548,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
-          KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr);
+          KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
           const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
@@ -548,7 +559,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           int v_pending = -1, v_at = 0, j = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-            if (v_pending >= 0) load_v(v_pending, v_at);
+            if (v_pending >= 0) {
+              load_v(v_pending, v_at);
+              if constexpr (K::kOStageInRing) {
+                // Block j-1 was not the tile's last: its slots' extra arrivals (Traits::kOStageInRing), each after this
+                // thread's own wait for the slot's previous phase, so they count toward block j-1's.
+                mbar_arrive(k_empty(v_at % kStages));
+                mbar_arrive(v_empty(v_at % kStages));
+              }
+            }
             v_pending = n;
             v_at = it;
             if (j == kQAhead) start_tile(tile_iter + 1, next);
@@ -610,7 +629,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride);
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride,
+                                            K::kOStageInRing);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -740,6 +760,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             q_release_pending = false;
           }
       };
+      [[maybe_unused]] int s_last = 0;  // O staged in the ring: the last block's slot
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
@@ -836,6 +857,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(p_frag);
         __syncwarp();
         if (lane == 0) mbar_arrive(v_empty(s_prev));
+        if constexpr (K::kOStageInRing) {
+          // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
+          // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
+          if (wg == 1) named_arrive(7, 256);
+          s_last = s_prev;
+        }
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
@@ -849,9 +876,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const float scale = fabsf(p.scale);
       // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it
       // -- its own tile after the ring, or its own rows of the Q buffer, whose pages are kBlockM rows apart.
-      const uint32_t o_stage = K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
+      // With O staged in the ring: warpgroup 1's in the last K slot, warpgroup 0's in the last V slot (each 64 x d, in
+      // 64-row pages, within the slot's block_n x d); every tile has a last block (KeyBlocks' at_least_one). (A tile
+      // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill.)
+      constexpr bool tma_o = K::kTmaStoreO;
+      const uint32_t o_stage = K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
+                               : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
-      if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
+      if constexpr (K::kOStageInRing) {
+        if (wg == 0) named_sync(7, 256);
+      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
         named_sync(4 + wg, 128);
@@ -863,7 +897,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = wg * 64 + row_in_wg + 8 * r;
-        if constexpr (K::kTmaStoreO) {
+        if (tma_o) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
 #pragma unroll
@@ -872,7 +906,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
         if (q_begin + row >= 0 && q_begin + row < q_end) {
-          if constexpr (!K::kTmaStoreO) {
+          if (!tma_o) {
             using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
             T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
                        int64_t(q_begin + row) * p.o_row_stride + 2 * t;
@@ -885,7 +919,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                 sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
         }
       }
-      if constexpr (K::kTmaStoreO) {
+      if (tma_o) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
@@ -905,6 +939,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // next tile's prologue with two Q buffers.)
         if constexpr (kDeferQRelease) q_release_pending = true;
         else if constexpr (K::kOStageInQ) release_q();
+        if constexpr (K::kOStageInRing) {
+          // The slot's last arrival, once the store has read it (the stores' owner, thread 0).
+          if (tid == 0) {
+            wg::bulk_wait_read();
+            mbar_arrive(wg == 1 ? k_empty(s_last) : v_empty(s_last));
+          }
+        }
       }
       lap(Prof::kEpilogue);
       if constexpr (K::kProfile)

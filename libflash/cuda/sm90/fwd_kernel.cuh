@@ -878,8 +878,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // -- its own tile after the ring, or its own rows of the Q buffer, whose pages are kBlockM rows apart.
       // With O staged in the ring: warpgroup 1's in the last K slot, warpgroup 0's in the last V slot (each 64 x d, in
       // 64-row pages, within the slot's block_n x d); every tile has a last block (KeyBlocks' at_least_one). (A tile
-      // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill.)
-      constexpr bool tma_o = K::kTmaStoreO;
+      // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill:
+      // perf-log v36.)
       const uint32_t o_stage = K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
                                : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
@@ -897,7 +897,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = wg * 64 + row_in_wg + 8 * r;
-        if (tma_o) {
+        if constexpr (K::kTmaStoreO) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
 #pragma unroll
@@ -906,7 +906,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
         if (q_begin + row >= 0 && q_begin + row < q_end) {
-          if (!tma_o) {
+          if constexpr (!K::kTmaStoreO) {
             using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
             T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
                        int64_t(q_begin + row) * p.o_row_stride + 2 * t;
@@ -919,7 +919,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                 sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
         }
       }
-      if (tma_o) {
+      if constexpr (K::kTmaStoreO) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();

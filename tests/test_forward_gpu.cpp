@@ -131,7 +131,7 @@ TEST_P(GpuEdges, ShortLastTiles) {
     for (int64_t sk : seqlen_ks) {
       CaseSpec s = base(sq, sk, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
       s.batch = 1, s.heads_q = 3, s.heads_kv = 1;
-      if (n % 3 == 0) s.mask.window_left = 200;  // (no right edge: the tiles are not shifted, so the last one is split)
+      if (n % 3 == 0) s.mask.window_left = 200;  // (no right edge: the tiles are not shifted, the last is partial)
       expect_ok(s);
     }
 }

@@ -203,11 +203,12 @@ const ProfCase kProfCases[] = {
 // tile's last K/V: v32, production since); s18-5 the tile counter zeroed by a kernel the forward overlaps through a
 // programmatic dependent launch instead of a memset (LaunchOptions::pdl, v33: 1-5% slower, removed); s18-5/6 d64's
 // groups with half of L2 (production since); s18-10 the static order without a workspace (run_static: block-sparse
-// within 0-2%, causal 30-50% slower) and a 3-grid tail (not better). Session 19: s19-1/2 split tiles (v34: a tile of <= 64 real rows on all three
-// warpgroups, every third key block each, merged through shared memory; commit fe2d573, reverted: 8-10% slower
-// everywhere); s19-4 d256's O staged in the tile's last K and V slots (store_o 3, v35, commit aa7b8d2, reverted: 2.5-4%
-// slower than O in Q). The candidates below are the
-// production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
+// within 0-2%, causal 30-50% slower) and a 3-grid tail (not better). Session 19: s19-1/2 split tiles (v34: a tile
+// of <= 64 real rows on all three warpgroups, every third key block each, merged through shared memory; commit
+// fe2d573, reverted: 8-10% slower everywhere); s19-4 d256's O staged in the tile's last K and V slots with a test in
+// the loop (v35, commit aa7b8d2, reverted: 2.5-4% slower than O in Q); s19-6/7 the same with the loop untouched
+// (store_o 3, v36: d256 dense 1k +1.5%, causal 1k +2%; production since, "O in Q" its reference). The candidates
+// below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {

@@ -170,7 +170,7 @@ int32_t fwd(const FwdParams& p) {
 // FlashAttention's backward (the paper's Algorithm 4, FlashAttention-2's loop order): nothing N x N is
 // stored; P is recomputed tile by tile from Q, K and the forward's LSE.
 //   1. Preprocess: D_i = rowsum(dO_i o O_i) (summed in double, stored fp32), dQacc = 0.
-//   2. One work item per (batch, kv head, key block j); K_j, V_j and fp32 dK_j, dV_j stay in the item's
+//   2. One work item per (batch, kv head, key block j); K_j, V_j and dK_j, dV_j (in Acc) stay in the item's
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
 //      block j, and every query head h of the kv head's GQA group:
 //        S  = (scale * Q_i) K_j^T,  P = exp(S - LSE_i)  (0 where masked, 0 for a row with LSE = -inf;
@@ -192,7 +192,7 @@ int32_t fwd(const FwdParams& p) {
 //
 // Workspace (exactly bwd_workspace()): fp32 dQacc [b, hq, sq, d], fp32 D [b, hq, sq], int32 turn
 // counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N).
-// Per thread: O((block_m + block_n) * d + block_m * block_n) fp32 scratch (plus block_m * d per GQA
+// Per thread: O((block_m + block_n) * d + block_m * block_n) scratch in Acc (plus block_m * d per GQA
 // head for the dQ tiles waiting for their turn).
 
 static_assert(sizeof(std::atomic<int32_t>) == 4, "the documented workspace size counts 4-byte counters");

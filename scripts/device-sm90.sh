@@ -7,6 +7,7 @@
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 #   dev-causal / dev-sparse  the same on the causal problems / issue 7's block-sparse grid only
+#   dev-listed  the same on d64's causal, dense 1k and sliding-window problems (the listed kernel, perf-log v37)
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
 #   ncu     Nsight Compute pipe utilisation and warp stalls of three sm90 problems
@@ -136,6 +137,11 @@ for phase in "$@"; do
       # sm90_dev's block-sparse candidates on issue 7's mask grid only (no profile section).
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 sparse 2>&1 | tee "$OUT/sm90-dev-sparse.txt"
+      ;;
+    dev-listed)
+      # d64's short-tile problems (causal 1k-16k, dense 1k, windows (w, 0) at 4k/16k) on each d64 candidate.
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 listed 2>&1 | tee "$OUT/sm90-dev-listed.txt"
       ;;
     prof)
       # Where a tile's time goes: the kernel's Traits::kProfile variant (clock64 phase counters), sm90_dev's profile section.

@@ -152,6 +152,30 @@ TEST_P(GpuEdges, TilesThatSeeNoKey) {
   }
 }
 
+// sm90 runs d64 causal masks at seqlen_q <= 1024 and d64 windows no wider than 1024 keys on its block-sparse
+// instantiation, every key block of a tile's range listed (shapes.h, use_listed_kernel; perf-log v37), and the rest on
+// the dense one: both sides of each threshold, both alignments, seqlen_q != seqlen_k, GQA, shifted tiles.
+TEST_P(GpuEdges, D64CausalAndWindowsOnEitherKernel) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  int n = 0;
+  for (int64_t sq : {1000, 1024, 1025})
+    for (int64_t sk : {sq, sq + 333, sq / 2}) {
+      CaseSpec s = base(sq, sk, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+      s.batch = 1, s.heads_q = 3, s.heads_kv = 1;
+      s.mask.causal = 1;
+      s.mask.alignment = n % 3 ? FLASH_ALIGN_BOTTOM_RIGHT : FLASH_ALIGN_TOP_LEFT;
+      expect_ok(s);
+    }
+  const int windows[][2] = {{255, 0}, {1023, 0}, {1024, 0}, {1000, 23}, {1000, 24}, {100, 100}, {0, 0}, {3000, 0}};
+  for (const auto& w : windows) {
+    CaseSpec s = base(1500, 1700 + 64 * (++n % 3), 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.mask.window_left = w[0];
+    s.mask.window_right = w[1];
+    s.mask.alignment = n % 4 ? FLASH_ALIGN_BOTTOM_RIGHT : FLASH_ALIGN_TOP_LEFT;
+    expect_ok(s);
+  }
+}
+
 // A negative softmax scale (allowed by the ABI) turns the row max into a min: sm80 folds it into Q's sign;
 // sm90 refuses it with the reason, and AUTO then runs sm80 (GpuAuto.NegativeScaleFallsBack).
 TEST_P(GpuEdges, NegativeScale) {

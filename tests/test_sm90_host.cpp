@@ -3,7 +3,9 @@
 // - the causal tile order (CausalOrder): the GPU tests' problems are too small to reach more than one group (their
 //   last group alone holds 2 x grid tiles), so the order's groups are checked here, in CI;
 // - which key blocks need the element mask (mask_bounds): a block wrongly taken as wholly visible would let masked
-//   keys through, so the bounds are compared with a row-by-row test on random windows, offsets and tiles.
+//   keys through, so the bounds are compared with a row-by-row test on random windows, offsets and tiles;
+// - which instantiation runs a problem (use_listed_kernel): block masks always the block-sparse one, which also takes
+//   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,6 +128,40 @@ TEST(Sm90MaskBounds, MatchRowByRowTest) {
   check_mask_bounds<64>(rng, 1500);
   check_mask_bounds<80>(rng, 1500);
   check_mask_bounds<128>(rng, 1500);
+}
+
+TEST(Sm90Instantiation, ListedKernelChoice) {
+  using flash::sm90::use_listed_kernel;
+  using flash::sm90::kListedMaxCausal;
+  using flash::sm90::kListedMaxWindow;
+  constexpr int64_t kH100 = 232448;
+  auto params = [](int d, int64_t sq, int64_t sk, int32_t left, int32_t right) {
+    flash::FwdParams p{};
+    p.head_dim = d, p.seqlen_q = sq, p.seqlen_k = sk, p.window_left = left, p.window_right = right;
+    return p;
+  };
+  for (int d : {64, 128, 256}) {
+    flash::FwdParams p = params(d, 4096, 4096, -1, -1);
+    EXPECT_FALSE(use_listed_kernel(p, kH100)) << "dense d" << d;
+    p.has_block_mask = true;
+    EXPECT_TRUE(use_listed_kernel(p, kH100)) << "block mask d" << d;
+    EXPECT_TRUE(use_listed_kernel(p, 0)) << "block mask d" << d << " (supports() checks its shared memory)";
+    if (d != 64) {
+      EXPECT_FALSE(use_listed_kernel(params(d, 1024, 1024, -1, 0), kH100));
+      EXPECT_FALSE(use_listed_kernel(params(d, 16384, 16384, 255, 0), kH100));
+    }
+  }
+  EXPECT_TRUE(use_listed_kernel(params(64, kListedMaxCausal, 5000, -1, 0), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, kListedMaxCausal + 1, 5000, -1, 0), kH100));
+  EXPECT_TRUE(use_listed_kernel(params(64, 16384, 16384, kListedMaxWindow - 1, 0), kH100));
+  EXPECT_TRUE(use_listed_kernel(params(64, 16384, 16384, 0, kListedMaxWindow - 1), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, kListedMaxWindow, 0), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 2000000000, 0), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 0, -1), kH100));  // a left edge only: long tiles
+  EXPECT_FALSE(use_listed_kernel(params(64, 512, 512, -1, -1), kH100));     // dense
+  // Schedules that do not fit: the dense instantiation runs it.
+  EXPECT_FALSE(use_listed_kernel(params(64, 1000, int64_t(1) << 30, -1, 0), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 255, 0), 100000));
 }
 
 }  // namespace

@@ -255,24 +255,30 @@ struct KeyBlocks {
     __syncwarp();
     int n_out = 0;
     if (lo < hi) {
+      // No block mask (a short-tile problem routed here, shapes.h use_listed_kernel): every block of the key range is
+      // listed, so the schedule is the dense walk's.
+      const bool every_block = !p.has_block_mask;
       const BlockMaskParams& m = p.block_mask;
-      const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-      for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
-      __syncwarp();
-      const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
-      int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
-      count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
-      const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      for (int i = lane; i < count; i += 32) {
-        const int32_t kb = list[int64_t(i) * m.idx_stride];
-        if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
+      int sub_per = 1;
+      if (!every_block) {
+        const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
+        for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
+        __syncwarp();
+        const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
+        int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+        count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+        const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+        for (int i = lane; i < count; i += 32) {
+          const int32_t kb = list[int64_t(i) * m.idx_stride];
+          if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
+        }
+        __syncwarp();
+        sub_per = m.block_n / kBlockN;
       }
-      __syncwarp();
-      const int sub_per = m.block_n / kBlockN;
       for (int base = cursor; base >= n_lo; base -= 32) {  // lane l looks at block base - l: descending
         const int n = base - lane;
         const int kb = n / sub_per;
-        const bool listed = n >= n_lo && ((bits[kb >> 5] >> (kb & 31)) & 1u);
+        const bool listed = n >= n_lo && (every_block || ((bits[kb >> 5] >> (kb & 31)) & 1u));
         const uint32_t ballot = __ballot_sync(0xffffffffu, listed);
         if (listed) out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = n;
         n_out += __popc(ballot);
@@ -998,16 +1004,18 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // failed with a CUDA error on the H100 (run s15-1), while Q's loads from boxes starting before row 0 read
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
-  args.q_shift = opt.align_end && !K::kSparse && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
+  args.q_shift = opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
 
   int64_t smem_bytes = K::kSmemBytes;
-  if (p.has_block_mask != K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: mask kind and instantiation differ");
+  // The block-sparse instantiation also runs problems without a block mask (shapes.h, use_listed_kernel); the dense
+  // one has no schedules.
+  if (p.has_block_mask && !K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: a block mask needs the block-sparse instantiation");
   if (K::kSparse) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
-    smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.block_mask.block_n);  // supports() bounded it
+    smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN);  // supports() bounded it
   }
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
     // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.

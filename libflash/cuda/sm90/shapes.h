@@ -131,10 +131,33 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
   return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
 }
 
+// Which instantiation runs a problem: block-sparse masks need the block-sparse one (its producer's scheduler warp turns
+// each tile's list into a schedule). It also runs d64 problems whose tiles see few key blocks -- sliding windows
+// narrow against the tile, and causal masks at short sequences -- with every block of a tile's key range listed:
+// its two consumer warpgroups take 128-row tiles where d64's dense instantiation takes 192, so a window tile visits
+// fewer keys per row and a causal diagonal cuts fewer warpgroup blocks, which there weighs more than the third
+// warpgroup's overlap (perf-log v37). Needs shared memory for the schedules (smem_limit: the device's opt-in).
+inline constexpr int64_t kListedMaxWindow = 1024, kListedMaxCausal = 1024;  // (provisional: to be measured)
+inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit);
+
 constexpr Shape shape_for(int d, bool sparse = false) {
   for (const Shape& s : sparse ? kSparseShapes : kShapes)
     if (s.head_dim == d) return s;
   return Shape{0, 0, 0};
+}
+
+inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit) {
+  if (p.has_block_mask) return true;
+  if (p.head_dim != 64) return false;
+  const Shape s = shape_for(64, true);
+  if (s.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, s.block_n, s.block_n) > smem_limit) return false;
+  // A window with both edges no wider than kListedMaxWindow keys, or causal (a right edge only) with seqlen_q up to
+  // kListedMaxCausal rows.
+  if (p.window_left >= 0 && p.window_right >= 0)
+    return p.window_left < kListedMaxWindow && p.window_right < kListedMaxWindow &&
+           p.window_left + p.window_right + 1 <= kListedMaxWindow;
+  if (p.window_right >= 0) return p.seqlen_q <= kListedMaxCausal;
+  return false;
 }
 
 }  // namespace flash::sm90

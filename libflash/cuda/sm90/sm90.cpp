@@ -47,13 +47,14 @@ bool supports(const FwdParams& p, std::string* why) {
     *why = "softmax_scale must be positive (sm80 runs negative scales)";
     return false;
   }
-  const Shape s = shape_for(p.head_dim, p.has_block_mask);
+  const bool listed = use_listed_kernel(p, cuda::shared_mem_per_block_optin(p.device_id));
+  const Shape s = shape_for(p.head_dim, listed);
   if (s.head_dim == 0) {
     *why = "head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256 (sm80 runs the others)";
     return false;
   }
-  if (cuda::shared_mem_per_block_optin(p.device_id) < s.smem_bytes(p.has_block_mask)) {
-    *why = "needs " + std::to_string(s.smem_bytes(p.has_block_mask)) + " bytes of shared memory per block";
+  if (cuda::shared_mem_per_block_optin(p.device_id) < s.smem_bytes(listed)) {
+    *why = "needs " + std::to_string(s.smem_bytes(listed)) + " bytes of shared memory per block";
     return false;
   }
   if (!tma_layout(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
@@ -98,7 +99,8 @@ int32_t fwd_dim(const FwdParams& p) {
 
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
-  const bool sparse = p.has_block_mask;
+  // Block-sparse masks, and the d64 problems whose tiles see few key blocks, run on the block-sparse instantiation.
+  const bool sparse = use_listed_kernel(p, cuda::shared_mem_per_block_optin(p.device_id));
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);

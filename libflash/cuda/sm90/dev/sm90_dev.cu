@@ -37,6 +37,7 @@ struct Problem {
   int d, n, batch;
   bool causal;
   double density;  // block-sparse: fraction of 128 x 128 blocks kept per query block (0: no block mask)
+  int window = -1;  // >= 0: the sliding window (window, 0) (causal then ignored)
 };
 
 void* g_workspace = nullptr;  // the dynamic tile order's counter (causal, block-sparse)
@@ -81,9 +82,9 @@ FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o, con
   p.seqlen_q = p.seqlen_k = pr.n, p.head_dim = pr.d, p.dtype = DType::BF16;
   p.scale = 1.f / std::sqrt(float(pr.d));
   p.scale_log2 = p.scale * 1.4426950408889634f;
-  p.window_left = -1, p.window_right = pr.causal ? 0 : -1;
+  p.window_left = pr.window, p.window_right = pr.causal || pr.window >= 0 ? 0 : -1;
   p.diag_offset = 0;
-  p.is_causal = pr.causal, p.has_window = pr.causal;
+  p.is_causal = pr.causal && pr.window < 0, p.has_window = pr.causal || pr.window >= 0;
   p.has_block_mask = pr.density > 0;
   if (p.has_block_mask) p.block_mask = bm;
   p.device_id = 0, p.stream = nullptr;
@@ -214,6 +215,9 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37).
+    {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  listed 2wg again", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
@@ -233,6 +237,7 @@ int main(int argc, char** argv) {
   const bool profile_only = argc > 2 && std::strcmp(argv[2], "profile") == 0;
   const bool causal_only = argc > 2 && std::strcmp(argv[2], "causal") == 0;  // the causal problems, no profile
   const bool sparse_only = argc > 2 && std::strcmp(argv[2], "sparse") == 0;  // the mask grid, no profile
+  const bool listed_only = argc > 2 && std::strcmp(argv[2], "listed") == 0;  // d64 causal and windows, no profile
   constexpr int kSets = 4;
   const size_t elems = size_t(32768) * 2048;  // b*n*h*d of the largest problem (the mask grid at 16k)
   std::vector<void*> q(kSets), k(kSets), v(kSets);
@@ -273,6 +278,9 @@ int main(int argc, char** argv) {
   std::vector<Problem> problems;
   for (bool causal : {false, true})
     for (int n : {1024, 2048, 4096, 16384}) problems.push_back({0, n, 16384 / n, causal, 0.0});
+  // Sliding windows (w, 0) on the standard grid (issue 7: (256, 0) at 16k against causal 16k).
+  for (int w : {256, 512, 1024})
+    for (int n : {4096, 16384}) problems.push_back({0, n, 16384 / n, false, 0.0, w});
   for (int n : {4096, 16384})
     for (double s : {0.0, 0.1, 0.25, 0.5}) problems.push_back({0, n, 2, false, s});
 
@@ -281,6 +289,9 @@ int main(int argc, char** argv) {
   std::map<std::pair<int, int>, double> dense_ms;  // (d, n): the dense production time on the mask grid
   if (profile_only) problems.clear();
   if (sparse_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch != 2; }), problems.end());
+  if (listed_only)
+    problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch == 2 || (!pr.causal && pr.window < 0 && pr.n > 1024); }),
+                   problems.end());
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   // Per problem: every candidate checked, then timed in interleaved rounds (one launch of each candidate per round),
   // so a drift of the clocks over the problem's runs (session 18's first call: the same kernel 5-12% faster when timed
@@ -298,6 +309,7 @@ int main(int argc, char** argv) {
     const flash::BlockMaskParams bm = sparse ? upload_pattern(base.n, base.density, 7) : flash::BlockMaskParams{};
     for (const Candidate& c : kCandidates) {
       if (c.sparse != sparse) continue;
+      if (listed_only && c.d != 64) continue;
       // The mask grid's dense reference: the production dense kernels only.
       if (!sparse && base.batch == 2 && std::strstr(c.name, "(prod)") == nullptr) continue;
       Problem pr = base;
@@ -336,10 +348,15 @@ int main(int argc, char** argv) {
       std::sort(e.t.begin(), e.t.end());
       const double ms = e.t[e.t.size() / 2];
       double frac = pr.causal ? 0.5 : 1.0;
+      if (pr.window >= 0) {  // keys per row: min(i, w) + 1
+        const double w = std::min(pr.window, pr.n - 1);
+        frac = ((w + 1) * pr.n - w * (w + 1) / 2) / (double(pr.n) * pr.n);
+      }
       if (sparse) frac = double(e.bm.max_kv_blocks) / e.bm.num_q_blocks;
       const double flops = 4.0 * pr.batch * pr.n * 2048.0 * pr.n * frac;
       char mask[16];
       std::snprintf(mask, sizeof mask, "%s", sparse ? "" : pr.causal ? "causal" : "dense");
+      if (pr.window >= 0) std::snprintf(mask, sizeof mask, "w%d", pr.window);
       if (sparse) std::snprintf(mask, sizeof mask, "bs%.2f", pr.density);
       double& ref = dense_ms[{pr.d, pr.n}];
       if (!sparse && pr.batch == 2) ref = ms;
@@ -352,7 +369,7 @@ int main(int argc, char** argv) {
 
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
-  if (causal_only || sparse_only) return 0;
+  if (causal_only || sparse_only || listed_only) return 0;
   CK(cudaMalloc(&g_profile, kProfCounters * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",

@@ -3,6 +3,8 @@
 #   build   configure + build (sm_90a only), ptxas report of the sm90 kernels (registers, spills, C75xx)
 #   test    GPU forward tests for sm90 (+ AUTO), with a hang guard
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
+#   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
+#   testlisted  the d64 window and edge tests one by one, with their times
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
@@ -48,8 +50,13 @@ for phase in "$@"; do
       grep -E "C75[0-9][0-9]" "$OUT/build.log" | sort | uniq -c | head
       ;;
     test)
-      timeout 300 $BUILD/tests/flash_gpu_tests --gtest_brief=1 --gtest_filter='*sm90*:GpuAuto*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | tail -40
+      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
       echo "gpu tests (sm90): exit ${PIPESTATUS[0]}"
+      ;;
+    testlisted)
+      # The d64 window / edge tests one by one with their times (a hang shows which), before the whole suite.
+      timeout 200 $BUILD/tests/flash_gpu_tests --gtest_filter='Algorithms/GpuEdges.D64Windows*/sm90:Algorithms/GpuEdges.SlidingWindows/sm90:Algorithms/GpuEdges.TilesThatSeeNoKey/sm90:Algorithms/GpuEdges.ShortLastTiles/sm90:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm90' 2>&1 | tee "$OUT/gpu-tests-listed.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
+      echo "gpu tests (listed): exit ${PIPESTATUS[0]}"
       ;;
     testquick)
       # The workspace / fallback tests alone (a short regression call).
@@ -76,6 +83,15 @@ for phase in "$@"; do
           --gtest_filter='Algorithms/GpuEdges.BlockSparse*/sm90' > "$OUT/sanitizer-sparse-$tool.log" 2>&1
         echo "compute-sanitizer $tool (block-sparse): exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-sparse-$tool.log") clean summaries)"
         tail -2 "$OUT/sanitizer-sparse-$tool.log"
+      done
+      ;;
+    sanitize-listed)
+      # The block-sparse instantiation running d64 windows with every block listed (perf-log v37).
+      for tool in racecheck memcheck synccheck; do
+        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
+          --gtest_filter='Algorithms/GpuEdges.D64Windows*/sm90:Algorithms/GpuEdges.SlidingWindows/sm90' > "$OUT/sanitizer-listed-$tool.log" 2>&1
+        echo "compute-sanitizer $tool (listed): exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-listed-$tool.log") clean summaries)"
+        tail -2 "$OUT/sanitizer-listed-$tool.log"
       done
       ;;
     racecheck-repro)

@@ -152,26 +152,28 @@ TEST_P(GpuEdges, TilesThatSeeNoKey) {
   }
 }
 
-// sm90 runs d64 causal masks at seqlen_q <= 1024 and d64 windows no wider than 1024 keys on its block-sparse
-// instantiation, every key block of a tile's range listed (shapes.h, use_listed_kernel; perf-log v37), and the rest on
-// the dense one: both sides of each threshold, both alignments, seqlen_q != seqlen_k, GQA, shifted tiles.
-TEST_P(GpuEdges, D64CausalAndWindowsOnEitherKernel) {
+// sm90 runs d64 sliding windows no wider than 768 keys on its block-sparse instantiation, every key block of a tile's
+// range listed (shapes.h, use_listed_kernel; perf-log v37), and wider ones, one-sided ones and causal masks on the
+// dense one: both sides of the threshold, both alignments, seqlen_q != seqlen_k, GQA, shifted tiles, tiles that see no
+// key; and causal at the sizes that once routed there (seqlen_q <= 1024, v37's first form).
+TEST_P(GpuEdges, D64WindowsOnEitherKernel) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   int n = 0;
-  for (int64_t sq : {1000, 1024, 1025})
-    for (int64_t sk : {sq, sq + 333, sq / 2}) {
-      CaseSpec s = base(sq, sk, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
-      s.batch = 1, s.heads_q = 3, s.heads_kv = 1;
-      s.mask.causal = 1;
-      s.mask.alignment = n % 3 ? FLASH_ALIGN_BOTTOM_RIGHT : FLASH_ALIGN_TOP_LEFT;
-      expect_ok(s);
-    }
-  const int windows[][2] = {{255, 0}, {1023, 0}, {1024, 0}, {1000, 23}, {1000, 24}, {100, 100}, {0, 0}, {3000, 0}};
+  const int windows[][2] = {{255, 0}, {767, 0}, {768, 0}, {700, 67}, {700, 68}, {100, 100}, {0, 0}, {-1, 5}, {5, -1}};
   for (const auto& w : windows) {
-    CaseSpec s = base(1500, 1700 + 64 * (++n % 3), 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    CaseSpec s = base(900, 1000 + 64 * (++n % 3), 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.batch = 1, s.heads_q = 3, s.heads_kv = 1;
     s.mask.window_left = w[0];
     s.mask.window_right = w[1];
     s.mask.alignment = n % 4 ? FLASH_ALIGN_BOTTOM_RIGHT : FLASH_ALIGN_TOP_LEFT;
+    expect_ok(s);
+  }
+  for (int64_t sq : {700, 1025}) {  // shifted tiles; rows that see no key (seqlen_k < seqlen_q, bottom-right)
+    CaseSpec s = base(sq, sq / 2 + 7, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.batch = 1, s.heads_q = 3, s.heads_kv = 1;
+    s.mask.window_left = 200, s.mask.window_right = 0;
+    expect_ok(s);
+    s.mask.window_left = -1;  // causal
     expect_ok(s);
   }
 }

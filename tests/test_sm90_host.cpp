@@ -132,7 +132,6 @@ TEST(Sm90MaskBounds, MatchRowByRowTest) {
 
 TEST(Sm90Instantiation, ListedKernelChoice) {
   using flash::sm90::use_listed_kernel;
-  using flash::sm90::kListedMaxCausal;
   using flash::sm90::kListedMaxWindow;
   constexpr int64_t kH100 = 232448;
   auto params = [](int d, int64_t sq, int64_t sk, int32_t left, int32_t right) {
@@ -151,8 +150,8 @@ TEST(Sm90Instantiation, ListedKernelChoice) {
       EXPECT_FALSE(use_listed_kernel(params(d, 16384, 16384, 255, 0), kH100));
     }
   }
-  EXPECT_TRUE(use_listed_kernel(params(64, kListedMaxCausal, 5000, -1, 0), kH100));
-  EXPECT_FALSE(use_listed_kernel(params(64, kListedMaxCausal + 1, 5000, -1, 0), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, 1024, 1024, -1, 0), kH100));  // causal: the dense one at every length
+  EXPECT_FALSE(use_listed_kernel(params(64, 1024, 1024, -1, 5), kH100));
   EXPECT_TRUE(use_listed_kernel(params(64, 16384, 16384, kListedMaxWindow - 1, 0), kH100));
   EXPECT_TRUE(use_listed_kernel(params(64, 16384, 16384, 0, kListedMaxWindow - 1), kH100));
   EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, kListedMaxWindow, 0), kH100));
@@ -160,7 +159,7 @@ TEST(Sm90Instantiation, ListedKernelChoice) {
   EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 0, -1), kH100));  // a left edge only: long tiles
   EXPECT_FALSE(use_listed_kernel(params(64, 512, 512, -1, -1), kH100));     // dense
   // Schedules that do not fit: the dense instantiation runs it.
-  EXPECT_FALSE(use_listed_kernel(params(64, 1000, int64_t(1) << 30, -1, 0), kH100));
+  EXPECT_FALSE(use_listed_kernel(params(64, 1000, int64_t(1) << 30, 255, 0), kH100));
   EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 255, 0), 100000));
 }
 

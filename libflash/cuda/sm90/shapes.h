@@ -132,12 +132,14 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
 }
 
 // Which instantiation runs a problem: block-sparse masks need the block-sparse one (its producer's scheduler warp turns
-// each tile's list into a schedule). It also runs d64 problems whose tiles see few key blocks -- sliding windows
-// narrow against the tile, and causal masks at short sequences -- with every block of a tile's key range listed:
-// its two consumer warpgroups take 128-row tiles where d64's dense instantiation takes 192, so a window tile visits
-// fewer keys per row and a causal diagonal cuts fewer warpgroup blocks, which there weighs more than the third
-// warpgroup's overlap (perf-log v37). Needs shared memory for the schedules (smem_limit: the device's opt-in).
-inline constexpr int64_t kListedMaxWindow = 1024, kListedMaxCausal = 1024;  // (provisional: to be measured)
+// each tile's list into a schedule). It also runs d64 sliding windows with both edges no wider than kListedMaxWindow
+// keys, every block of a tile's key range listed: its two consumer warpgroups take 128-row tiles where d64's dense
+// instantiation takes 192, and a window tile's key range is the window plus the tile's rows, so a row visits fewer
+// keys (128 + 257 against 192 + 257 at (256, 0)), which outweighs the third warpgroup's overlap on such short tiles.
+// sm90_dev, s20-1 (perf-log v37): (w, 0) at 4k / 16k +15 / +9% (w = 256), +8 / +3% (512), +10 / -3% (1024); causal
+// 1k-16k 8-28% slower, so causal stays on the dense one. Needs shared memory for the schedules (smem_limit: the
+// device's opt-in per block).
+inline constexpr int64_t kListedMaxWindow = 768;
 inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit);
 
 constexpr Shape shape_for(int d, bool sparse = false) {
@@ -148,16 +150,12 @@ constexpr Shape shape_for(int d, bool sparse = false) {
 
 inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit) {
   if (p.has_block_mask) return true;
-  if (p.head_dim != 64) return false;
+  if (p.head_dim != 64 || p.window_left < 0 || p.window_right < 0) return false;
+  if (p.window_left >= kListedMaxWindow || p.window_right >= kListedMaxWindow ||
+      p.window_left + p.window_right + 1 > kListedMaxWindow)
+    return false;
   const Shape s = shape_for(64, true);
-  if (s.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, s.block_n, s.block_n) > smem_limit) return false;
-  // A window with both edges no wider than kListedMaxWindow keys, or causal (a right edge only) with seqlen_q up to
-  // kListedMaxCausal rows.
-  if (p.window_left >= 0 && p.window_right >= 0)
-    return p.window_left < kListedMaxWindow && p.window_right < kListedMaxWindow &&
-           p.window_left + p.window_right + 1 <= kListedMaxWindow;
-  if (p.window_right >= 0) return p.seqlen_q <= kListedMaxCausal;
-  return false;
+  return s.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, s.block_n, s.block_n) <= smem_limit;
 }
 
 }  // namespace flash::sm90

@@ -32,8 +32,10 @@ for phase in "$@"; do
     build)
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/nvidia-smi.csv" 2>&1
       start=$(date +%s)
+      # The device's copy of the tree carries a stale .git: the revision comes from .devcarry/REVISION, written before
+      # the call (git rev-parse --short=12 HEAD, "-dirty" with uncommitted changes).
       cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH_CUDA_ARCHS=90a -DFLASH_CUDA_PTX=OFF \
-            -DFLASH_PTXAS_VERBOSE=ON > "$OUT/build.log" 2>&1
+            -DFLASH_PTXAS_VERBOSE=ON -DFLASH_REVISION="$(cat .devcarry/REVISION 2>/dev/null)" > "$OUT/build.log" 2>&1
       if ! ninja -C $BUILD -j16 >> "$OUT/build.log" 2>&1; then
         # Another engineer's files mid-edit: build with the committed versions of theirs.
         if [ -d .devcarry/head ]; then

@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
   for (bool causal : {false, true})
     for (int n : {1024, 2048, 4096, 16384}) problems.push_back({0, n, 16384 / n, causal, 0.0});
   // Sliding windows (w, 0) on the standard grid (issue 7: (256, 0) at 16k against causal 16k).
-  for (int w : {256, 512, 1024})
+  for (int w : {128, 256, 512, 768, 1024})
     for (int n : {4096, 16384}) problems.push_back({0, n, 16384 / n, false, 0.0, w});
   for (int n : {4096, 16384})
     for (double s : {0.0, 0.1, 0.25, 0.5}) problems.push_back({0, n, 2, false, s});

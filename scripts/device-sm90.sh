@@ -27,6 +27,16 @@ OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 BUILD=build-h100
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+# compute-sanitizer's racecheck, memcheck and synccheck on the GPU tests matching FILTER (logs sanitizer-NAME-TOOL.log).
+sanitize_tests() {
+  local name=$1 limit=$2 filter=$3 tool
+  for tool in racecheck memcheck synccheck; do
+    timeout "$limit" compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
+      --gtest_filter="$filter" > "$OUT/sanitizer-$name-$tool.log" 2>&1
+    echo "compute-sanitizer $tool ($name): exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-$name-$tool.log") clean summaries)"
+    tail -2 "$OUT/sanitizer-$name-$tool.log"
+  done
+}
 for phase in "$@"; do
   case "$phase" in
     build)
@@ -80,21 +90,11 @@ for phase in "$@"; do
       ;;
     sanitize-sparse)
       # The block-sparse instantiations (schedules in shared memory handed over through q_full/q_empty).
-      for tool in racecheck memcheck synccheck; do
-        timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
-          --gtest_filter='Algorithms/GpuEdges.BlockSparse*/sm90' > "$OUT/sanitizer-sparse-$tool.log" 2>&1
-        echo "compute-sanitizer $tool (block-sparse): exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-sparse-$tool.log") clean summaries)"
-        tail -2 "$OUT/sanitizer-sparse-$tool.log"
-      done
+      sanitize_tests sparse 300 'Algorithms/GpuEdges.BlockSparse*/sm90'
       ;;
     sanitize-listed)
       # The block-sparse instantiation running d64 windows with every block listed (perf-log v37).
-      for tool in racecheck memcheck synccheck; do
-        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
-          --gtest_filter='Algorithms/GpuEdges.D64Windows*/sm90:Algorithms/GpuEdges.SlidingWindows/sm90' > "$OUT/sanitizer-listed-$tool.log" 2>&1
-        echo "compute-sanitizer $tool (listed): exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-listed-$tool.log") clean summaries)"
-        tail -2 "$OUT/sanitizer-listed-$tool.log"
-      done
+      sanitize_tests listed 240 'Algorithms/GpuEdges.D64Windows*/sm90:Algorithms/GpuEdges.SlidingWindows/sm90'
       ;;
     racecheck-repro)
       # Does racecheck follow an mbarrier hand-over of plain shared stores? (dev/racecheck_mbarrier.cu)

@@ -102,12 +102,6 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
-// 4-D tiled TMA prefetch of a box into L2 (no shared memory, no completion).
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -164,11 +158,6 @@ struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
-  // dev/sm90_dev.cu's prefetching variants (block-sparse loader only): the K and V of the schedule's entry kPrefetchAhead
-  // positions past each loaded block are prefetched to L2 (cp.async.bulk.prefetch.tensor), and with kPrefetchNext the
-  // next tile's first kPrefetchAhead entries once its schedule is read. 0: none (production).
-  static constexpr int kPrefetchAhead = 0;
-  static constexpr bool kPrefetchNext = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -516,17 +505,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           // The next tile's Q (its index and schedule are published two tiles ahead; waiting for them again at the top
           // of the next iteration returns at once: that phase cannot move on before this lane's sched_empty arrive).
-          // K and V of key block n of (batch b, KV head h_kv) into L2 (K::kPrefetchAhead, dev only).
-          auto prefetch_kv = [&](int n, int h_kv_, int b) {
-            int c[4];
-#pragma unroll
-            for (int pg = 0; pg < kPages; ++pg) {
-              tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv_, b);
-              tma_prefetch_4d(&args.tk, c[0], c[1], c[2], c[3]);
-              tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv_, b);
-              tma_prefetch_4d(&args.tv, c[0], c[1], c[2], c[3]);
-            }
-          };
           auto load_next_q = [&]() {
             mbar_wait(tile_full(slot ^ 1), ((tile_iter + 1) >> 1) & 1);
             const int next = tile_ids[slot ^ 1];
@@ -535,10 +513,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               wait_q_slot(tile_iter + 1);
               load_q(tile_iter + 1, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
               ++q_issued;
-              if constexpr (K::kPrefetchNext) {
-                const int32_t* ns = sched_base + (slot ^ 1) * args.sched_stride;
-                for (int e = 0; e < K::kPrefetchAhead && e < ns[0]; ++e) prefetch_kv(ns[1 + e], nt.h / p.head_ratio, nt.b);
-              }
             }
           };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
@@ -546,10 +520,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           int v_pending = -1, v_at = 0;
           for (int n = blocks.next(), j = 0; n >= 0; n = blocks.next(), ++it, ++j) {
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-            if constexpr (K::kPrefetchAhead > 0) {
-              const int32_t* sch = sched_base + slot * args.sched_stride;
-              if (j + K::kPrefetchAhead < sch[0]) prefetch_kv(sch[1 + j + K::kPrefetchAhead], h_kv, tile.b);
-            }
             if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
             v_pending = n;
             v_at = it;

@@ -127,16 +127,6 @@ template <class T>
 struct Profiled : T {
   static constexpr bool kProfile = true;
 };
-// The prefetching variants (Traits::kPrefetchAhead / kPrefetchNext, block-sparse loader).
-template <class T, int kAhead, bool kNext>
-struct Prefetched : T {
-  static constexpr int kPrefetchAhead = kAhead;
-  static constexpr bool kPrefetchNext = kNext;
-};
-template <int D, int BN, int ST, int TMA_STORE, int AHEAD, bool NEXT>
-int32_t run_prefetch(const FwdParams& p) {
-  return flash::sm90::launch<Prefetched<flash::sm90::Traits<D, BN, ST, DType::BF16, true, 2, 0, TMA_STORE>, AHEAD, NEXT>>(p);
-}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
@@ -239,15 +229,8 @@ const Candidate kCandidates[] = {
     {"d256 O in Q again", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    // L2 prefetch of the schedule's key blocks 2 ahead of the loads, and of the next tile's first 2 (session 20). (Each
-    // head dim's candidates follow its "(prod)": the check compares with the last production output.)
-    {"d64  bs pf2", 64, true, run_prefetch<64, 128, 4, 1, 2, false>},
-    {"d64  bs pf2 + next", 64, true, run_prefetch<64, 128, 4, 1, 2, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs pf2", 128, true, run_prefetch<128, 128, 2, 2, 2, false>},
-    {"d128 bs pf2 + next", 128, true, run_prefetch<128, 128, 2, 2, 2, true>},
-    {"d128 bs pf4 + next", 128, true, run_prefetch<128, 128, 2, 2, 4, true>},
 };
 
 }  // namespace

@@ -208,7 +208,11 @@ const ProfCase kProfCases[] = {
 // of <= 64 real rows on all three warpgroups, every third key block each, merged through shared memory; commit
 // fe2d573, reverted: 8-10% slower everywhere); s19-4 d256's O staged in the tile's last K and V slots with a test in
 // the loop (v35, commit aa7b8d2, reverted: 2.5-4% slower than O in Q); s19-6/7 the same with the loop untouched
-// (store_o 3, v36: d256 dense 1k +1.5%, causal 1k +2%; production since, "O in Q" its reference). The candidates
+// (store_o 3, v36: d256 dense 1k +1.5%, causal 1k +2%; production since, "O in Q" its reference). Session 20: s20-1/4
+// the block-sparse instantiation on d64 problems without a block mask ("listed", v37: windows of <= 768 keys production
+// since; causal and dense slower), s20-5 d256 causal on d256's block-sparse instantiation (64-key blocks: 10-29%
+// slower), s20-7 block-sparse L2 prefetch of the schedule's key blocks from the loader (v38, commit bffc476, reverted:
+// 1-25% slower). The candidates
 // below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).

@@ -122,15 +122,16 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
   g.dk_in = Dense(B, SK, HK, D);
   g.dv_in = Dense(B, SK, HK, D);
   const bool sensitivity = !naive && o_given != nullptr && lse_given != nullptr;
-  std::vector<double> P(SQ * SK), dP(SQ * SK), dk_h(SK * D), dv_h(SK * D), acc(D), lse(SQ), dL(SQ), dD(SQ), t(SQ * SK),
-      rel(SQ * SK);
   // One fp32 rounding, and the worst-case rounding of an fp32 dot product of D terms (Higham's gamma_D =
   // D u / (1 - D u), about D u): the fused kernels' S, dP and D = rowsum(dO o O) are such dots, summed in
   // an order (tensor-core accumulation, the preprocess's loop) that no reference can reproduce.
   const double u32 = std::ldexp(1.0, -24);
   const double dot32 = static_cast<double>(D) * u32 / (1.0 - static_cast<double>(D) * u32);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t hk = 0; hk < HK; ++hk) {
+  // One (batch, KV head) per task (reference.hpp, parallel_for): every write below lands in that pair's own rows.
+  parallel_for(B * HK, [&](int64_t pair) {
+      const int64_t b = pair / HK, hk = pair % HK;
+      std::vector<double> P(SQ * SK), dP(SQ * SK), dk_h(SK * D), dv_h(SK * D), acc(D), lse(SQ), dL(SQ), dD(SQ),
+          t(sensitivity ? SQ * SK : 0), rel(sensitivity ? SQ * SK : 0);
       std::vector<double> dk_sum(SK * D, 0.0), dv_sum(SK * D, 0.0);
       for (int64_t h = hk * ratio; h < (hk + 1) * ratio; ++h) {
         // P (the forward's, as reference.hpp computes it in each mode).
@@ -235,7 +236,7 @@ inline Grads attention_backward(const Problem& pr, const Dense& q, const Dense& 
           g.dk.at(b, j, hk, e) = ratio == 1 ? dk_sum[j * D + e] : rnd(dk_sum[j * D + e]);
           g.dv.at(b, j, hk, e) = ratio == 1 ? dv_sum[j * D + e] : rnd(dv_sum[j * D + e]);
         }
-    }
+    });
   return g;
 }
 

@@ -131,22 +131,21 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
   return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
 }
 
-// Which instantiation runs a problem: block-sparse masks need the block-sparse one (its producer's scheduler warp turns
-// each tile's list into a schedule). It also runs d64 sliding windows with both edges no wider than kListedMaxWindow
-// keys, every block of a tile's key range listed: its two consumer warpgroups take 128-row tiles where d64's dense
-// instantiation takes 192, and a window tile's key range is the window plus the tile's rows, so a row visits fewer
-// keys (128 + 257 against 192 + 257 at (256, 0)), which outweighs the third warpgroup's overlap on such short tiles.
-// sm90_dev, s20-1 (perf-log v37): (w, 0) at 4k / 16k +15 / +9% (w = 256), +8 / +3% (512), +10 / -3% (1024); causal
-// 1k-16k 8-28% slower, so causal stays on the dense one. Needs shared memory for the schedules (smem_limit: the
-// device's opt-in per block).
-inline constexpr int64_t kListedMaxWindow = 768;
-inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit);
-
 constexpr Shape shape_for(int d, bool sparse = false) {
   for (const Shape& s : sparse ? kSparseShapes : kShapes)
     if (s.head_dim == d) return s;
   return Shape{0, 0, 0};
 }
+
+// Which instantiation runs a problem: block-sparse masks need the block-sparse one (its producer's scheduler warp turns
+// each tile's list into a schedule). It also runs d64 sliding windows with both edges no wider than kListedMaxWindow
+// keys, every block of a tile's key range listed: its two consumer warpgroups take 128-row tiles where d64's dense
+// instantiation takes 192, and a window tile's key range is the window plus the tile's rows, so a row visits fewer
+// keys (128 + 257 against 192 + 257 at (256, 0)), which outweighs the third warpgroup's overlap on such short tiles.
+// sm90_dev (perf-log v37), (w, 0) at 4k / 16k: +15 / +9% (w = 256), +8 / +3% (512), +9.5 / -0.8% (768), +10 / -3%
+// (1024); causal 1k-16k 8-22% slower, so causal stays on the dense one. Needs shared memory for the schedules
+// (smem_limit: the device's opt-in per block).
+inline constexpr int64_t kListedMaxWindow = 768;
 
 inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit) {
   if (p.has_block_mask) return true;

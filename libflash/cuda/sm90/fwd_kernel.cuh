@@ -207,7 +207,8 @@ struct Traits {
 // diagonal come first). For block-sparse masks the producer's scheduler warp turns the query block's list
 // into a schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
 // counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
-// window, descending. Producer and consumers each walk their own KeyBlocks over the same range/schedule.
+// window, descending. (The d64 windows that run on the block-sparse instantiation, shapes.h use_listed_kernel, have
+// no block mask: their schedule lists every block of the range.) Producer and consumers each walk their own KeyBlocks over the same range/schedule.
 // (Walking dense tiles upwards, so a causal tile's masked diagonal blocks come last, in the overlapped loop,
 // measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
 template <int kBlockN, bool kSparse>

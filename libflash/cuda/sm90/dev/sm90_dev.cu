@@ -219,16 +219,14 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37).
+    // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
+    // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  listed 2wg again", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    // d256's block-sparse instantiation (64-key blocks, which divide the 128-row tiles' diagonal; direct O stores) on
-    // problems without a block mask.
-    {"d256 listed bn64", 256, false, run<256, 64, 2, 2, 0, 0, true>},
     {"d256 O in Q (s18)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d256 O in Q again", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},

@@ -5,6 +5,8 @@
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
+#   testsparse  the block-sparse tests (and the d64 window ones) on sm90
+#   sass-rings  the d64 two-ring block-sparse kernel's SASS and where its spills sit
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
@@ -69,6 +71,11 @@ for phase in "$@"; do
       # The d64 window / edge tests one by one with their times (a hang shows which), before the whole suite.
       timeout 200 $BUILD/tests/flash_gpu_tests --gtest_filter='Algorithms/GpuEdges.D64Windows*/sm90:Algorithms/GpuEdges.SlidingWindows/sm90:Algorithms/GpuEdges.TilesThatSeeNoKey/sm90:Algorithms/GpuEdges.ShortLastTiles/sm90:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm90' 2>&1 | tee "$OUT/gpu-tests-listed.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
       echo "gpu tests (listed): exit ${PIPESTATUS[0]}"
+      ;;
+    testsparse)
+      # The block-sparse tests alone, on sm90 (the two-ring kernel's first call).
+      timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*BlockSparse*/sm90:*D64Windows*/sm90' 2>&1 | tee "$OUT/gpu-tests-sparse.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
+      echo "gpu tests (sparse): exit ${PIPESTATUS[0]}"
       ;;
     testquick)
       # The workspace / fallback tests alone (a short regression call).
@@ -241,6 +248,14 @@ for phase in "$@"; do
       cuobjdump -sass "$obj" > "$OUT/sass-d$d-dense.txt" 2>&1
       grep -n "LDL\|STL\|HGMMA.*gsb0\|BAR.SYNC\|BRA" "$OUT/sass-d$d-dense.txt" | awk -F'/\\*' '{print $1 $2}' | head -150 > "$OUT/sass-d$d-marks.txt"
       grep -n "LDL\|STL" "$OUT/sass-d$d-dense.txt" | head -40
+      ;;
+    sass-rings)
+      # The d64 two-ring block-sparse kernel's SASS (perf-log v39): where its spills sit against the producer's
+      # setmaxnreg.dec and the consumers' HGMMAs, MUFUs and barriers.
+      obj=$(find $BUILD -name "fwd_hdim64_rings_bf16.cu.o" -path "*sm90*" | head -1)
+      cuobjdump -sass "$obj" > "$OUT/sass-d64-rings.txt" 2>&1
+      grep -n "LDL\|STL\|USETMAXREG\|HGMMA.*gsb0\|BAR.SYNC\|BAR.ARV\|EXIT\|MUFU.EX2" "$OUT/sass-d64-rings.txt" | awk -F'/\\*' '{print $1 $2}' | head -300 > "$OUT/sass-d64-rings-marks.txt"
+      grep -n "LDL\|STL\|USETMAXREG" "$OUT/sass-d64-rings.txt" | head -60
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

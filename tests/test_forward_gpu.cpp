@@ -350,6 +350,39 @@ TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
     }
 }
 
+// sm90 runs d64 masks of 128-row blocks on 192-row tiles whose warpgroups follow two lists through two K/V rings
+// (shapes.h, use_two_rings; perf-log v39): the pair of warpgroups in one mask row block and the single one in the next,
+// swapping sides from tile to tile. Lengths that leave one or two warpgroups of the last tile past seqlen_q (with or
+// without real rows beside them), lists of very different lengths between neighbouring row blocks (one lists nothing,
+// the next everything), per-head lists, GQA, seqlen_q != seqlen_k, the causal and window compositions, and many tiles
+// per CTA, so the rings' positions carry across tiles whose sides differ.
+TEST_P(GpuEdges, BlockSparseD64TwoRings) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  struct Size {
+    int64_t sq, sk;
+  };
+  const Size sizes[] = {{130, 700}, {320, 515}, {447, 1100}, {1000, 1000}, {1537, 640}};
+  int n = 0;
+  for (const Size& sz : sizes)
+    for (int variant = 0; variant < 3; ++variant) {
+      CaseSpec s = base(sz.sq, sz.sk, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+      s.batch = 2, s.heads_q = 6, s.heads_kv = variant == 2 ? 2 : 6;
+      fill_block_mask(s, 128, 128, n % 3, base_seed() + 613 * n);
+      flash_ref::Mask& m = s.mask;
+      if (variant == 0 && m.n_qb >= 2) {  // head 1 of batch 0: row block 0 lists nothing, row block 1 every block
+        std::fill_n(m.listed.begin() + (1 * m.n_qb + 0) * size_t(m.n_kb), m.n_kb, uint8_t{0});
+        std::fill_n(m.listed.begin() + (1 * m.n_qb + 1) * size_t(m.n_kb), m.n_kb, uint8_t{1});
+      }
+      if (variant == 1) s.mask.causal = 1, s.mask.alignment = n % 2 ? FLASH_ALIGN_BOTTOM_RIGHT : FLASH_ALIGN_TOP_LEFT;
+      if (variant == 2) s.mask.window_left = 300, s.mask.window_right = 40;
+      std::mt19937_64 rng(base_seed() ^ (0x2419 + n));
+      Case c = make_case(s, rng);
+      ASSERT_EQ(run_cuda(c, GetParam(), 0), FLASH_OK) << flash_last_error_message() << "\n  case: " << s.describe();
+      const Check ch = check_case(c);
+      EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Algorithms, GpuEdges, ::testing::ValuesIn(kGpuAlgorithms),
                          [](const auto& info) { return std::string(flash_algorithm_name(info.param)); });
 

@@ -179,6 +179,15 @@ struct Traits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // Block-sparse with three consumer warpgroups (d64, 128-row mask blocks): a 192-row tile's warpgroups lie in two
+  // mask row blocks -- two of them in one (the pair), the third in the other (the single; warpgroup 2 in even tiles,
+  // 0 in odd ones) -- whose lists differ. Each list gets its own K/V ring (ring 0 the pair's, ring 1 the single's),
+  // so no warpgroup waits on blocks it does not visit, and the warpgroups do not take turns (no ping-pong: their
+  // lists may differ in length; three warpgroups without it measured the same as with it, perf-log v24).
+  static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
+  static constexpr int kRings = kTwoRings ? 2 : 1;
+  static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
+  static constexpr bool kPingPong = !kTwoRings;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -243,19 +252,19 @@ struct KeyBlocks {
     return pos < sched[0] ? sched[1 + pos++] : -1;
   }
 
-  // The scheduler warp (all 32 lanes): the schedule of query block m_block (kBlockM rows from q_begin) into
-  // `out`, using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set. The
+  // The scheduler warp (all 32 lanes): the schedule of the mask row block holding query row q_row into `out` (no
+  // block: q_row past seqlen_q, a two-ring tile's rows that are all past the end), using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
-  __device__ void build_schedule(const FwdParams& p, int b, int h, int m_block, int block_m, int32_t* out,
-                                 uint32_t* bits, int lane) const {
+  __device__ void build_schedule(const FwdParams& p, int b, int h, int q_row, int32_t* out, uint32_t* bits,
+                                 int lane) const {
     // The readers of this buffer (tile i-2's schedule: the loading lane and the consumers) released it
     // through sched_empty before the caller got here; the warp barrier orders this warp's previous stores
     // (bitmap, entries) before this build's. (When the producer warp also walked the schedule, a tile with
     // an empty key range stored its count with no warp barrier since: racecheck, perf-log v5.)
     __syncwarp();
     int n_out = 0;
-    if (lo < hi) {
+    if (lo < hi && q_row < p.seqlen_q) {
       // No block mask (a short-tile problem routed here, shapes.h use_listed_kernel): every block of the key range is
       // listed, so the schedule is the dense walk's.
       const bool every_block = !p.has_block_mask;
@@ -265,7 +274,7 @@ struct KeyBlocks {
         const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
         for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
         __syncwarp();
-        const int64_t qb = int64_t(m_block) * block_m / m.block_m;  // block_m divides m.block_m (supports())
+        const int64_t qb = q_row / m.block_m;
         int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
         count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
         const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
@@ -324,6 +333,12 @@ __device__ __forceinline__ int tile_of(int round) {
   return round * g + ((round & 1) ? g - 1 - c : c);
 }
 
+// Two rings (Traits::kTwoRings): the warpgroup (2 or 0) whose 64 rows lie in the other mask row block than the rest of
+// the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires).
+__device__ __forceinline__ int single_wg(const FwdParams& p, int q_begin) {
+  return q_begin / p.block_mask.block_m == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
+}
+
 __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
   // Selects, not c[pos.seq] = row: a run-time index would put c in local memory.
   c[0] = col;
@@ -363,30 +378,35 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
-  // Block-sparse: two more, sched_empty per schedule slot.
-  __shared__ alignas(8) uint64_t bars[6 + 4 * kStages + (K::kSparse ? 2 : 0)];
+  // Block-sparse: two more, sched_empty per schedule slot. Two rings (Traits::kTwoRings): ring 1's stages follow ring
+  // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
+  constexpr int kSlots = K::kRingSlots;
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
+  // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
+  // with the schedules by the scheduler warp, so the consumers keep no count of the other ring's blocks in registers.
+  __shared__ int ring_pos[2][2];
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
   const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
-  const uint32_t v_smem0 = k_smem0 + kStages * K::kKVBytes;
+  const uint32_t v_smem0 = k_smem0 + kSlots * K::kKVBytes;
   // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
   // schedules of sched_stride ints and the list bitmap.
-  const uint32_t o_stage0 = v_smem0 + kStages * K::kKVBytes;
+  const uint32_t o_stage0 = v_smem0 + kSlots * K::kKVBytes;
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
-  uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * args.sched_stride);
+  uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * K::kRings * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
-  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + slot); };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + slot); };
   auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
   auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
-  auto v_full = [&](int s) { return bar0 + 32 + 8 * (kStages + s); };
-  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kStages + s); };
-  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kStages + s); };
-  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kStages + 2 + slot); };
+  auto v_full = [&](int s) { return bar0 + 32 + 8 * (kSlots + s); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -401,11 +421,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
       if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + 1);
     }
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < kSlots; ++s) {
+      // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
+      const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), 4 * K::kConsumers + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
-      mbar_init(v_empty(s), 4 * K::kConsumers + (K::kOStageInRing ? 1 : 0));
+      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -463,6 +485,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int lane = threadIdx.x % 32;
       if (threadIdx.x / 32 == 1) {
         int x = int(blockIdx.x);
+        [[maybe_unused]] int pos0 = 0, pos1 = 0;  // two rings: their positions (lane 0)
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // Ask for the tile after this one now, so the atomic's latency hides behind the build.
@@ -475,9 +498,21 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (x < args.num_tiles) {
             const Tile tile(args, x);
             const int q_begin = tile.m_block * kBlockM - args.q_shift;
-            int32_t* sched = sched_base + slot * args.sched_stride;
+            int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
             const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
-            blocks.build_schedule(p, tile.b, tile.h, tile.m_block, kBlockM, sched, sched_bits, lane);
+            if constexpr (K::kTwoRings) {
+              // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
+              // single warpgroup's.
+              const int single = single_wg(p, q_begin);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
+              if (lane == 0) {  // (lane 0 stored both counts)
+                ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
+                pos0 += sched[0], pos1 += sched[args.sched_stride];
+              }
+            } else {
+              blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
+            }
           }
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
@@ -486,6 +521,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
       } else if (threadIdx.x == 0) {
         int it = 0;  // position in the K/V ring, continued across tiles
+        [[maybe_unused]] int it1 = 0;  // two rings: ring 1's (ring 0's is it)
         int q_issued = 0;  // tiles whose Q has been loaded (the next one's goes out during this one, kQAhead)
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
@@ -517,17 +553,47 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             }
           };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
-          KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
-          int v_pending = -1, v_at = 0;
-          for (int n = blocks.next(), j = 0; n >= 0; n = blocks.next(), ++it, ++j) {
-            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
+          if constexpr (K::kTwoRings) {
+            // Both rings' blocks, interleaved (ring 0's j-th, then ring 1's), each ring in its own order: a warpgroup
+            // waits only on its own ring, whose loads go out in the order it consumes them.
+            auto load_ring = [&](int ring, bool v, int n, int at) {
+              const int sl = ring * kStages + at % kStages;
+              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring * kStages * K::kKVBytes, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+              else load_kv(&args.tk, args.k_pos, k_smem0 + ring * kStages * K::kKVBytes, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
+            };
+            // (The schedules read directly, not through two KeyBlocks: the producer has 32 registers here.)
+            const int32_t* s0 = sched_base + slot * 2 * args.sched_stride;
+            const int32_t* s1 = s0 + args.sched_stride;
+            const int c0 = s0[0], c1 = s1[0];
+            for (int j = 0; j < c0 || j < c1; ++j) {
+              if (j < c0) {
+                load_ring(0, false, s0[1 + j], it + j);
+                if (j > 0) load_ring(0, true, s0[j], it + j - 1);
+              }
+              if (j < c1) {
+                load_ring(1, false, s1[1 + j], it1 + j);
+                if (j > 0) load_ring(1, true, s1[j], it1 + j - 1);
+              }
+              if (j == kQAhead) load_next_q();
+            }
+            const int last0 = c0 > 0 ? s0[c0] : -1, last1 = c1 > 0 ? s1[c1] : -1;
+            mbar_arrive(sched_empty(slot));  // the schedules are read
+            if (last0 >= 0) load_ring(0, true, last0, it + c0 - 1);
+            if (last1 >= 0) load_ring(1, true, last1, it1 + c1 - 1);
+            it += c0, it1 += c1;
+          } else {
+            KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
+            int v_pending = -1, v_at = 0;
+            for (int n = blocks.next(), j = 0; n >= 0; n = blocks.next(), ++it, ++j) {
+              load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
+              if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
+              v_pending = n;
+              v_at = it;
+              if (j == kQAhead) load_next_q();
+            }
+            mbar_arrive(sched_empty(slot));  // the schedule is read
             if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
-            v_pending = n;
-            v_at = it;
-            if (j == kQAhead) load_next_q();
           }
-          mbar_arrive(sched_empty(slot));  // the schedule is read
-          if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
         }
       }
     } else {
@@ -596,9 +662,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const float scale_log2 = p.scale_log2;
     // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
-    if (wg == K::kConsumers - 1) named_arrive(1, 256);
+    if constexpr (K::kPingPong)
+      if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
+    // Two rings: this tile's ring and its first slot (0 with one ring).
+    int ring = 0, rb = 0;
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -636,7 +705,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end, sched_base + (tile_iter & 1) * args.sched_stride,
+      if constexpr (K::kTwoRings) {
+        ring = wg == single_wg(p, q_begin) ? 1 : 0;
+        rb = ring * kStages;
+        it = ring_pos[t_slot][ring];
+      }
+      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end,
+                                            sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
 
       float acc_o[K::kORegs];
@@ -771,13 +846,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
-        int s_prev = it % kStages;
+        int s_prev = rb + it % kStages;
         uint32_t phase_prev = (it / kStages) & 1;
         mbar_wait(k_full(s_prev), phase_prev);
-        named_sync(1 + wg, 256);
+        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
         wg::fence();
         issue_s(s_prev);
-        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
@@ -797,16 +872,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-          const int s = it % kStages;
+          const int s = rb + it % kStages;
           const uint32_t phase = (it / kStages) & 1;
           mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
-          named_sync(1 + wg, 256);
+          if constexpr (K::kPingPong) named_sync(1 + wg, 256);
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
           issue_pv(s_prev);
-          named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+          if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
           step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
@@ -855,10 +930,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         release_sched();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
-        named_sync(1 + wg, 256);
+        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
         wg::fence();
         issue_pv(s_prev);
-        named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
@@ -1014,9 +1089,11 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // The block-sparse instantiation also runs problems without a block mask (shapes.h, use_listed_kernel); the dense
   // one has no schedules.
   if (p.has_block_mask && !K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: a block mask needs the block-sparse instantiation");
+  if (K::kTwoRings && !(p.has_block_mask && p.block_mask.block_m == 128))
+    return fail(FLASH_ERROR_INTERNAL, "sm90: the two-ring instantiation needs a block mask of 128-row blocks");
   if (K::kSparse) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
-    smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN);  // supports() bounded it
+    smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
     // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
@@ -1049,6 +1126,8 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
 
 template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_two_rings(const FwdParams& p);
 
 }  // namespace flash::sm90
 
@@ -1060,4 +1139,10 @@ int32_t launch_fwd(const FwdParams& p);
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D, SPARSE);                                  \
     return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p); \
   }
-
+// The d64 block-sparse two-ring instantiation (shapes.h, kTwoRingShape): FLASH_SM90_INSTANTIATE_TWO_RINGS(BF16).
+#define FLASH_SM90_INSTANTIATE_TWO_RINGS(DTYPE)                                                          \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd_two_rings<flash::DType::DTYPE>(const flash::FwdParams& p) {           \
+    constexpr flash::sm90::Shape s = flash::sm90::kTwoRingShape;                                         \
+    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o>>(p); \
+  }

@@ -22,14 +22,18 @@ struct Shape {
   int store_o = 0;
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
+  // K/V rings: block-sparse with three consumer warpgroups has two (fwd_kernel.cuh, Traits::kTwoRings): a 192-row tile
+  // spans two 128-row mask blocks, whose lists differ; every other instantiation one.
+  constexpr int rings(bool sparse) const { return sparse && consumers == 3 ? 2 : 1; }
   // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
   // schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) + o_stage_bytes() <= 232448
+    return (2 * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
+                       o_stage_bytes() <= 232448
                ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * block_m() + 2 * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
+    return (q_stages(sparse) * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
   }
 };
 
@@ -51,13 +55,17 @@ struct Shape {
 // free after the last S and the next tile's Q loads during the epilogue (dense 1k +1.5%, causal 1k +2%).
 inline constexpr Shape kShapes[] = {{64, 128, 4, 3, 1}, {128, 128, 2, 2, 1}, {256, 80, 2, 2, 3}};
 inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 2, 1}, {128, 128, 2, 2, 2}, {256, 64, 2}};
+// d64 block-sparse masks of 128-row blocks: 192-row tiles on three consumer warpgroups, as d64's dense instantiation,
+// with one K/V ring (2 stages) for each of the two mask row blocks a tile spans (fwd_kernel.cuh, Traits::kTwoRings;
+// perf-log v39). The two-warpgroup kernel above runs the other block sizes and the listed windows.
+inline constexpr Shape kTwoRingShape{64, 128, 2, 3, 1};
 
-// Block-sparse masks add, after the tiles, two schedules (1 + ceil(seqlen_k / block_n) ints each: the
+// Block-sparse masks add, after the tiles, two schedules per ring (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.
 inline int64_t sparse_sched_stride(int64_t seqlen_k, int block_n) { return 1 + (seqlen_k + block_n - 1) / block_n; }
-inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_block_n) {
+inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_block_n, int rings = 1) {
   const int64_t mask_blocks = (seqlen_k + mask_block_n - 1) / mask_block_n;
-  return (2 * 4 * sparse_sched_stride(seqlen_k, block_n) + 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
+  return (2 * rings * 4 * sparse_sched_stride(seqlen_k, block_n) + 4 * (mask_blocks / 32 + 1) + 15) / 16 * 16;
 }
 
 // Tiles of unequal length -- causal-like masks (a right edge, no left edge) and block-sparse ones -- are
@@ -146,6 +154,14 @@ constexpr Shape shape_for(int d, bool sparse = false) {
 // (1024); causal 1k-16k 8-22% slower, so causal stays on the dense one. Needs shared memory for the schedules
 // (smem_limit: the device's opt-in per block).
 inline constexpr int64_t kListedMaxWindow = 768;
+
+// Which block-sparse problems run on the two-ring instantiation: d64, mask blocks of 128 rows (a multiple of 128 keys),
+// when its four schedules fit (else the two-warpgroup kernel, which needs less shared memory, runs them).
+inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
+  if (!p.has_block_mask || p.head_dim != 64 || p.block_mask.block_m != 128 || p.block_mask.block_n % 128 != 0) return false;
+  return kTwoRingShape.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, kTwoRingShape.block_n, p.block_mask.block_n, 2) <=
+         smem_limit;
+}
 
 inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit) {
   if (p.has_block_mask) return true;

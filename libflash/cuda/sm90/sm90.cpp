@@ -16,6 +16,8 @@ namespace sm90 {
 
 template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_two_rings(const FwdParams& p);
 
 namespace {
 
@@ -99,8 +101,13 @@ int32_t fwd_dim(const FwdParams& p) {
 
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
-  // Block-sparse masks, and the d64 problems whose tiles see few key blocks, run on the block-sparse instantiation.
-  const bool sparse = use_listed_kernel(p, cuda::shared_mem_per_block_optin(p.device_id));
+  // Block-sparse masks, and the d64 problems whose tiles see few key blocks, run on the block-sparse instantiation;
+  // d64 masks of 128-row blocks on its two-ring form (shapes.h). (supports() checked the two-warpgroup kernel's
+  // shared memory, which the two-ring one exceeds: use_two_rings checks its own.)
+  const int64_t smem_limit = cuda::shared_mem_per_block_optin(p.device_id);
+  if (use_two_rings(p, smem_limit))
+    return p.dtype == DType::BF16 ? launch_fwd_two_rings<DType::BF16>(p) : launch_fwd_two_rings<DType::FP16>(p);
+  const bool sparse = use_listed_kernel(p, smem_limit);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);

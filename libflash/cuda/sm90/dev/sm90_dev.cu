@@ -231,6 +231,9 @@ const Candidate kCandidates[] = {
     {"d256 O in Q again", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    // Session 21: three consumer warpgroups on two K/V rings, no ping-pong (Traits::kTwoRings).
+    {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };

@@ -952,6 +952,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         release_prev_q();
       }
 
+      // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
+      // while that ring's previous users still hold blocks there. An mbarrier wait tells phases apart by parity only, so
+      // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
+      // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
+      // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
+      if constexpr (K::kTwoRings) named_sync(1, 384);
+
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
       // row that saw no key.

@@ -220,11 +220,14 @@ struct Traits {
 // no block mask: their schedule lists every block of the range.) Producer and consumers each walk their own KeyBlocks over the same range/schedule.
 // (Walking dense tiles upwards, so a causal tile's masked diagonal blocks come last, in the overlapped loop,
 // measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
-template <int kBlockN, bool kSparse>
+// kSmemWalk (the two-ring consumers, 160 registers): the schedule walked by 32-bit shared addresses from its first
+// entry to its end, read once -- two live values instead of a generic pointer (two) and a position.
+template <int kBlockN, bool kSparse, bool kSmemWalk = false>
 struct KeyBlocks {
   int lo, hi, cursor, n_lo;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
   int pos = 0;
+  uint32_t walk = 0, walk_end = 0;  // kSmemWalk: the next entry's and the end's shared addresses
   // Key blocks n < mask_below or n > mask_above have some (row, key) outside the sequence or the window, so they
   // need the element mask (shapes.h, mask_bounds). Decided once per tile: per block, the same test on the kernel parameters (64-bit
   // window arithmetic, constant-bank loads) was ~10% of the d64 block-sparse loop's stall samples (ncu s17-3).
@@ -240,6 +243,10 @@ struct KeyBlocks {
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
     sched = kSparse ? schedule : nullptr;
+    if constexpr (kSmemWalk) {
+      walk = static_cast<uint32_t>(__cvta_generic_to_shared(schedule)) + 4;
+      walk_end = walk + 4 * schedule[0];
+    }
     const MaskBounds mb = mask_bounds<kBlockN>(p, q_begin, q_end);
     mask_above = mb.above, mask_below = mb.below;
     if (at_least_one && cursor < 0) cursor = n_lo = 0, mask_below = max(mask_below, 1);
@@ -249,6 +256,13 @@ struct KeyBlocks {
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
     if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
+    if constexpr (kSmemWalk) {
+      if (walk == walk_end) return -1;
+      int n;
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(n) : "r"(walk) : "memory");
+      walk += 4;
+      return n;
+    }
     return pos < sched[0] ? sched[1 + pos++] : -1;
   }
 
@@ -666,8 +680,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
 
     int it = 0, tile_iter = 0;
-    // Two rings: this tile's ring and its first slot (0 with one ring).
-    int ring = 0, rb = 0;
+    // Two rings: this tile's ring. Its number also rides in bit 30 of `it` (slot_of, phase_of), which keeps the loop's
+    // live values those of one ring (a separate first-slot register made ptxas spill the schedule pointer, reloaded
+    // every block: run s21-1's SASS).
+    int ring = 0;
+    auto slot_of = [](int i) {
+      if constexpr (K::kTwoRings) return (i >> 30) * kStages + (i & 0x3fffffff) % kStages;
+      else return i % kStages;
+    };
+    auto phase_of = [](int i) -> uint32_t {
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
+      else return (i / kStages) & 1;
+    };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -707,10 +731,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
         ring = wg == single_wg(p, q_begin) ? 1 : 0;
-        rb = ring * kStages;
-        it = ring_pos[t_slot][ring];
+        it = ring_pos[t_slot][ring] | ring << 30;
       }
-      KeyBlocks<kBlockN, K::kSparse> blocks(p, max(q_begin, 0), q_end,
+      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
 
@@ -846,8 +869,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       int n = blocks.next();
       if (n >= 0) {
         // Prologue: S_0 and its softmax.
-        int s_prev = rb + it % kStages;
-        uint32_t phase_prev = (it / kStages) & 1;
+        int s_prev = slot_of(it);
+        uint32_t phase_prev = phase_of(it);
         mbar_wait(k_full(s_prev), phase_prev);
         if constexpr (K::kPingPong) named_sync(1 + wg, 256);
         wg::fence();
@@ -872,8 +895,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-          const int s = rb + it % kStages;
-          const uint32_t phase = (it / kStages) & 1;
+          const int s = slot_of(it);
+          const uint32_t phase = phase_of(it);
           mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
           if constexpr (K::kPingPong) named_sync(1 + wg, 256);

@@ -162,6 +162,10 @@ const ProfCase kProfCases[] = {
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
     {"d64 bs.5 b2", 64, 4096, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true>},
     {"d128 bs.5 b2", 128, 4096, 2, false, 0.5, 2, run_prof<128, 128, 2, 2, 2, true>},
+    {"d64 bs.5 16k", 64, 16384, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true>},
+    {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
+    {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
+    {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -234,6 +238,8 @@ const Candidate kCandidates[] = {
     // Session 21: three consumer warpgroups on two K/V rings, no ping-pong (Traits::kTwoRings).
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    // ... with 3-deep rings, bought with one Q buffer and O staged in Q.
+    {"d64  bs 2 rings 3st 1Q OinQ", 64, true, run<64, 128, 3, 3, 0, 2, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };
@@ -382,7 +388,9 @@ int main(int argc, char** argv) {
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",
               "lp/blk", "pQslot", "pRing%");
+  const char* prof_filter = argc > 3 ? argv[3] : "";  // profile mode: only the cases whose name contains this
   for (const ProfCase& pc : kProfCases) {
+    if (std::strstr(pc.name, prof_filter) == nullptr) continue;
     const Problem pr{pc.d, pc.n, pc.batch, pc.causal, pc.density};
     const flash::BlockMaskParams bm = pr.density > 0 ? upload_pattern(pr.n, pr.density, 7) : flash::BlockMaskParams{};
     FwdParams p = make_params(pr, q[1], k[1], v[1], o, bm);

@@ -179,15 +179,19 @@ struct Traits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  // Block-sparse with three consumer warpgroups (d64, 128-row mask blocks): a 192-row tile's warpgroups lie in two
-  // mask row blocks -- two of them in one (the pair), the third in the other (the single; warpgroup 2 in even tiles,
-  // 0 in odd ones) -- whose lists differ. Each list gets its own K/V ring (ring 0 the pair's, ring 1 the single's),
-  // so no warpgroup waits on blocks it does not visit, and the warpgroups do not take turns (no ping-pong: their
-  // lists may differ in length; three warpgroups without it measured the same as with it, perf-log v24).
+  // Block-sparse with three consumer warpgroups (d64, 128-row mask blocks): a 192-row tile's 64-row groups lie in two
+  // mask row blocks -- two groups in one (the pair), the third in the other (the single: the tile's last 64 rows in
+  // even tiles, its first 64 in odd ones) -- whose lists differ. Each list gets its own K/V ring: warpgroups 0 and 1
+  // take the pair's rows and ring 0, warpgroup 2 the single's rows and ring 1, so no warpgroup waits on blocks it does
+  // not visit, and the warpgroups do not take turns (no ping-pong: the lists may differ in length; three warpgroups
+  // without it measured the same as with it, perf-log v24).
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   static constexpr bool kPingPong = !kTwoRings;
+  // Two rings, dev only (sm90_dev): the pair's two warpgroups take turns as in the one-ring kernels (their lists are the
+  // same), warpgroup 2 runs free.
+  static constexpr bool kPairPingPong = false;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -399,9 +403,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
-  // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
-  // with the schedules by the scheduler warp, so the consumers keep no count of the other ring's blocks in registers.
-  __shared__ int ring_pos[2][2];
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -499,7 +500,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int lane = threadIdx.x % 32;
       if (threadIdx.x / 32 == 1) {
         int x = int(blockIdx.x);
-        [[maybe_unused]] int pos0 = 0, pos1 = 0;  // two rings: their positions (lane 0)
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // Ask for the tile after this one now, so the atomic's latency hides behind the build.
@@ -520,10 +520,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               const int single = single_wg(p, q_begin);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
-              if (lane == 0) {  // (lane 0 stored both counts)
-                ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
-                pos0 += sched[0], pos1 += sched[args.sched_stride];
-              }
             } else {
               blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
             }
@@ -678,20 +674,29 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
     if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
+    if constexpr (K::kPairPingPong)
+      if (wg == 1) named_arrive(1, 256);
+    // A turn at the tensor cores: ping-pong (named barrier 1 + wg is "wg may issue"), or the pair's (two rings).
+    auto take_turn = [&]() {
+      if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+      else if constexpr (K::kPairPingPong)
+        if (wg < 2) named_sync(1 + wg, 256);
+    };
+    auto pass_turn = [&]() {
+      if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+      else if constexpr (K::kPairPingPong)
+        if (wg < 2) named_arrive(2 - wg, 256);
+    };
 
     int it = 0, tile_iter = 0;
-    // Two rings: this tile's ring. Its number also rides in bit 30 of `it` (slot_of, phase_of), which keeps the loop's
-    // live values those of one ring (a separate first-slot register made ptxas spill the schedule pointer, reloaded
-    // every block: run s21-1's SASS).
-    int ring = 0;
-    auto slot_of = [](int i) {
-      if constexpr (K::kTwoRings) return (i >> 30) * kStages + (i & 0x3fffffff) % kStages;
-      else return i % kStages;
-    };
-    auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
-      else return (i / kStages) & 1;
-    };
+    // Two rings: warpgroups 0 and 1 are always the pair (ring 0) and warpgroup 2 the single one (ring 1) -- the tile's
+    // rows are dealt to them accordingly (wg_row) -- so each warpgroup walks one ring from start to end, as with one
+    // ring. (Rows dealt in order, 0 and 2 changed rings from tile to tile; as an mbarrier wait tells phases apart by
+    // parity only, a warpgroup arriving at a ring two phases ahead of the slot took a stale phase for its block -- run
+    // s21-1 hung -- and keeping them apart took a barrier of all three at every tile end: runs s21-2 .. s21-4.)
+    const int ring = K::kTwoRings && wg == 2 ? 1 : 0;
+    auto slot_of = [&](int i) { return ring * kStages + i % kStages; };
+    auto phase_of = [](int i) -> uint32_t { return (i / kStages) & 1; };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -729,10 +734,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
-      if constexpr (K::kTwoRings) {
-        ring = wg == single_wg(p, q_begin) ? 1 : 0;
-        it = ring_pos[t_slot][ring] | ring << 30;
-      }
+      // This warpgroup's 64 rows of the tile: [wg_row, wg_row + 64). Two rings: warpgroup 2 takes the rows of the single
+      // mask row block (the last 64 in even tiles, the first 64 in odd ones), 0 and 1 the pair's in order.
+      const int wg_row = K::kTwoRings && single_wg(p, q_begin) == 0 ? 64 * ((wg + 1) % 3) : 64 * wg;
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
@@ -744,7 +748,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg_row * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
@@ -774,7 +778,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t diag = q_begin + wg_row + row_in_wg + 8 * r + p.diag_offset;
           const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
           int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
@@ -872,10 +876,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
         mbar_wait(k_full(s_prev), phase_prev);
-        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+        take_turn();
         wg::fence();
         issue_s(s_prev);
-        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        pass_turn();
         release_prev_q();  // (while S_0 runs)
         wg::wait<0>();
         wg::fence_regs(acc_s);
@@ -899,12 +903,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t phase = phase_of(it);
           mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
-          if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+          take_turn();
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
           issue_pv(s_prev);
-          if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+          pass_turn();
           step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
@@ -953,10 +957,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         release_sched();
         // Drain: the last P V.
         mbar_wait(v_full(s_prev), phase_prev);
-        if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+        take_turn();
         wg::fence();
         issue_pv(s_prev);
-        if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+        pass_turn();
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
@@ -974,13 +978,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         release_sched();
         release_prev_q();
       }
-
-      // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
-      // while that ring's previous users still hold blocks there. An mbarrier wait tells phases apart by parity only, so
-      // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
-      // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
-      // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
-      if constexpr (K::kTwoRings) named_sync(1, 384);
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
@@ -1008,7 +1005,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int row = wg * 64 + row_in_wg + 8 * r;
+        const int row = wg_row + row_in_wg + 8 * r;
         if constexpr (K::kTmaStoreO) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
@@ -1036,11 +1033,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0 && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
+        if (tid == 0 && q_begin + wg_row + 64 > 0) {  // (a box wholly before row 0: nothing to store)
           int c[4];
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
+            tma_coords(c, args.o_pos, pg * 64, q_begin + wg_row, tile.h, tile.b);
             tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();

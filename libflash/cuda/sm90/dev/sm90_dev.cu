@@ -122,6 +122,14 @@ int32_t run_static(const FwdParams& p) {
   q.workspace = nullptr, q.workspace_size = 0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
 }
+template <class T>
+int32_t run_t(const FwdParams& p) {
+  return flash::sm90::launch<T>(p);
+}
+template <class T>
+struct PairPingPong : T {
+  static constexpr bool kPairPingPong = true;
+};
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -133,6 +141,10 @@ unsigned long long* g_profile = nullptr;
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
+}
+template <class T>
+int32_t run_prof_t(const FwdParams& p) {
+  return flash::sm90::launch<T>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -166,6 +178,7 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
+    {"d64 2ring pp .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_t<Profiled<PairPingPong<flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>>>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -238,8 +251,8 @@ const Candidate kCandidates[] = {
     // Session 21: three consumer warpgroups on two K/V rings, no ping-pong (Traits::kTwoRings).
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // ... with 3-deep rings, bought with one Q buffer and O staged in Q.
-    {"d64  bs 2 rings 3st 1Q OinQ", 64, true, run<64, 128, 3, 3, 0, 2, true>},
+    // ... with the pair's warpgroups taking turns (Traits::kPairPingPong).
+    {"d64  bs 2 rings pair-pp", 64, true, run_t<PairPingPong<flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };

@@ -352,16 +352,17 @@ TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
 
 // sm90 runs d64 masks of 128-row blocks on 192-row tiles whose warpgroups follow two lists through two K/V rings
 // (shapes.h, use_two_rings; perf-log v39): the pair of warpgroups in one mask row block and the single one in the next,
-// swapping sides from tile to tile. Lengths that leave one or two warpgroups of the last tile past seqlen_q (with or
+// the single's rows at the tile's end in even tiles and at its start in odd ones. Lengths that leave one or two warpgroups of the last tile past seqlen_q (with or
 // without real rows beside them), lists of very different lengths between neighbouring row blocks (one lists nothing,
 // the next everything), per-head lists, GQA, seqlen_q != seqlen_k, the causal and window compositions, and many tiles
-// per CTA, so the rings' positions carry across tiles whose sides differ.
+// per CTA, so the rings' positions carry across tiles whose sides differ. (The two-ring kernel takes lists of at least
+// 12 key blocks -- the harness gives max_kv_blocks = every key block -- so seqlen_k > 1408.)
 TEST_P(GpuEdges, BlockSparseD64TwoRings) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   struct Size {
     int64_t sq, sk;
   };
-  const Size sizes[] = {{130, 700}, {320, 515}, {447, 1100}, {1000, 1000}, {1537, 640}};
+  const Size sizes[] = {{130, 1500}, {320, 1537}, {447, 2100}, {1000, 1600}, {1537, 1409}};
   int n = 0;
   for (const Size& sz : sizes)
     for (int variant = 0; variant < 3; ++variant) {

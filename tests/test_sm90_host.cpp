@@ -163,4 +163,36 @@ TEST(Sm90Instantiation, ListedKernelChoice) {
   EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 255, 0), 100000));
 }
 
+// d64 block-sparse masks of 128-row blocks with lists of at least 12 key blocks run on the two-ring instantiation
+// (shapes.h, use_two_rings; perf-log v39), when it fits; everything else on the others.
+TEST(Sm90Instantiation, TwoRingChoice) {
+  using flash::sm90::use_two_rings;
+  using flash::sm90::kTwoRingShape;
+  constexpr int64_t kH100 = 232448;
+  auto params = [](int d, int64_t sk, int32_t block_m, int32_t block_n, int32_t max_kv_blocks) {
+    flash::FwdParams p{};
+    p.head_dim = d, p.seqlen_q = 4096, p.seqlen_k = sk, p.window_left = p.window_right = -1;
+    p.has_block_mask = true;
+    p.block_mask.block_m = block_m, p.block_mask.block_n = block_n, p.block_mask.max_kv_blocks = max_kv_blocks;
+    return p;
+  };
+  EXPECT_TRUE(use_two_rings(params(64, 16384, 128, 128, 64), kH100));
+  EXPECT_TRUE(use_two_rings(params(64, 4096, 128, 128, 12), kH100));
+  EXPECT_FALSE(use_two_rings(params(64, 4096, 128, 128, 11), kH100));  // short lists: the two-warpgroup kernel
+  EXPECT_TRUE(use_two_rings(params(64, 4096, 128, 256, 6), kH100));    // 6 mask blocks of 2 key blocks
+  EXPECT_FALSE(use_two_rings(params(64, 16384, 64, 64, 64), kH100));   // 64-row blocks
+  EXPECT_FALSE(use_two_rings(params(64, 16384, 256, 128, 64), kH100));  // 256-row blocks
+  EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 64, 64), kH100));   // 64-key blocks
+  EXPECT_FALSE(use_two_rings(params(128, 16384, 128, 128, 64), kH100));
+  EXPECT_FALSE(use_two_rings(params(256, 16384, 128, 128, 64), kH100));
+  flash::FwdParams none = params(64, 16384, 128, 128, 64);
+  none.has_block_mask = false;
+  EXPECT_FALSE(use_two_rings(none, kH100));
+  // Its shared memory: Q x 2 + 2 rings x 2 stages x (K + V) + the O staging tile (+ 1 KB alignment), then the schedules.
+  EXPECT_EQ(kTwoRingShape.smem_bytes(true), (2 * 192 + 2 * 2 * 2 * 128) * 64 * 2 + 1024 + 192 * 64 * 2);
+  EXPECT_TRUE(use_two_rings(params(64, 200000, 128, 128, 64), kH100));  // 4 x 1564 ints of schedules still fit
+  EXPECT_FALSE(use_two_rings(params(64, int64_t(1) << 22, 128, 128, 64), kH100));
+  EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 128, 64), 200000));
+}
+
 }  // namespace

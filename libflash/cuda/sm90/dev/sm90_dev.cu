@@ -246,9 +246,10 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 O in Q (s18)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d256 O in Q again", 256, false, run<256, 80, 2, 2, 0, 2>},
-    {"d64  bs (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    // Session 21: three consumer warpgroups on two K/V rings, no ping-pong (Traits::kTwoRings).
+    // d64 block-sparse: two warpgroups on one ring (production below 12 key blocks per list), and since session 21 three
+    // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 12 blocks, shapes.h use_two_rings).
+    {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     // ... with the pair's warpgroups taking turns (Traits::kPairPingPong).

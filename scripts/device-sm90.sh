@@ -7,6 +7,7 @@
 #   testlisted  the d64 window and edge tests one by one, with their times
 #   testsparse  the block-sparse tests (and the d64 window ones) on sm90
 #   sass-rings  the d64 two-ring block-sparse kernel's SASS and where its spills sit
+#   sanitize-rings  compute-sanitizer on the two-ring kernel's test
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
@@ -74,7 +75,7 @@ for phase in "$@"; do
       ;;
     testsparse)
       # The block-sparse tests alone, on sm90 (the two-ring kernel's first call).
-      timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*BlockSparse*/sm90:*D64Windows*/sm90' 2>&1 | tee "$OUT/gpu-tests-sparse.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
+      timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*BlockSparse*/sm90:*D64Windows*/sm90:*BlockSparseD64TwoRings*' 2>&1 | tee "$OUT/gpu-tests-sparse.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
       echo "gpu tests (sparse): exit ${PIPESTATUS[0]}"
       ;;
     testquick)
@@ -98,6 +99,10 @@ for phase in "$@"; do
     sanitize-sparse)
       # The block-sparse instantiations (schedules in shared memory handed over through q_full/q_empty).
       sanitize_tests sparse 300 'Algorithms/GpuEdges.BlockSparse*/sm90'
+      ;;
+    sanitize-rings)
+      # The d64 two-ring block-sparse instantiation (perf-log v39).
+      sanitize_tests rings 180 'Algorithms/GpuEdges.BlockSparseD64TwoRings/sm90'
       ;;
     sanitize-listed)
       # The block-sparse instantiation running d64 windows with every block listed (perf-log v37).

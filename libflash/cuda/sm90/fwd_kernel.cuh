@@ -983,7 +983,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // (each warpgroup keeps to its ring), but measured faster (sm90_dev, d64 s = 0.5: 4k 1.06x against 1.02-1.03x
       // over the two-warpgroup kernel without it, 16k 1.12x against 1.11x; runs s21-3 and s21-5): the loader interleaves
       // the rings block by block, so one ring's warpgroups running ahead only waited the more inside the tile.
-      if constexpr (K::kTwoRings) named_sync(1, 384);
+      // (Barrier 8: 1-3 are the turns, which the pair's ping-pong variant uses with 256 threads; 4-6 the staging tiles.)
+      if constexpr (K::kTwoRings) named_sync(8, 384);
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a

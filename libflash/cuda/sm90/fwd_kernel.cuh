@@ -192,6 +192,9 @@ struct Traits {
   // Two rings, dev only (sm90_dev): the pair's two warpgroups take turns as in the one-ring kernels (their lists are the
   // same), warpgroup 2 runs free.
   static constexpr bool kPairPingPong = false;
+  // Two rings, dev only (A/B, session 21): rows dealt in order (warpgroup w: rows 64 w), so warpgroups 0 and 2 change
+  // rings from tile to tile; each ring's position at a tile's start then comes from the scheduler (ring_pos).
+  static constexpr bool kRotateRings = false;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -403,6 +406,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
+  [[maybe_unused]] __shared__ int ring_pos[2][2];  // Traits::kRotateRings: each ring's position at the slot's tile start
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -500,6 +504,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int lane = threadIdx.x % 32;
       if (threadIdx.x / 32 == 1) {
         int x = int(blockIdx.x);
+        [[maybe_unused]] int pos0 = 0, pos1 = 0;  // Traits::kRotateRings: the rings' positions (lane 0)
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // Ask for the tile after this one now, so the atomic's latency hides behind the build.
@@ -520,6 +525,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               const int single = single_wg(p, q_begin);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
+              if constexpr (K::kRotateRings)
+                if (lane == 0) {  // (lane 0 stored both counts)
+                  ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
+                  pos0 += sched[0], pos1 += sched[args.sched_stride];
+                }
             } else {
               blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
             }
@@ -694,9 +704,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // ring. (Rows dealt in order, 0 and 2 changed rings from tile to tile; as an mbarrier wait tells phases apart by
     // parity only, a warpgroup arriving at a ring two phases ahead of the slot took a stale phase for its block -- run
     // s21-1 hung -- and keeping them apart took a barrier of all three at every tile end: runs s21-2 .. s21-4.)
-    const int ring = K::kTwoRings && wg == 2 ? 1 : 0;
-    auto slot_of = [&](int i) { return ring * kStages + i % kStages; };
-    auto phase_of = [](int i) -> uint32_t { return (i / kStages) & 1; };
+    int ring = K::kTwoRings && !K::kRotateRings && wg == 2 ? 1 : 0;
+    // (kRotateRings: the ring rides in bit 30 of `it`.)
+    auto slot_of = [&](int i) {
+      if constexpr (K::kRotateRings) return (i >> 30) * kStages + (i & 0x3fffffff) % kStages;
+      else return ring * kStages + i % kStages;
+    };
+    auto phase_of = [](int i) -> uint32_t {
+      if constexpr (K::kRotateRings) return ((i & 0x3fffffff) / kStages) & 1;
+      else return (i / kStages) & 1;
+    };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -736,7 +753,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       // This warpgroup's 64 rows of the tile: [wg_row, wg_row + 64). Two rings: warpgroup 2 takes the rows of the single
       // mask row block (the last 64 in even tiles, the first 64 in odd ones), 0 and 1 the pair's in order.
-      const int wg_row = K::kTwoRings && single_wg(p, q_begin) == 0 ? 64 * ((wg + 1) % 3) : 64 * wg;
+      const int wg_row = K::kTwoRings && !K::kRotateRings && single_wg(p, q_begin) == 0 ? 64 * ((wg + 1) % 3) : 64 * wg;
+      if constexpr (K::kRotateRings) {
+        ring = wg == single_wg(p, q_begin) ? 1 : 0;
+        it = ring_pos[t_slot][ring] | ring << 30;
+      }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);

@@ -179,22 +179,18 @@ struct Traits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  // Block-sparse with three consumer warpgroups (d64, 128-row mask blocks): a 192-row tile's 64-row groups lie in two
-  // mask row blocks -- two groups in one (the pair), the third in the other (the single: the tile's last 64 rows in
-  // even tiles, its first 64 in odd ones) -- whose lists differ. Each list gets its own K/V ring: warpgroups 0 and 1
-  // take the pair's rows and ring 0, warpgroup 2 the single's rows and ring 1, so no warpgroup waits on blocks it does
-  // not visit, and the warpgroups do not take turns (no ping-pong: the lists may differ in length; three warpgroups
-  // without it measured the same as with it, perf-log v24).
+  // Block-sparse with three consumer warpgroups (d64, 128-row mask blocks): a 192-row tile's warpgroups lie in two
+  // mask row blocks -- two of them in one (the pair), the third in the other (the single: warpgroup 2 in even tiles, 0
+  // in odd ones) -- whose lists differ. Each list gets its own K/V ring (ring 0 the pair's, ring 1 the single's), so no
+  // warpgroup waits on blocks it does not visit, and the warpgroups do not take turns (no ping-pong: the lists may
+  // differ in length; three warpgroups without it measured the same as with it, perf-log v24).
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   static constexpr bool kPingPong = !kTwoRings;
   // Two rings, dev only (sm90_dev): the pair's two warpgroups take turns as in the one-ring kernels (their lists are the
-  // same), warpgroup 2 runs free.
+  // same), warpgroup 2 runs free. Measured 1-2% slower than no turns (perf-log v39).
   static constexpr bool kPairPingPong = false;
-  // Two rings, dev only (A/B, session 21): rows dealt in order (warpgroup w: rows 64 w), so warpgroups 0 and 2 change
-  // rings from tile to tile; each ring's position at a tile's start then comes from the scheduler (ring_pos).
-  static constexpr bool kRotateRings = false;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -406,7 +402,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
-  [[maybe_unused]] __shared__ int ring_pos[2][2];  // Traits::kRotateRings: each ring's position at the slot's tile start
+  // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
+  // with the schedules by the scheduler warp: a warpgroup changing rings needs the position of its new one.
+  [[maybe_unused]] __shared__ int ring_pos[2][2];
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -504,7 +502,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int lane = threadIdx.x % 32;
       if (threadIdx.x / 32 == 1) {
         int x = int(blockIdx.x);
-        [[maybe_unused]] int pos0 = 0, pos1 = 0;  // Traits::kRotateRings: the rings' positions (lane 0)
+        [[maybe_unused]] int pos0 = 0, pos1 = 0;  // two rings: their positions (lane 0)
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // Ask for the tile after this one now, so the atomic's latency hides behind the build.
@@ -525,11 +523,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               const int single = single_wg(p, q_begin);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
-              if constexpr (K::kRotateRings)
-                if (lane == 0) {  // (lane 0 stored both counts)
-                  ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
-                  pos0 += sched[0], pos1 += sched[args.sched_stride];
-                }
+              if (lane == 0) {  // (lane 0 stored both counts)
+                ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
+                pos0 += sched[0], pos1 += sched[args.sched_stride];
+              }
             } else {
               blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
             }
@@ -699,19 +696,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     };
 
     int it = 0, tile_iter = 0;
-    // Two rings: warpgroups 0 and 1 are always the pair (ring 0) and warpgroup 2 the single one (ring 1) -- the tile's
-    // rows are dealt to them accordingly (wg_row) -- so each warpgroup walks one ring from start to end, as with one
-    // ring. (Rows dealt in order, 0 and 2 changed rings from tile to tile; as an mbarrier wait tells phases apart by
-    // parity only, a warpgroup arriving at a ring two phases ahead of the slot took a stale phase for its block -- run
-    // s21-1 hung -- and keeping them apart took a barrier of all three at every tile end: runs s21-2 .. s21-4.)
-    int ring = K::kTwoRings && !K::kRotateRings && wg == 2 ? 1 : 0;
-    // (kRotateRings: the ring rides in bit 30 of `it`.)
-    auto slot_of = [&](int i) {
-      if constexpr (K::kRotateRings) return (i >> 30) * kStages + (i & 0x3fffffff) % kStages;
-      else return ring * kStages + i % kStages;
+    // Two rings: this tile's ring (warpgroup 1 is always in the pair; 0 and 2 change rings from tile to tile). Its number
+    // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (Warpgroups
+    // keeping to one ring, the tile's rows dealt to them accordingly, measured 2-4% slower: perf-log v39.)
+    int ring = 0;
+    auto slot_of = [](int i) {
+      if constexpr (K::kTwoRings) return (i >> 30) * kStages + (i & 0x3fffffff) % kStages;
+      else return i % kStages;
     };
     auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kRotateRings) return ((i & 0x3fffffff) / kStages) & 1;
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -751,10 +745,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
-      // This warpgroup's 64 rows of the tile: [wg_row, wg_row + 64). Two rings: warpgroup 2 takes the rows of the single
-      // mask row block (the last 64 in even tiles, the first 64 in odd ones), 0 and 1 the pair's in order.
-      const int wg_row = K::kTwoRings && !K::kRotateRings && single_wg(p, q_begin) == 0 ? 64 * ((wg + 1) % 3) : 64 * wg;
-      if constexpr (K::kRotateRings) {
+      if constexpr (K::kTwoRings) {
         ring = wg == single_wg(p, q_begin) ? 1 : 0;
         it = ring_pos[t_slot][ring] | ring << 30;
       }
@@ -769,7 +760,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg_row * 128;  // this warpgroup's 64 rows of page 0
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
@@ -799,7 +790,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t diag = q_begin + wg_row + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
           const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
           int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
@@ -1000,10 +991,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         release_prev_q();
       }
 
-      // Two rings: every warpgroup finishes this tile's blocks before any starts the next's. Not needed for correctness
-      // (each warpgroup keeps to its ring), but measured faster (sm90_dev, d64 s = 0.5: 4k 1.06x against 1.02-1.03x
-      // over the two-warpgroup kernel without it, 16k 1.12x against 1.11x; runs s21-3 and s21-5): the loader interleaves
-      // the rings block by block, so one ring's warpgroups running ahead only waited the more inside the tile.
+      // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
+      // while that ring's previous users still hold blocks there. An mbarrier wait tells phases apart by parity only, so
+      // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
+      // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
+      // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
       // (Barrier 8: 1-3 are the turns, which the pair's ping-pong variant uses with 256 threads; 4-6 the staging tiles.)
       if constexpr (K::kTwoRings) named_sync(8, 384);
 
@@ -1033,7 +1025,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int row = wg_row + row_in_wg + 8 * r;
+        const int row = wg * 64 + row_in_wg + 8 * r;
         if constexpr (K::kTmaStoreO) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
@@ -1061,11 +1053,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0 && q_begin + wg_row + 64 > 0) {  // (a box wholly before row 0: nothing to store)
+        if (tid == 0 && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
           int c[4];
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, q_begin + wg_row, tile.h, tile.b);
+            tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
             tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();

@@ -127,10 +127,6 @@ int32_t run_t(const FwdParams& p) {
   return flash::sm90::launch<T>(p);
 }
 template <class T>
-struct RotateRings : T {
-  static constexpr bool kRotateRings = true;
-};
-template <class T>
 struct PairPingPong : T {
   static constexpr bool kPairPingPong = true;
 };
@@ -256,11 +252,6 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // ... with the rows dealt in order, so warpgroups 0 and 2 change rings (Traits::kRotateRings; run s21-3's form).
-    {"d64  bs 2 rings rotating", 64, true, run_t<RotateRings<flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>>>},
-    {"d64  bs 2 rings rotating again", 64, true, run_t<RotateRings<flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>>>},
-    // ... with the pair's warpgroups taking turns (Traits::kPairPingPong).
-    {"d64  bs 2 rings pair-pp", 64, true, run_t<PairPingPong<flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };

@@ -18,6 +18,8 @@
 // so while one runs its softmax (exp2 on the SFU) the other's wgmmas keep the tensor cores busy; within
 // a warpgroup, S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j
 // does. K_j is released when S_j is done, V_j when P_j V_j is.
+// d64 block-sparse masks of 128-row blocks with long lists (shapes.h, use_two_rings) run three consumer warpgroups on
+// 192-row tiles instead, whose rows lie in two mask row blocks: one K/V ring per list, no ping-pong (Traits::kTwoRings).
 //
 // Hand-over of a tile's index and block-sparse schedule (plain shared stores by the producer, plain loads
 // by the consumers): through a "tile_full" mbarrier per tile slot (per Q buffer; block-sparse: per

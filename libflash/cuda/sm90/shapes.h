@@ -42,7 +42,8 @@ struct Shape {
 // for two Q buffers (run s13-8: +1-7% dense, +1-13% causal over 3 stages and one Q buffer, which had won
 // before Q was double-buffered); d256 128 x 80 (FlashAttention-3's shape; +4-15% over 64).
 // Block-sparse masks need block_n to divide the mask's blocks (64 and 128), 128-row tiles (a tile inside
-// one mask row block of 128) and room for the schedules: d256 drops to 64 keys.
+// one mask row block of 128) and room for the schedules: d256 drops to 64 keys. (d64 with 128-row mask blocks and long
+// lists takes 192-row tiles on two K/V rings instead: kTwoRingShape below.)
 // d64 and d128 write O through a staging tile with TMA stores (run s14-1: d128 +7% at 1k, +3-9% causal;
 // d64 +0-3%); d256 has no room left for one. Block-sparse too since runs s15-1/3 (its tiles are short, so
 // the epilogue weighs more: time / dense -0.01 to -0.04 at d64, and at d128 the staging tile in place of

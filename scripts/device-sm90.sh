@@ -84,7 +84,7 @@ for phase in "$@"; do
       echo "gpu tests (quick): exit ${PIPESTATUS[0]}"
       ;;
     testall)
-      timeout 400 $BUILD/tests/flash_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+      timeout 560 $BUILD/tests/flash_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
       echo "gpu tests (all): exit ${PIPESTATUS[0]}"
       ;;
     sanitize)

@@ -229,7 +229,10 @@ const ProfCase kProfCases[] = {
 // the block-sparse instantiation on d64 problems without a block mask ("listed", v37: windows of <= 768 keys production
 // since; causal and dense slower), s20-5 d256 causal on d256's block-sparse instantiation (64-key blocks: 10-29%
 // slower), s20-7 block-sparse L2 prefetch of the schedule's key blocks from the loader (v38, commit bffc476, reverted:
-// 1-25% slower). The candidates
+// 1-25% slower). Session 21: s21-1 .. s21-8 d64 block-sparse on three warpgroups and two K/V rings (v39: production for
+lists of >= 12 key blocks), with three stages per ring and one Q buffer (s21-3), fixed rings (s21-5 .. s21-8) and the
+pair's ping-pong (s21-5, s21-7) not kept; `sm90_dev 10 profile NAME` profiles only the cases whose name holds NAME. The
+candidates
 // below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).

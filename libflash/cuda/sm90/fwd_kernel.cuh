@@ -190,9 +190,6 @@ struct Traits {
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   static constexpr bool kPingPong = !kTwoRings;
-  // Two rings, dev only (sm90_dev): the pair's two warpgroups take turns as in the one-ring kernels (their lists are the
-  // same), warpgroup 2 runs free. Measured 1-2% slower than no turns (perf-log v39).
-  static constexpr bool kPairPingPong = false;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -272,7 +269,8 @@ struct KeyBlocks {
   }
 
   // The scheduler warp (all 32 lanes): the schedule of the mask row block holding query row q_row into `out` (no
-  // block: q_row past seqlen_q, a two-ring tile's rows that are all past the end), using `bits` (one bit per mask key block, n_mask_blocks / 32 + 1 words) for the set. The
+  // block: q_row past seqlen_q, a two-ring tile's rows that are all past the end), using `bits` (one bit per mask
+  // key block, n_mask_blocks / 32 + 1 words) for the set. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
   __device__ void build_schedule(const FwdParams& p, int b, int h, int q_row, int32_t* out, uint32_t* bits,
@@ -683,18 +681,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
     if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
-    if constexpr (K::kPairPingPong)
-      if (wg == 1) named_arrive(1, 256);
-    // A turn at the tensor cores: ping-pong (named barrier 1 + wg is "wg may issue"), or the pair's (two rings).
+    // A turn at the tensor cores (ping-pong; two rings take none).
     auto take_turn = [&]() {
       if constexpr (K::kPingPong) named_sync(1 + wg, 256);
-      else if constexpr (K::kPairPingPong)
-        if (wg < 2) named_sync(1 + wg, 256);
     };
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-      else if constexpr (K::kPairPingPong)
-        if (wg < 2) named_arrive(2 - wg, 256);
     };
 
     int it = 0, tile_iter = 0;
@@ -998,7 +990,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
       // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
       // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
-      // (Barrier 8: 1-3 are the turns, which the pair's ping-pong variant uses with 256 threads; 4-6 the staging tiles.)
+      // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring. Sharing id 1
+      // with a 256-thread turn, a dev variant faulted: illegal instruction, run s21-6.)
       if constexpr (K::kTwoRings) named_sync(8, 384);
 
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row

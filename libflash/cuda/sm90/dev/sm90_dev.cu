@@ -122,14 +122,6 @@ int32_t run_static(const FwdParams& p) {
   q.workspace = nullptr, q.workspace_size = 0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
 }
-template <class T>
-int32_t run_t(const FwdParams& p) {
-  return flash::sm90::launch<T>(p);
-}
-template <class T>
-struct PairPingPong : T {
-  static constexpr bool kPairPingPong = true;
-};
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -141,10 +133,6 @@ unsigned long long* g_profile = nullptr;
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
-}
-template <class T>
-int32_t run_prof_t(const FwdParams& p) {
-  return flash::sm90::launch<T>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -178,7 +166,6 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ring pp .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_t<Profiled<PairPingPong<flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>>>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -230,10 +217,9 @@ const ProfCase kProfCases[] = {
 // since; causal and dense slower), s20-5 d256 causal on d256's block-sparse instantiation (64-key blocks: 10-29%
 // slower), s20-7 block-sparse L2 prefetch of the schedule's key blocks from the loader (v38, commit bffc476, reverted:
 // 1-25% slower). Session 21: s21-1 .. s21-8 d64 block-sparse on three warpgroups and two K/V rings (v39: production for
-lists of >= 12 key blocks), with three stages per ring and one Q buffer (s21-3), fixed rings (s21-5 .. s21-8) and the
-pair's ping-pong (s21-5, s21-7) not kept; `sm90_dev 10 profile NAME` profiles only the cases whose name holds NAME. The
-candidates
-// below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
+// lists of >= 12 key blocks), with three stages per ring and one Q buffer (s21-3), fixed rings (s21-5 .. s21-8) and the
+// pair's ping-pong (s21-5, s21-7) not kept; `sm90_dev 10 profile NAME` profiles only the cases whose name holds NAME.
+// The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {

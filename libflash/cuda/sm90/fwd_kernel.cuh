@@ -190,6 +190,13 @@ struct Traits {
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   static constexpr bool kPingPong = !kTwoRings;
+  // Two rings: one loading thread per ring (lane 0 of producer warps 0 and 2), so a ring whose consumers are ahead is
+  // never held up behind the other ring's wait for a free slot (perf-log v40). dev/sm90_dev.cu overrides it (1: one
+  // thread interleaving both rings, v39's form).
+  static constexpr int kLoaders = kTwoRings ? 2 : 1;
+  // dev/sm90_dev.cu only (timing, wrong results): ring 1 loads K alone and its V slots keep stale data, a quarter less
+  // K/V traffic -- what a 2-CTA cluster multicasting ring 1 would save (perf-log v40).
+  static constexpr bool kDevRing1KOnly = false;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -436,7 +443,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // ordered thread by thread.
     for (int slot = 0; slot < kTileSlots; ++slot) {
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
-      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + 1);
+      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders);
     }
     for (int s = 0; s < kSlots; ++s) {
       // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
@@ -536,9 +543,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (x >= args.num_tiles) break;  // the end marker is published
           x = next;
         }
-      } else if (threadIdx.x == 0) {
+      } else if (threadIdx.x == 0 || (K::kLoaders == 2 && threadIdx.x == 64)) {
+        // Two loaders (K::kLoaders): thread 0 loads Q and ring 0, thread 64 ring 1; each walks its own ring's schedule.
+        [[maybe_unused]] const int my_ring = threadIdx.x / 64;
         int it = 0;  // position in the K/V ring, continued across tiles
-        [[maybe_unused]] int it1 = 0;  // two rings: ring 1's (ring 0's is it)
+        [[maybe_unused]] int it1 = 0;  // two rings, one loader: ring 1's (ring 0's is it)
         int q_issued = 0;  // tiles whose Q has been loaded (the next one's goes out during this one, kQAhead)
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
@@ -546,13 +555,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
           const int x = tile_ids[slot];
           if (x >= args.num_tiles) {
-            if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            if constexpr (K::kProfile)
+              if (threadIdx.x == 0) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
-          if (q_issued == tile_iter) {
+          if (threadIdx.x == 0 && q_issued == tile_iter) {
             wait_q_slot(tile_iter);
             load_q(tile_iter, q_begin, tile.h, tile.b);
             ++q_issued;
@@ -571,15 +581,36 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           if constexpr (K::kTwoRings) {
-            // Both rings' blocks, interleaved (ring 0's j-th, then ring 1's), each ring in its own order: a warpgroup
-            // waits only on its own ring, whose loads go out in the order it consumes them.
             auto load_ring = [&](int ring, bool v, int n, int at) {
               const int sl = ring * kStages + at % kStages;
+              if (K::kDevRing1KOnly && v && ring == 1) {  // (dev: the V slot keeps stale data, no traffic)
+                mbar_wait(v_empty(sl), ((at / kStages) & 1) ^ 1);
+                mbar_arrive(v_full(sl));
+                return;
+              }
               if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring * kStages * K::kKVBytes, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
               else load_kv(&args.tk, args.k_pos, k_smem0 + ring * kStages * K::kKVBytes, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
             };
-            // (The schedules read directly, not through two KeyBlocks: the producer has 32 registers here.)
+            // (The schedules read directly, not through KeyBlocks: the producer has 32 registers here.)
             const int32_t* s0 = sched_base + slot * 2 * args.sched_stride;
+            if constexpr (K::kLoaders == 2) {
+              // This thread's ring alone, in the order its warpgroups consume it (V_j trailing K_j by one block).
+              const int32_t* sr = s0 + my_ring * args.sched_stride;
+              const int c = sr[0];
+              for (int j = 0; j < c; ++j) {
+                load_ring(my_ring, false, sr[1 + j], it + j);
+                if (j > 0) load_ring(my_ring, true, sr[j], it + j - 1);
+                if (my_ring == 0 && j == kQAhead) load_next_q();
+              }
+              const int last = c > 0 ? sr[c] : -1;
+              mbar_arrive(sched_empty(slot));  // the schedule is read
+              if (last >= 0) load_ring(my_ring, true, last, it + c - 1);
+              it += c;
+              continue;
+            }
+            // One loader: both rings' blocks, interleaved (ring 0's j-th, then ring 1's), each ring in its own order: a
+            // warpgroup waits only on its own ring, whose loads go out in the order it consumes them.
+
             const int32_t* s1 = s0 + args.sched_stride;
             const int c0 = s0[0], c1 = s1[0];
             for (int j = 0; j < c0 || j < c1; ++j) {

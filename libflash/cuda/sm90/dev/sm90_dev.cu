@@ -134,6 +134,25 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
+// Two rings (v39/v40): one loading thread for both rings (v39's form), and ring 1 loading K alone (timing only: a quarter
+// less K/V traffic, what a 2-CTA cluster multicasting ring 1 would carry).
+template <class T>
+struct OneLoader : T {
+  static constexpr int kLoaders = 1;
+};
+template <class T>
+struct Ring1KOnly : T {
+  static constexpr bool kDevRing1KOnly = true;
+};
+using TwoRingTraits = flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>;
+int32_t run_one_loader(const FwdParams& p) { return flash::sm90::launch<OneLoader<TwoRingTraits>>(p); }
+int32_t run_ring1_k_only(const FwdParams& p) { return flash::sm90::launch<Ring1KOnly<TwoRingTraits>>(p); }
+int32_t run_prof_one_loader(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<OneLoader<TwoRingTraits>>>(p, {true, g_profile});
+}
+int32_t run_prof_ring1_k_only(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<Ring1KOnly<TwoRingTraits>>>(p, {true, g_profile});
+}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -166,6 +185,9 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
+    {"d64 2ring1ld .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_one_loader},
+    {"d64 2ring1ld .5", 64, 4096, 2, false, 0.5, 3, run_prof_one_loader},
+    {"d64 2ringKonly .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_ring1_k_only},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -241,6 +263,9 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  2 rings 1 loader (v39)", 64, true, run_one_loader},
+    {"d64  2 rings 1 loader again", 64, true, run_one_loader},
+    {"d64  2 rings ring1 K only (wrong)", 64, true, run_ring1_k_only},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };
@@ -296,7 +321,7 @@ int main(int argc, char** argv) {
   // Sliding windows (w, 0) on the standard grid (issue 7: (256, 0) at 16k against causal 16k).
   for (int w : {128, 256, 512, 768, 1024})
     for (int n : {4096, 16384}) problems.push_back({0, n, 16384 / n, false, 0.0, w});
-  for (int n : {4096, 16384})
+  for (int n : {4096, 8192, 16384})
     for (double s : {0.0, 0.1, 0.25, 0.5}) problems.push_back({0, n, 2, false, s});
 
   std::printf("%-30s %-7s %6s %5s %9s %8s %10s %9s\n", "candidate", "mask", "seqlen", "batch", "ms", "TFLOP/s", "max|d|/max",

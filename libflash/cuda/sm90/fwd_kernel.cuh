@@ -155,7 +155,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, int kStages1_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
@@ -188,7 +188,12 @@ struct Traits {
   // differ in length; three warpgroups without it measured the same as with it, perf-log v24).
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
-  static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
+  // Ring 0 has kStages stages (slots 0 .. kStages - 1), ring 1 kStages1 (kStages1_: 0 for as many; slots from kStages).
+  static constexpr int kStages1 = kTwoRings ? (kStages1_ > 0 ? kStages1_ : kStages) : 0;
+  static constexpr int kRingSlots = kStages + kStages1;
+  // Ring `ring`'s position `at` (blocks loaded into it before): its slot, and the parity of the slot's phase.
+  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring ? kStages + at % kStages1 : at % kStages; }
+  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (ring ? at / kStages1 : at / kStages) & 1; }
   static constexpr bool kPingPong = !kTwoRings;
   // Two rings: one loading thread per ring (lane 0 of producer warps 0 and 2), so a ring whose consumers are ahead is
   // never held up behind the other ring's wait for a free slot (perf-log v40). dev/sm90_dev.cu overrides it (1: one
@@ -203,7 +208,7 @@ struct Traits {
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
-  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_, kStages1_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
@@ -462,11 +467,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     setmaxnreg_dec<K::kProducerRegs>();
     // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at`
     // (slot at % kStages), once the consumers released the slot. Both producers below (dense, block-sparse).
-    auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                       int n, int at, int h_kv, int b) {
+    // The same into shared buffer `dst`, once the slot's phase of parity `parity` ^ 1 has completed (two rings).
+    auto load_kv_at = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t dst, uint32_t full, uint32_t empty,
+                          uint32_t parity, int n, int h_kv, int b) {
       {
         const long long t0 = K::kProfile ? clock64() : 0;
-        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+        mbar_wait(empty, parity ^ 1);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       mbar_arrive_expect_tx(full, K::kKVBytes);
@@ -474,8 +480,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
-        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d(dst + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
+    };
+    auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                       int n, int at, int h_kv, int b) {
+      load_kv_at(map, pos, smem0 + (at % kStages) * K::kKVBytes, full, empty, (at / kStages) & 1, n, h_kv, b);
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
     // into it (rows from q_begin of query head h, batch b).
@@ -582,14 +592,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           if constexpr (K::kTwoRings) {
             auto load_ring = [&](int ring, bool v, int n, int at) {
-              const int sl = ring * kStages + at % kStages;
+              const int sl = K::ring_slot(ring, at);
+              const uint32_t parity = K::ring_parity(ring, at);
               if (K::kDevRing1KOnly && v && ring == 1) {  // (dev: the V slot keeps stale data, no traffic)
-                mbar_wait(v_empty(sl), ((at / kStages) & 1) ^ 1);
+                mbar_wait(v_empty(sl), parity ^ 1);
                 mbar_arrive(v_full(sl));
                 return;
               }
-              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring * kStages * K::kKVBytes, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
-              else load_kv(&args.tk, args.k_pos, k_smem0 + ring * kStages * K::kKVBytes, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
+              if (v) load_kv_at(&args.tv, args.v_pos, v_smem0 + sl * K::kKVBytes, v_full(sl), v_empty(sl), parity, n, h_kv, tile.b);
+              else load_kv_at(&args.tk, args.k_pos, k_smem0 + sl * K::kKVBytes, k_full(sl), k_empty(sl), parity, n, h_kv, tile.b);
             };
             // (The schedules read directly, not through KeyBlocks: the producer has 32 registers here.)
             const int32_t* s0 = sched_base + slot * 2 * args.sched_stride;
@@ -726,11 +737,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // keeping to one ring, the tile's rows dealt to them accordingly, measured 2-4% slower: perf-log v39.)
     int ring = 0;
     auto slot_of = [](int i) {
-      if constexpr (K::kTwoRings) return (i >> 30) * kStages + (i & 0x3fffffff) % kStages;
+      if constexpr (K::kTwoRings) return K::ring_slot(i >> 30, i & 0x3fffffff);
       else return i % kStages;
     };
     auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
+      if constexpr (K::kTwoRings) return K::ring_parity(i >> 30, i & 0x3fffffff);
       else return (i / kStages) & 1;
     };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -1217,5 +1228,5 @@ int32_t launch_fwd_two_rings(const FwdParams& p);
   template <>                                                                                            \
   int32_t flash::sm90::launch_fwd_two_rings<flash::DType::DTYPE>(const flash::FwdParams& p) {           \
     constexpr flash::sm90::Shape s = flash::sm90::kTwoRingShape;                                         \
-    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o>>(p); \
+    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o, s.stages1>>(p); \
   }

@@ -153,6 +153,15 @@ int32_t run_prof_one_loader(const FwdParams& p) {
 int32_t run_prof_ring1_k_only(const FwdParams& p) {
   return flash::sm90::launch<Profiled<Ring1KOnly<TwoRingTraits>>>(p, {true, g_profile});
 }
+// Two rings of unequal depth (ring 0, the pair's, deeper), O staged in Q to make room (session 22): ring 0 / ring 1 stages.
+template <int ST0, int ST1>
+int32_t run_rings(const FwdParams& p) {
+  return flash::sm90::launch<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, 2, ST1>>(p);
+}
+template <int ST0, int ST1>
+int32_t run_prof_rings(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, 2, ST1>>>(p, {true, g_profile});
+}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -188,6 +197,9 @@ const ProfCase kProfCases[] = {
     {"d64 2ring1ld .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_one_loader},
     {"d64 2ring1ld .5", 64, 4096, 2, false, 0.5, 3, run_prof_one_loader},
     {"d64 2ringKonly .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_ring1_k_only},
+    {"d64 2ring32 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<3, 2>},
+    {"d64 2ring42 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<4, 2>},
+    {"d64 2ring32 .5", 64, 4096, 2, false, 0.5, 3, run_prof_rings<3, 2>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -263,9 +275,11 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  2 rings 1 loader (v39)", 64, true, run_one_loader},
-    {"d64  2 rings 1 loader again", 64, true, run_one_loader},
-    {"d64  2 rings ring1 K only (wrong)", 64, true, run_ring1_k_only},
+    {"d64  2 rings 3/2 O in Q, 2Q", 64, true, run_rings<3, 2>},
+    {"d64  2 rings 3/2 again", 64, true, run_rings<3, 2>},
+    {"d64  2 rings 4/2 O in Q, 1Q", 64, true, run_rings<4, 2>},
+    {"d64  2 rings 3/3 O in Q, 1Q", 64, true, run_rings<3, 3>},
+    {"d64  2 rings 2/2 O in Q, 2Q", 64, true, run_rings<2, 2>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };

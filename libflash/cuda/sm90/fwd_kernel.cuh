@@ -195,13 +195,10 @@ struct Traits {
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring ? kStages + at % kStages1 : at % kStages; }
   __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (ring ? at / kStages1 : at / kStages) & 1; }
   static constexpr bool kPingPong = !kTwoRings;
-  // Two rings: one loading thread per ring (lane 0 of producer warps 0 and 2), so a ring whose consumers are ahead is
-  // never held up behind the other ring's wait for a free slot (perf-log v40). dev/sm90_dev.cu overrides it (1: one
-  // thread interleaving both rings, v39's form).
+  // Block-sparse producer threads: one K/V loader per ring, and a thread of its own loading Q (kQLoader; else the ring
+  // 0 loader loads Q too, the next tile's after this tile's kStages - 1-th block). perf-log v40.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
-  // dev/sm90_dev.cu only (timing, wrong results): ring 1 loads K alone and its V slots keep stale data, a quarter less
-  // K/V traffic -- what a 2-CTA cluster multicasting ring 1 would save (perf-log v40).
-  static constexpr bool kDevRing1KOnly = false;
+  static constexpr bool kQLoader = kSparse;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -448,7 +445,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // ordered thread by thread.
     for (int slot = 0; slot < kTileSlots; ++slot) {
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
-      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders);
+      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + (K::kQLoader ? 1 : 0));
     }
     for (int s = 0; s < kSlots; ++s) {
       // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
@@ -553,12 +550,26 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (x >= args.num_tiles) break;  // the end marker is published
           x = next;
         }
-      } else if (threadIdx.x == 0 || (K::kLoaders == 2 && threadIdx.x == 64)) {
-        // Two loaders (K::kLoaders): thread 0 loads Q and ring 0, thread 64 ring 1; each walks its own ring's schedule.
-        [[maybe_unused]] const int my_ring = threadIdx.x / 64;
-        int it = 0;  // position in the K/V ring, continued across tiles
-        [[maybe_unused]] int it1 = 0;  // two rings, one loader: ring 1's (ring 0's is it)
-        int q_issued = 0;  // tiles whose Q has been loaded (the next one's goes out during this one, kQAhead)
+      } else if (K::kQLoader && threadIdx.x == 96) {
+        // The Q loader (lane 0 of warp 3): each tile's Q as soon as its buffer is free, so no K/V load waits behind a
+        // Q buffer's release (with O staged in Q that is the next tile's prologue; perf-log v40).
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int slot = tile_iter & 1;
+          mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+          const int x = tile_ids[slot];
+          mbar_arrive(sched_empty(slot));  // the tile index is read
+          if (x >= args.num_tiles) break;
+          const Tile tile(args, x);
+          wait_q_slot(tile_iter);
+          load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
+        }
+      } else if (threadIdx.x == 0 || (K::kTwoRings && threadIdx.x == 64)) {
+        // The K/V loaders: lane 0 of warp 0 (two rings: ring 0's), and with two rings lane 0 of warp 2 (ring 1's), each
+        // walking its own ring's schedule, so a ring whose warpgroups are ahead never waits behind the other ring's wait
+        // for a free slot (one thread interleaving both rings was 1-2% slower: perf-log v40).
+        [[maybe_unused]] const int ring = K::kTwoRings ? threadIdx.x / 64 : 0;
+        int it = 0;  // position in this thread's K/V ring, continued across tiles
+        [[maybe_unused]] int q_issued = 0;  // (!kQLoader) tiles whose Q has been loaded (the next one's goes out during this one)
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
@@ -572,74 +583,45 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
-          if (threadIdx.x == 0 && q_issued == tile_iter) {
+          if (!K::kQLoader && ring == 0 && q_issued == tile_iter) {
             wait_q_slot(tile_iter);
             load_q(tile_iter, q_begin, tile.h, tile.b);
             ++q_issued;
           }
-          // The next tile's Q (its index and schedule are published two tiles ahead; waiting for them again at the top
-          // of the next iteration returns at once: that phase cannot move on before this lane's sched_empty arrive).
+          // (!kQLoader) The next tile's Q (its index and schedule are published two tiles ahead; waiting for them again at
+          // the top of the next iteration returns at once: that phase cannot move on before this lane's sched_empty arrive).
           auto load_next_q = [&]() {
-            mbar_wait(tile_full(slot ^ 1), ((tile_iter + 1) >> 1) & 1);
-            const int next = tile_ids[slot ^ 1];
-            if (next < args.num_tiles) {
-              const Tile nt(args, next);
-              wait_q_slot(tile_iter + 1);
-              load_q(tile_iter + 1, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
-              ++q_issued;
+            if constexpr (!K::kQLoader) {
+              mbar_wait(tile_full(slot ^ 1), ((tile_iter + 1) >> 1) & 1);
+              const int next = tile_ids[slot ^ 1];
+              if (next < args.num_tiles) {
+                const Tile nt(args, next);
+                wait_q_slot(tile_iter + 1);
+                load_q(tile_iter + 1, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
+                ++q_issued;
+              }
             }
           };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           if constexpr (K::kTwoRings) {
-            auto load_ring = [&](int ring, bool v, int n, int at) {
+            auto load_ring = [&](bool v, int n, int at) {
               const int sl = K::ring_slot(ring, at);
               const uint32_t parity = K::ring_parity(ring, at);
-              if (K::kDevRing1KOnly && v && ring == 1) {  // (dev: the V slot keeps stale data, no traffic)
-                mbar_wait(v_empty(sl), parity ^ 1);
-                mbar_arrive(v_full(sl));
-                return;
-              }
               if (v) load_kv_at(&args.tv, args.v_pos, v_smem0 + sl * K::kKVBytes, v_full(sl), v_empty(sl), parity, n, h_kv, tile.b);
               else load_kv_at(&args.tk, args.k_pos, k_smem0 + sl * K::kKVBytes, k_full(sl), k_empty(sl), parity, n, h_kv, tile.b);
             };
-            // (The schedules read directly, not through KeyBlocks: the producer has 32 registers here.)
-            const int32_t* s0 = sched_base + slot * 2 * args.sched_stride;
-            if constexpr (K::kLoaders == 2) {
-              // This thread's ring alone, in the order its warpgroups consume it (V_j trailing K_j by one block).
-              const int32_t* sr = s0 + my_ring * args.sched_stride;
-              const int c = sr[0];
-              for (int j = 0; j < c; ++j) {
-                load_ring(my_ring, false, sr[1 + j], it + j);
-                if (j > 0) load_ring(my_ring, true, sr[j], it + j - 1);
-                if (my_ring == 0 && j == kQAhead) load_next_q();
-              }
-              const int last = c > 0 ? sr[c] : -1;
-              mbar_arrive(sched_empty(slot));  // the schedule is read
-              if (last >= 0) load_ring(my_ring, true, last, it + c - 1);
-              it += c;
-              continue;
+            // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
+            const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
+            const int c = sr[0];
+            for (int j = 0; j < c; ++j) {
+              load_ring(false, sr[1 + j], it + j);
+              if (j > 0) load_ring(true, sr[j], it + j - 1);
+              if (ring == 0 && j == kQAhead) load_next_q();
             }
-            // One loader: both rings' blocks, interleaved (ring 0's j-th, then ring 1's), each ring in its own order: a
-            // warpgroup waits only on its own ring, whose loads go out in the order it consumes them.
-
-            const int32_t* s1 = s0 + args.sched_stride;
-            const int c0 = s0[0], c1 = s1[0];
-            for (int j = 0; j < c0 || j < c1; ++j) {
-              if (j < c0) {
-                load_ring(0, false, s0[1 + j], it + j);
-                if (j > 0) load_ring(0, true, s0[j], it + j - 1);
-              }
-              if (j < c1) {
-                load_ring(1, false, s1[1 + j], it1 + j);
-                if (j > 0) load_ring(1, true, s1[j], it1 + j - 1);
-              }
-              if (j == kQAhead) load_next_q();
-            }
-            const int last0 = c0 > 0 ? s0[c0] : -1, last1 = c1 > 0 ? s1[c1] : -1;
-            mbar_arrive(sched_empty(slot));  // the schedules are read
-            if (last0 >= 0) load_ring(0, true, last0, it + c0 - 1);
-            if (last1 >= 0) load_ring(1, true, last1, it1 + c1 - 1);
-            it += c0, it1 += c1;
+            const int last = c > 0 ? sr[c] : -1;
+            mbar_arrive(sched_empty(slot));  // the schedule is read
+            if (last >= 0) load_ring(true, last, it + c - 1);
+            it += c;
           } else {
             KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
             int v_pending = -1, v_at = 0;

@@ -134,24 +134,18 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
-// Two rings (v39/v40): one loading thread for both rings (v39's form), and ring 1 loading K alone (timing only: a quarter
-// less K/V traffic, what a 2-CTA cluster multicasting ring 1 would carry).
+// Block-sparse producers without the Q loader thread (Traits::kQLoader; v39's form: the ring 0 loader loads Q too).
 template <class T>
-struct OneLoader : T {
-  static constexpr int kLoaders = 1;
+struct NoQLoader : T {
+  static constexpr bool kQLoader = false;
 };
-template <class T>
-struct Ring1KOnly : T {
-  static constexpr bool kDevRing1KOnly = true;
-};
-using TwoRingTraits = flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>;
-int32_t run_one_loader(const FwdParams& p) { return flash::sm90::launch<OneLoader<TwoRingTraits>>(p); }
-int32_t run_ring1_k_only(const FwdParams& p) { return flash::sm90::launch<Ring1KOnly<TwoRingTraits>>(p); }
-int32_t run_prof_one_loader(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<OneLoader<TwoRingTraits>>>(p, {true, g_profile});
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_no_qloader(const FwdParams& p) {
+  return flash::sm90::launch<NoQLoader<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
 }
-int32_t run_prof_ring1_k_only(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<Ring1KOnly<TwoRingTraits>>>(p, {true, g_profile});
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_prof_no_qloader(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<NoQLoader<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 // Two rings of unequal depth (ring 0, the pair's, deeper), O staged in Q to make room (session 22): ring 0 / ring 1 stages.
 template <int ST0, int ST1>
@@ -194,9 +188,9 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ring1ld .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_one_loader},
-    {"d64 2ring1ld .5", 64, 4096, 2, false, 0.5, 3, run_prof_one_loader},
-    {"d64 2ringKonly .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_ring1_k_only},
+    {"d64 2ringNoQ .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_no_qloader<64, 128, 2, 3, 1>},
+    {"d128 bsNoQ 0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof_no_qloader<128, 128, 2, 2, 2>},
+    {"d128 bsNoQ .5 b2", 128, 4096, 2, false, 0.5, 2, run_prof_no_qloader<128, 128, 2, 2, 2>},
     {"d64 2ring32 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<3, 2>},
     {"d64 2ring42 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<4, 2>},
     {"d64 2ring32 .5", 64, 4096, 2, false, 0.5, 3, run_prof_rings<3, 2>},
@@ -275,13 +269,16 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  2 rings no Q loader", 64, true, run_no_qloader<64, 128, 2, 3, 1>},
     {"d64  2 rings 3/2 O in Q, 2Q", 64, true, run_rings<3, 2>},
     {"d64  2 rings 3/2 again", 64, true, run_rings<3, 2>},
     {"d64  2 rings 4/2 O in Q, 1Q", 64, true, run_rings<4, 2>},
-    {"d64  2 rings 3/3 O in Q, 1Q", 64, true, run_rings<3, 3>},
     {"d64  2 rings 2/2 O in Q, 2Q", 64, true, run_rings<2, 2>},
+    {"d64  bs 2wg no Q loader", 64, true, run_no_qloader<64, 128, 4, 2, 1>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs no Q loader", 128, true, run_no_qloader<128, 128, 2, 2, 2>},
+    {"d128 bs no Q loader again", 128, true, run_no_qloader<128, 128, 2, 2, 2>},
 };
 
 }  // namespace

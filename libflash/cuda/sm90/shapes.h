@@ -163,9 +163,10 @@ inline constexpr int64_t kListedMaxWindow = 768;
 // Which block-sparse problems run on the two-ring instantiation: d64, mask blocks of 128 rows (a multiple of 128 keys),
 // lists of at least kTwoRingMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity, is what the host knows of
 // their lengths), when its four schedules fit (else the two-warpgroup kernel, which needs less shared memory, runs them).
-// sm90_dev against the two-warpgroup kernel (perf-log v39, s21-8): 3 blocks per list (4k, s = 0.1) 8% slower, 8 (4k,
-// 0.25) the same, 13 (16k, 0.1) 3% faster, 16 (4k, 0.5) 5%, 32 (16k, 0.25) 11%, 64 (16k, 0.5) 15%.
-inline constexpr int64_t kTwoRingMinBlocks = 12;
+// sm90_dev against the two-warpgroup kernel since v40 (a K/V loader per ring and a Q loader, s22-3): 3 blocks per list
+// (4k, s = 0.1) 2-3% slower, 6 (8k, 0.1) 4-6% faster, 8 (4k, 0.25) 2-3%, 13 (16k, 0.1) 11%, 16 (4k, 0.5) 7%,
+// 64 (16k, 0.5) 14%. (v39, one loader, s21-8: 8 blocks the same, 3 8% slower; the threshold was 12.)
+inline constexpr int64_t kTwoRingMinBlocks = 6;
 inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (!p.has_block_mask || p.head_dim != 64 || p.block_mask.block_m != 128 || p.block_mask.block_n % 128 != 0) return false;
   if (int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) < kTwoRingMinBlocks) return false;

@@ -147,14 +147,15 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_prof_no_qloader(const FwdParams& p) {
   return flash::sm90::launch<Profiled<NoQLoader<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
-// Two rings of unequal depth (ring 0, the pair's, deeper), O staged in Q to make room (session 22): ring 0 / ring 1 stages.
-template <int ST0, int ST1>
+// Two rings of unequal depth (ring 0, the pair's, deeper; session 22): ring 0 / ring 1 stages, O's epilogue (Shape::store_o:
+// 1 a staging tile, 2 staged in Q); the Q buffers are what fits (shapes.h q_stages).
+template <int ST0, int ST1, int STORE = 2>
 int32_t run_rings(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, 2, ST1>>(p);
+  return flash::sm90::launch<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, STORE, ST1>>(p);
 }
-template <int ST0, int ST1>
+template <int ST0, int ST1, int STORE = 2>
 int32_t run_prof_rings(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, 2, ST1>>>(p, {true, g_profile});
+  return flash::sm90::launch<Profiled<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, STORE, ST1>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -193,6 +194,8 @@ const ProfCase kProfCases[] = {
     {"d128 bsNoQ .5 b2", 128, 4096, 2, false, 0.5, 2, run_prof_no_qloader<128, 128, 2, 2, 2>},
     {"d64 2ring32 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<3, 2>},
     {"d64 2ring42 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<4, 2>},
+    {"d64 2ring32tile .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<3, 2, 1>},
+    {"d64 2ring32tile .5", 64, 4096, 2, false, 0.5, 3, run_prof_rings<3, 2, 1>},
     {"d64 2ring32 .5", 64, 4096, 2, false, 0.5, 3, run_prof_rings<3, 2>},
 };
 
@@ -263,16 +266,15 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 O in Q (s18)", 256, false, run<256, 80, 2, 2, 0, 2>},
     {"d256 O in Q again", 256, false, run<256, 80, 2, 2, 0, 2>},
-    // d64 block-sparse: two warpgroups on one ring (production below 12 key blocks per list), and since session 21 three
-    // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 12 blocks, shapes.h use_two_rings).
+    // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
+    // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  2 rings no Q loader", 64, true, run_no_qloader<64, 128, 2, 3, 1>},
-    {"d64  2 rings 3/2 O in Q, 2Q", 64, true, run_rings<3, 2>},
-    {"d64  2 rings 3/2 again", 64, true, run_rings<3, 2>},
-    {"d64  2 rings 4/2 O in Q, 1Q", 64, true, run_rings<4, 2>},
+    {"d64  2 rings 3/2 O tile, 1Q", 64, true, run_rings<3, 2, 1>},
+    {"d64  2 rings 3/2 O tile again", 64, true, run_rings<3, 2, 1>},
     {"d64  2 rings 2/2 O in Q, 2Q", 64, true, run_rings<2, 2>},
     {"d64  bs 2wg no Q loader", 64, true, run_no_qloader<64, 128, 4, 2, 1>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},

@@ -6,7 +6,8 @@
 //             Q_i (kBlockM = 64 x consumers rows; one or two buffers) per work tile, then K_j and V_j of each key
 //             block j it visits into a kStages-deep ring of shared buffers, each guarded by "full" and
 //             "empty" mbarriers (block-sparse masks: a second warp, the scheduler, turns each tile's list
-//             into a schedule in shared memory up to two tiles ahead);
+//             into a schedule in shared memory up to two tiles ahead, and Q, K/V -- and with two rings each
+//             ring's K/V -- have loading threads of their own);
 //   consumers (warpgroups 1 and 2, 232-240 registers/thread; 1-3 with 160 at d64): each owns 64 rows of Q_i and runs
 //             Algorithm 1 on them:
 //               S   = Q_i K_j^T                      wgmma m64 n{kBlockN} k16, both operands in smem
@@ -25,7 +26,7 @@
 // by the consumers): through a "tile_full" mbarrier per tile slot (per Q buffer; block-sparse: per
 // schedule) that only threads arrive on -- every producer lane after its own stores (release), every
 // consumer thread waits (acquire) -- and back through q_empty (block-sparse: sched_empty, which the loading
-// lane also arrives on), which every consumer thread arrives on after its last load and every producer
+// lanes also arrive on), which every consumer thread arrives on after its last load and every producer
 // lane that stores waits on before storing there again. Thread by thread, so compute-sanitizer racecheck can follow
 // it: handed over through q_full (whose phase TMA completes) or released by one lane per warp after
 // __syncwarp, racecheck reported the pairs (perf-log v5; dev/racecheck_mbarrier.cu is the minimal case).
@@ -155,7 +156,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0, int kStages1_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
@@ -188,24 +189,21 @@ struct Traits {
   // differ in length; three warpgroups without it measured the same as with it, perf-log v24).
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
-  // Ring 0 has kStages stages (slots 0 .. kStages - 1), ring 1 kStages1 (kStages1_: 0 for as many; slots from kStages).
-  static constexpr int kStages1 = kTwoRings ? (kStages1_ > 0 ? kStages1_ : kStages) : 0;
-  static constexpr int kRingSlots = kStages + kStages1;
+  static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   // Ring `ring`'s position `at` (blocks loaded into it before): its slot, and the parity of the slot's phase.
-  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring ? kStages + at % kStages1 : at % kStages; }
-  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (ring ? at / kStages1 : at / kStages) & 1; }
+  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
+  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (at / kStages) & 1; }
   static constexpr bool kPingPong = !kTwoRings;
-  // Block-sparse producer threads: one K/V loader per ring, and a thread of its own loading Q (kQLoader; else the ring
-  // 0 loader loads Q too, the next tile's after this tile's kStages - 1-th block). perf-log v40.
+  // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
+  // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
-  static constexpr bool kQLoader = kSparse;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
   // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
-  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_, kStages1_};
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
   static constexpr int kQStages = kShape.q_stages(kSparse);
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
@@ -445,7 +443,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // ordered thread by thread.
     for (int slot = 0; slot < kTileSlots; ++slot) {
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
-      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + (K::kQLoader ? 1 : 0));
+      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + 1);
     }
     for (int s = 0; s < kSlots; ++s) {
       // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
@@ -464,12 +462,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     setmaxnreg_dec<K::kProducerRegs>();
     // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at`
     // (slot at % kStages), once the consumers released the slot. Both producers below (dense, block-sparse).
-    // The same into shared buffer `dst`, once the slot's phase of parity `parity` ^ 1 has completed (two rings).
-    auto load_kv_at = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t dst, uint32_t full, uint32_t empty,
-                          uint32_t parity, int n, int h_kv, int b) {
+    auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                       int n, int at, int h_kv, int b) {
       {
         const long long t0 = K::kProfile ? clock64() : 0;
-        mbar_wait(empty, parity ^ 1);
+        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       mbar_arrive_expect_tx(full, K::kKVBytes);
@@ -477,12 +474,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
-        tma_load_4d(dst + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
-    };
-    auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                       int n, int at, int h_kv, int b) {
-      load_kv_at(map, pos, smem0 + (at % kStages) * K::kKVBytes, full, empty, (at / kStages) & 1, n, h_kv, b);
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
     // into it (rows from q_begin of query head h, batch b).
@@ -501,15 +494,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
       }
     };
-    // With two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block: by
-    // then the consumers have released that buffer (its tile's last S, or with O staged in Q its successor's S_0), so
-    // the wait holds back no K/V load. (Loaded after the tile's last K/V instead, it was still landing when the
-    // consumers got there: d64 dense 1k 5% slower, d128 1%, d64 block-sparse 1-1.6%; perf-log v32.)
-    constexpr int kQAhead = K::kQStages == 2 ? kStages - 1 : -1;  // the block index after which it goes out
+    // Dense: with two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block:
+    // by then the consumers have released that buffer (its tile's last S), so the wait holds back no K/V load. (Loaded
+    // after the tile's last K/V instead, it was still landing when the consumers got there: d64 dense 1k 5% slower, d128
+    // 1%, d64 block-sparse 1-1.6%; perf-log v32. Block-sparse has a Q loader of its own since v40.)
+    [[maybe_unused]] constexpr int kQAhead = K::kQStages == 2 ? kStages - 1 : -1;  // the block index after which it goes out
     if constexpr (K::kSparse) {
       // Block-sparse: warp 1 is the scheduler -- it takes the tiles (the atomic counter), turns each one's
       // list into a schedule in shared memory and publishes both through tile_full, up to two tiles ahead;
-      // lane 0 of warp 0 is the loader -- Q and the scheduled K/V blocks by TMA. Building a schedule waits
+      // lane 0 of warp 3 loads Q, lane 0 of warp 0 the scheduled K/V blocks by TMA (two rings: warp 2's lane 0 ring 1's).
+      // Building a schedule waits
       // on two dependent global loads (the count, then the list), which in the loader's own sequence held
       // every tile start up (perf-log v19: the producer was busy, not waiting for the ring, 95% of a d64
       // block-sparse run, and the consumers waited 2-5k cycles at each tile start).
@@ -550,9 +544,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (x >= args.num_tiles) break;  // the end marker is published
           x = next;
         }
-      } else if (K::kQLoader && threadIdx.x == 96) {
-        // The Q loader (lane 0 of warp 3): each tile's Q as soon as its buffer is free, so no K/V load waits behind a
-        // Q buffer's release (with O staged in Q that is the next tile's prologue; perf-log v40).
+      } else if (threadIdx.x == 96) {
+        // The Q loader (lane 0 of warp 3): each tile's Q as soon as its buffer is free, so no K/V load waits behind a Q
+        // buffer's release (loaded by the K/V loader after a tile's first blocks, v32's way, it was 1-5.5% slower at d64's
+        // two rings and up to 4% at d128, where O staged in Q frees the buffer only in the next tile's prologue; v40).
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
@@ -569,7 +564,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // for a free slot (one thread interleaving both rings was 1-2% slower: perf-log v40).
         [[maybe_unused]] const int ring = K::kTwoRings ? threadIdx.x / 64 : 0;
         int it = 0;  // position in this thread's K/V ring, continued across tiles
-        [[maybe_unused]] int q_issued = 0;  // (!kQLoader) tiles whose Q has been loaded (the next one's goes out during this one)
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
@@ -583,32 +577,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
-          if (!K::kQLoader && ring == 0 && q_issued == tile_iter) {
-            wait_q_slot(tile_iter);
-            load_q(tile_iter, q_begin, tile.h, tile.b);
-            ++q_issued;
-          }
-          // (!kQLoader) The next tile's Q (its index and schedule are published two tiles ahead; waiting for them again at
-          // the top of the next iteration returns at once: that phase cannot move on before this lane's sched_empty arrive).
-          auto load_next_q = [&]() {
-            if constexpr (!K::kQLoader) {
-              mbar_wait(tile_full(slot ^ 1), ((tile_iter + 1) >> 1) & 1);
-              const int next = tile_ids[slot ^ 1];
-              if (next < args.num_tiles) {
-                const Tile nt(args, next);
-                wait_q_slot(tile_iter + 1);
-                load_q(tile_iter + 1, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
-                ++q_issued;
-              }
-            }
-          };
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           if constexpr (K::kTwoRings) {
-            auto load_ring = [&](bool v, int n, int at) {
+            auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
               const int sl = K::ring_slot(ring, at);
-              const uint32_t parity = K::ring_parity(ring, at);
-              if (v) load_kv_at(&args.tv, args.v_pos, v_smem0 + sl * K::kKVBytes, v_full(sl), v_empty(sl), parity, n, h_kv, tile.b);
-              else load_kv_at(&args.tk, args.k_pos, k_smem0 + sl * K::kKVBytes, k_full(sl), k_empty(sl), parity, n, h_kv, tile.b);
+              const uint32_t ring0 = ring * kStages * K::kKVBytes;
+              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
             };
             // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
             const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
@@ -616,7 +591,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             for (int j = 0; j < c; ++j) {
               load_ring(false, sr[1 + j], it + j);
               if (j > 0) load_ring(true, sr[j], it + j - 1);
-              if (ring == 0 && j == kQAhead) load_next_q();
             }
             const int last = c > 0 ? sr[c] : -1;
             mbar_arrive(sched_empty(slot));  // the schedule is read
@@ -625,12 +599,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           } else {
             KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
             int v_pending = -1, v_at = 0;
-            for (int n = blocks.next(), j = 0; n >= 0; n = blocks.next(), ++it, ++j) {
+            for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
               load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
               if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
               v_pending = n;
               v_at = it;
-              if (j == kQAhead) load_next_q();
             }
             mbar_arrive(sched_empty(slot));  // the schedule is read
             if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
@@ -1210,5 +1183,5 @@ int32_t launch_fwd_two_rings(const FwdParams& p);
   template <>                                                                                            \
   int32_t flash::sm90::launch_fwd_two_rings<flash::DType::DTYPE>(const flash::FwdParams& p) {           \
     constexpr flash::sm90::Shape s = flash::sm90::kTwoRingShape;                                         \
-    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o, s.stages1>>(p); \
+    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o>>(p); \
   }

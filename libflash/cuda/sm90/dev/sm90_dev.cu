@@ -134,29 +134,6 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
-// Block-sparse producers without the Q loader thread (Traits::kQLoader; v39's form: the ring 0 loader loads Q too).
-template <class T>
-struct NoQLoader : T {
-  static constexpr bool kQLoader = false;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_no_qloader(const FwdParams& p) {
-  return flash::sm90::launch<NoQLoader<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_prof_no_qloader(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<NoQLoader<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
-}
-// Two rings of unequal depth (ring 0, the pair's, deeper; session 22): ring 0 / ring 1 stages, O's epilogue (Shape::store_o:
-// 1 a staging tile, 2 staged in Q); the Q buffers are what fits (shapes.h q_stages).
-template <int ST0, int ST1, int STORE = 2>
-int32_t run_rings(const FwdParams& p) {
-  return flash::sm90::launch<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, STORE, ST1>>(p);
-}
-template <int ST0, int ST1, int STORE = 2>
-int32_t run_prof_rings(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<flash::sm90::Traits<64, 128, ST0, DType::BF16, true, 3, 0, STORE, ST1>>>(p, {true, g_profile});
-}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -189,14 +166,6 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ringNoQ .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_no_qloader<64, 128, 2, 3, 1>},
-    {"d128 bsNoQ 0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof_no_qloader<128, 128, 2, 2, 2>},
-    {"d128 bsNoQ .5 b2", 128, 4096, 2, false, 0.5, 2, run_prof_no_qloader<128, 128, 2, 2, 2>},
-    {"d64 2ring32 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<3, 2>},
-    {"d64 2ring42 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<4, 2>},
-    {"d64 2ring32tile .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_rings<3, 2, 1>},
-    {"d64 2ring32tile .5", 64, 4096, 2, false, 0.5, 3, run_prof_rings<3, 2, 1>},
-    {"d64 2ring32 .5", 64, 4096, 2, false, 0.5, 3, run_prof_rings<3, 2>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -250,6 +219,10 @@ const ProfCase kProfCases[] = {
 // 1-25% slower). Session 21: s21-1 .. s21-8 d64 block-sparse on three warpgroups and two K/V rings (v39: production for
 // lists of >= 12 key blocks), with three stages per ring and one Q buffer (s21-3), fixed rings (s21-5 .. s21-8) and the
 // pair's ping-pong (s21-5, s21-7) not kept; `sm90_dev 10 profile NAME` profiles only the cases whose name holds NAME.
+// Session 22 (v40): s22-1 one K/V loader per ring against v39's single one (1-2% faster, production since) and ring 1
+// loading K alone (timing only: a quarter less K/V traffic, 0-2% faster, so no cluster multicast); s22-2/4 rings of
+// unequal depth (ring 0 three or four stages, O staged in Q or one Q buffer; a Traits parameter, removed: 1-8% slower);
+// s22-3 a Q loader thread of its own in the block-sparse producers (production since: 1-5.5% faster).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
@@ -272,15 +245,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  2 rings no Q loader", 64, true, run_no_qloader<64, 128, 2, 3, 1>},
-    {"d64  2 rings 3/2 O tile, 1Q", 64, true, run_rings<3, 2, 1>},
-    {"d64  2 rings 3/2 O tile again", 64, true, run_rings<3, 2, 1>},
-    {"d64  2 rings 2/2 O in Q, 2Q", 64, true, run_rings<2, 2>},
-    {"d64  bs 2wg no Q loader", 64, true, run_no_qloader<64, 128, 4, 2, 1>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs no Q loader", 128, true, run_no_qloader<128, 128, 2, 2, 2>},
-    {"d128 bs no Q loader again", 128, true, run_no_qloader<128, 128, 2, 2, 2>},
 };
 
 }  // namespace

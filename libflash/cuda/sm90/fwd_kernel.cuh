@@ -197,6 +197,7 @@ struct Traits {
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
+  static constexpr bool kDevEarlyStart = true;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -513,11 +514,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] int pos0 = 0, pos1 = 0;  // two rings: their positions (lane 0)
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
-          // Ask for the tile after this one now, so the atomic's latency hides behind the build.
+          // Ask for the tile after this one now, so the atomic's latency hides behind the build (its result is read
+          // after the build: shuffled at once, it held every CTA's first schedule back by the atomic's round trip).
           int next = 0;
           if (lane == 0 && x < args.num_tiles)
             next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          next = __shfl_sync(0xffffffffu, next, 0);
+          if (!K::kDevEarlyStart) next = __shfl_sync(0xffffffffu, next, 0);
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (x < args.num_tiles) {
@@ -542,6 +544,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (x >= args.num_tiles) break;  // the end marker is published
+          if (K::kDevEarlyStart) next = __shfl_sync(0xffffffffu, next, 0);
           x = next;
         }
       } else if (threadIdx.x == 96) {
@@ -550,8 +553,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // two rings and up to 4% at d128, where O staged in Q frees the buffer only in the next tile's prologue; v40).
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
-          mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
-          const int x = tile_ids[slot];
+          // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
+          // while the scheduler still builds its schedule.
+          int x = int(blockIdx.x);
+          if (tile_iter > 0 || !K::kDevEarlyStart) {
+            mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+            x = tile_ids[slot];
+          }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
           const Tile tile(args, x);

@@ -134,6 +134,15 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
+// Block-sparse without v40's early start (the first Q after the first schedule, the atomic's result shuffled at once).
+template <class T>
+struct LateStart : T {
+  static constexpr bool kDevEarlyStart = false;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_late_start(const FwdParams& p) {
+  return flash::sm90::launch<LateStart<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
+}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -245,8 +254,12 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  2 rings late start", 64, true, run_late_start<64, 128, 2, 3, 1>},
+    {"d64  bs 2wg late start", 64, true, run_late_start<64, 128, 4, 2, 1>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs late start", 128, true, run_late_start<128, 128, 2, 2, 2>},
+    {"d128 bs late start again", 128, true, run_late_start<128, 128, 2, 2, 2>},
 };
 
 }  // namespace

@@ -201,7 +201,6 @@ struct Traits {
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
-  static constexpr bool kDevEarlyStart = true;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -286,7 +285,7 @@ struct KeyBlocks {
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
   __device__ void build_schedule(const FwdParams& p, int b, int h, int q_row, int32_t* out, uint32_t* bits,
-                                 int lane, bool early = true) const {
+                                 int lane) const {
     // The readers of this buffer (tile i-2's schedule: the loading lane and the consumers) released it
     // through sched_empty before the caller got here; the warp barrier orders this warp's previous stores
     // (bitmap, entries) before this build's. (When the producer warp also walked the schedule, a tile with
@@ -308,11 +307,11 @@ struct KeyBlocks {
         // The list's first 32 entries are loaded together with the count, not after it: their address does not depend
         // on the count, and the caller's array holds max_kv_blocks entries per query block (flash.h), so a schedule
         // costs one round trip to memory instead of two (on the critical path at a CTA's start; perf-log v40).
-        const int32_t first = early && lane < m.max_kv_blocks ? list[int64_t(lane) * m.idx_stride] : -1;
+        const int32_t first = lane < m.max_kv_blocks ? list[int64_t(lane) * m.idx_stride] : -1;
         int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
         count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
         for (int i = lane; i < count; i += 32) {
-          const int32_t kb = early && i < 32 ? first : list[int64_t(i) * m.idx_stride];
+          const int32_t kb = i < 32 ? first : list[int64_t(i) * m.idx_stride];
           if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
         }
         __syncwarp();
@@ -527,7 +526,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           int next = 0;
           if (lane == 0 && x < args.num_tiles)
             next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          if (!K::kDevEarlyStart) next = __shfl_sync(0xffffffffu, next, 0);
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (x < args.num_tiles) {
@@ -539,34 +537,33 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
               // single warpgroup's.
               const int single = single_wg(p, q_begin);
-              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane, K::kDevEarlyStart);
-              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane,
-                                    K::kDevEarlyStart);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
                 ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
                 pos0 += sched[0], pos1 += sched[args.sched_stride];
               }
             } else {
-              blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane, K::kDevEarlyStart);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
             }
           }
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (x >= args.num_tiles) break;  // the end marker is published
-          if (K::kDevEarlyStart) next = __shfl_sync(0xffffffffu, next, 0);
+          next = __shfl_sync(0xffffffffu, next, 0);
           x = next;
         }
       } else if (threadIdx.x == 96) {
         // The Q loader (lane 0 of warp 3): each tile's Q as soon as its buffer is free, so no K/V load waits behind a Q
         // buffer's release (loaded by the K/V loader after a tile's first blocks, v32's way, it was 1-5.5% slower at d64's
         // two rings and up to 4% at d128, where O staged in Q frees the buffer only in the next tile's prologue; v40).
-        if (K::kTmaStoreO && K::kDevEarlyStart) prefetch_tensormap(&args.to);
+        if (K::kTmaStoreO) prefetch_tensormap(&args.to);
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
-          if (tile_iter > 0 || !K::kDevEarlyStart) {
+          if (tile_iter > 0) {
             mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
           }
@@ -582,10 +579,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // for a free slot (one thread interleaving both rings was 1-2% slower: perf-log v40).
         [[maybe_unused]] const int ring = K::kTwoRings ? threadIdx.x / 64 : 0;
         int it = 0;  // position in this thread's K/V ring, continued across tiles
-        if (K::kDevEarlyStart) {  // (the first K/V loads wait for the first schedule, so their descriptors can be ready)
-          prefetch_tensormap(&args.tk);
-          prefetch_tensormap(&args.tv);
-        }
+        // The first K/V loads wait for the first schedule, so their descriptors can be fetched meanwhile. (The early start
+        // -- this, the first Q at once, a schedule's list loaded with its count, the tile atomic's result read after the
+        // build -- measured 2-3% faster at d128 4k s = 0.1, 1% at d64, the same from 8k on: perf-log v40.)
+        prefetch_tensormap(&args.tk);
+        prefetch_tensormap(&args.tv);
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;

@@ -134,15 +134,6 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
-// Block-sparse without v40's early start (the first Q after the first schedule, the atomic's result shuffled at once).
-template <class T>
-struct LateStart : T {
-  static constexpr bool kDevEarlyStart = false;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_late_start(const FwdParams& p) {
-  return flash::sm90::launch<LateStart<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
-}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -231,7 +222,8 @@ const ProfCase kProfCases[] = {
 // Session 22 (v40): s22-1 one K/V loader per ring against v39's single one (1-2% faster, production since) and ring 1
 // loading K alone (timing only: a quarter less K/V traffic, 0-2% faster, so no cluster multicast); s22-2/4 rings of
 // unequal depth (ring 0 three or four stages, O staged in Q or one Q buffer; a Traits parameter, removed: 1-8% slower);
-// s22-3 a Q loader thread of its own in the block-sparse producers (production since: 1-5.5% faster).
+// s22-3 a Q loader thread of its own in the block-sparse producers (production since: 1-5.5% faster); s22-6/7 the
+// block-sparse early start (first Q at once, list loaded with its count, descriptors prefetched; production since).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
@@ -254,12 +246,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  2 rings late start", 64, true, run_late_start<64, 128, 2, 3, 1>},
-    {"d64  bs 2wg late start", 64, true, run_late_start<64, 128, 4, 2, 1>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs late start", 128, true, run_late_start<128, 128, 2, 2, 2>},
-    {"d128 bs late start again", 128, true, run_late_start<128, 128, 2, 2, 2>},
 };
 
 }  // namespace

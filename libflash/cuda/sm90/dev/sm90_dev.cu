@@ -134,6 +134,14 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
+// Two rings whose warpgroups take turns where the tile's two lists are equally long (Traits::kDevTurns).
+template <class T>
+struct Turns : T {
+  static constexpr bool kDevTurns = true;
+};
+using TwoRingTraits = flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>;
+int32_t run_turns(const FwdParams& p) { return flash::sm90::launch<Turns<TwoRingTraits>>(p); }
+int32_t run_prof_turns(const FwdParams& p) { return flash::sm90::launch<Profiled<Turns<TwoRingTraits>>>(p, {true, g_profile}); }
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -166,6 +174,7 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
+    {"d64 2ringTurns .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_turns},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -246,6 +255,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  2 rings, turns", 64, true, run_turns},
+    {"d64  2 rings, turns again", 64, true, run_turns},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };

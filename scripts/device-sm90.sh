@@ -23,6 +23,7 @@
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
 #   sass-d64 / sass-d256  the d64 / d256 dense kernel's SASS, and where its spills sit
+#   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -261,6 +262,16 @@ for phase in "$@"; do
       cuobjdump -sass "$obj" > "$OUT/sass-d64-rings.txt" 2>&1
       grep -n "LDL\|STL\|USETMAXREG\|HGMMA.*gsb0\|BAR.SYNC\|BAR.ARV\|EXIT\|MUFU.EX2" "$OUT/sass-d64-rings.txt" | awk -F'/\\*' '{print $1 $2}' | head -300 > "$OUT/sass-d64-rings-marks.txt"
       grep -n "LDL\|STL\|USETMAXREG" "$OUT/sass-d64-rings.txt" | head -60
+      ;;
+    sass-dev-rings)
+      # Where the spills sit in every sm90_dev kernel with two rings (block-sparse, three consumers; perf-log v40): one line
+      # per LDL/STL, HGMMA group end, barrier and setmaxnreg, numbered from the function's start.
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev | awk '
+        /Function :/ { f = $3; keep = (f ~ /ELb1ELi3E/); n = 0; if (keep) print "=== " f; next }
+        keep { n++; if ($0 ~ /LDL|STL|USETMAXREG|HGMMA.*gsb0|BAR.SYNC|BAR.ARV|EXIT|SYNCS.ARRIVE/) { sub(/\/\*[0-9a-f]*\*\//, ""); gsub(/ +/, " "); print n ": " $0 } }
+      ' > "$OUT/sass-dev-rings-marks.txt"
+      awk '/===/ { f = $2 } /LDL|STL/ { c[f]++ } END { for (k in c) print c[k], k }' "$OUT/sass-dev-rings-marks.txt"
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

@@ -198,8 +198,6 @@ struct Traits {
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
   __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (at / kStages) & 1; }
   static constexpr bool kPingPong = !kTwoRings;
-  // Two rings, dev: the three warpgroups take turns in tiles whose two lists are equally long (bit 29 of the position).
-  static constexpr bool kDevTurns = false;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -698,31 +696,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const float scale_log2 = p.scale_log2;
     // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
-    if constexpr (K::kPingPong || K::kDevTurns)
+    if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
-    int it = 0, tile_iter = 0;
     // A turn at the tensor cores (ping-pong; two rings take none).
     auto take_turn = [&]() {
       if constexpr (K::kPingPong) named_sync(1 + wg, 256);
-      if constexpr (K::kDevTurns)
-        if (it & (1 << 29)) named_sync(1 + wg, 256);
     };
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-      if constexpr (K::kDevTurns)
-        if (it & (1 << 29)) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
 
+    int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (warpgroup 1 is always in the pair; 0 and 2 change rings from tile to tile). Its number
     // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (Warpgroups
     // keeping to one ring, the tile's rows dealt to them accordingly, measured 2-4% slower: perf-log v39.)
     int ring = 0;
     auto slot_of = [](int i) {
-      if constexpr (K::kTwoRings) return K::ring_slot(i >> 30, i & 0x1fffffff);
+      if constexpr (K::kTwoRings) return K::ring_slot(i >> 30, i & 0x3fffffff);
       else return i % kStages;
     };
     auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return K::ring_parity(i >> 30, i & 0x1fffffff);
+      if constexpr (K::kTwoRings) return K::ring_parity(i >> 30, i & 0x3fffffff);
       else return (i / kStages) & 1;
     };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -765,10 +759,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kTwoRings) {
         ring = wg == single_wg(p, q_begin) ? 1 : 0;
         it = ring_pos[t_slot][ring] | ring << 30;
-        if constexpr (K::kDevTurns) {
-          const int32_t* sb = sched_base + (tile_iter & 1) * 2 * args.sched_stride;
-          if (sb[0] == sb[args.sched_stride]) it |= 1 << 29;
-        }
       }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,

@@ -134,14 +134,6 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
-// Two rings whose warpgroups take turns where the tile's two lists are equally long (Traits::kDevTurns).
-template <class T>
-struct Turns : T {
-  static constexpr bool kDevTurns = true;
-};
-using TwoRingTraits = flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>;
-int32_t run_turns(const FwdParams& p) { return flash::sm90::launch<Turns<TwoRingTraits>>(p); }
-int32_t run_prof_turns(const FwdParams& p) { return flash::sm90::launch<Profiled<Turns<TwoRingTraits>>>(p, {true, g_profile}); }
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -174,7 +166,6 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ringTurns .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_turns},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -232,7 +223,9 @@ const ProfCase kProfCases[] = {
 // loading K alone (timing only: a quarter less K/V traffic, 0-2% faster, so no cluster multicast); s22-2/4 rings of
 // unequal depth (ring 0 three or four stages, O staged in Q or one Q buffer; a Traits parameter, removed: 1-8% slower);
 // s22-3 a Q loader thread of its own in the block-sparse producers (production since: 1-5.5% faster); s22-6/7 the
-// block-sparse early start (first Q at once, list loaded with its count, descriptors prefetched; production since).
+// block-sparse early start (first Q at once, list loaded with its count, descriptors prefetched; production since);
+// s22-11 the two-ring warpgroups taking turns in tiles of equally long lists (Traits::kDevTurns, removed: equal at 4k,
+// 1-2% slower at 8k-16k).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
@@ -255,8 +248,6 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  2 rings, turns", 64, true, run_turns},
-    {"d64  2 rings, turns again", 64, true, run_turns},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
 };

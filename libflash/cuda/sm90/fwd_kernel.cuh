@@ -194,9 +194,8 @@ struct Traits {
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
-  // Ring `ring`'s position `at` (blocks loaded into it before): its slot, and the parity of the slot's phase.
+  // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
-  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (at / kStages) & 1; }
   static constexpr bool kPingPong = !kTwoRings;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
@@ -716,7 +715,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       else return i % kStages;
     };
     auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return K::ring_parity(i >> 30, i & 0x3fffffff);
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this

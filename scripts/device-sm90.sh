@@ -24,6 +24,7 @@
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
 #   sass-d64 / sass-d256  the d64 / d256 dense kernel's SASS, and where its spills sit
 #   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels
+#   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -272,6 +273,24 @@ for phase in "$@"; do
         keep { n++; if ($0 ~ /LDL|STL|USETMAXREG|HGMMA.*gsb0|BAR.SYNC|BAR.ARV|EXIT|SYNCS.ARRIVE/) { sub(/\/\*[0-9a-f]*\*\//, ""); gsub(/ +/, " "); print n ": " $0 } }
       ' > "$OUT/sass-dev-rings-marks.txt"
       awk '/===/ { f = $2 } /LDL|STL/ { c[f]++ } END { for (k in c) print c[k], k }' "$OUT/sass-dev-rings-marks.txt"
+      ;;
+    clocks)
+      # d128 dense 8k (batch 2) and 16k (batch 1) twice each, with nvidia-smi sampling the SM clock, power and the clock
+      # event reasons every 50 ms (session 22: is the 16k median's spread the kernel's or the power cap's?).
+      B=$BUILD/cli/fa-bench
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv,nounits -lms 50 > "$OUT/smi.csv" 2>&1 &
+      smi=$!
+      sleep 1
+      for run in "2 8192" "1 16384" "2 8192" "1 16384"; do
+        set -- $run
+        echo "start b=$1 n=$2 $(date +%H:%M:%S.%N)" >> "$OUT/marks.txt"
+        $B run --dtype bf16 --head-dim 128 --heads 16 --batch $1 --seqlen $2 --algo sm90 --warmup 5 --reps 30 --no-progress >> "$OUT/fa-bench-clocks.txt" 2>&1
+        echo "end b=$1 n=$2 $(date +%H:%M:%S.%N)" >> "$OUT/marks.txt"
+        sleep 1
+      done
+      kill $smi
+      cat "$OUT/marks.txt"; grep sm90 "$OUT/fa-bench-clocks.txt"
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

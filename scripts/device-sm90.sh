@@ -25,6 +25,7 @@
 #   sass-d64 / sass-d256  the d64 / d256 dense kernel's SASS, and where its spills sit
 #   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels
 #   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
+#   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -273,6 +274,12 @@ for phase in "$@"; do
         keep { n++; if ($0 ~ /LDL|STL|USETMAXREG|HGMMA.*gsb0|BAR.SYNC|BAR.ARV|EXIT|SYNCS.ARRIVE/) { sub(/\/\*[0-9a-f]*\*\//, ""); gsub(/ +/, " "); print n ": " $0 } }
       ' > "$OUT/sass-dev-rings-marks.txt"
       awk '/===/ { f = $2 } /LDL|STL/ { c[f]++ } END { for (k in c) print c[k], k }' "$OUT/sass-dev-rings-marks.txt"
+      ;;
+    interleaved)
+      # libflash (sm90) against cuDNN and FA2 timed interleaved in one process on the same tensors (scripts/interleaved_peers.py):
+      # the ratio with the power cap's drift taken out (session 22).
+      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 400 python3 scripts/interleaved_peers.py \
+        --json "$OUT/interleaved-peers.json" 2>&1 | tee "$OUT/interleaved-peers.txt" | tail -40
       ;;
     clocks)
       # d128 dense 8k (batch 2) and 16k (batch 1) twice each, with nvidia-smi sampling the SM clock, power and the clock

@@ -40,6 +40,7 @@ def main():
     ap.add_argument("--peers", default="cudnn,flash")
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
     ap.add_argument("--json")
     a = ap.parse_args()
     peers = a.peers.split(",")
@@ -79,7 +80,8 @@ def main():
                         marks = []
                         for name in (order if r % 2 == 0 else order[::-1]):
                             cache.zero_()
-                            torch.cuda._sleep(2_000_000)  # ~1 ms of a busy GPU while Python launches the call
+                            if a.sleep > 0:
+                                torch.cuda._sleep(a.sleep)  # ~1 ms of a busy GPU while Python launches the call
                             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                             e0.record()
                             fns[name]()

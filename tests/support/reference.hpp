@@ -10,16 +10,14 @@
 //                          rounded. Its error against the reference is the yardstick a fused kernel's
 //                          error is bounded by (a small multiple of it).
 #pragma once
-#include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "flash.h"
+#include "libflash/cpu/parallel.h"
 
 namespace flash_ref {
 
@@ -119,23 +117,13 @@ inline int64_t offset4(const flash_tensor& t, int64_t a, int64_t b, int64_t c, i
   return a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3];
 }
 
-// body(x) for every x in [0, n), on up to one thread per hardware thread. The references' (batch, head) slices are
-// independent -- each writes its own rows, with its own scratch -- so the result does not depend on the split; the
-// GPU tests spend most of their time here (the sm90 ones: 215 s on the H100 machine with one thread, 124 s threaded).
+// body(x) for every x in [0, n), over the host's threads: libflash's CPU work splitter (libflash/cpu/parallel.h, a
+// scheduling utility, none of the arithmetic under test). The references' (batch, head) slices are independent -- each
+// writes its own rows, with its own scratch -- so the result does not depend on the split; the GPU tests spend most of
+// their time here (the sm90 ones: 215 s on the H100 machine with one thread, 124 s threaded).
 template <class F>
 inline void parallel_for(int64_t n, const F& body) {
-  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
-  if (threads <= 1) {
-    for (int64_t x = 0; x < n; ++x) body(x);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < threads; ++t)
-    pool.emplace_back([&] {
-      for (int64_t x = next++; x < n; x = next++) body(x);
-    });
-  for (std::thread& th : pool) th.join();
+  flash::cpu::parallel_for(n, [&](int64_t x, int) { body(x); });
 }
 
 // mode 0: exact (double everywhere). mode 1: naive in the input dtype (see the top of this file).

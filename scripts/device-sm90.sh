@@ -11,6 +11,8 @@
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
+#   build-dev  configure and build sm90_dev alone
+#   dev-dNNN / prof-dNNN  sm90_dev's head-dim-NNN candidates on the dense and causal problems / its profile cases
 #   dev-causal / dev-sparse  the same on the causal problems / issue 7's block-sparse grid only
 #   dev-listed  the same on d64's causal, dense 1k and sliding-window problems (the listed kernel, perf-log v37)
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
@@ -160,6 +162,24 @@ for phase in "$@"; do
     dev)
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 2>&1 | tee "$OUT/sm90-dev.txt"
+      ;;
+    build-dev)
+      # sm90_dev alone (the candidates' timing, no library tests): configure and build that one target.
+      start=$(date +%s)
+      cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH_CUDA_ARCHS=90a -DFLASH_CUDA_PTX=OFF \
+            -DFLASH_REVISION="$(cat .devcarry/REVISION 2>/dev/null)" > "$OUT/build.log" 2>&1
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      echo "build-dev: $(( $(date +%s) - start )) s"
+      ;;
+    dev-d[0-9]*)
+      # sm90_dev's candidates of one head dim on the standard grid's dense and causal problems, 8k included (dev-d128).
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 25 "${phase#dev-}" 2>&1 | tee "$OUT/sm90-$phase.txt"
+      ;;
+    prof-d[0-9]*)
+      # The profile cases whose name holds the head dim (prof-d128: "d128").
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 200 $BUILD/libflash/cuda/sm90/sm90_dev 10 profile "${phase#prof-}" 2>&1 | tee "$OUT/sm90-$phase.txt"
       ;;
     dev-causal)
       # sm90_dev's candidates on the causal problems only (no profile section).

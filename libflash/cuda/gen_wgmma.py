@@ -8,7 +8,7 @@ rerun after changing the shape lists:
 """
 # (N, trans-a, trans-b) with A and B from shared memory. (N, 0, 0): both K-major (S = Q K^T in the forward
 # with N = key block; S^T and dP^T in the backward). (64, 1, 1): both MN-major (the backward's dQ).
-SHAPES_SS = [(n, 0, 0) for n in (64, 80, 96, 128, 176, 192)] + [(64, 1, 1)]
+SHAPES_SS = [(n, 0, 0) for n in (64, 80, 96, 128, 160, 176, 192)] + [(64, 1, 1)]
 # (N, trans-b) with A from registers (the m16k16 fragment of each warp's 16 rows): O += P V, dV += P^T dO, ...
 SHAPES_RS = [(n, 1) for n in (64, 128, 256)]
 TYPES = {"BF16": "bf16", "FP16": "f16"}

@@ -148,6 +148,9 @@ const ProfCase kProfCases[] = {
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof<64, 128, 4, 3, true, false>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
+    {"d128 bn176 ring", 128, 16384, 1, false, 0, 2, run_prof<128, 176, 2, 2, 3, false>},
+    {"d128 bn160 ring", 128, 16384, 1, false, 0, 2, run_prof<128, 160, 2, 2, 3, false>},
+    {"d128 bn176 ring", 128, 1024, 16, false, 0, 2, run_prof<128, 176, 2, 2, 3, false>},
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
@@ -238,6 +241,13 @@ const Candidate kCandidates[] = {
     {"d64  listed 2wg again", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 23: wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's epilogue), which
+    // frees the staging tile's 32 KB: bn160 keeps two Q buffers, bn176 (FlashAttention-3's d128 non-causal shape) and
+    // bn192 have one (Q then loads during the last P V and the epilogue, as at d256).
+    {"d128 bn128 O in ring", 128, false, run<128, 128, 2, 2, 0, 3>},
+    {"d128 bn160 O in ring 2Q", 128, false, run<128, 160, 2, 2, 0, 3>},
+    {"d128 bn176 O in ring", 128, false, run<128, 176, 2, 2, 0, 3>},
+    {"d128 bn192 O in ring", 128, false, run<128, 192, 2, 2, 0, 3>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 O in Q (s18)", 256, false, run<256, 80, 2, 2, 0, 2>},
@@ -260,6 +270,8 @@ int main(int argc, char** argv) {
   const bool causal_only = argc > 2 && std::strcmp(argv[2], "causal") == 0;  // the causal problems, no profile
   const bool sparse_only = argc > 2 && std::strcmp(argv[2], "sparse") == 0;  // the mask grid, no profile
   const bool listed_only = argc > 2 && std::strcmp(argv[2], "listed") == 0;  // d64 causal and windows, no profile
+  // "dNNN": head dim NNN's candidates on the standard grid's dense and causal problems (8k added), no profile.
+  const int only_d = argc > 2 && argv[2][0] == 'd' && std::atoi(argv[2] + 1) > 0 ? std::atoi(argv[2] + 1) : 0;
   constexpr int kSets = 4;
   const size_t elems = size_t(32768) * 2048;  // b*n*h*d of the largest problem (the mask grid at 16k)
   std::vector<void*> q(kSets), k(kSets), v(kSets);
@@ -299,7 +311,8 @@ int main(int argc, char** argv) {
   // denominator, printed as "time/dense").
   std::vector<Problem> problems;
   for (bool causal : {false, true})
-    for (int n : {1024, 2048, 4096, 16384}) problems.push_back({0, n, 16384 / n, causal, 0.0});
+    for (int n : {1024, 2048, 4096, 8192, 16384})
+      if (n != 8192 || only_d) problems.push_back({0, n, 16384 / n, causal, 0.0});
   // Sliding windows (w, 0) on the standard grid (issue 7: (256, 0) at 16k against causal 16k).
   for (int w : {128, 256, 512, 768, 1024})
     for (int n : {4096, 16384}) problems.push_back({0, n, 16384 / n, false, 0.0, w});
@@ -313,6 +326,9 @@ int main(int argc, char** argv) {
   if (sparse_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch != 2; }), problems.end());
   if (listed_only)
     problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch == 2 || (!pr.causal && pr.window < 0 && pr.n > 1024); }),
+                   problems.end());
+  if (only_d)
+    problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch * pr.n != 16384 || pr.window >= 0 || pr.density > 0; }),
                    problems.end());
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   // Per problem: every candidate checked, then timed in interleaved rounds (one launch of each candidate per round),
@@ -332,6 +348,7 @@ int main(int argc, char** argv) {
     for (const Candidate& c : kCandidates) {
       if (c.sparse != sparse) continue;
       if (listed_only && c.d != 64) continue;
+      if (only_d && c.d != only_d) continue;
       // The mask grid's dense reference: the production dense kernels only.
       if (!sparse && base.batch == 2 && std::strstr(c.name, "(prod)") == nullptr) continue;
       Problem pr = base;
@@ -391,7 +408,7 @@ int main(int argc, char** argv) {
 
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
-  if (causal_only || sparse_only || listed_only) return 0;
+  if (causal_only || sparse_only || listed_only || only_d) return 0;
   CK(cudaMalloc(&g_profile, kProfCounters * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",

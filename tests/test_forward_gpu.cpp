@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "libflash/cuda/sm90/shapes.h"
 #include "support/harness.hpp"
 #include "sweep.hpp"
 
@@ -443,6 +444,58 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
   Case c = make_case(s, rng);
   EXPECT_NE(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, host.data(), host.size()), FLASH_OK);
   EXPECT_NE(std::string(flash_last_error_message()).find("workspace"), std::string::npos) << flash_last_error_message();
+}
+
+// sm90 splits the static order's last round along the keys (shapes.h, TailSplit; perf-log v41). Problems sized from the
+// device's SM count so that it splits at every head dim: one query tile per head (MQA and MHA), grid + grid / 3 or
+// grid + grid / 5 tiles, 9 or 13 key blocks with a partial last one (so pieces of 2-5 blocks, up to 5 per tile, and a
+// piece that holds only the masked last block). The test asserts that the problem splits, so it cannot pass without
+// running pieces and merges. Run with the library's workspace, then a caller's of exactly the size the split needs at
+// an odd address (the kernel rounds it up; two calls, as the counters must be zeroed by each), and one byte short
+// (refused, naming the size query).
+TEST(GpuTailSplit, Sm90DenseLastRoundSplit) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  flash_device_info info;
+  flash_device_info_init(&info);
+  ASSERT_EQ(flash_get_device_info(FLASH_DEVICE_CUDA, 0, &info), FLASH_OK);
+  const int grid = info.multiprocessors;
+  std::mt19937_64 rng(base_seed() ^ 0x5171);
+  int n = 0;
+  for (int d : {64, 128, 256})
+    for (int variant = 0; variant < 2; ++variant) {
+      const flash::sm90::Shape sh = flash::sm90::shape_for(d);
+      const int64_t tiles = grid + (variant == 0 ? grid / 3 : grid / 5);
+      const int64_t key_blocks = variant == 0 ? 9 : 13;
+      CaseSpec s;
+      s.batch = 1, s.heads_q = tiles, s.heads_kv = variant == 0 ? 1 : tiles;
+      s.seqlen_q = sh.block_m() - 37, s.seqlen_k = (key_blocks - 1) * sh.block_n + 29, s.head_dim = d;
+      s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+      const flash::sm90::TailSplit t = flash::sm90::tail_split(tiles, grid, key_blocks);
+      ASSERT_GT(t.units, 0) << "the problem must split: " << s.describe();
+      const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, grid, d, sh.consumers));
+      {
+        Case c = make_case(s, rng);
+        int32_t used = -1;
+        ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message() << "\n  " << s.describe();
+        EXPECT_EQ(used, FLASH_ALGO_SM90);
+        const Check ch = check_case(c);
+        EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+      }
+      void* ws = cuda_alloc(need + 1);
+      ASSERT_NE(ws, nullptr);
+      for (int run = 0; run < 2; ++run) {
+        Case c = make_case(s, rng);
+        ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need), FLASH_OK)
+            << flash_last_error_message() << "\n  " << s.describe();
+        const Check ch = check_case(c);
+        EXPECT_TRUE(ch.ok) << "caller's workspace, run " << run << ": " << ch.message << "\n  case: " << s.describe();
+      }
+      Case c = make_case(s, rng);
+      EXPECT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need - 1), FLASH_ERROR_WORKSPACE_TOO_SMALL);
+      EXPECT_NE(std::string(flash_last_error_message()).find("flash_fwd_workspace_size"), std::string::npos)
+          << flash_last_error_message();
+      cuda_free(ws);
+    }
 }
 
 TEST(GpuErrors, HostPointerLabelledCuda) {

@@ -5,7 +5,9 @@
 // - which key blocks need the element mask (mask_bounds): a block wrongly taken as wholly visible would let masked
 //   keys through, so the bounds are compared with a row-by-row test on random windows, offsets and tiles;
 // - which instantiation runs a problem (use_listed_kernel): block masks always the block-sparse one, which also takes
-//   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory.
+//   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory;
+// - the dense kernels' split last round (TailSplit, plan_tail, tail_slot): every key block of the split tiles is run by
+//   exactly one CTA, and a tile's merging piece finds every other piece of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,6 +195,96 @@ TEST(Sm90Instantiation, TwoRingChoice) {
   EXPECT_TRUE(use_two_rings(params(64, 200000, 128, 128, 64), kH100));  // 4 x 1564 ints of schedules still fit
   EXPECT_FALSE(use_two_rings(params(64, int64_t(1) << 22, 128, 128, 64), kH100));
   EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 128, 64), 200000));
+}
+
+// The tail split (shapes.h): for grids and problem sizes around the standard grid's, when tail_split splits, every key
+// block of every split tile is covered by exactly one CTA's piece; a CTA has at most two pieces, in consecutive tiles,
+// with slots 2c and 2c + 1; cta_of names the owner of every unit, so a tile's merging piece, which looks at CTAs
+// cta_of(first unit) .. cta_of(last unit), visits exactly the CTAs with a piece of the tile, and tail_slot finds each
+// piece's slot; no tile has more than 9 pieces. When it does not split, nothing is split (whole = every tile).
+TEST(Sm90TailSplit, PiecesCoverTheLastRoundOnce) {
+  using flash::sm90::TailPlan;
+  using flash::sm90::TailSplit;
+  int splits = 0;
+  for (int grid : {1, 2, 7, 114, 132})
+    for (int64_t tiles : {int64_t(grid) + 1, int64_t(grid) * 2 + 3, int64_t(grid) * 5 - 1, int64_t(2048), int64_t(1024),
+                          int64_t(2752), int64_t(3072), int64_t(grid) * 3, int64_t(grid) * 3 + grid / 2})
+      for (int64_t kb : {1, 2, 5, 8, 9, 13, 16, 64, 103, 128, 205, 1000}) {
+        SCOPED_TRACE("grid " + std::to_string(grid) + " tiles " + std::to_string(tiles) + " key blocks " + std::to_string(kb));
+        const TailSplit t = flash::sm90::tail_split(tiles, grid, kb);
+        if (t.units == 0) {
+          EXPECT_EQ(t.whole, tiles);
+          continue;
+        }
+        ++splits;
+        const int64_t left = tiles % grid;
+        ASSERT_GT(left, 0);
+        EXPECT_EQ(t.whole, tiles - left);
+        EXPECT_EQ(t.units, left * kb);
+        EXPECT_LE((t.units + grid - 1) / grid + flash::sm90::kTailSplitMargin, kb);  // the round gets shorter
+        std::vector<int> owner(size_t(t.units), -1);
+        for (int c = 0; c < grid; ++c) {
+          TailPlan plan;
+          flash::sm90::plan_tail(t, grid, c, plan);
+          EXPECT_EQ(plan.whole_rounds, tiles / grid);
+          ASSERT_GE(plan.pieces, 1);
+          ASSERT_LE(plan.pieces, 2);
+          for (int k = 0; k < plan.pieces; ++k) {
+            const flash::sm90::Work& w = plan.piece[k];
+            ASSERT_GE(w.x, t.whole);
+            ASSERT_LT(w.x, tiles);
+            ASSERT_LE(0, w.n_begin);
+            ASSERT_LT(w.n_begin, w.n_end);
+            ASSERT_LE(w.n_end, kb);
+            EXPECT_EQ(w.slot, 2 * c + k);
+            EXPECT_EQ(flash::sm90::tail_slot(t, grid, c, w.x - t.whole), w.slot);
+            if (k == 1) {
+              EXPECT_EQ(w.x, plan.piece[0].x + 1);
+              EXPECT_EQ(w.n_begin, 0);
+              EXPECT_EQ(plan.piece[0].n_end, kb);
+            }
+            for (int n = w.n_begin; n < w.n_end; ++n) {
+              const int64_t u = int64_t(w.x - t.whole) * kb + n;
+              ASSERT_EQ(owner[size_t(u)], -1) << "unit " << u << " run twice";
+              owner[size_t(u)] = c;
+              EXPECT_EQ(t.cta_of(u, grid), c) << "unit " << u;
+            }
+          }
+        }
+        for (int64_t tile = 0; tile < left; ++tile) {
+          const int c_first = t.cta_of(tile * kb, grid), c_last = t.cta_of((tile + 1) * kb - 1, grid);
+          EXPECT_LE(c_last - c_first + 1, 9);
+          for (int64_t n = 0; n < kb; ++n) {
+            const int c = owner[size_t(tile * kb + n)];
+            ASSERT_NE(c, -1) << "tile " << tile << " block " << n << " never run";
+            EXPECT_GE(c, c_first);
+            EXPECT_LE(c, c_last);
+          }
+          // Every CTA in the range has a piece of the tile (a run is at least two blocks: no CTA is skipped).
+          for (int c = c_first; c <= c_last; ++c)
+            EXPECT_TRUE(std::count(owner.begin() + tile * kb, owner.begin() + (tile + 1) * kb, c) > 0) << "CTA " << c;
+        }
+      }
+  EXPECT_GT(splits, 40);
+}
+
+// Where it splits on the H100's 132 SMs, the standard grid (16384 tokens, 2048 / d heads): d128's 2048 tiles leave 68
+// for the last round, split from 2k (16 key blocks) on, not at 1k (8: a run of 5 blocks and the margin are no
+// shorter); d256's 1024 tiles (80-key blocks) leave 100, split from 2k (26 blocks); d64 (192-row tiles) splits at 16k
+// (2752 tiles, 112 left). Tile counts that are a multiple of the grid, or below it, never split.
+TEST(Sm90TailSplit, StandardGridChoices) {
+  using flash::sm90::tail_split;
+  EXPECT_EQ(tail_split(2048, 132, 8).units, 0);
+  EXPECT_EQ(tail_split(2048, 132, 16).units, 68 * 16);
+  EXPECT_EQ(tail_split(2048, 132, 128).units, 68 * 128);
+  EXPECT_EQ(tail_split(1024, 132, 13).units, 0);
+  EXPECT_EQ(tail_split(1024, 132, 26).units, 100 * 26);
+  EXPECT_EQ(tail_split(2752, 132, 128).units, 112 * 128);
+  EXPECT_EQ(tail_split(1320, 132, 128).units, 0);
+  EXPECT_EQ(tail_split(100, 132, 128).units, 0);
+  EXPECT_EQ(tail_split(133, 132, 128).units, 0);  // one tile left: runs of under one block
+  EXPECT_GT(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 128), 132, 128, 2), 0);
+  EXPECT_EQ(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 8), 132, 128, 2), 0);
 }
 
 }  // namespace

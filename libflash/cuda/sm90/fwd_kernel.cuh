@@ -264,6 +264,11 @@ struct KeyBlocks {
     if (at_least_one && cursor < 0) cursor = n_lo = 0, mask_below = max(mask_below, 1);
   }
   __device__ __forceinline__ bool needs_mask(int n) const { return n < mask_below || n > mask_above; }
+  // A piece of a split tile (Work): only key blocks [n_begin, n_end) of the dense walk.
+  __device__ __forceinline__ void clip(int n_begin, int n_end) {
+    n_lo = max(n_lo, n_begin);
+    cursor = min(cursor, n_end - 1);
+  }
 
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
@@ -364,6 +369,27 @@ __device__ __forceinline__ int tile_of(int round) {
   return round * g + ((round & 1) ? g - 1 - c : c);
 }
 
+// ---- Work items of the dense kernels: whole tiles and the split last round's pieces (shapes.h, TailSplit) ----------
+// What the dense producer hands the consumers through tile_ids is a code: x < num_tiles, tile x run whole; num_tiles + k
+// (k = 0, 1) with the tail split, this CTA's piece k; anything else, the end. (Block-sparse and the dynamic order never
+// split: every code >= num_tiles ends.)
+// (kSplits false: the block-sparse instantiations, whose codes are tiles or the end.)
+template <bool kSplits = true>
+__device__ __forceinline__ bool is_piece(const Args& a, int code) {
+  return kSplits && a.tail.units > 0 && code >= a.num_tiles && code - a.num_tiles < 2;
+}
+template <bool kSplits = true>
+__device__ __forceinline__ bool is_work(const Args& a, int code) { return code < a.num_tiles || is_piece<kSplits>(a, code); }
+// This CTA's i-th item of the static order: the whole rounds' tiles (tile_of), then its pieces of the split round.
+__device__ __forceinline__ int static_item(const Args& a, const TailPlan& plan, int i) {
+  if (a.tail.units == 0 || i < plan.whole_rounds) return tile_of(i);  // (>= num_tiles past the end)
+  return i - plan.whole_rounds < plan.pieces ? a.num_tiles + i - plan.whole_rounds : 0x7fffffff;
+}
+template <bool kSplits = true>
+__device__ __forceinline__ Work decode_work(const Args& a, const TailPlan& plan, int code) {
+  return is_piece<kSplits>(a, code) ? plan.piece[code - a.num_tiles] : Work{code, 0, 0, -1};
+}
+
 // Two rings (Traits::kTwoRings): the warpgroup (2 or 0) whose 64 rows lie in the other mask row block than the rest of
 // the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires).
 __device__ __forceinline__ int single_wg(const FwdParams& p, int q_begin) {
@@ -419,6 +445,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
   // with the schedules by the scheduler warp: a warpgroup changing rings needs the position of its new one.
   [[maybe_unused]] __shared__ int ring_pos[2][2];
+  // A split tile's piece (Work): whether this consumer warpgroup's piece finished last (thread 0's count, for the rest).
+  [[maybe_unused]] __shared__ int tail_last[3];
+  [[maybe_unused]] __shared__ TailPlan tail_plan;  // dense: this CTA's share of the split round (written before __syncthreads)
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -461,6 +490,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    if constexpr (!K::kSparse) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan);
   }
   __syncthreads();
 
@@ -638,25 +668,28 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         // A tile's start: once its Q buffer is free, its index to the consumers (through the Q slot's tile_full), then
         // Q_i by TMA; no tile left: the end marker in its place, as if it were a tile.
+        // (x: a work item's code, Work.)
         auto start_tile = [&](int tile_iter, int x) {
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
           mbar_arrive(tile_full(q_slot));
-          if (x < args.num_tiles) {
-            const Tile tile(args, x);
+          if (is_work(args, x)) {
+            const Tile tile(args, decode_work(args, tail_plan, x).x);
             load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
           }
         };
-        int x = int(blockIdx.x);  // the first tile of either order
+        int x = int(blockIdx.x);  // the first tile of either order (a split tail needs more tiles than CTAs)
         start_tile(0, x);
-        for (int tile_iter = 0; x < args.num_tiles; ++tile_iter) {
-          const Tile tile(args, x);
+        for (int tile_iter = 0; is_work(args, x); ++tile_iter) {
+          const Work w = decode_work(args, tail_plan, x);
+          const Tile tile(args, w.x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
+          if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
-          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : static_item(args, tail_plan, tile_iter + 1);
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -743,12 +776,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
       const int t_slot = tile_iter % kTileSlots;
       mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
-      const int x = tile_ids[t_slot];
-      if (x >= args.num_tiles) break;
+      const int x = tile_ids[t_slot];  // a work item's code (Work)
+      if (!is_work<!K::kSparse>(args, x)) break;
       lap(Prof::kWaitTile);
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
-      const Tile tile(args, x);
+      const Work work = decode_work<!K::kSparse>(args, tail_plan, x);
+      const Tile tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
       // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
@@ -762,6 +796,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
+      if (work.slot >= 0) blocks.clip(work.n_begin, work.n_end);
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -1010,6 +1045,63 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // with a 256-thread turn, a dev variant faulted: illegal instruction, run s21-6.)
       if constexpr (K::kTwoRings) named_sync(8, 384);
 
+      // A piece of a split tile (shapes.h, TailSplit): this warpgroup's partial O, row max and row sum go to the piece's
+      // slot; the tile's last piece to finish (per warpgroup: each counts its own 64 rows) merges every other piece's
+      // into its registers and goes on to the epilogue as a whole tile would, the others skip writing O and LSE.
+      // Written before the count (each thread's stores, a fence, the warpgroup's barrier, then thread 0's atomic), read
+      // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
+      // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
+      bool write_out = true;
+      if (!K::kSparse && is_piece(args, x)) {
+        const Work w = decode_work(args, tail_plan, x);
+        constexpr int kF4 = K::kORegs / 4 + 1;  // float4s per thread: O, then (m_0, m_1, l_0, l_1)
+        auto slot_at = [&](int slot) {
+          return reinterpret_cast<float4*>(args.tail_part) + (int64_t(slot) * K::kConsumers + wg) * kF4 * 128 + tid;
+        };
+        {
+          float4* dst = slot_at(w.slot);
+#pragma unroll
+          for (int j = 0; j < K::kORegs / 4; ++j)
+            __stcg(dst + j * 128, make_float4(acc_o[4 * j], acc_o[4 * j + 1], acc_o[4 * j + 2], acc_o[4 * j + 3]));
+          __stcg(dst + (kF4 - 1) * 128, make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]));
+        }
+        __threadfence();
+        named_sync(4 + wg, 128);
+        const int g = int(gridDim.x), t = w.x - args.tail.whole;
+        const int c_first = args.tail.cta_of(int64_t(t) * args.tail.blocks, g);
+        const int c_last = args.tail.cta_of(int64_t(t + 1) * args.tail.blocks - 1, g);
+        if (tid == 0) tail_last[wg] = atomicAdd(args.tail_count + t * K::kConsumers + wg, 1) == c_last - c_first;
+        named_sync(4 + wg, 128);
+        write_out = tail_last[wg] != 0;
+        if (write_out) {
+          __threadfence();
+          for (int c = c_first; c <= c_last; ++c) {
+            if (c == int(blockIdx.x)) continue;
+            const float4* src = slot_at(tail_slot(args.tail, g, c, t));
+            const float4 ml = __ldcg(src + (kF4 - 1) * 128);
+            const float m_other[2] = {ml.x, ml.y}, l_other[2] = {ml.z, ml.w};
+            float a[2], b[2];  // the two partials' factors to the common max, as the online softmax's correction
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              const float m = fmaxf(row_max[r], m_other[r]);
+              const float m_scaled = m == kNegInf ? 0.f : m * scale_log2;
+              a[r] = exp2f(row_max[r] * scale_log2 - m_scaled);
+              b[r] = exp2f(m_other[r] * scale_log2 - m_scaled);
+              row_sum[r] = row_sum[r] * a[r] + l_other[r] * b[r];
+              row_max[r] = m;
+            }
+#pragma unroll
+            for (int j = 0; j < K::kORegs / 4; ++j) {
+              const float4 o = __ldcg(src + j * 128);
+              acc_o[4 * j] = acc_o[4 * j] * a[0] + o.x * b[0];
+              acc_o[4 * j + 1] = acc_o[4 * j + 1] * a[0] + o.y * b[0];
+              acc_o[4 * j + 2] = acc_o[4 * j + 2] * a[1] + o.z * b[1];
+              acc_o[4 * j + 3] = acc_o[4 * j + 3] * a[1] + o.w * b[1];
+            }
+          }
+        }
+      }
+
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
       // row that saw no key.
@@ -1037,7 +1129,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = wg * 64 + row_in_wg + 8 * r;
-        if constexpr (K::kTmaStoreO) {
+        if (K::kTmaStoreO && write_out) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
 #pragma unroll
@@ -1045,7 +1137,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * kOPage + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
                          "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
         }
-        if (q_begin + row >= 0 && q_begin + row < q_end) {
+        if (write_out && q_begin + row >= 0 && q_begin + row < q_end) {
           if constexpr (!K::kTmaStoreO) {
             using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
             T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
@@ -1064,7 +1156,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0 && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
+        if (tid == 0 && write_out && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
           int c[4];
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
@@ -1107,6 +1199,7 @@ struct LaunchOptions {
   // group of at least tail_grids x grid tiles.
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
+  bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1177,6 +1270,23 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids);
     args.l2_group = order.group;
     args.l2_full_groups = order.full_groups;
+  }
+  // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
+  // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
+  args.tail = TailSplit{args.num_tiles, 0, 0};
+  if (!K::kSparse && opt.tail_split && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
+    const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN);
+    const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
+    if (t.units > 0 && int64_t(p.workspace_size) >= need) {
+      const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
+      args.tail = t;
+      args.tail_count = reinterpret_cast<int32_t*>(base);
+      args.tail_part = reinterpret_cast<float*>(base + tail_count_bytes(grid, K::kConsumers));
+      if (const cudaError_t e = cudaMemsetAsync(args.tail_count, 0, size_t(args.num_tiles - t.whole) * K::kConsumers * 4,
+                                                static_cast<cudaStream_t>(p.stream));
+          e != cudaSuccess)
+        return cuda::status_from(e, "cudaMemsetAsync(sm90 tail counters)");
+    }
   }
   kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");

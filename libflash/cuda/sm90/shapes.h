@@ -82,6 +82,85 @@ inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align i
 #define FLASH_SM90_HD
 #endif
 
+// The static order's last round, split along the keys ("stream-K" tail; perf-log v41). Dense tiles all take the same
+// time, and with T tiles on G persistent CTAs the last of ceil(T / G) rounds holds only T % G of them: the standard grid
+// has 2048 tiles at d128 (68 in the last round on 132 SMs), so every d128 dense run idled half the GPU for 1/16 of its
+// time. With the split, the T / G whole rounds run as before and the last round's tiles become a row of
+// (T % G) x blocks key blocks ("units"), dealt to the CTAs in equal contiguous runs: CTA c takes units [begin(c),
+// begin(c + 1)), which lie in at most two tiles (a run is shorter than a tile), its "pieces". Each piece runs Algorithm 1
+// over its key blocks and leaves O (unnormalised, fp32), the row max and the row sum in the workspace; the last piece
+// of a tile to finish (a counter per tile and warpgroup) merges the others' into its own registers -- the same
+// rescaling as the online softmax -- and writes O and LSE as a whole tile does. Nobody waits for anybody.
+struct TailSplit {
+  int32_t whole = 0;   // tiles [0, whole) run whole (T / G rounds); [whole, T) are split. No split: whole = T
+  int32_t blocks = 0;  // key blocks per tile
+  int64_t units = 0;   // (T - whole) x blocks; 0: no split
+  // CTA c's first unit (grid CTAs): begin(grid) = units.
+  FLASH_SM90_HD int64_t begin(int c, int grid) const { return units * c / grid; }
+  // The CTA whose run holds unit u (the largest c with begin(c) <= u).
+  FLASH_SM90_HD int cta_of(int64_t u, int grid) const { return int(((u + 1) * grid + units - 1) / units) - 1; }
+};
+// Split only when the last round gets shorter by more than the pieces' extra prologues, epilogues and merges (about
+// kTailSplitMargin key blocks; a tile's fixed cost is ~2 blocks, profile s23-1), and no tile has more than ~9 pieces
+// (its last piece reads every other one's partial O).
+inline constexpr int kTailSplitMargin = 4;
+inline TailSplit tail_split(int64_t num_tiles, int grid, int64_t key_blocks) {
+  TailSplit none{int32_t(num_tiles), int32_t(key_blocks), 0};
+  if (grid <= 0 || num_tiles <= grid || num_tiles > 0x7ffffff0 || key_blocks <= 0 || key_blocks > 0x7fffffff) return none;
+  const int64_t left = num_tiles % grid;
+  if (left == 0) return none;
+  const int64_t units = left * key_blocks;
+  const int64_t run_min = units / grid, run_max = (units + grid - 1) / grid;
+  if (run_min < 2 || run_min < (key_blocks + 7) / 8 || run_max + kTailSplitMargin > key_blocks) return none;
+  return TailSplit{int32_t(num_tiles - left), int32_t(key_blocks), units};
+}
+// The workspace of a split, from the caller's pointer rounded up to 256 bytes (hence 256 bytes of slack; the static
+// order has no tile counter): a counter per split tile and consumer warpgroup, then two partial slots per CTA (its
+// pieces), each 128 x consumers threads x (the O accumulator + row max and row sum of two rows) floats.
+inline constexpr int64_t kTailAlign = 256;
+inline int64_t tail_count_bytes(int grid, int consumers) { return (int64_t(4) * grid * consumers + 255) / 256 * 256; }
+inline int64_t tail_slot_floats(int head_dim, int consumers) { return int64_t(128) * consumers * (head_dim / 2 + 4); }
+inline int64_t tail_workspace_bytes(const TailSplit& t, int grid, int head_dim, int consumers) {
+  if (t.units == 0) return 0;
+  return kTailAlign + tail_count_bytes(grid, consumers) + 2 * int64_t(grid) * tail_slot_floats(head_dim, consumers) * 4;
+}
+// A work item of the dense kernels: a whole tile, or a piece of a split one.
+struct Work {
+  int x;               // the tile
+  int n_begin, n_end;  // a piece's key blocks [n_begin, n_end)
+  int slot;            // a piece's partial slot in the workspace (2 x CTA + k for its k-th piece); -1: a whole tile
+};
+// CTA c's share of the split round, worked out once at the kernel's start and kept in shared memory (the producer has
+// 24 registers, and the 64-bit divisions made it spill: ptxas, session 23).
+struct TailPlan {
+  int whole_rounds;  // the static order's whole rounds (tail.whole / grid)
+  int pieces;        // CTA c's pieces (0-2)
+  Work piece[2];
+};
+FLASH_SM90_HD inline void plan_tail(const TailSplit& t, int grid, int c, TailPlan& plan) {
+  plan.whole_rounds = t.whole / grid;
+  plan.pieces = 0;
+  if (t.units == 0) return;
+  const int64_t b0 = t.begin(c, grid), b1 = t.begin(c + 1, grid);
+  for (int64_t u = b0; u < b1 && plan.pieces < 2;) {  // at most two: a run is shorter than a tile (tail_split)
+    const int64_t tile = u / t.blocks, tile_first = tile * t.blocks;
+    const int64_t end = b1 < tile_first + t.blocks ? b1 : tile_first + t.blocks;
+    plan.piece[plan.pieces] = Work{t.whole + int(tile), int(u - tile_first), int(end - tile_first), 2 * c + plan.pieces};
+    ++plan.pieces;
+    u = end;
+  }
+}
+// The partial slot of CTA c's piece of split tile `tile` (counted from t.whole): its first if its run starts there.
+FLASH_SM90_HD inline int tail_slot(const TailSplit& t, int grid, int c, int tile) {
+  return 2 * c + (t.begin(c, grid) / t.blocks == tile ? 0 : 1);
+}
+
+// Which problems may split: the static order (no right edge without a left one) with every tile visiting the same
+// key blocks (no window, no block mask).
+inline bool tail_split_applies(const FwdParams& p) {
+  return !p.has_block_mask && p.window_left < 0 && p.window_right < 0;
+}
+
 // Which key blocks of a tile need the element mask (fwd_kernel.cuh, KeyBlocks): blocks n < below or n > above (of
 // kBlockN keys) hold some (row, key) of rows [q_begin, q_end) outside the sequence or the window; the others are wholly
 // visible to every row. With q_first = q_begin, q_last = q_end - 1 and diag = diag_offset, block n needs it when

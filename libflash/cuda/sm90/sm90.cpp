@@ -1,6 +1,7 @@
 // libflash/cuda/sm90/sm90.cpp -- the Algorithm record of the Hopper forward (FLASH_ALGO_SM90): what it
 // runs, and the switch from a call's (head dim, dtype) to one compiled instantiation. Anything it does
 // not run, AUTO hands to sm80 (supports() says why, and the capability query reports it).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -89,9 +90,18 @@ bool supports(const FwdParams& p, std::string* why) {
   return true;
 }
 
-// The dynamic tile order's counter (shapes.h); dense masks need nothing.
+// The dynamic tile order's counter (shapes.h); dense masks the tail split's counters and partials, where it splits
+// (fwd_kernel.cuh, launch makes the same choice), else nothing.
 size_t workspace(const FwdParams& p) {
-  return dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) ? kTileCounterBytes : 0;
+  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
+  if (!tail_split_applies(p)) return 0;
+  const Shape s = shape_for(p.head_dim);
+  if (s.head_dim == 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return 0;
+  const int64_t tiles = (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
+  const int sms = cuda::multiprocessor_count(p.device_id);
+  const int grid = int(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+  const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n);
+  return size_t(tail_workspace_bytes(t, grid, s.head_dim, s.consumers));
 }
 
 template <int D, bool kSparse>

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../../params.h"
+#include "shapes.h"
 
 namespace flash::sm90 {
 
@@ -29,6 +30,9 @@ struct Args {
   int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)
   int32_t* tile_counter; // dynamic order (causal-like and block-sparse masks): tiles handed out so far,
                          // past the first gridDim.x; zeroed by launch in the workspace. nullptr: static
+  TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
+  int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch)
+  float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
 };
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda

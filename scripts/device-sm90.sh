@@ -24,7 +24,7 @@
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
-#   sass-d64 / sass-d256  the d64 / d256 dense kernel's SASS, and where its spills sit
+#   sass-d64 / sass-d128 / sass-d256 / sass-long  a dense kernel's SASS, and where its spills sit
 #   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels
 #   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
@@ -268,6 +268,13 @@ for phase in "$@"; do
         --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
         $B run $A > "$OUT/ncu-d64bs-source.csv" 2>&1
       echo "ncu source: exit $? $(wc -c < "$OUT/ncu-d64bs-source.csv") bytes"; head -c 600 "$OUT/ncu-d64bs-source.csv"
+      ;;
+    sass-long)
+      # The d128 192-key-block kernel's SASS: its LDL/STL against USETMAXREG (consumers above the dealloc, producer below),
+      # the HGMMAs and the barriers.
+      obj=$(find $BUILD -name "fwd_hdim128_long_bf16.cu.o" -path "*sm90*" | head -1)
+      cuobjdump -sass "$obj" > "$OUT/sass-d128-long.txt" 2>&1
+      grep -n "LDL\|STL\|USETMAXREG\|HGMMA.*gsb0\|BAR.SYNC\|EXIT" "$OUT/sass-d128-long.txt" | awk -F'/\\*' '{print $1 $2}' | tr -s ' ' | tail -60
       ;;
     sass-d64|sass-d128|sass-d256)
       # The d64 / d256 dense kernel's SASS (where its spills sit: LDL/STL against the loop's HGMMAs and barriers).

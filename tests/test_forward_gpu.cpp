@@ -137,6 +137,26 @@ TEST_P(GpuEdges, ShortLastTiles) {
     }
 }
 
+// Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
+// use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
+// there) and a two-sided one (not), key counts that cut the last 192-key block.
+TEST_P(GpuEdges, LongKeyRangesD128) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  CaseSpec s = base(300, 8192 + 37, 128, FLASH_DTYPE_BF16);
+  expect_ok(s);
+  s = base(251, 9000, 128, FLASH_DTYPE_FP16);
+  s.mask.causal = 1;  // bottom-right
+  expect_ok(s);
+  s = base(400, 8192, 128, FLASH_DTYPE_BF16);
+  s.mask.causal = 1, s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+  expect_ok(s);
+  s = base(333, 8300, 128, FLASH_DTYPE_FP16);
+  s.mask.window_right = 700;
+  expect_ok(s);
+  s.mask.window_left = 900;
+  expect_ok(s);
+}
+
 // Whole query tiles that see no key (O = 0, LSE = -inf), at every sm90 head dim: bottom-right causal with
 // seqlen_q > seqlen_k (the first 600 rows see nothing) and a top-left diagonal band past seqlen_k. (sm90 d256 stages O
 // in the tile's last key block's ring slots, so its empty tiles visit one wholly masked block.)
@@ -447,12 +467,13 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
 }
 
 // sm90 splits the static order's last round along the keys (shapes.h, TailSplit; perf-log v41). Problems sized from the
-// device's SM count so that it splits at every head dim: one query tile per head (MQA and MHA), grid + grid / 3 or
-// grid + grid / 5 tiles, 9 or 13 key blocks with a partial last one (so pieces of 2-5 blocks, up to 5 per tile, and a
-// piece that holds only the masked last block). The test asserts that the problem splits, so it cannot pass without
-// running pieces and merges. Run with the library's workspace, then a caller's of exactly the size the split needs at
-// an odd address (the kernel rounds it up; two calls, as the counters must be zeroed by each), and one byte short
-// (refused, naming the size query).
+// device's SM count so that it splits at every dense instantiation (d64, d128, d128 on 192-key blocks, d256): one query
+// tile per head (MQA and MHA), grid + grid / 3 or grid + grid / 5 tiles, 9-16 key blocks with a partial last one (so
+// pieces of 2-6 blocks, up to 6 per tile, some holding only the cut last block). The test asserts that each problem
+// splits, so it cannot pass without running pieces and merges. Few query rows (a row in the last consumer warpgroup,
+// one row for the 8k-key problems) keep the fp64 reference short. MQA runs with the library's workspace; MHA with a
+// caller's of exactly the size the split needs at an odd address (the kernel rounds it up), twice (the counters the
+// first call leaves must be zeroed by the second), and one byte short (refused, naming the size query).
 TEST(GpuTailSplit, Sm90DenseLastRoundSplit) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   flash_device_info info;
@@ -461,26 +482,30 @@ TEST(GpuTailSplit, Sm90DenseLastRoundSplit) {
   const int grid = info.multiprocessors;
   std::mt19937_64 rng(base_seed() ^ 0x5171);
   int n = 0;
-  for (int d : {64, 128, 256})
+  for (int d : {64, 128, 256, 0})  // 0: d128 on 192-key blocks (8k keys)
     for (int variant = 0; variant < 2; ++variant) {
-      const flash::sm90::Shape sh = flash::sm90::shape_for(d);
+      const bool long_keys = d == 0;
+      const int head_dim = long_keys ? 128 : d;
+      const flash::sm90::Shape sh = long_keys ? flash::sm90::kLongShape : flash::sm90::shape_for(head_dim);
       const int64_t tiles = grid + (variant == 0 ? grid / 3 : grid / 5);
-      const int64_t key_blocks = variant == 0 ? 9 : 13;
+      const int64_t key_blocks = long_keys ? 43 : variant == 1 ? 13 : head_dim == 256 ? 16 : 9;
       CaseSpec s;
       s.batch = 1, s.heads_q = tiles, s.heads_kv = variant == 0 ? 1 : tiles;
-      s.seqlen_q = sh.block_m() - 37, s.seqlen_k = (key_blocks - 1) * sh.block_n + 29, s.head_dim = d;
+      s.seqlen_q = long_keys ? 1 : sh.block_m() - 63, s.seqlen_k = (key_blocks - 1) * sh.block_n + 29, s.head_dim = head_dim;
       s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
-      const flash::sm90::TailSplit t = flash::sm90::tail_split(tiles, grid, key_blocks);
+      const flash::sm90::TailSplit t =
+          flash::sm90::tail_split(tiles, grid, key_blocks, flash::sm90::tail_split_margin(head_dim));
       ASSERT_GT(t.units, 0) << "the problem must split: " << s.describe();
-      const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, grid, d, sh.consumers));
-      {
+      if (variant == 0) {
         Case c = make_case(s, rng);
         int32_t used = -1;
         ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message() << "\n  " << s.describe();
         EXPECT_EQ(used, FLASH_ALGO_SM90);
         const Check ch = check_case(c);
         EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+        continue;
       }
+      const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, grid, head_dim, sh.consumers));
       void* ws = cuda_alloc(need + 1);
       ASSERT_NE(ws, nullptr);
       for (int run = 0; run < 2; ++run) {

@@ -211,7 +211,7 @@ TEST(Sm90TailSplit, PiecesCoverTheLastRoundOnce) {
                           int64_t(2752), int64_t(3072), int64_t(grid) * 3, int64_t(grid) * 3 + grid / 2})
       for (int64_t kb : {1, 2, 5, 8, 9, 13, 16, 64, 103, 128, 205, 1000}) {
         SCOPED_TRACE("grid " + std::to_string(grid) + " tiles " + std::to_string(tiles) + " key blocks " + std::to_string(kb));
-        const TailSplit t = flash::sm90::tail_split(tiles, grid, kb);
+        const TailSplit t = flash::sm90::tail_split(tiles, grid, kb, 6);
         if (t.units == 0) {
           EXPECT_EQ(t.whole, tiles);
           continue;
@@ -221,7 +221,7 @@ TEST(Sm90TailSplit, PiecesCoverTheLastRoundOnce) {
         ASSERT_GT(left, 0);
         EXPECT_EQ(t.whole, tiles - left);
         EXPECT_EQ(t.units, left * kb);
-        EXPECT_LE((t.units + grid - 1) / grid + flash::sm90::kTailSplitMargin, kb);  // the round gets shorter
+        EXPECT_LE((t.units + grid - 1) / grid + 6, kb);  // the round gets shorter by the margin
         std::vector<int> owner(size_t(t.units), -1);
         for (int c = 0; c < grid; ++c) {
           TailPlan plan;
@@ -269,22 +269,50 @@ TEST(Sm90TailSplit, PiecesCoverTheLastRoundOnce) {
 }
 
 // Where it splits on the H100's 132 SMs, the standard grid (16384 tokens, 2048 / d heads): d128's 2048 tiles leave 68
-// for the last round, split from 2k (16 key blocks) on, not at 1k (8: a run of 5 blocks and the margin are no
-// shorter); d256's 1024 tiles (80-key blocks) leave 100, split from 2k (26 blocks); d64 (192-row tiles) splits at 16k
-// (2752 tiles, 112 left). Tile counts that are a multiple of the grid, or below it, never split.
+// for the last round, split from 2k (16 key blocks, runs of 9, margin 6) on, not at 1k (8); on 192-key blocks (8k and
+// up) too. d256's 1024 tiles (80-key blocks, margin 10) leave 100: not at 2k (runs of 20 of 26), from 4k. d64 (192-row
+// tiles): not at 1k (3072 tiles, runs of 3 of 8), at 16k (2752 tiles, 112 left). Tile counts that are a multiple of the
+// grid, or below it, never split.
 TEST(Sm90TailSplit, StandardGridChoices) {
   using flash::sm90::tail_split;
-  EXPECT_EQ(tail_split(2048, 132, 8).units, 0);
-  EXPECT_EQ(tail_split(2048, 132, 16).units, 68 * 16);
-  EXPECT_EQ(tail_split(2048, 132, 128).units, 68 * 128);
-  EXPECT_EQ(tail_split(1024, 132, 13).units, 0);
-  EXPECT_EQ(tail_split(1024, 132, 26).units, 100 * 26);
-  EXPECT_EQ(tail_split(2752, 132, 128).units, 112 * 128);
-  EXPECT_EQ(tail_split(1320, 132, 128).units, 0);
-  EXPECT_EQ(tail_split(100, 132, 128).units, 0);
-  EXPECT_EQ(tail_split(133, 132, 128).units, 0);  // one tile left: runs of under one block
-  EXPECT_GT(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 128), 132, 128, 2), 0);
-  EXPECT_EQ(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 8), 132, 128, 2), 0);
+  using flash::sm90::tail_split_margin;
+  EXPECT_EQ(tail_split_margin(64), 6);
+  EXPECT_EQ(tail_split_margin(128), 6);
+  EXPECT_EQ(tail_split_margin(256), 10);
+  EXPECT_EQ(tail_split(2048, 132, 8, 6).units, 0);
+  EXPECT_EQ(tail_split(2048, 132, 16, 6).units, 68 * 16);
+  EXPECT_EQ(tail_split(2048, 132, 128, 6).units, 68 * 128);
+  EXPECT_EQ(tail_split(2048, 132, 43, 6).units, 68 * 43);  // 8k on 192-key blocks
+  EXPECT_EQ(tail_split(1024, 132, 13, 10).units, 0);
+  EXPECT_EQ(tail_split(1024, 132, 26, 10).units, 0);
+  EXPECT_EQ(tail_split(1024, 132, 52, 10).units, 100 * 52);
+  EXPECT_EQ(tail_split(3072, 132, 8, 6).units, 0);
+  EXPECT_EQ(tail_split(2752, 132, 128, 6).units, 112 * 128);
+  EXPECT_EQ(tail_split(1320, 132, 128, 6).units, 0);
+  EXPECT_EQ(tail_split(100, 132, 128, 6).units, 0);
+  EXPECT_EQ(tail_split(133, 132, 128, 6).units, 0);  // one tile left: runs of under one block
+  EXPECT_EQ(tail_split(140, 132, 1000, 6).units, 0);  // 8 tiles left: runs of 60 blocks, a tile of 17 pieces
+  EXPECT_GT(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 128, 6), 132, 128, 2), 0);
+  EXPECT_EQ(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 8, 6), 132, 128, 2), 0);
+}
+
+// d128 problems of >= 8192 keys without a block mask or a left window edge run on the 192-key instantiation.
+TEST(Sm90Instantiation, LongKeyRangeChoice) {
+  using flash::sm90::use_long_kernel;
+  flash::FwdParams p{};
+  p.head_dim = 128, p.seqlen_q = 100, p.seqlen_k = 8192, p.window_left = p.window_right = -1;
+  EXPECT_TRUE(use_long_kernel(p));
+  p.window_right = 0;  // causal
+  EXPECT_TRUE(use_long_kernel(p));
+  p.window_left = 4096;  // a left edge: short ranges
+  EXPECT_FALSE(use_long_kernel(p));
+  p.window_left = -1, p.seqlen_k = 8191;
+  EXPECT_FALSE(use_long_kernel(p));
+  p.seqlen_k = 16384, p.head_dim = 64;
+  EXPECT_FALSE(use_long_kernel(p));
+  p.head_dim = 128, p.has_block_mask = true;
+  EXPECT_FALSE(use_long_kernel(p));
+  EXPECT_EQ(flash::sm90::kLongShape.smem_bytes(false), (128 + 2 * 2 * 192) * 128 * 2 + 1024);  // one Q buffer
 }
 
 }  // namespace

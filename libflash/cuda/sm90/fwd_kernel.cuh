@@ -1046,7 +1046,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kTwoRings) named_sync(8, 384);
 
       // A piece of a split tile (shapes.h, TailSplit): this warpgroup's partial O, row max and row sum go to the piece's
-      // slot; the tile's last piece to finish (per warpgroup: each counts its own 64 rows) merges every other piece's
+      // slot; the tile's last piece to finish (per warpgroup: each counts its own 64 rows) merges every piece's partial
       // into its registers and goes on to the epilogue as a whole tile would, the others skip writing O and LSE.
       // Written before the count (each thread's stores, a fence, the warpgroup's barrier, then thread 0's atomic), read
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
@@ -1074,9 +1074,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         named_sync(4 + wg, 128);
         write_out = tail_last[wg] != 0;
         if (write_out) {
+          // Every piece's partial, this one's too (read back), merged in CTA order: the result does not depend on which
+          // piece finished last. From O = 0, m = -inf, l = 0 the first merge is exact (factors 0 and 1).
           __threadfence();
+#pragma unroll
+          for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
+          row_max[0] = row_max[1] = kNegInf;
+          row_sum[0] = row_sum[1] = 0.f;
           for (int c = c_first; c <= c_last; ++c) {
-            if (c == int(blockIdx.x)) continue;
             const float4* src = slot_at(tail_slot(args.tail, g, c, t));
             const float4 ml = __ldcg(src + (kF4 - 1) * 128);
             const float m_other[2] = {ml.x, ml.y}, l_other[2] = {ml.z, ml.w};
@@ -1275,7 +1280,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   args.tail = TailSplit{args.num_tiles, 0, 0};
   if (!K::kSparse && opt.tail_split && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
-    const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN);
+    const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN, tail_split_margin(K::kHeadDim));
     const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
     if (t.units > 0 && int64_t(p.workspace_size) >= need) {
       const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
@@ -1296,6 +1301,8 @@ template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_long(const FwdParams& p);
 
 }  // namespace flash::sm90
 
@@ -1313,4 +1320,11 @@ int32_t launch_fwd_two_rings(const FwdParams& p);
   int32_t flash::sm90::launch_fwd_two_rings<flash::DType::DTYPE>(const flash::FwdParams& p) {           \
     constexpr flash::sm90::Shape s = flash::sm90::kTwoRingShape;                                         \
     return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o>>(p); \
+  }
+// The d128 long-key-range instantiation (shapes.h, kLongShape): FLASH_SM90_INSTANTIATE_LONG(BF16).
+#define FLASH_SM90_INSTANTIATE_LONG(DTYPE)                                                               \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE>(const flash::FwdParams& p) {                \
+    constexpr flash::sm90::Shape s = flash::sm90::kLongShape;                                            \
+    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o>>(p); \
   }

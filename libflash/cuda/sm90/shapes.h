@@ -60,6 +60,14 @@ inline constexpr Shape kSparseShapes[] = {{64, 128, 4, 2, 1}, {128, 128, 2, 2, 2
 // with one K/V ring (2 stages) for each of the two mask row blocks a tile spans (fwd_kernel.cuh, Traits::kTwoRings;
 // perf-log v39). The two-warpgroup kernel above runs the other block sizes and the listed windows.
 inline constexpr Shape kTwoRingShape{64, 128, 2, 3, 1};
+// d128 with long key ranges (shapes.h, use_long_kernel): 192-key blocks, O staged in the last block's K/V slots (d256's
+// epilogue, store_o 3), which leaves room for one Q buffer. Its softmax and barrier steps come once per 192 keys instead
+// of 128 (profile s23-1: 3576 cycles per block against 2686, 18.6 per key against 21.0), but a tile's fixed cost is
+// higher (one Q buffer: the next Q loads during the epilogue) and the last block of a range is more often cut.
+// sm90_dev (s23-1, s23-2): dense 16k +5%, 8k +3.5%, 4k -1%, 1k -15%; causal 16k +4.5%, 8k +2.8%, 4k -1.6% (with the
+// tail split on both). FlashAttention-3 takes 176-key blocks at d128 (measured here: between bn160 and bn192).
+inline constexpr Shape kLongShape{128, 192, 2, 2, 3};
+inline constexpr int64_t kLongMinKeys = 8192;
 
 // Block-sparse masks add, after the tiles, two schedules per ring (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.
@@ -100,18 +108,20 @@ struct TailSplit {
   // The CTA whose run holds unit u (the largest c with begin(c) <= u).
   FLASH_SM90_HD int cta_of(int64_t u, int grid) const { return int(((u + 1) * grid + units - 1) / units) - 1; }
 };
-// Split only when the last round gets shorter by more than the pieces' extra prologues, epilogues and merges (about
-// kTailSplitMargin key blocks; a tile's fixed cost is ~2 blocks, profile s23-1), and no tile has more than ~9 pieces
-// (its last piece reads every other one's partial O).
-inline constexpr int kTailSplitMargin = 4;
-inline TailSplit tail_split(int64_t num_tiles, int grid, int64_t key_blocks) {
+// Split only when the last round gets shorter by more than the pieces' extra prologues, epilogues and merges (the
+// margin, in key blocks: a tile's fixed cost is ~2 blocks at d128, profile s23-1; d256's epilogue and partials are
+// twice d128's), and no tile has more than ~9 pieces (its last piece reads every piece's partial O). Measured with a
+// margin of 4 (s23-2, against the last round run whole): d64 1k (3 of 8 blocks per run) 0.4% and d256 2k (20 of 26)
+// 0.8% slower, d128 2k (9 of 16) the same; so 6, and 10 at d256.
+inline int tail_split_margin(int head_dim) { return head_dim >= 256 ? 10 : 6; }
+inline TailSplit tail_split(int64_t num_tiles, int grid, int64_t key_blocks, int margin) {
   TailSplit none{int32_t(num_tiles), int32_t(key_blocks), 0};
   if (grid <= 0 || num_tiles <= grid || num_tiles > 0x7ffffff0 || key_blocks <= 0 || key_blocks > 0x7fffffff) return none;
   const int64_t left = num_tiles % grid;
   if (left == 0) return none;
   const int64_t units = left * key_blocks;
   const int64_t run_min = units / grid, run_max = (units + grid - 1) / grid;
-  if (run_min < 2 || run_min < (key_blocks + 7) / 8 || run_max + kTailSplitMargin > key_blocks) return none;
+  if (run_min < 2 || run_min < (key_blocks + 7) / 8 || run_max + margin > key_blocks) return none;
   return TailSplit{int32_t(num_tiles - left), int32_t(key_blocks), units};
 }
 // The workspace of a split, from the caller's pointer rounded up to 256 bytes (hence 256 bytes of slack; the static
@@ -247,6 +257,12 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) < kTwoRingMinBlocks) return false;
   return kTwoRingShape.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, kTwoRingShape.block_n, p.block_mask.block_n, 2) <=
          smem_limit;
+}
+
+// d128 problems with at least kLongMinKeys keys and no block mask or left window edge (dense and causal-like) run on the
+// 192-key-block instantiation (kLongShape).
+inline bool use_long_kernel(const FwdParams& p) {
+  return p.head_dim == 128 && !p.has_block_mask && p.window_left < 0 && p.seqlen_k >= kLongMinKeys;
 }
 
 inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit) {

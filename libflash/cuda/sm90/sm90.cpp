@@ -19,6 +19,8 @@ template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_long(const FwdParams& p);
 
 namespace {
 
@@ -51,7 +53,7 @@ bool supports(const FwdParams& p, std::string* why) {
     return false;
   }
   const bool listed = use_listed_kernel(p, cuda::shared_mem_per_block_optin(p.device_id));
-  const Shape s = shape_for(p.head_dim, listed);
+  const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim, listed);
   if (s.head_dim == 0) {
     *why = "head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256 (sm80 runs the others)";
     return false;
@@ -95,12 +97,12 @@ bool supports(const FwdParams& p, std::string* why) {
 size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
   if (!tail_split_applies(p)) return 0;
-  const Shape s = shape_for(p.head_dim);
+  const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
   if (s.head_dim == 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return 0;
   const int64_t tiles = (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
   const int sms = cuda::multiprocessor_count(p.device_id);
   const int grid = int(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
-  const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n);
+  const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n, tail_split_margin(s.head_dim));
   return size_t(tail_workspace_bytes(t, grid, s.head_dim, s.consumers));
 }
 
@@ -112,11 +114,12 @@ int32_t fwd_dim(const FwdParams& p) {
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
   // Block-sparse masks, and the d64 problems whose tiles see few key blocks, run on the block-sparse instantiation;
-  // d64 masks of 128-row blocks on its two-ring form (shapes.h). (supports() checked the two-warpgroup kernel's
-  // shared memory, which the two-ring one exceeds: use_two_rings checks its own.)
+  // d64 masks of 128-row blocks on its two-ring form, d128 long key ranges on 192-key blocks (shapes.h). (supports()
+  // checked the two-warpgroup kernel's shared memory, which the two-ring one exceeds: use_two_rings checks its own.)
   const int64_t smem_limit = cuda::shared_mem_per_block_optin(p.device_id);
   if (use_two_rings(p, smem_limit))
     return p.dtype == DType::BF16 ? launch_fwd_two_rings<DType::BF16>(p) : launch_fwd_two_rings<DType::FP16>(p);
+  if (use_long_kernel(p)) return p.dtype == DType::BF16 ? launch_fwd_long<DType::BF16>(p) : launch_fwd_long<DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);

@@ -3,6 +3,7 @@
 #   build   configure + build (sm_90a only), ptxas report of the sm90 kernels (registers, spills, C75xx)
 #   test    GPU forward tests for sm90 (+ AUTO), with a hang guard
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
+#   sanitize-split  the same on the tail split's test (192-key d128 and d256)
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
 #   testsparse  the block-sparse tests (and the d64 window ones) on sm90
@@ -70,7 +71,7 @@ for phase in "$@"; do
       grep -E "C75[0-9][0-9]" "$OUT/build.log" | sort | uniq -c | head
       ;;
     test)
-      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:GpuTailSplit*:GpuWorkspace*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
+      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:*GpuTailSplit*:GpuWorkspace*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
       echo "gpu tests (sm90): exit ${PIPESTATUS[0]}"
       ;;
     testlisted)
@@ -104,6 +105,10 @@ for phase in "$@"; do
     sanitize-sparse)
       # The block-sparse instantiations (schedules in shared memory handed over through q_full/q_empty).
       sanitize_tests sparse 300 'Algorithms/GpuEdges.BlockSparse*/sm90'
+      ;;
+    sanitize-split)
+      # The three sanitizers on the tail split's test (perf-log v41): the 192-key d128 kernel and d256 (O staged in the ring).
+      sanitize_tests split 240 '*GpuTailSplit*d128_192keys:*GpuTailSplit*d256'
       ;;
     sanitize-rings)
       # The d64 two-ring block-sparse instantiation (perf-log v39).

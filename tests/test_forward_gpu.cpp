@@ -474,15 +474,18 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
 // one row for the 8k-key problems) keep the fp64 reference short. MQA runs with the library's workspace; MHA with a
 // caller's of exactly the size the split needs at an odd address (the kernel rounds it up), twice (the counters the
 // first call leaves must be zeroed by the second), and one byte short (refused, naming the size query).
-TEST(GpuTailSplit, Sm90DenseLastRoundSplit) {
+class GpuTailSplit : public ::testing::TestWithParam<int> {};  // head dim; 0: d128 on 192-key blocks (8k keys)
+
+TEST_P(GpuTailSplit, Sm90DenseLastRoundSplit) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   flash_device_info info;
   flash_device_info_init(&info);
   ASSERT_EQ(flash_get_device_info(FLASH_DEVICE_CUDA, 0, &info), FLASH_OK);
   const int grid = info.multiprocessors;
-  std::mt19937_64 rng(base_seed() ^ 0x5171);
+  std::mt19937_64 rng(base_seed() ^ (0x5171 + GetParam()));
   int n = 0;
-  for (int d : {64, 128, 256, 0})  // 0: d128 on 192-key blocks (8k keys)
+  const int d = GetParam();
+  {
     for (int variant = 0; variant < 2; ++variant) {
       const bool long_keys = d == 0;
       const int head_dim = long_keys ? 128 : d;
@@ -521,7 +524,12 @@ TEST(GpuTailSplit, Sm90DenseLastRoundSplit) {
           << flash_last_error_message();
       cuda_free(ws);
     }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, GpuTailSplit, ::testing::Values(64, 128, 256, 0), [](const auto& info) {
+  return info.param == 0 ? std::string("d128_192keys") : "d" + std::to_string(info.param);
+});
 
 TEST(GpuErrors, HostPointerLabelledCuda) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -1,0 +1,1206 @@
+// libflash/cuda/sm90/dev/fwd_kernel_s22.cuh -- session 22's kernel (commit fe62f45) in its own namespace, for
+// sm90_dev's before/after timing in one process (session 23). Not production code.
+// Was: libflash/cuda/sm90/fwd_kernel.cuh -- the Hopper forward (FLASH_ALGO_SM90): warp-specialised,
+// TMA-fed, wgmma-computed FlashAttention (the schedule of FlashAttention-3, written in inline PTX).
+//
+// A CTA has three warpgroups (four at d64) and stays resident (persistent grid, one CTA per SM):
+//   producer  (warpgroup 0, 24-40 registers/thread): one thread issues every TMA load -- a query tile
+//             Q_i (kBlockM = 64 x consumers rows; one or two buffers) per work tile, then K_j and V_j of each key
+//             block j it visits into a kStages-deep ring of shared buffers, each guarded by "full" and
+//             "empty" mbarriers (block-sparse masks: a second warp, the scheduler, turns each tile's list
+//             into a schedule in shared memory up to two tiles ahead, and Q, K/V -- and with two rings each
+//             ring's K/V -- have loading threads of their own);
+//   consumers (warpgroups 1 and 2, 232-240 registers/thread; 1-3 with 160 at d64): each owns 64 rows of Q_i and runs
+//             Algorithm 1 on them:
+//               S   = Q_i K_j^T                      wgmma m64 n{kBlockN} k16, both operands in smem
+//               m'  = max(m, rowmax(S)),  P = exp2(S*scale_log2 - m'*scale_log2)
+//               l   = exp2((m - m')*scale_log2) * l + rowsum(P)
+//               O   = exp2((m - m')*scale_log2) * O + P V_j    wgmma m64 n{d} k16, P from registers
+//             then O /= l and LSE = m*scale + log(l), written once per tile.
+// Ping-pong: the two consumer warpgroups take turns issuing their matrix products (named barriers),
+// so while one runs its softmax (exp2 on the SFU) the other's wgmmas keep the tensor cores busy; within
+// a warpgroup, S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j
+// does. K_j is released when S_j is done, V_j when P_j V_j is.
+// d64 block-sparse masks of 128-row blocks with long lists (shapes.h, use_two_rings) run three consumer warpgroups on
+// 192-row tiles instead, whose rows lie in two mask row blocks: one K/V ring per list, no ping-pong (Traits::kTwoRings).
+//
+// Hand-over of a tile's index and block-sparse schedule (plain shared stores by the producer, plain loads
+// by the consumers): through a "tile_full" mbarrier per tile slot (per Q buffer; block-sparse: per
+// schedule) that only threads arrive on -- every producer lane after its own stores (release), every
+// consumer thread waits (acquire) -- and back through q_empty (block-sparse: sched_empty, which the loading
+// lanes also arrive on), which every consumer thread arrives on after its last load and every producer
+// lane that stores waits on before storing there again. Thread by thread, so compute-sanitizer racecheck can follow
+// it: handed over through q_full (whose phase TMA completes) or released by one lane per warp after
+// __syncwarp, racecheck reported the pairs (perf-log v5; dev/racecheck_mbarrier.cu is the minimal case).
+//
+// Shared tiles are stored exactly as TMA's 128-byte swizzle writes them: pages of 64 columns (128
+// bytes per row), 8-row atoms of 1024 bytes with the 16-byte chunk index XORed by row % 8 -- the
+// layout wgmma's descriptors name with swizzle mode 1. Q and K are read K-major (d contiguous), V
+// MN-major (trans-b: d contiguous is the N dimension of P V).
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "../../../error.h"
+#include "../../../params.h"
+#include "../../runtime.h"
+#include "../shapes.h"
+#include "../tma.h"
+#include "../../wgmma.cuh"
+
+namespace flash::sm90_s22 {
+// shapes.h and tma.h as they are now (Args: the s22 kernel ignores the tail split's fields; the shapes it used are the
+// same).
+using flash::sm90::Args;
+using flash::sm90::CausalOrder;
+using flash::sm90::causal_order;
+using flash::sm90::dynamic_tiles;
+using flash::sm90::encode_tensor_map;
+using flash::sm90::mask_bounds;
+using flash::sm90::MaskBounds;
+using flash::sm90::Shape;
+using flash::sm90::sparse_extra_bytes;
+using flash::sm90::sparse_sched_stride;
+using flash::sm90::TensorPos;
+
+// ---- PTX wrappers -----------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// Arrive once and add `bytes` to the transaction count this phase waits for (the TMA loads' total).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Wait until the phase with this parity has completed. A fresh barrier is in phase 0, so waiting for
+// parity 1 returns at once (the "previous phase" counts as complete): producers start on parity 1.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Both phases complete: the two probes are issued back to back, so their round trips overlap (a loop block
+// waits for K_j and V_{j-1}; one after the other they were ~6% of the d64 block-sparse loop's stall samples,
+// ncu s17-3, though both had always completed).
+__device__ __forceinline__ void mbar_wait2(uint32_t bar_a, uint32_t parity_a, uint32_t bar_b, uint32_t parity_b) {
+  asm volatile(
+      "{\n.reg .pred da, db;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 db, [%2], %3;\n"
+      "@da bra DONE_A;\n"
+      "WAIT_A:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 da, [%0], %1;\n"
+      "@!da bra WAIT_A;\n"
+      "DONE_A:\n"
+      "@db bra DONE_B;\n"
+      "WAIT_B:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 db, [%2], %3;\n"
+      "@!db bra WAIT_B;\n"
+      "DONE_B:\n}\n" ::"r"(bar_a),
+      "r"(parity_a), "r"(bar_b), "r"(parity_b)
+      : "memory");
+}
+// 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
+}
+// 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+// Fetch a TMA descriptor (a __grid_constant__ kernel parameter) into its cache ahead of the first load that names it.
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
+__device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
+
+// 2^x on the FMA pipe, for x <= ~0 (a softmax exponent). The SFU's ex2 retires 16 results per clock
+// per SM, which at d64 is exactly the tensor cores' rate for the same tile (one exp per 4 x 64 FLOPs), so
+// a share of P computed with this polynomial could let the softmax keep up. Measured (perf-log v5): no
+// consistent gain -- the SFU was 44% busy, not the limit -- so no instantiation uses it. x = j + f with
+// j = round(x) (the 1.5 * 2^23 trick, no conversion unit), 2^f by a degree-3 minimax polynomial on
+// [-0.5, 0.5] (relative error 7.5e-5, below bf16's and fp16's rounding of P), times 2^j built in the
+// exponent field. x <= -127 (a masked score, -inf) gives j = -127, whose 2^j is +0: P is exactly 0.
+__device__ __forceinline__ float exp2_fma(float x) {
+  x = fmaxf(x, -127.f);
+  const float t = __fadd_rn(x, 12582912.f);  // round(x) in the low mantissa bits
+  const float j = __fadd_rn(t, -12582912.f);
+  const float f = __fadd_rn(x, -j);
+  const float p = fmaf(fmaf(fmaf(0.05517132208f, f, 0.24261054397f), f, 0.69326096773f), f, 0.99992811680f);
+  return p * __int_as_float(int((static_cast<uint32_t>(__float_as_int(t)) << 23) + 0x3f800000u));
+}
+
+template <DType T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (T == DType::BF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+// ---- Compile-time shape of one instantiation ----------------------------------------------------------
+// kSparse_: the instantiation for block-sparse masks (schedules in shared memory); the dense one carries
+// none of that code, so its producer stays small. kConsumers_: consumer warpgroups of 64 query rows
+// each: 3 at d64 dense (FlashAttention-3's choice, 192-row tiles; perf-log v5), else 2.
+// kPolyEvery_: every kPolyEvery-th 8-column group of P is exponentiated by exp2_fma instead of the SFU
+// (0: none). kTmaStoreO_: the epilogue writes O to a shared staging tile (64 rows per warpgroup, 128-byte
+// swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
+// memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
+template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
+          int kPolyEvery_ = 0, int kStoreO_ = 0>
+struct Traits {
+  static constexpr int kPolyEvery = kPolyEvery_;
+  // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
+  static constexpr bool kProfile = false;
+  static constexpr bool kTmaStoreO = kStoreO_ != 0;
+  // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
+  // to spare): Q is then released after the store has read them, not after the tile's last S.
+  static constexpr bool kOStageInQ = kStoreO_ == 2;
+  // kStoreO_ == 3: O is staged in the tile's last key block's ring slots -- warpgroup 1's in K_last's, warpgroup 0's in
+  // V_last's -- and the slots go back to the producer once the stores have read them (two consumers, dense: d256). Q is
+  // then released after the tile's last S, as with direct stores, so the next tile's Q loads during the last P V and the
+  // epilogue. The consumer loop is the same as for every other epilogue: a slot's empty barrier counts one arrival
+  // more, which the producer gives for every block but a tile's last (it knows which is last when it loads the next),
+  // and the stores' owner gives for the last.
+  static constexpr bool kOStageInRing = kStoreO_ == 3;
+  static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
+  static constexpr bool kSparse = kSparse_;
+  static constexpr DType kDType = kDType_;
+  static constexpr bool kBF16 = kDType == DType::BF16;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = kConsumers_;
+  static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  // Block-sparse with three consumer warpgroups (d64, 128-row mask blocks): a 192-row tile's warpgroups lie in two
+  // mask row blocks -- two of them in one (the pair), the third in the other (the single: warpgroup 2 in even tiles, 0
+  // in odd ones) -- whose lists differ. Each list gets its own K/V ring (ring 0 the pair's, ring 1 the single's), so no
+  // warpgroup waits on blocks it does not visit, and the warpgroups do not take turns (no ping-pong: the lists may
+  // differ in length; three warpgroups without it measured the same as with it, perf-log v24).
+  static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
+  static constexpr int kRings = kTwoRings ? 2 : 1;
+  static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
+  // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
+  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
+  static constexpr bool kPingPong = !kTwoRings;
+  // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
+  // (perf-log v40). They and every consumer thread arrive on sched_empty.
+  static constexpr int kLoaders = kTwoRings ? 2 : 1;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  // Q buffers (two where shared memory allows: the next tile's Q loads during this one) and the bytes of
+  // Q + K/V ring + alignment slack, as the host's shapes.h computes them.
+  static constexpr Shape kShape{kHeadDim, kBlockN, kStages, kConsumers, kStoreO_};
+  static constexpr int kQStages = kShape.q_stages(kSparse);
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
+  static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
+  static_assert(kSmemBytes <= 232448, "shared memory");
+  // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The scheduler warp
+  // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
+  // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
+  // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
+  static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
+  static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
+};
+
+// ---- Which key blocks a query block visits ------------------------------------------------------------
+// The same rules as the sm80 kernel and the CPU backend (libflash/cpu/block_range.h): the window's key
+// range [lo, hi) of the whole query block, walked from its last block down (the blocks cut by the
+// diagonal come first). For block-sparse masks the producer's scheduler warp turns the query block's list
+// into a schedule in shared memory first (build_schedule): the listed mask blocks as a set (any order, repeats
+// counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
+// window, descending. (The d64 windows that run on the block-sparse instantiation, shapes.h use_listed_kernel, have
+// no block mask: their schedule lists every block of the range.) Producer and consumers each walk their own KeyBlocks over the same range/schedule.
+// (Walking dense tiles upwards, so a causal tile's masked diagonal blocks come last, in the overlapped loop,
+// measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
+// kSmemWalk (the two-ring consumers, 160 registers): the schedule walked by 32-bit shared addresses from its first
+// entry to its end, read once -- two live values instead of a generic pointer (two) and a position.
+template <int kBlockN, bool kSparse, bool kSmemWalk = false>
+struct KeyBlocks {
+  int lo, hi, cursor, n_lo;
+  const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
+  int pos = 0;
+  uint32_t walk = 0, walk_end = 0;  // kSmemWalk: the next entry's and the end's shared addresses
+  // Key blocks n < mask_below or n > mask_above have some (row, key) outside the sequence or the window, so they
+  // need the element mask (shapes.h, mask_bounds). Decided once per tile: per block, the same test on the kernel parameters (64-bit
+  // window arithmetic, constant-bank loads) was ~10% of the d64 block-sparse loop's stall samples (ncu s17-3).
+  int mask_below, mask_above;
+
+  // at_least_one (dense walks, O staged in the ring): a tile that sees no key still visits block 0, wholly masked, so
+  // it has a last block's slots to stage its O (zeros) in.
+  __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule, bool at_least_one = false) {
+    const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
+    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+    lo = int(max(lo64, int64_t(0)));
+    hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
+    n_lo = lo / kBlockN;
+    cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
+    sched = kSparse ? schedule : nullptr;
+    if constexpr (kSmemWalk) {
+      walk = static_cast<uint32_t>(__cvta_generic_to_shared(schedule)) + 4;
+      walk_end = walk + 4 * schedule[0];
+    }
+    const MaskBounds mb = mask_bounds<kBlockN>(p, q_begin, q_end);
+    mask_above = mb.above, mask_below = mb.below;
+    if (at_least_one && cursor < 0) cursor = n_lo = 0, mask_below = max(mask_below, 1);
+  }
+  __device__ __forceinline__ bool needs_mask(int n) const { return n < mask_below || n > mask_above; }
+
+  // Next key block (in units of kBlockN), or -1 when done.
+  __device__ __forceinline__ int next() {
+    if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
+    if constexpr (kSmemWalk) {
+      if (walk == walk_end) return -1;
+      int n;
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(n) : "r"(walk) : "memory");
+      walk += 4;
+      return n;
+    }
+    return pos < sched[0] ? sched[1 + pos++] : -1;
+  }
+
+  // The scheduler warp (all 32 lanes): the schedule of the mask row block holding query row q_row into `out` (no
+  // block: q_row past seqlen_q, a two-ring tile's rows that are all past the end), using `bits` (one bit per mask
+  // key block, n_mask_blocks / 32 + 1 words) for the set. The
+  // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
+  // schedule costs a few list loads' latency, not one per entry.
+  __device__ void build_schedule(const FwdParams& p, int b, int h, int q_row, int32_t* out, uint32_t* bits,
+                                 int lane) const {
+    // The readers of this buffer (tile i-2's schedule: the loading lane and the consumers) released it
+    // through sched_empty before the caller got here; the warp barrier orders this warp's previous stores
+    // (bitmap, entries) before this build's. (When the producer warp also walked the schedule, a tile with
+    // an empty key range stored its count with no warp barrier since: racecheck, perf-log v5.)
+    __syncwarp();
+    int n_out = 0;
+    if (lo < hi && q_row < p.seqlen_q) {
+      // No block mask (a short-tile problem routed here, shapes.h use_listed_kernel): every block of the key range is
+      // listed, so the schedule is the dense walk's.
+      const bool every_block = !p.has_block_mask;
+      const BlockMaskParams& m = p.block_mask;
+      int sub_per = 1;
+      if (!every_block) {
+        const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
+        for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
+        __syncwarp();
+        const int64_t qb = q_row / m.block_m;
+        const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
+        // The list's first 32 entries are loaded together with the count, not after it: their address does not depend
+        // on the count, and the caller's array holds max_kv_blocks entries per query block (flash.h), so a schedule
+        // costs one round trip to memory instead of two (on the critical path at a CTA's start; perf-log v40).
+        const int32_t first = lane < m.max_kv_blocks ? list[int64_t(lane) * m.idx_stride] : -1;
+        int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
+        count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
+        for (int i = lane; i < count; i += 32) {
+          const int32_t kb = i < 32 ? first : list[int64_t(i) * m.idx_stride];
+          if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
+        }
+        __syncwarp();
+        sub_per = m.block_n / kBlockN;
+      }
+      for (int base = cursor; base >= n_lo; base -= 32) {  // lane l looks at block base - l: descending
+        const int n = base - lane;
+        const int kb = n / sub_per;
+        const bool listed = n >= n_lo && (every_block || ((bits[kb >> 5] >> (kb & 31)) & 1u));
+        const uint32_t ballot = __ballot_sync(0xffffffffu, listed);
+        if (listed) out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = n;
+        n_out += __popc(ballot);
+      }
+    }
+    // The count, stored by lane 0 alone; every lane's tile_full arrive (after this) releases its own
+    // stores to the loading lane and the consumers. (Every lane storing it, while the same warp's lanes
+    // also walked the schedule, left 7 racecheck warnings on this word in runs s13-6 and s14-1.)
+    if (lane == 0) out[0] = n_out;
+    __syncwarp();
+  }
+
+};
+
+// Work tile x -> (query block, batch*head).
+// Causal-like masks (right edge, no left edge): longest first within groups of (batch, head) pairs whose K and V fit
+// in L2 together (shapes.h, CausalOrder; launch sizes the groups).
+// Otherwise one (batch, head)'s query blocks are consecutive, so CTAs side by side share K and V in L2.
+struct Tile {
+  int m_block, b, h;
+  __device__ Tile(const Args& a, int x) {
+    const FwdParams& p = a.p;
+    const int num_bh = p.heads_q * p.batch;
+    int bh;
+    if (p.window_right >= 0 && p.window_left < 0) {
+      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile(x, m_block, bh);
+    } else {
+      m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
+      bh = x / a.num_m_blocks;
+    }
+    h = bh % p.heads_q;
+    b = bh / p.heads_q;
+  }
+};
+
+// Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
+// rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
+// Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
+// perf-log v5): tiles of unequal length, and a CTA that finishes a short one takes the next at once.
+__device__ __forceinline__ int tile_of(int round) {
+  const int g = int(gridDim.x), c = int(blockIdx.x);
+  return round * g + ((round & 1) ? g - 1 - c : c);
+}
+
+// Two rings (Traits::kTwoRings): the warpgroup (2 or 0) whose 64 rows lie in the other mask row block than the rest of
+// the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires).
+__device__ __forceinline__ int single_wg(const FwdParams& p, int q_begin) {
+  return q_begin / p.block_mask.block_m == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
+}
+
+__device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
+  // Selects, not c[pos.seq] = row: a run-time index would put c in local memory.
+  c[0] = col;
+#pragma unroll
+  for (int i = 1; i < 4; ++i) c[i] = pos.seq == i ? row : pos.head == i ? head : batch;
+}
+
+// ---- Profiling (Traits::kProfile, dev only) -----------------------------------------------------------
+// Cycles (clock64 of the SM) each consumer warpgroup's thread 0 spends per phase of a tile, summed over tiles
+// into args.profile[kPerWg * wg + phase] (consumer phases kWaitTile .. kEpilogue, counts kTiles, kBlocks, then
+// the loop's steps kStepWaitKV .. kStepTail summed over its blocks), and the producer's waits into
+// args.profile[kPerWg * kConsumers + ...]. Compiled out of production instantiations.
+struct Prof {
+  enum : int { kWaitTile, kWaitQ, kPrologue, kLoop, kDrain, kEpilogue, kTiles, kBlocks };
+  // One loop block: K_j / V_{j-1} full waits, the wait for the turn, the issue, wait<1> (S_j), the copy + mask +
+  // softmax, wait<0> (P_{j-1} V_{j-1}), rescale + pack.
+  enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail, kPerWg = 16 };
+  enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal };
+  unsigned long long* out;
+  long long mark;
+  __device__ void lap(int i) {
+    const long long now = clock64();
+    atomicAdd(out + i, static_cast<unsigned long long>(now - mark));
+    mark = now;
+  }
+  __device__ void add(int i, long long v) { atomicAdd(out + i, static_cast<unsigned long long>(v)); }
+};
+
+// ---- The kernel -------------------------------------------------------------------------------------
+template <class K>
+__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const FwdParams& p = args.p;
+  constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
+  const float kNegInf = -INFINITY;
+
+  extern __shared__ uint8_t smem_raw[];
+  // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
+  // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
+  // Block-sparse: two more, sched_empty per schedule slot. Two rings (Traits::kTwoRings): ring 1's stages follow ring
+  // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
+  constexpr int kSlots = K::kRingSlots;
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
+  // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
+  // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
+  __shared__ int tile_ids[2];
+  // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
+  // with the schedules by the scheduler warp: a warpgroup changing rings needs the position of its new one.
+  [[maybe_unused]] __shared__ int ring_pos[2][2];
+  constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const uint32_t q_smem = smem;
+  const uint32_t k_smem0 = q_smem + K::kQStages * K::kQBytes;
+  const uint32_t v_smem0 = k_smem0 + kSlots * K::kKVBytes;
+  // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
+  // schedules of sched_stride ints and the list bitmap.
+  const uint32_t o_stage0 = v_smem0 + kSlots * K::kKVBytes;
+  int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
+  uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * K::kRings * args.sched_stride);
+  const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+  auto q_full = [&](int slot) { return bar0 + 8 * slot; };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + slot); };
+  auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
+  auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
+  auto v_full = [&](int s) { return bar0 + 32 + 8 * (kSlots + s); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    for (int slot = 0; slot < K::kQStages; ++slot) {
+      mbar_init(q_full(slot), 1);
+      mbar_init(q_empty(slot), 128 * K::kConsumers);
+    }
+    // Every producer lane that stores arrives on tile_full, and every consumer thread (and the loading
+    // lane) on q_empty / sched_empty, so the tile index's and schedule's shared stores and loads are
+    // ordered thread by thread.
+    for (int slot = 0; slot < kTileSlots; ++slot) {
+      mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
+      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + 1);
+    }
+    for (int s = 0; s < kSlots; ++s) {
+      // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
+      const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
+      mbar_init(k_full(s), 1);
+      mbar_init(v_full(s), 1);
+      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ================================ producer ================================
+    setmaxnreg_dec<K::kProducerRegs>();
+    // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at`
+    // (slot at % kStages), once the consumers released the slot. Both producers below (dense, block-sparse).
+    auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
+                       int n, int at, int h_kv, int b) {
+      {
+        const long long t0 = K::kProfile ? clock64() : 0;
+        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+        if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
+      }
+      mbar_arrive_expect_tx(full, K::kKVBytes);
+      int c[4];
+#pragma unroll
+      for (int pg = 0; pg < kPages; ++pg) {
+        sm90_s22::tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+      }
+    };
+    // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
+    // into it (rows from q_begin of query head h, batch b).
+    auto wait_q_slot = [&](int tile_iter) {
+      const long long t0 = K::kProfile ? clock64() : 0;
+      mbar_wait(q_empty(tile_iter % K::kQStages), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with it
+      if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
+    };
+    auto load_q = [&](int tile_iter, int q_begin, int h, int b) {
+      const int q_slot = tile_iter % K::kQStages;
+      mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+      int c[4];
+#pragma unroll
+      for (int pg = 0; pg < kPages; ++pg) {
+        sm90_s22::tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
+        tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+      }
+    };
+    // Dense: with two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block:
+    // by then the consumers have released that buffer (its tile's last S), so the wait holds back no K/V load. (Loaded
+    // after the tile's last K/V instead, it was still landing when the consumers got there: d64 dense 1k 5% slower, d128
+    // 1%, d64 block-sparse 1-1.6%; perf-log v32. Block-sparse has a Q loader of its own since v40.)
+    [[maybe_unused]] constexpr int kQAhead = K::kQStages == 2 ? kStages - 1 : -1;  // the block index after which it goes out
+    if constexpr (K::kSparse) {
+      // Block-sparse: warp 1 is the scheduler -- it takes the tiles (the atomic counter), turns each one's
+      // list into a schedule in shared memory and publishes both through tile_full, up to two tiles ahead;
+      // lane 0 of warp 3 loads Q, lane 0 of warp 0 the scheduled K/V blocks by TMA (two rings: warp 2's lane 0 ring 1's).
+      // Building a schedule waits
+      // on two dependent global loads (the count, then the list), which in the loader's own sequence held
+      // every tile start up (perf-log v19: the producer was busy, not waiting for the ring, 95% of a d64
+      // block-sparse run, and the consumers waited 2-5k cycles at each tile start).
+      const int lane = threadIdx.x % 32;
+      if (threadIdx.x / 32 == 1) {
+        int x = int(blockIdx.x);
+        [[maybe_unused]] int pos0 = 0, pos1 = 0;  // two rings: their positions (lane 0)
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int slot = tile_iter & 1;
+          // Ask for the tile after this one now, so the atomic's latency hides behind the build (its result is read
+          // after the build: shuffled at once, it held every CTA's first schedule back by the atomic's round trip).
+          int next = 0;
+          if (lane == 0 && x < args.num_tiles)
+            next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
+          mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+          if (x < args.num_tiles) {
+            const Tile tile(args, x);
+            const int q_begin = tile.m_block * kBlockM - args.q_shift;
+            int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
+            const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
+            if constexpr (K::kTwoRings) {
+              // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
+              // single warpgroup's.
+              const int single = single_wg(p, q_begin);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
+              if (lane == 0) {  // (lane 0 stored both counts)
+                ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
+                pos0 += sched[0], pos1 += sched[args.sched_stride];
+              }
+            } else {
+              blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
+            }
+          }
+          if (lane == 0) tile_ids[slot] = x;
+          mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
+          if (x >= args.num_tiles) break;  // the end marker is published
+          next = __shfl_sync(0xffffffffu, next, 0);
+          x = next;
+        }
+      } else if (threadIdx.x == 96) {
+        // The Q loader (lane 0 of warp 3): each tile's Q as soon as its buffer is free, so no K/V load waits behind a Q
+        // buffer's release (loaded by the K/V loader after a tile's first blocks, v32's way, it was 1-5.5% slower at d64's
+        // two rings and up to 4% at d128, where O staged in Q frees the buffer only in the next tile's prologue; v40).
+        if (K::kTmaStoreO) prefetch_tensormap(&args.to);
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int slot = tile_iter & 1;
+          // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
+          // while the scheduler still builds its schedule.
+          int x = int(blockIdx.x);
+          if (tile_iter > 0) {
+            mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+            x = tile_ids[slot];
+          }
+          mbar_arrive(sched_empty(slot));  // the tile index is read
+          if (x >= args.num_tiles) break;
+          const Tile tile(args, x);
+          wait_q_slot(tile_iter);
+          load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
+        }
+      } else if (threadIdx.x == 0 || (K::kTwoRings && threadIdx.x == 64)) {
+        // The K/V loaders: lane 0 of warp 0 (two rings: ring 0's), and with two rings lane 0 of warp 2 (ring 1's), each
+        // walking its own ring's schedule, so a ring whose warpgroups are ahead never waits behind the other ring's wait
+        // for a free slot (one thread interleaving both rings was 1-2% slower: perf-log v40).
+        [[maybe_unused]] const int ring = K::kTwoRings ? threadIdx.x / 64 : 0;
+        int it = 0;  // position in this thread's K/V ring, continued across tiles
+        // The first K/V loads wait for the first schedule, so their descriptors can be fetched meanwhile. (The early start
+        // -- this, the first Q at once, a schedule's list loaded with its count, the tile atomic's result read after the
+        // build -- measured 2-3% faster at d128 4k s = 0.1, 1% at d64, the same from 8k on: perf-log v40.)
+        prefetch_tensormap(&args.tk);
+        prefetch_tensormap(&args.tv);
+        [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
+        for (int tile_iter = 0;; ++tile_iter) {
+          const int slot = tile_iter & 1;
+          mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+          const int x = tile_ids[slot];
+          if (x >= args.num_tiles) {
+            if constexpr (K::kProfile)
+              if (threadIdx.x == 0) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+            break;
+          }
+          const Tile tile(args, x);
+          const int q_begin = tile.m_block * kBlockM - args.q_shift;
+          const int h_kv = tile.h / p.head_ratio;
+          // V_j trails K_j by one block, as in the dense producer below (see there why).
+          if constexpr (K::kTwoRings) {
+            auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
+              const int sl = K::ring_slot(ring, at);
+              const uint32_t ring0 = ring * kStages * K::kKVBytes;
+              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
+            };
+            // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
+            const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
+            const int c = sr[0];
+            for (int j = 0; j < c; ++j) {
+              load_ring(false, sr[1 + j], it + j);
+              if (j > 0) load_ring(true, sr[j], it + j - 1);
+            }
+            const int last = c > 0 ? sr[c] : -1;
+            mbar_arrive(sched_empty(slot));  // the schedule is read
+            if (last >= 0) load_ring(true, last, it + c - 1);
+            it += c;
+          } else {
+            KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
+            int v_pending = -1, v_at = 0;
+            for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+              load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
+              if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
+              v_pending = n;
+              v_at = it;
+            }
+            mbar_arrive(sched_empty(slot));  // the schedule is read
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
+          }
+        }
+      }
+    } else {
+      // Dense and window masks: thread 0 alone takes the tiles (static order, or the counter for causal-like
+      // masks) and issues every TMA load and its barrier operations (measured faster at d64 than the
+      // whole warp).
+      if (threadIdx.x == 0) {
+        int it = 0;  // position in the K/V ring, continued across tiles
+        [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
+        // A tile's start: once its Q buffer is free, its index to the consumers (through the Q slot's tile_full), then
+        // Q_i by TMA; no tile left: the end marker in its place, as if it were a tile.
+        auto start_tile = [&](int tile_iter, int x) {
+          const int q_slot = tile_iter % K::kQStages;
+          wait_q_slot(tile_iter);
+          tile_ids[q_slot] = x;
+          mbar_arrive(tile_full(q_slot));
+          if (x < args.num_tiles) {
+            const Tile tile(args, x);
+            load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
+          }
+        };
+        int x = int(blockIdx.x);  // the first tile of either order
+        start_tile(0, x);
+        for (int tile_iter = 0; x < args.num_tiles; ++tile_iter) {
+          const Tile tile(args, x);
+          const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
+          const int h_kv = tile.h / p.head_ratio;
+          KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
+          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
+          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
+          // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
+          // one block: K_{j+1} never waits behind V_j's slot.
+          auto load_v = [&](int n, int at) {
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, tile.b);
+          };
+          int v_pending = -1, v_at = 0, j = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
+            if (v_pending >= 0) {
+              load_v(v_pending, v_at);
+              if constexpr (K::kOStageInRing) {
+                // Block j-1 was not the tile's last: its slots' extra arrivals (Traits::kOStageInRing), each after this
+                // thread's own wait for the slot's previous phase, so they count toward block j-1's.
+                mbar_arrive(k_empty(v_at % kStages));
+                mbar_arrive(v_empty(v_at % kStages));
+              }
+            }
+            v_pending = n;
+            v_at = it;
+            if (j == kQAhead) start_tile(tile_iter + 1, next);
+          }
+          if (v_pending >= 0) load_v(v_pending, v_at);
+          if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
+          x = next;
+        }
+        if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
+      }
+    }
+  } else {
+    // ================================ consumers ================================
+    setmaxnreg_inc<K::kConsumerRegs>();
+    const int wg = warpgroup - 1;  // 0 or 1: rows [64*wg, 64*wg + 64) of the query tile
+    const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, t = lane % 4;  // this thread holds rows g and g+8 of its warp's 16, columns 2t, 2t+1
+    const int row_in_wg = warp * 16 + g;   // + 8*r
+    const float scale_log2 = p.scale_log2;
+    // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
+    // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
+    if constexpr (K::kPingPong)
+      if (wg == K::kConsumers - 1) named_arrive(1, 256);
+    // A turn at the tensor cores (ping-pong; two rings take none).
+    auto take_turn = [&]() {
+      if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+    };
+    auto pass_turn = [&]() {
+      if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+    };
+
+    int it = 0, tile_iter = 0;
+    // Two rings: this tile's ring (warpgroup 1 is always in the pair; 0 and 2 change rings from tile to tile). Its number
+    // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (Warpgroups
+    // keeping to one ring, the tile's rows dealt to them accordingly, measured 2-4% slower: perf-log v39.)
+    int ring = 0;
+    auto slot_of = [](int i) {
+      if constexpr (K::kTwoRings) return K::ring_slot(i >> 30, i & 0x3fffffff);
+      else return i % kStages;
+    };
+    auto phase_of = [](int i) -> uint32_t {
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
+      else return (i / kStages) & 1;
+    };
+    // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
+    // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
+    // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
+    constexpr bool kDeferQRelease = K::kOStageInQ && K::kQStages == 2;
+    bool q_release_pending = false;
+    Prof prof{K::kProfile ? args.profile + Prof::kPerWg * wg : nullptr, K::kProfile ? clock64() : 0};
+    // The loop's steps, timed with the 32-bit clock into registers and added once per tile (an atomic per step
+    // would be most of what it measures).
+    [[maybe_unused]] uint32_t step_mark = 0, step_sum[7] = {};
+    auto step = [&](int i) {
+      if constexpr (K::kProfile) {
+        const uint32_t now = static_cast<uint32_t>(clock());
+        step_sum[i - Prof::kStepWaitKV] += now - step_mark;
+        step_mark = now;
+      }
+    };
+    auto lap = [&](int phase) {
+      if constexpr (K::kProfile)
+        if (tid == 0) prof.lap(phase);
+    };
+    for (;; ++tile_iter) {
+      const int q_slot = tile_iter % K::kQStages;
+      const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
+      const int t_slot = tile_iter % kTileSlots;
+      mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
+      const int x = tile_ids[t_slot];
+      if (x >= args.num_tiles) break;
+      lap(Prof::kWaitTile);
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      lap(Prof::kWaitQ);
+      const Tile tile(args, x);
+      // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
+      // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
+      // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
+      // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
+      const int q_begin = tile.m_block * kBlockM - args.q_shift;
+      const int q_end = min(q_begin + kBlockM, p.seqlen_q);
+      if constexpr (K::kTwoRings) {
+        ring = wg == single_wg(p, q_begin) ? 1 : 0;
+        it = ring_pos[t_slot][ring] | ring << 30;
+      }
+      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
+                                            sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
+                                            K::kOStageInRing);
+
+      float acc_o[K::kORegs];
+#pragma unroll
+      for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
+      float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
+      float acc_s[K::kSRegs];
+      uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
+
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
+      auto issue_s = [&](int s) {
+        const uint32_t k_s = k_smem0 + s * K::kKVBytes;
+#pragma unroll
+        for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
+        {
+          const uint64_t da = wg::desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
+          const uint64_t db = wg::desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
+          if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
+          else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
+        }
+        wg::commit();
+      };
+      // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
+      // (the N direction) kBlockN * 128 bytes apart.
+      auto issue_pv = [&](int s) {
+        const uint32_t v_s = v_smem0 + s * K::kKVBytes;
+#pragma unroll
+        for (int kc = 0; kc < kBlockN / 16; ++kc)
+          wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
+        wg::commit();
+      };
+      // Element mask, only where the block crosses the sequence end or a window edge. (Deciding that per
+      // warpgroup's 64 rows instead made d64's dense path 4-8% slower: perf-log v12, commit 2beb5a7.)
+      auto mask = [&](float (&sv)[K::kSRegs], int n) {
+        if (!blocks.needs_mask(n)) return;
+        const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
+          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
+          hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+          const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
+          const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+          // With no left window edge (causal-like masks, the sequence end) only the right compare can cut: half the
+          // instructions per element (perf-log v28: causal 1k +3-4% at d64, +2.5% at d128).
+          if (p.window_left < 0) {
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (8 * i + e >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+          } else {
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = 8 * i + e;
+                if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
+              }
+          }
+        }
+      };
+      // Online softmax of S_j (base 2, the scale folded into one FFMA); a row lives in the 4 lanes of a
+      // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
+      // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
+      // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
+      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
+        float max_new[2];
+        bool max_moved = false;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float m = kNegInf;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          max_new[r] = fmaxf(row_max[r], m);
+          max_moved |= max_new[r] != row_max[r];
+        }
+        const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
+          const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+          float sum = 0.f;
+#pragma unroll
+          for (int i = 0; i < kBlockN / 8; ++i) {
+            constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
+            const bool fma_pipe = K::kPolyEvery > 0 && i % kEvery == kEvery - 1;
+            const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
+            const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
+            const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);
+            const float p1 = fma_pipe ? exp2_fma(x1) : exp2f(x1);
+            sum += p0 + p1;
+            sv[4 * i + 2 * r] = p0;
+            sv[4 * i + 2 * r + 1] = p1;
+          }
+          corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
+          row_sum[r] = row_sum[r] * corr[r] + sum;
+          row_max[r] = max_new[r];
+        }
+        return rescale;
+      };
+
+      // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
+      // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
+      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
+#pragma unroll
+        for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
+      };
+      // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
+      // (q_empty and sched_empty count them all), so each thread's own loads are ordered before the
+      // producer's next stores there -- racecheck does not follow them through a __syncwarp and one lane's
+      // arrive.
+      auto release_q = [&]() { mbar_arrive(q_empty(q_slot)); };
+      auto release_sched = [&]() {
+        if constexpr (K::kSparse) mbar_arrive(sched_empty(t_slot));
+      };
+      auto release_prev_q = [&]() {  // kDeferQRelease: the previous tile's buffer, once its store has read it
+        if constexpr (kDeferQRelease)
+          if (q_release_pending) {
+            if (tid == 0) wg::bulk_wait_read();
+            mbar_arrive(q_empty(q_slot ^ 1));
+            q_release_pending = false;
+          }
+      };
+      [[maybe_unused]] int s_last = 0;  // O staged in the ring: the last block's slot
+      int n = blocks.next();
+      if (n >= 0) {
+        // Prologue: S_0 and its softmax.
+        int s_prev = slot_of(it);
+        uint32_t phase_prev = phase_of(it);
+        mbar_wait(k_full(s_prev), phase_prev);
+        take_turn();
+        wg::fence();
+        issue_s(s_prev);
+        pass_turn();
+        release_prev_q();  // (while S_0 runs)
+        wg::wait<0>();
+        wg::fence_regs(acc_s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        mask(acc_s, n);
+        {
+          float corr[2];
+          softmax(acc_s, true, corr);
+          pack_p(acc_s, p_frag);
+        }
+        ++it;
+        lap(Prof::kPrologue);
+        [[maybe_unused]] const int it_first = it;
+        // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
+        // the softmax of S_j, then rescale O once P_{j-1} V_{j-1} has landed. (ptxas places the softmax after that
+        // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
+        if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
+        for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          const int s = slot_of(it);
+          const uint32_t phase = phase_of(it);
+          mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
+          step(Prof::kStepWaitKV);
+          take_turn();
+          step(Prof::kStepTurn);
+          wg::fence();
+          issue_s(s);
+          issue_pv(s_prev);
+          pass_turn();
+          step(Prof::kStepIssue);
+          wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+          step(Prof::kStepWaitS);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
+          // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
+          // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
+          // serialise the wgmmas (C7513; perf-log).
+          float sv[K::kSRegs];
+#pragma unroll
+          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+          mask(sv, n);
+          float corr[2];
+          const bool rescale = softmax(sv, false, corr);
+          step(Prof::kStepSoftmax);
+          wg::wait<0>();
+          step(Prof::kStepWaitPV);
+          wg::fence_regs(acc_o);
+          wg::fence_regs(p_frag);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (rescale) {
+#pragma unroll
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                acc_o[4 * i + 2 * r] *= corr[r];
+                acc_o[4 * i + 2 * r + 1] *= corr[r];
+              }
+          }
+          pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+          s_prev = s;
+          phase_prev = phase;
+          step(Prof::kStepTail);
+        }
+        // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
+        // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
+        // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
+        lap(Prof::kLoop);
+        if constexpr (K::kProfile)
+          if (tid == 0) {
+            prof.add(Prof::kBlocks, it - it_first + 1);
+            for (int i = 0; i < 7; ++i) prof.add(Prof::kStepWaitKV + i, step_sum[i]), step_sum[i] = 0;
+          }
+        if constexpr (!K::kOStageInQ) release_q();
+        release_sched();
+        // Drain: the last P V.
+        mbar_wait(v_full(s_prev), phase_prev);
+        take_turn();
+        wg::fence();
+        issue_pv(s_prev);
+        pass_turn();
+        wg::wait<0>();
+        wg::fence_regs(acc_o);
+        wg::fence_regs(p_frag);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
+        if constexpr (K::kOStageInRing) {
+          // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
+          // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
+          if (wg == 1) named_arrive(7, 256);
+          s_last = s_prev;
+        }
+        lap(Prof::kDrain);
+      } else {
+        if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
+        release_sched();
+        release_prev_q();
+      }
+
+      // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
+      // while that ring's previous users still hold blocks there. An mbarrier wait tells phases apart by parity only, so
+      // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
+      // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
+      // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
+      // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring. Sharing id 1
+      // with a 256-thread turn, a dev variant faulted: illegal instruction, run s21-6.)
+      if constexpr (K::kTwoRings) named_sync(8, 384);
+
+      // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
+      // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
+      // row that saw no key.
+      const float scale = fabsf(p.scale);
+      // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it
+      // -- its own tile after the ring, or its own rows of the Q buffer, whose pages are kBlockM rows apart.
+      // With O staged in the ring: warpgroup 1's in the last K slot, warpgroup 0's in the last V slot (each 64 x d, in
+      // 64-row pages, within the slot's block_n x d); every tile has a last block (KeyBlocks' at_least_one). (A tile
+      // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill:
+      // perf-log v36.)
+      const uint32_t o_stage = K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
+                               : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
+      constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
+      if constexpr (K::kOStageInRing) {
+        if (wg == 0) named_sync(7, 256);
+      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
+        // The previous tile's store must have read the staging tile before it is written again.
+        if (tid == 0) wg::bulk_wait_read();
+        named_sync(4 + wg, 128);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float sum = row_sum[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const int row = wg * 64 + row_in_wg + 8 * r;
+        if constexpr (K::kTmaStoreO) {
+          // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
+          const int wrow = row_in_wg + 8 * r;
+#pragma unroll
+          for (int i = 0; i < K::kHeadDim / 8; ++i)
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(o_stage + (i / 8) * kOPage + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
+                         "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
+        }
+        if (q_begin + row >= 0 && q_begin + row < q_end) {
+          if constexpr (!K::kTmaStoreO) {
+            using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
+            T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
+                       int64_t(q_begin + row) * p.o_row_stride + 2 * t;
+#pragma unroll
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+              *reinterpret_cast<uint32_t*>(o_row + 8 * i) = pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv);
+          }
+          if (p.lse != nullptr && t == 0)
+            p.lse[tile.b * p.lse_batch_stride + tile.h * p.lse_head_stride + int64_t(q_begin + row) * p.lse_row_stride] =
+                sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
+        }
+      }
+      if constexpr (K::kTmaStoreO) {
+        // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
+        // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
+        wg::fence_proxy_async();
+        named_sync(4 + wg, 128);
+        if (tid == 0 && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
+          int c[4];
+#pragma unroll
+          for (int pg = 0; pg < K::kPages; ++pg) {
+            sm90_s22::tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
+            tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
+          }
+          wg::bulk_commit();
+          if constexpr (K::kOStageInQ && !kDeferQRelease) wg::bulk_wait_read();  // the store has read these Q rows
+        }
+        // Staged in Q: every thread's arrive comes after its own staging stores (and the fence above), thread
+        // 0's after the store has read them; then the producer may load the next Q there. (Deferred to the
+        // next tile's prologue with two Q buffers.)
+        if constexpr (kDeferQRelease) q_release_pending = true;
+        else if constexpr (K::kOStageInQ) release_q();
+        if constexpr (K::kOStageInRing) {
+          // The slot's last arrival, once the store has read it (the stores' owner, thread 0).
+          if (tid == 0) {
+            wg::bulk_wait_read();
+            mbar_arrive(wg == 1 ? k_empty(s_last) : v_empty(s_last));
+          }
+        }
+      }
+      lap(Prof::kEpilogue);
+      if constexpr (K::kProfile)
+        if (tid == 0) prof.add(Prof::kTiles, 1);
+    }
+    if constexpr (K::kTmaStoreO)
+      if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
+  }
+  // (The ping-pong barrier's last hand-over is never taken; hardware barriers need no reset at exit.)
+#endif
+}
+
+// ---- Host side ----------------------------------------------------------------------------------------
+// Choices that production always makes, switchable so dev/sm90_dev.cu can time both in one run.
+struct LaunchOptions {
+  bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
+  unsigned long long* profile = nullptr;  // Traits::kProfile: 8 x (consumers + 1) zeroed counters (Prof)
+  // The causal order's groups: their K and V within this many MB of L2 (0: a third of the device's L2, half at d64), and a last
+  // group of at least tail_grids x grid tiles.
+  int l2_budget_mb = 0;
+  double tail_grids = 2.0;
+};
+template <class K>
+int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
+  Args args{};
+  args.p = p;
+  if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+                                     p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kBlockM, "q");
+      st != FLASH_OK)
+    return st;
+  if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
+                                     p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN, "k");
+      st != FLASH_OK)
+    return st;
+  if (int32_t st = encode_tensor_map(&args.tv, &args.v_pos, p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
+                                     p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN, "v");
+      st != FLASH_OK)
+    return st;
+  if constexpr (K::kTmaStoreO)
+    if (int32_t st = encode_tensor_map(&args.to, &args.o_pos, p.o, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+                                       p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, "o");
+        st != FLASH_OK)
+      return st;
+  args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
+  // Masks with a right edge (causal-like, windows): a row's key range grows with the row, so the tiles are
+  // aligned to end at seqlen_q and the partial one comes first, where it has the fewest keys (d64's 192-row
+  // tiles at 1k: 27 key blocks per head instead of 32). Block-sparse tiles stay aligned to the mask's blocks.
+  // The shift is whole warpgroups' 64 rows, so each warpgroup's O box lies either wholly before row 0 (not
+  // stored) or wholly at or after it: with a 13-row shift (a TMA store box starting at row -13) the GPU sweep
+  // failed with a CUDA error on the H100 (run s15-1), while Q's loads from boxes starting before row 0 read
+  // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
+  args.profile = opt.profile;
+  args.q_shift = opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
+  const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
+  if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
+  args.num_tiles = static_cast<int32_t>(tiles);
+
+  int64_t smem_bytes = K::kSmemBytes;
+  // The block-sparse instantiation also runs problems without a block mask (shapes.h, use_listed_kernel); the dense
+  // one has no schedules.
+  if (p.has_block_mask && !K::kSparse) return fail(FLASH_ERROR_INTERNAL, "sm90: a block mask needs the block-sparse instantiation");
+  if (K::kTwoRings && !(p.has_block_mask && p.block_mask.block_m == 128))
+    return fail(FLASH_ERROR_INTERNAL, "sm90: the two-ring instantiation needs a block mask of 128-row blocks");
+  if (K::kSparse) {
+    args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
+    smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
+  }
+  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
+    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
+    args.tile_counter = reinterpret_cast<int32_t*>(at);
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+        e != cudaSuccess)
+      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
+  }
+  auto* kernel = fwd_kernel<K>;
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
+      e != cudaSuccess)
+    return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
+  const int sms = cuda::multiprocessor_count(p.device_id);
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+  {
+    // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
+    // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
+    // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30).
+    const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
+    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
+    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
+    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids);
+    args.l2_group = order.group;
+    args.l2_full_groups = order.full_groups;
+  }
+  kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
+  return cuda::check_launch("sm90 fwd kernel");
+}
+
+template <int kHeadDim, bool kSparse, DType kDType>
+int32_t launch_fwd(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_two_rings(const FwdParams& p);
+
+}  // namespace flash::sm90_s22
+

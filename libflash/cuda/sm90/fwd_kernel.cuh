@@ -178,6 +178,8 @@ struct Traits {
   static constexpr bool kOStageInRing = kStoreO_ == 3;
   static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
   static constexpr bool kSparse = kSparse_;
+  // The static order's last round split along the keys (shapes.h, TailSplit): the dense instantiations.
+  static constexpr bool kTailSplit = !kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
@@ -381,8 +383,9 @@ __device__ __forceinline__ bool is_piece(const Args& a, int code) {
 template <bool kSplits = true>
 __device__ __forceinline__ bool is_work(const Args& a, int code) { return code < a.num_tiles || is_piece<kSplits>(a, code); }
 // This CTA's i-th item of the static order: the whole rounds' tiles (tile_of), then its pieces of the split round.
+template <bool kSplits = true>
 __device__ __forceinline__ int static_item(const Args& a, const TailPlan& plan, int i) {
-  if (a.tail.units == 0 || i < plan.whole_rounds) return tile_of(i);  // (>= num_tiles past the end)
+  if (!kSplits || a.tail.units == 0 || i < plan.whole_rounds) return tile_of(i);  // (>= num_tiles past the end)
   return i - plan.whole_rounds < plan.pieces ? a.num_tiles + i - plan.whole_rounds : 0x7fffffff;
 }
 template <bool kSplits = true>
@@ -495,7 +498,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    if constexpr (!K::kSparse) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan);
+    if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan);
   }
   __syncthreads();
 
@@ -679,22 +682,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
           mbar_arrive(tile_full(q_slot));
-          if (is_work(args, x)) {
-            const Tile tile(args, decode_work(args, tail_plan, x).x);
+          if (is_work<K::kTailSplit>(args, x)) {
+            const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
             load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
           }
         };
         int x = int(blockIdx.x);  // the first tile of either order (a split tail needs more tiles than CTAs)
         start_tile(0, x);
-        for (int tile_iter = 0; is_work(args, x); ++tile_iter) {
-          const Work w = decode_work(args, tail_plan, x);
+        for (int tile_iter = 0; is_work<K::kTailSplit>(args, x); ++tile_iter) {
+          const Work w = decode_work<K::kTailSplit>(args, tail_plan, x);
           const Tile tile(args, w.x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
           if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
-          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : static_item(args, tail_plan, tile_iter + 1);
+          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1);
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -782,12 +785,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int t_slot = tile_iter % kTileSlots;
       mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[t_slot];  // a work item's code (Work)
-      if (!is_work<!K::kSparse>(args, x)) break;
+      if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
-      const Work work = decode_work<!K::kSparse>(args, tail_plan, x);
-      if (!K::kSparse && tid == 0) wg_code[wg] = x;
+      const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
+      if (K::kTailSplit && tid == 0) wg_code[wg] = x;
       const Tile tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
@@ -1058,9 +1061,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
       // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
       bool write_out = true;
-      const int x_end = K::kSparse ? 0 : *static_cast<volatile int*>(&wg_code[wg]);  // x, read back
-      if (!K::kSparse && is_piece(args, x_end)) {
-        const Work w = decode_work(args, tail_plan, x_end);
+      const int x_end = K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
+      if (K::kTailSplit && is_piece(args, x_end)) {
+        const Work w = decode_work<K::kTailSplit>(args, tail_plan, x_end);
         constexpr int kF4 = K::kORegs / 4 + 1;  // float4s per thread: O, then (m_0, m_1, l_0, l_1)
         auto slot_at = [&](int slot) {
           return reinterpret_cast<float4*>(args.tail_part) + (int64_t(slot) * K::kConsumers + wg) * kF4 * 128 + tid;
@@ -1286,7 +1289,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   args.tail = TailSplit{args.num_tiles, 0, 0};
-  if (!K::kSparse && opt.tail_split && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
+  if (K::kTailSplit && opt.tail_split && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
     const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN, tail_split_margin(K::kHeadDim));
     const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
     if (t.units > 0 && int64_t(p.workspace_size) >= need) {

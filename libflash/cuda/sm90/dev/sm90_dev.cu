@@ -136,6 +136,15 @@ int32_t run_static(const FwdParams& p) {
   q.workspace = nullptr, q.workspace_size = 0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
 }
+// Without the tail split's code (Traits::kTailSplit false): what the code costs where it does not split (session 23).
+template <class T>
+struct NoSplitCode : T {
+  static constexpr bool kTailSplit = false;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_no_split_code(const FwdParams& p) {
+  return flash::sm90::launch<NoSplitCode<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
+}
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -248,6 +257,7 @@ const Candidate kCandidates[] = {
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  tail whole", 64, false, run_whole_tail<64, 128, 4, 3, 1>},
     {"d64  s22 kernel", 64, false, run_s22<64, 128, 4, 3, 1>},
+    {"d64  no split code", 64, false, run_no_split_code<64, 128, 4, 3, 1>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
@@ -256,6 +266,7 @@ const Candidate kCandidates[] = {
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 tail whole", 128, false, run_whole_tail<128, 128, 2, 2, 1>},
     {"d128 s22 kernel", 128, false, run_s22<128, 128, 2, 2, 1>},
+    {"d128 no split code", 128, false, run_no_split_code<128, 128, 2, 2, 1>},
     {"d128 bn192 ring tail whole", 128, false, run_whole_tail<128, 192, 2, 2, 3>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
@@ -266,6 +277,7 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 tail whole", 256, false, run_whole_tail<256, 80, 2, 2, 3>},
     {"d256 s22 kernel", 256, false, run_s22<256, 80, 2, 2, 3>},
+    {"d256 no split code", 256, false, run_no_split_code<256, 80, 2, 2, 3>},
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},

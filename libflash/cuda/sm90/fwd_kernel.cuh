@@ -180,6 +180,7 @@ struct Traits {
   static constexpr bool kSparse = kSparse_;
   // The static order's last round split along the keys (shapes.h, TailSplit): the dense instantiations.
   static constexpr bool kTailSplit = !kSparse_;
+  static constexpr int kDevVariant = 0;  // DEV (session 23): 1 no piece epilogue, 2 the code kept in a register
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
@@ -790,7 +791,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
-      if (K::kTailSplit && tid == 0) wg_code[wg] = x;
+      if (K::kTailSplit && K::kDevVariant != 2 && tid == 0) wg_code[wg] = x;
       const Tile tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
@@ -1061,8 +1062,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
       // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
       bool write_out = true;
-      const int x_end = K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
-      if (K::kTailSplit && is_piece(args, x_end)) {
+      const int x_end = K::kDevVariant == 2 ? x : K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
+      if (K::kTailSplit && K::kDevVariant != 1 && is_piece(args, x_end)) {
         const Work w = decode_work<K::kTailSplit>(args, tail_plan, x_end);
         constexpr int kF4 = K::kORegs / 4 + 1;  // float4s per thread: O, then (m_0, m_1, l_0, l_1)
         auto slot_at = [&](int slot) {

@@ -145,6 +145,14 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_no_split_code(const FwdParams& p) {
   return flash::sm90::launch<NoSplitCode<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
 }
+template <class T, int V>
+struct DevVariant : T {
+  static constexpr int kDevVariant = V;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE, int V>
+int32_t run_variant(const FwdParams& p) {
+  return flash::sm90::launch<DevVariant<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>, V>>(p);
+}
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -258,6 +266,8 @@ const Candidate kCandidates[] = {
     {"d64  tail whole", 64, false, run_whole_tail<64, 128, 4, 3, 1>},
     {"d64  s22 kernel", 64, false, run_s22<64, 128, 4, 3, 1>},
     {"d64  no split code", 64, false, run_no_split_code<64, 128, 4, 3, 1>},
+    {"d64  v1 no piece epilogue", 64, false, run_variant<64, 128, 4, 3, 1, 1>},
+    {"d64  v2 code in a register", 64, false, run_variant<64, 128, 4, 3, 1, 2>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
@@ -267,6 +277,8 @@ const Candidate kCandidates[] = {
     {"d128 tail whole", 128, false, run_whole_tail<128, 128, 2, 2, 1>},
     {"d128 s22 kernel", 128, false, run_s22<128, 128, 2, 2, 1>},
     {"d128 no split code", 128, false, run_no_split_code<128, 128, 2, 2, 1>},
+    {"d128 v1 no piece epilogue", 128, false, run_variant<128, 128, 2, 2, 1, 1>},
+    {"d128 v2 code in a register", 128, false, run_variant<128, 128, 2, 2, 1, 2>},
     {"d128 bn192 ring tail whole", 128, false, run_whole_tail<128, 192, 2, 2, 3>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
@@ -278,6 +290,8 @@ const Candidate kCandidates[] = {
     {"d256 tail whole", 256, false, run_whole_tail<256, 80, 2, 2, 3>},
     {"d256 s22 kernel", 256, false, run_s22<256, 80, 2, 2, 3>},
     {"d256 no split code", 256, false, run_no_split_code<256, 80, 2, 2, 3>},
+    {"d256 v1 no piece epilogue", 256, false, run_variant<256, 80, 2, 2, 3, 1>},
+    {"d256 v2 code in a register", 256, false, run_variant<256, 80, 2, 2, 3, 2>},
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},

@@ -315,4 +315,26 @@ TEST(Sm90Instantiation, LongKeyRangeChoice) {
   EXPECT_EQ(flash::sm90::kLongShape.smem_bytes(false), (128 + 2 * 2 * 192) * 128 * 2 + 1024);  // one Q buffer
 }
 
+// The tail split runs on instantiations of its own: dense (no window, no block mask) d128 and d256 from 8192 keys.
+TEST(Sm90Instantiation, SplitKernelChoice) {
+  using flash::sm90::use_split_kernel;
+  flash::FwdParams p{};
+  p.seqlen_q = 100, p.seqlen_k = 8192, p.window_left = p.window_right = -1;
+  for (int d : {128, 256}) {
+    p.head_dim = d;
+    EXPECT_TRUE(use_split_kernel(p));
+    p.seqlen_k = 8191;
+    EXPECT_FALSE(use_split_kernel(p));
+    p.seqlen_k = 8192, p.window_right = 0;  // causal: the dynamic order, nothing to split
+    EXPECT_FALSE(use_split_kernel(p));
+    p.window_right = -1, p.window_left = 100;
+    EXPECT_FALSE(use_split_kernel(p));
+    p.window_left = -1, p.has_block_mask = true;
+    EXPECT_FALSE(use_split_kernel(p));
+    p.has_block_mask = false;
+  }
+  p.head_dim = 64;
+  EXPECT_FALSE(use_split_kernel(p));
+}
+
 }  // namespace

@@ -160,7 +160,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 // swizzle) and one thread per warpgroup stores it with TMA, instead of every thread storing to global
 // memory (FlashAttention-3's epilogue; d64's and d128's dense instantiations since run s14-1, perf-log v7).
 template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse_ = false, int kConsumers_ = 2,
-          int kPolyEvery_ = 0, int kStoreO_ = 0>
+          int kPolyEvery_ = 0, int kStoreO_ = 0, bool kTailSplit_ = false>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
@@ -178,9 +178,10 @@ struct Traits {
   static constexpr bool kOStageInRing = kStoreO_ == 3;
   static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
   static constexpr bool kSparse = kSparse_;
-  // The static order's last round split along the keys (shapes.h, TailSplit): the dense instantiations.
-  static constexpr bool kTailSplit = !kSparse_;
-  static constexpr int kDevVariant = 0;  // DEV (session 23): 1 no piece epilogue, 2 the code kept in a register
+  // The static order's last round split along the keys (shapes.h, TailSplit; use_split_kernel): instantiations of their
+  // own, since the pieces' epilogue costs the kernel 1-3.5% wherever it is compiled in, splitting or not (sm90_dev
+  // s23-7: d64 and d128 causal 1k-16k, which never split; most of it the park-and-merge block's presence).
+  static constexpr bool kTailSplit = kTailSplit_ && !kSparse_;
   static constexpr DType kDType = kDType_;
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
@@ -791,7 +792,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
-      if (K::kTailSplit && K::kDevVariant != 2 && tid == 0) wg_code[wg] = x;
+      if (K::kTailSplit && tid == 0) wg_code[wg] = x;
       const Tile tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
@@ -1062,8 +1063,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
       // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
       bool write_out = true;
-      const int x_end = K::kDevVariant == 2 ? x : K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
-      if (K::kTailSplit && K::kDevVariant != 1 && is_piece(args, x_end)) {
+      const int x_end = K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
+      if (K::kTailSplit && is_piece(args, x_end)) {
         const Work w = decode_work<K::kTailSplit>(args, tail_plan, x_end);
         constexpr int kF4 = K::kORegs / 4 + 1;  // float4s per thread: O, then (m_0, m_1, l_0, l_1)
         auto slot_at = [&](int slot) {
@@ -1312,8 +1313,10 @@ template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
-template <DType kDType>
+template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
+template <int kHeadDim, DType kDType>
+int32_t launch_fwd_split(const FwdParams& p);
 
 }  // namespace flash::sm90
 
@@ -1332,10 +1335,19 @@ int32_t launch_fwd_long(const FwdParams& p);
     constexpr flash::sm90::Shape s = flash::sm90::kTwoRingShape;                                         \
     return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o>>(p); \
   }
-// The d128 long-key-range instantiation (shapes.h, kLongShape): FLASH_SM90_INSTANTIATE_LONG(BF16).
-#define FLASH_SM90_INSTANTIATE_LONG(DTYPE)                                                               \
+// The d128 long-key-range instantiations (shapes.h, kLongShape), with the tail split or without:
+// FLASH_SM90_INSTANTIATE_LONG(BF16, true).
+#define FLASH_SM90_INSTANTIATE_LONG(DTYPE, SPLIT)                                                        \
   template <>                                                                                            \
-  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE>(const flash::FwdParams& p) {                \
+  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE, SPLIT>(const flash::FwdParams& p) {          \
     constexpr flash::sm90::Shape s = flash::sm90::kLongShape;                                            \
-    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o>>(p); \
+    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o, \
+                                      SPLIT>>(p);                                                        \
+  }
+// A dense instantiation with the tail split (shapes.h, use_split_kernel): FLASH_SM90_INSTANTIATE_SPLIT(256, BF16).
+#define FLASH_SM90_INSTANTIATE_SPLIT(D, DTYPE)                                                           \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd_split<D, flash::DType::DTYPE>(const flash::FwdParams& p) {             \
+    constexpr flash::sm90::Shape s = flash::sm90::shape_for(D);                                          \
+    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o, true>>(p); \
   }

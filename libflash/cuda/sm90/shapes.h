@@ -170,6 +170,14 @@ FLASH_SM90_HD inline int tail_slot(const TailSplit& t, int grid, int c, int tile
 inline bool tail_split_applies(const FwdParams& p) {
   return !p.has_block_mask && p.window_left < 0 && p.window_right < 0;
 }
+// Which run on an instantiation with the split compiled in (Traits::kTailSplit): d128 and d256 from 8192 keys. The
+// pieces' epilogue costs 1-3.5% wherever it is compiled in; the split gains back more only on long ranges (sm90_dev
+// s23-6, against the kernel without its code: d128 8k +1%, 16k +1.6% on 128-key blocks; d256 8k +1.6%, 16k +2.1%,
+// 4k -0.4%; d64 never: -1.2 to -1.6% at 8k-16k, where a run is 0.85 of a tile).
+inline constexpr int64_t kSplitMinKeys = 8192;
+inline bool use_split_kernel(const FwdParams& p) {
+  return tail_split_applies(p) && p.seqlen_k >= kSplitMinKeys && (p.head_dim == 128 || p.head_dim == 256);
+}
 
 // Which key blocks of a tile need the element mask (fwd_kernel.cuh, KeyBlocks): blocks n < below or n > above (of
 // kBlockN keys) hold some (row, key) of rows [q_begin, q_end) outside the sequence or the window; the others are wholly

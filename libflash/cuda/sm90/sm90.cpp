@@ -19,8 +19,10 @@ template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
-template <DType kDType>
+template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
+template <int kHeadDim, DType kDType>
+int32_t launch_fwd_split(const FwdParams& p);
 
 namespace {
 
@@ -92,11 +94,11 @@ bool supports(const FwdParams& p, std::string* why) {
   return true;
 }
 
-// The dynamic tile order's counter (shapes.h); dense masks the tail split's counters and partials, where it splits
+// The dynamic tile order's counter (shapes.h); the split instantiations' counters and partials where the problem splits
 // (fwd_kernel.cuh, launch makes the same choice), else nothing.
 size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
-  if (!tail_split_applies(p)) return 0;
+  if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
   if (s.head_dim == 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return 0;
   const int64_t tiles = (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
@@ -119,7 +121,13 @@ int32_t fwd(const FwdParams& p) {
   const int64_t smem_limit = cuda::shared_mem_per_block_optin(p.device_id);
   if (use_two_rings(p, smem_limit))
     return p.dtype == DType::BF16 ? launch_fwd_two_rings<DType::BF16>(p) : launch_fwd_two_rings<DType::FP16>(p);
-  if (use_long_kernel(p)) return p.dtype == DType::BF16 ? launch_fwd_long<DType::BF16>(p) : launch_fwd_long<DType::FP16>(p);
+  const bool bf16 = p.dtype == DType::BF16;
+  if (use_long_kernel(p)) {
+    if (use_split_kernel(p)) return bf16 ? launch_fwd_long<DType::BF16, true>(p) : launch_fwd_long<DType::FP16, true>(p);
+    return bf16 ? launch_fwd_long<DType::BF16, false>(p) : launch_fwd_long<DType::FP16, false>(p);
+  }
+  if (p.head_dim == 256 && use_split_kernel(p))
+    return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);

@@ -111,12 +111,13 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_s22(const FwdParams& p) {
   return flash::sm90_s22::launch<flash::sm90_s22::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p);
 }
-// The dense instantiations with the last round run whole (LaunchOptions::tail_split off; perf-log v41).
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_whole_tail(const FwdParams& p) {
+// The tail split's instantiations (Traits::kTailSplit; production for dense d128 and d256 from 8k keys), with the split
+// or with the last round run whole (LaunchOptions::tail_split off; perf-log v41).
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPLIT = true>
+int32_t run_split(const FwdParams& p) {
   flash::sm90::LaunchOptions opt;
-  opt.tail_split = false;
-  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
+  opt.tail_split = SPLIT;
+  return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>(p, opt);
 }
 // Production shapes with the causal order's (batch, head) groups sized by an L2 budget in MB and a last group of at
 // least TAIL_TENTHS / 10 grids of tiles (LaunchOptions::l2_budget_mb, tail_grids; production: L2 / 3 (d64: L2 / 2)
@@ -135,23 +136,6 @@ int32_t run_static(const FwdParams& p) {
   FwdParams q = p;
   q.workspace = nullptr, q.workspace_size = 0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
-}
-// Without the tail split's code (Traits::kTailSplit false): what the code costs where it does not split (session 23).
-template <class T>
-struct NoSplitCode : T {
-  static constexpr bool kTailSplit = false;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_no_split_code(const FwdParams& p) {
-  return flash::sm90::launch<NoSplitCode<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
-}
-template <class T, int V>
-struct DevVariant : T {
-  static constexpr int kDevVariant = V;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE, int V>
-int32_t run_variant(const FwdParams& p) {
-  return flash::sm90::launch<DevVariant<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>, V>>(p);
 }
 // The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
 template <class T>
@@ -263,35 +247,27 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  tail whole", 64, false, run_whole_tail<64, 128, 4, 3, 1>},
     {"d64  s22 kernel", 64, false, run_s22<64, 128, 4, 3, 1>},
-    {"d64  no split code", 64, false, run_no_split_code<64, 128, 4, 3, 1>},
-    {"d64  v1 no piece epilogue", 64, false, run_variant<64, 128, 4, 3, 1, 1>},
-    {"d64  v2 code in a register", 64, false, run_variant<64, 128, 4, 3, 1, 2>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  listed 2wg again", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 tail whole", 128, false, run_whole_tail<128, 128, 2, 2, 1>},
     {"d128 s22 kernel", 128, false, run_s22<128, 128, 2, 2, 1>},
-    {"d128 no split code", 128, false, run_no_split_code<128, 128, 2, 2, 1>},
-    {"d128 v1 no piece epilogue", 128, false, run_variant<128, 128, 2, 2, 1, 1>},
-    {"d128 v2 code in a register", 128, false, run_variant<128, 128, 2, 2, 1, 2>},
-    {"d128 bn192 ring tail whole", 128, false, run_whole_tail<128, 192, 2, 2, 3>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
     // at 1k; bn128 with O in the ring 1-6% slower. bn192 stays as the reference of a long-sequence route.
     {"d128 bn192 O in ring", 128, false, run<128, 192, 2, 2, 0, 3>},
+    {"d128 bn192 split", 128, false, run_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 split tail whole", 128, false, run_split<128, 192, 2, 2, 3, false>},
+    {"d128 bn128 split", 128, false, run_split<128, 128, 2, 2, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 tail whole", 256, false, run_whole_tail<256, 80, 2, 2, 3>},
     {"d256 s22 kernel", 256, false, run_s22<256, 80, 2, 2, 3>},
-    {"d256 no split code", 256, false, run_no_split_code<256, 80, 2, 2, 3>},
-    {"d256 v1 no piece epilogue", 256, false, run_variant<256, 80, 2, 2, 3, 1>},
-    {"d256 v2 code in a register", 256, false, run_variant<256, 80, 2, 2, 3, 2>},
+    {"d256 split", 256, false, run_split<256, 80, 2, 2, 3>},
+    {"d256 split tail whole", 256, false, run_split<256, 80, 2, 2, 3, false>},
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},

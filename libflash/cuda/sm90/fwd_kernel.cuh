@@ -375,9 +375,8 @@ __device__ __forceinline__ int tile_of(int round) {
 
 // ---- Work items of the dense kernels: whole tiles and the split last round's pieces (shapes.h, TailSplit) ----------
 // What the dense producer hands the consumers through tile_ids is a code: x < num_tiles, tile x run whole; num_tiles + k
-// (k = 0, 1) with the tail split, this CTA's piece k; anything else, the end. (Block-sparse and the dynamic order never
-// split: every code >= num_tiles ends.)
-// (kSplits false: the block-sparse instantiations, whose codes are tiles or the end.)
+// (k = 0, 1) with the tail split, this CTA's piece k; anything else, the end. (The dynamic order never splits, and
+// instantiations without Traits::kTailSplit -- kSplits false -- have no pieces: every code >= num_tiles ends.)
 template <bool kSplits = true>
 __device__ __forceinline__ bool is_piece(const Args& a, int code) {
   return kSplits && a.tail.units > 0 && code >= a.num_tiles && code - a.num_tiles < 2;

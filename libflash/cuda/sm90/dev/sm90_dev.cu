@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "libflash/cuda/sm90/fwd_kernel.cuh"
-#include "libflash/cuda/sm90/dev/fwd_kernel_s22.cuh"
 
 using flash::DType;
 using flash::FwdParams;
@@ -105,11 +104,6 @@ struct Candidate {
 template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bool SPARSE = false, bool ALIGN_END = true>
 int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
-}
-// Session 22's kernel (dev/fwd_kernel_s22.cuh, commit fe62f45): before/after in one process (session 23).
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_s22(const FwdParams& p) {
-  return flash::sm90_s22::launch<flash::sm90_s22::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p);
 }
 // The tail split's instantiations (Traits::kTailSplit; production for dense d128 and d256 from 8k keys), with the split
 // or with the last round run whole (LaunchOptions::tail_split off; perf-log v41).
@@ -240,21 +234,23 @@ const ProfCase kProfCases[] = {
 // s22-3 a Q loader thread of its own in the block-sparse producers (production since: 1-5.5% faster); s22-6/7 the
 // block-sparse early start (first Q at once, list loaded with its count, descriptors prefetched; production since);
 // s22-11 the two-ring warpgroups taking turns in tiles of equally long lists (Traits::kDevTurns, removed: equal at 4k,
-// 1-2% slower at 8k-16k).
+// 1-2% slower at 8k-16k). Session 23: s23-1 d128 key blocks of 160/176/192 with O staged in the ring (bn192 on long
+// ranges: production since, kLongShape); s23-2 .. s23-7 the tail split (Traits::kTailSplit, perf-log v41), against the
+// last round run whole and against session 22's kernel (commit fe62f45's fwd_kernel.cuh compiled in under its own
+// namespace, dev/fwd_kernel_s22.cuh in commit 4097c0a, removed since): the split's code cost 1-3.5% where compiled in,
+// so it has instantiations of its own (use_split_kernel).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  s22 kernel", 64, false, run_s22<64, 128, 4, 3, 1>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  listed 2wg again", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 s22 kernel", 128, false, run_s22<128, 128, 2, 2, 1>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
@@ -265,7 +261,6 @@ const Candidate kCandidates[] = {
     {"d128 bn128 split", 128, false, run_split<128, 128, 2, 2, 1>},
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 s22 kernel", 256, false, run_s22<256, 80, 2, 2, 3>},
     {"d256 split", 256, false, run_split<256, 80, 2, 2, 3>},
     {"d256 split tail whole", 256, false, run_split<256, 80, 2, 2, 3, false>},
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three

@@ -64,7 +64,7 @@ inline constexpr Shape kTwoRingShape{64, 128, 2, 3, 1};
 // epilogue, store_o 3), which leaves room for one Q buffer. Its softmax and barrier steps come once per 192 keys instead
 // of 128 (profile s23-1: 3576 cycles per block against 2686, 18.6 per key against 21.0), but a tile's fixed cost is
 // higher (one Q buffer: the next Q loads during the epilogue) and the last block of a range is more often cut.
-// sm90_dev (s23-1, s23-2): dense 16k +5%, 8k +3.5%, 4k -1%, 1k -15%; causal 16k +4.5%, 8k +2.8%, 4k -1.6% (with the
+// sm90_dev (s23-1, s23-3): dense 16k +5%, 8k +3.5%, 4k -1%, 1k -15%; causal 16k +4.5%, 8k +2.8%, 4k -1.6% (with the
 // tail split on both). FlashAttention-3 takes 176-key blocks at d128 (measured here: between bn160 and bn192).
 inline constexpr Shape kLongShape{128, 192, 2, 2, 3};
 inline constexpr int64_t kLongMinKeys = 8192;
@@ -97,8 +97,9 @@ inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align i
 // (T % G) x blocks key blocks ("units"), dealt to the CTAs in equal contiguous runs: CTA c takes units [begin(c),
 // begin(c + 1)), which lie in at most two tiles (a run is shorter than a tile), its "pieces". Each piece runs Algorithm 1
 // over its key blocks and leaves O (unnormalised, fp32), the row max and the row sum in the workspace; the last piece
-// of a tile to finish (a counter per tile and warpgroup) merges the others' into its own registers -- the same
-// rescaling as the online softmax -- and writes O and LSE as a whole tile does. Nobody waits for anybody.
+// of a tile to finish (a counter per tile and warpgroup) reads every piece's partial back in CTA order (so the result
+// does not depend on the finishing order), merges them with the online softmax's rescaling, and writes O and LSE as a
+// whole tile does. Nobody waits for anybody. Compiled only into the instantiations use_split_kernel picks.
 struct TailSplit {
   int32_t whole = 0;   // tiles [0, whole) run whole (T / G rounds); [whole, T) are split. No split: whole = T
   int32_t blocks = 0;  // key blocks per tile

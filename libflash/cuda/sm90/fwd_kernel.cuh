@@ -1274,8 +1274,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
-  const int sms = cuda::multiprocessor_count(p.device_id);
-  const int grid = static_cast<int>(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
+  const int grid = persistent_grid(tiles, cuda::multiprocessor_count(p.device_id));
   {
     // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
     // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
@@ -1291,7 +1290,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   args.tail = TailSplit{args.num_tiles, 0, 0};
   if (K::kTailSplit && opt.tail_split && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
-    const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN, tail_split_margin(K::kHeadDim));
+    const TailSplit t = tail_split_for(p, K::kShape, grid);
     const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
     if (t.units > 0 && int64_t(p.workspace_size) >= need) {
       const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);

@@ -166,6 +166,15 @@ FLASH_SM90_HD inline int tail_slot(const TailSplit& t, int grid, int c, int tile
   return 2 * c + (t.begin(c, grid) / t.blocks == tile ? 0 : 1);
 }
 
+// The persistent grid: one CTA per SM (132, an H100's, if the count is unknown), no more than there are tiles.
+inline int persistent_grid(int64_t tiles, int sms) { return int(std::min<int64_t>(tiles, sms > 0 ? sms : 132)); }
+// A problem's tail split on an instantiation of shape s launched on `grid` CTAs: the one choice the workspace query
+// (sm90.cpp) and launch (fwd_kernel.cuh) both make.
+inline TailSplit tail_split_for(const FwdParams& p, const Shape& s, int grid) {
+  const int64_t tiles = (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
+  return tail_split(tiles, grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n, tail_split_margin(s.head_dim));
+}
+
 // Which problems may split: the static order (no right edge without a left one) with every tile visiting the same
 // key blocks (no window, no block mask).
 inline bool tail_split_applies(const FwdParams& p) {

@@ -1,7 +1,6 @@
 // libflash/cuda/sm90/sm90.cpp -- the Algorithm record of the Hopper forward (FLASH_ALGO_SM90): what it
 // runs, and the switch from a call's (head dim, dtype) to one compiled instantiation. Anything it does
 // not run, AUTO hands to sm80 (supports() says why, and the capability query reports it).
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -100,12 +99,9 @@ size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
   if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
-  if (s.head_dim == 0 || p.seqlen_q <= 0 || p.seqlen_k <= 0) return 0;
-  const int64_t tiles = (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
-  const int sms = cuda::multiprocessor_count(p.device_id);
-  const int grid = int(std::min<int64_t>(tiles, sms > 0 ? sms : 132));
-  const TailSplit t = tail_split(tiles, grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n, tail_split_margin(s.head_dim));
-  return size_t(tail_workspace_bytes(t, grid, s.head_dim, s.consumers));
+  const int grid = persistent_grid((int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch,
+                                   cuda::multiprocessor_count(p.device_id));
+  return size_t(tail_workspace_bytes(tail_split_for(p, s, grid), grid, s.head_dim, s.consumers));
 }
 
 template <int D, bool kSparse>

@@ -3,7 +3,8 @@
 #   build   configure + build (sm_90a only), ptxas report of the sm90 kernels (registers, spills, C75xx)
 #   test    GPU forward tests for sm90 (+ AUTO), with a hang guard
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
-#   sanitize-split  the same on the tail split's test (192-key d128 and d256)
+#   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
+#   testsmall  that test alone
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
 #   testsparse  the block-sparse tests (and the d64 window ones) on sm90
@@ -71,7 +72,7 @@ for phase in "$@"; do
       grep -E "C75[0-9][0-9]" "$OUT/build.log" | sort | uniq -c | head
       ;;
     test)
-      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:*GpuTailSplit*:GpuWorkspace*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
+      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:*GpuTailSplit*:GpuSmallGrid*:GpuWorkspace*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
       echo "gpu tests (sm90): exit ${PIPESTATUS[0]}"
       ;;
     testlisted)
@@ -83,6 +84,11 @@ for phase in "$@"; do
       # The block-sparse tests alone, on sm90 (the two-ring kernel's first call).
       timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*BlockSparse*/sm90:*D64Windows*/sm90:*BlockSparseD64TwoRings*' 2>&1 | tee "$OUT/gpu-tests-sparse.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
       echo "gpu tests (sparse): exit ${PIPESTATUS[0]}"
+      ;;
+    testsmall)
+      # The small-grid test alone (LIBFLASH_SM90_MAX_CTAS; the split and the 192-key kernel on 6 CTAs).
+      timeout 200 $BUILD/tests/flash_gpu_tests --gtest_filter='GpuSmallGrid*' 2>&1 | tee "$OUT/gpu-tests-small.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -10
+      echo "gpu tests (small grid): exit ${PIPESTATUS[0]}"
       ;;
     testquick)
       # The workspace / fallback tests alone (a short regression call).
@@ -107,8 +113,10 @@ for phase in "$@"; do
       sanitize_tests sparse 300 'Algorithms/GpuEdges.BlockSparse*/sm90'
       ;;
     sanitize-split)
-      # The three sanitizers on the tail split's test (perf-log v41): the 192-key d128 kernel and d256, both O staged in the ring.
-      sanitize_tests split 240 '*GpuTailSplit*'
+      # The three sanitizers on the tail split's kernels (perf-log v41): the 192-key d128 kernel (split dense, and causal
+      # long ranges) and d256 split, on a persistent grid of 6 CTAs (GpuSmallGrid; GpuTailSplit's 8k-key problems on
+      # 132 CTAs did not finish under racecheck in 240 s, run s23-8).
+      sanitize_tests split 240 'GpuSmallGrid*'
       ;;
     sanitize-rings)
       # The d64 two-ring block-sparse instantiation (perf-log v39).

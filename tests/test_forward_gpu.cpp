@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "libflash/cuda/sm90/shapes.h"
 #include "support/harness.hpp"
@@ -530,6 +531,58 @@ TEST_P(GpuTailSplit, Sm90DenseLastRoundSplit) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, GpuTailSplit, ::testing::Values(128, 256),
                          [](const auto& info) { return "d" + std::to_string(info.param); });
+
+// The same kernels on a persistent grid of 6 CTAs (LIBFLASH_SM90_MAX_CTAS, runtime.h persistent_ctas): problems a few
+// heads large that still split, and d128 causal long key ranges on the 192-key kernel (dynamic order, 9 tiles on 6
+// CTAs). Small enough for compute-sanitizer's racecheck (the device script's sanitize-split phase), and 128 query rows,
+// so both consumer warpgroups' merged rows are compared. The caller's workspace is sized for 6 CTAs: accepted only if
+// the library planned the split for 6 too (132 CTAs need more).
+TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  constexpr int kGrid = 6;
+  struct ScopedEnv {
+    ScopedEnv() { setenv("LIBFLASH_SM90_MAX_CTAS", "6", 1); }
+    ~ScopedEnv() { unsetenv("LIBFLASH_SM90_MAX_CTAS"); }
+  } env;
+  std::mt19937_64 rng(base_seed() ^ 0x6c7d);
+  int n = 0;
+  for (int head_dim : {128, 256}) {
+    const flash::sm90::Shape sh = head_dim == 128 ? flash::sm90::kLongShape : flash::sm90::shape_for(head_dim);
+    for (int variant = 0; variant < 2; ++variant) {
+      const int64_t tiles = kGrid + 2 + variant;  // one 128-row query tile per head
+      const int64_t key_blocks = head_dim == 128 ? 44 + variant : 104 + 3 * variant;
+      CaseSpec s;
+      s.batch = 1, s.heads_q = tiles, s.heads_kv = variant == 0 ? 1 : tiles;
+      s.seqlen_q = sh.block_m(), s.seqlen_k = (key_blocks - 1) * sh.block_n + 29 + 40 * variant, s.head_dim = head_dim;
+      s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+      const flash::sm90::TailSplit t =
+          flash::sm90::tail_split(tiles, kGrid, key_blocks, flash::sm90::tail_split_margin(head_dim));
+      ASSERT_GT(t.units, 0) << "the problem must split: " << s.describe();
+      const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, kGrid, head_dim, sh.consumers));
+      void* ws = cuda_alloc(need + 1);
+      ASSERT_NE(ws, nullptr);
+      Case c = make_case(s, rng);
+      ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need), FLASH_OK)
+          << flash_last_error_message() << "\n  " << s.describe();
+      const Check ch = check_case(c);
+      EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+      cuda_free(ws);
+    }
+  }
+  const int32_t alignments[] = {FLASH_ALIGN_BOTTOM_RIGHT, FLASH_ALIGN_TOP_LEFT};
+  for (int32_t alignment : alignments) {
+    CaseSpec s;
+    s.batch = 1, s.heads_q = 3, s.heads_kv = 1, s.seqlen_q = 300, s.seqlen_k = 8192 + 77, s.head_dim = 128;
+    s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+    s.mask.causal = 1, s.mask.alignment = alignment;
+    Case c = make_case(s, rng);
+    int32_t used = -1;
+    ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message() << "\n  " << s.describe();
+    EXPECT_EQ(used, FLASH_ALGO_SM90);
+    const Check ch = check_case(c);
+    EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+  }
+}
 
 TEST(GpuErrors, HostPointerLabelledCuda) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -47,6 +48,15 @@ int compute_capability(int device_id) {
          attribute(cudaDevAttrComputeCapabilityMinor, device_id);
 }
 int multiprocessor_count(int device_id) { return attribute(cudaDevAttrMultiProcessorCount, device_id); }
+int persistent_ctas(int device_id) {
+  const int sms = multiprocessor_count(device_id);
+  if (const char* e = std::getenv("LIBFLASH_SM90_MAX_CTAS")) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end != e && *end == '\0' && v > 0 && (sms <= 0 || v < sms)) return int(v);
+  }
+  return sms;
+}
 int64_t l2_cache_bytes(int device_id) { return attribute(cudaDevAttrL2CacheSize, device_id); }
 int64_t shared_mem_per_sm(int device_id) { return attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device_id); }
 int64_t shared_mem_per_block_optin(int device_id) {

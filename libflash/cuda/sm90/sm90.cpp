@@ -100,7 +100,7 @@ size_t workspace(const FwdParams& p) {
   if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
   const int grid = persistent_grid((int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch,
-                                   cuda::multiprocessor_count(p.device_id));
+                                   cuda::persistent_ctas(p.device_id));
   return size_t(tail_workspace_bytes(tail_split_for(p, s, grid), grid, s.head_dim, s.consumers));
 }
 

@@ -256,6 +256,11 @@ const Candidate kCandidates[] = {
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
     // at 1k; bn128 with O in the ring 1-6% slower. bn192 stays as the reference of a long-sequence route.
     {"d128 bn192 O in ring", 128, false, run<128, 192, 2, 2, 0, 3>},
+    // Session 24: O staged in each warpgroup's own rows of the Q buffer (store_o 2, released once the store has read
+    // them: the next tile uses the other buffer) in place of the staging tile, which leaves room for 160-key blocks
+    // with two Q buffers (230,400 bytes).
+    {"d128 bn128 O in Q", 128, false, run<128, 128, 2, 2, 0, 2>},
+    {"d128 bn160 O in Q", 128, false, run<128, 160, 2, 2, 0, 2>},
     {"d128 bn192 split", 128, false, run_split<128, 192, 2, 2, 3>},
     {"d128 bn192 split tail whole", 128, false, run_split<128, 192, 2, 2, 3, false>},
     {"d128 bn128 split", 128, false, run_split<128, 128, 2, 2, 1>},

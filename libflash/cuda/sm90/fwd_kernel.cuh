@@ -98,6 +98,21 @@ __device__ __forceinline__ void mbar_wait2(uint32_t bar_a, uint32_t parity_a, ui
       "r"(parity_a), "r"(bar_b), "r"(parity_b)
       : "memory");
 }
+// Whether both phases have completed, without waiting (mbarrier.test_wait): probed a block ahead, so the round trip
+// overlaps the softmax instead of standing at the head of the next block (Traits::kEarlyProbe).
+__device__ __forceinline__ bool mbar_test2(uint32_t bar_a, uint32_t parity_a, uint32_t bar_b, uint32_t parity_b) {
+  uint32_t both;
+  asm volatile(
+      "{\n.reg .pred da, db;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 da, [%1], %2;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 db, [%3], %4;\n"
+      "and.pred da, da, db;\n"
+      "selp.u32 %0, 1, 0, da;\n}\n"
+      : "=r"(both)
+      : "r"(bar_a), "r"(parity_a), "r"(bar_b), "r"(parity_b)
+      : "memory");
+  return both != 0;
+}
 // 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
@@ -165,6 +180,9 @@ struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
+  // dev/sm90_dev.cu's variant (EarlyProbe): a loop block's K/V full barriers are probed right after the previous
+  // block's products are issued (mbar_test2), and the blocking wait runs only if they had not completed then.
+  static constexpr bool kEarlyProbe = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -965,10 +983,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the softmax of S_j, then rescale O once P_{j-1} V_{j-1} has landed. (ptxas places the softmax after that
         // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
+        [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
           const uint32_t phase = phase_of(it);
-          mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
+          if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
           take_turn();
           step(Prof::kStepTurn);
@@ -976,6 +995,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           issue_s(s);
           issue_pv(s_prev);
           pass_turn();
+          // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
+          if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
           step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);

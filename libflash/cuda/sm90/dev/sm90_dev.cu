@@ -136,6 +136,19 @@ template <class T>
 struct Profiled : T {
   static constexpr bool kProfile = true;
 };
+// The early-probe variant (Traits::kEarlyProbe, session 24): the next block's K/V barriers probed after each turn's issue.
+template <class T>
+struct EarlyProbe : T {
+  static constexpr bool kEarlyProbe = true;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
+int32_t run_probe(const FwdParams& p) {
+  return flash::sm90::launch<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
+}
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_probe_split(const FwdParams& p) {
+  return flash::sm90::launch<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>(p);
+}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
@@ -245,12 +258,13 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  early probe", 64, false, run_probe<64, 128, 4, 3, 1>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  listed 2wg again", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 early probe", 128, false, run_probe<128, 128, 2, 2, 1>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
@@ -259,23 +273,28 @@ const Candidate kCandidates[] = {
     // Session 24: O staged in each warpgroup's own rows of the Q buffer (store_o 2, released once the store has read
     // them: the next tile uses the other buffer) in place of the staging tile, which leaves room for 160-key blocks
     // with two Q buffers (230,400 bytes).
-    {"d128 bn128 O in Q", 128, false, run<128, 128, 2, 2, 0, 2>},
-    {"d128 bn160 O in Q", 128, false, run<128, 160, 2, 2, 0, 2>},
+    // ("d128 bn128 O in Q" run<128, 128, 2, 2, 0, 2> and "d128 bn160 O in Q" run<128, 160, 2, 2, 0, 2>: s24-1, not kept.)
     {"d128 bn192 split", 128, false, run_split<128, 192, 2, 2, 3>},
-    {"d128 bn192 split tail whole", 128, false, run_split<128, 192, 2, 2, 3, false>},
-    {"d128 bn128 split", 128, false, run_split<128, 128, 2, 2, 1>},
+    {"d128 bn192 split early probe", 128, false, run_probe_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 ring early probe", 128, false, run_probe<128, 192, 2, 2, 3>},
+
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
+    {"d256 early probe", 256, false, run_probe<256, 80, 2, 2, 3>},
+    {"d256 split early probe", 256, false, run_probe_split<256, 80, 2, 2, 3>},
     {"d256 split", 256, false, run_split<256, 80, 2, 2, 3>},
-    {"d256 split tail whole", 256, false, run_split<256, 80, 2, 2, 3, false>},
+
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
+    {"d64  bs 2wg early probe", 64, true, run_probe<64, 128, 4, 2, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 3wg 2 rings early probe", 64, true, run_probe<64, 128, 2, 3, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs early probe", 128, true, run_probe<128, 128, 2, 2, 2, true>},
 };
 
 }  // namespace

@@ -180,8 +180,8 @@ struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
-  // dev/sm90_dev.cu's variant (EarlyProbe): a loop block's K/V full barriers are probed right after the previous
-  // block's products are issued (mbar_test2), and the blocking wait runs only if they had not completed then.
+  // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
+  // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below).
   static constexpr bool kEarlyProbe = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
@@ -1337,6 +1337,15 @@ int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p);
 
+// The instantiations for long key ranges (>= 8192 keys: the d128 192-key ones and d256's with the tail split) probe a
+// block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v43): sm90_dev s24-2, against the same kernels
+// without it, d128 dense 8k +0.9%, 16k +1.3%, causal 8k +1.3%, 16k +1%, d256 dense 8k +0.9-1.1%, 16k +1.2%; on the
+// shorter ranges' kernels it measured -1.5 to +0.7% (d64, d128 and d256 1k-16k) and the d64 two-ring kernel 4-7% slower.
+template <class T>
+struct LongRange : T {
+  static constexpr bool kEarlyProbe = true;
+};
+
 }  // namespace flash::sm90
 
 // One line per .cu file: FLASH_SM90_INSTANTIATE(128, false, BF16) -- head dim, block-sparse instantiation
@@ -1360,13 +1369,14 @@ int32_t launch_fwd_split(const FwdParams& p);
   template <>                                                                                            \
   int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE, SPLIT>(const flash::FwdParams& p) {          \
     constexpr flash::sm90::Shape s = flash::sm90::kLongShape;                                            \
-    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o, \
-                                      SPLIT>>(p);                                                        \
+    return launch<flash::sm90::LongRange<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false,  \
+                                                             s.consumers, 0, s.store_o, SPLIT>>>(p);      \
   }
 // A dense instantiation with the tail split (shapes.h, use_split_kernel): FLASH_SM90_INSTANTIATE_SPLIT(256, BF16).
 #define FLASH_SM90_INSTANTIATE_SPLIT(D, DTYPE)                                                           \
   template <>                                                                                            \
   int32_t flash::sm90::launch_fwd_split<D, flash::DType::DTYPE>(const flash::FwdParams& p) {             \
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D);                                          \
-    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o, true>>(p); \
+    return launch<flash::sm90::LongRange<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, \
+                                                             s.store_o, true>>>(p);                        \
   }

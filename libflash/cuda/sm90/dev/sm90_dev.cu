@@ -269,20 +269,22 @@ const Candidate kCandidates[] = {
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
     // at 1k; bn128 with O in the ring 1-6% slower. bn192 stays as the reference of a long-sequence route.
-    {"d128 bn192 O in ring", 128, false, run<128, 192, 2, 2, 0, 3>},
+    {"d128 bn192 O in ring no probe", 128, false, run<128, 192, 2, 2, 0, 3>},
     // Session 24: O staged in each warpgroup's own rows of the Q buffer (store_o 2, released once the store has read
     // them: the next tile uses the other buffer) in place of the staging tile, which leaves room for 160-key blocks
     // with two Q buffers (230,400 bytes).
     // ("d128 bn128 O in Q" run<128, 128, 2, 2, 0, 2> and "d128 bn160 O in Q" run<128, 160, 2, 2, 0, 2>: s24-1, not kept.)
-    {"d128 bn192 split", 128, false, run_split<128, 192, 2, 2, 3>},
-    {"d128 bn192 split early probe", 128, false, run_probe_split<128, 192, 2, 2, 3>},
-    {"d128 bn192 ring early probe", 128, false, run_probe<128, 192, 2, 2, 3>},
+    // The long-range instantiations (production from 8192 keys: kLongShape, and d256 with the split) probe early since
+    // session 24 (LongRange, perf-log v43).
+    {"d128 bn192 split (long prod)", 128, false, run_probe_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 ring (long prod)", 128, false, run_probe<128, 192, 2, 2, 3>},
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 early probe", 256, false, run_probe<256, 80, 2, 2, 3>},
-    {"d256 split early probe", 256, false, run_probe_split<256, 80, 2, 2, 3>},
-    {"d256 split", 256, false, run_split<256, 80, 2, 2, 3>},
+    {"d256 split (long prod)", 256, false, run_probe_split<256, 80, 2, 2, 3>},
+    {"d256 split no probe", 256, false, run_split<256, 80, 2, 2, 3>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).

@@ -1338,7 +1338,7 @@ template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p);
 
 // The instantiations for long key ranges (>= 8192 keys: the d128 192-key ones and d256's with the tail split) probe a
-// block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v43): sm90_dev s24-2, against the same kernels
+// block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v44): sm90_dev s24-2, against the same kernels
 // without it, d128 dense 8k +0.9%, 16k +1.3%, causal 8k +1.3%, 16k +1%, d256 dense 8k +0.9-1.1%, 16k +1.2%; on the
 // shorter ranges' kernels it measured -1.5 to +0.7% (d64, d128 and d256 1k-16k) and the d64 two-ring kernel 4-7% slower.
 template <class T>

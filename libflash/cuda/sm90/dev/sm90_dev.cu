@@ -275,7 +275,7 @@ const Candidate kCandidates[] = {
     // with two Q buffers (230,400 bytes).
     // ("d128 bn128 O in Q" run<128, 128, 2, 2, 0, 2> and "d128 bn160 O in Q" run<128, 160, 2, 2, 0, 2>: s24-1, not kept.)
     // The long-range instantiations (production from 8192 keys: kLongShape, and d256 with the split) probe early since
-    // session 24 (LongRange, perf-log v43).
+    // session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_probe_split<128, 192, 2, 2, 3>},
     {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
     {"d128 bn192 ring (long prod)", 128, false, run_probe<128, 192, 2, 2, 3>},

@@ -540,9 +540,15 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuTailSplit, ::testing::Values(128, 256),
 TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   constexpr int kGrid = 6;
-  struct ScopedEnv {
+  struct ScopedEnv {  // the caller's own setting, if any, is put back after
+    const char* old = std::getenv("LIBFLASH_SM90_MAX_CTAS");
+    std::string saved = old != nullptr ? old : "";
+    bool had = old != nullptr;
     ScopedEnv() { setenv("LIBFLASH_SM90_MAX_CTAS", "6", 1); }
-    ~ScopedEnv() { unsetenv("LIBFLASH_SM90_MAX_CTAS"); }
+    ~ScopedEnv() {
+      if (had) setenv("LIBFLASH_SM90_MAX_CTAS", saved.c_str(), 1);
+      else unsetenv("LIBFLASH_SM90_MAX_CTAS");
+    }
   } env;
   std::mt19937_64 rng(base_seed() ^ 0x6c7d);
   int n = 0;

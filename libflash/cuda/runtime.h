@@ -16,7 +16,7 @@ int compute_capability(int device_id);            // major*10 + minor, e.g. 90; 
 int multiprocessor_count(int device_id);
 // CTAs of the sm90 forward's persistent grid: one per SM, or LIBFLASH_SM90_MAX_CTAS if that is a smaller positive
 // number (read at every call). For running compute-sanitizer on the tile schedules -- the split last round, the
-// dynamic order -- at a scale it finishes (tests: GpuTailSplit.Sm90SmallGrid), or to leave SMs to other work.
+// dynamic order -- at a scale it finishes (tests: GpuSmallGrid.Sm90SplitAndLongCausal), or to leave SMs to other work.
 int persistent_ctas(int device_id);
 int64_t shared_mem_per_sm(int device_id);         // bytes
 int64_t shared_mem_per_block_optin(int device_id);

@@ -251,7 +251,9 @@ const ProfCase kProfCases[] = {
 // ranges: production since, kLongShape); s23-2 .. s23-7 the tail split (Traits::kTailSplit, perf-log v41), against the
 // last round run whole and against session 22's kernel (commit fe62f45's fwd_kernel.cuh compiled in under its own
 // namespace, dev/fwd_kernel_s22.cuh in commit 4097c0a, removed since): the split's code cost 1-3.5% where compiled in,
-// so it has instantiations of its own (use_split_kernel).
+// so it has instantiations of its own (use_split_kernel). Session 24: s24-1 d128 with O staged in Q at 128 and 160 keys
+// (perf-log v43, not kept); s24-2 the early probe of a block's K/V barriers (EarlyProbe, v44: production for the
+// long-range instantiations).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).

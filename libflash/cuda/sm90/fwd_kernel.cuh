@@ -183,6 +183,10 @@ struct Traits {
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
   // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below).
   static constexpr bool kEarlyProbe = false;
+  // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
+  // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
+  // P V wait and the next turn.
+  static constexpr bool kRescaleInTurn = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -984,6 +988,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
+        // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.
+        [[maybe_unused]] bool rescale_prev = false;
+        [[maybe_unused]] float corr_prev[2] = {1.f, 1.f};
+        auto rescale_o = [&](const float (&c)[2]) {
+#pragma unroll
+          for (int i = 0; i < K::kHeadDim / 8; ++i)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              acc_o[4 * i + 2 * r] *= c[r];
+              acc_o[4 * i + 2 * r + 1] *= c[r];
+            }
+        };
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
           const uint32_t phase = phase_of(it);
@@ -993,6 +1009,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
+          if constexpr (K::kRescaleInTurn) {
+            if (rescale_prev) rescale_o(corr_prev);
+            wg::fence();  // O's registers were written since the last fence
+          }
           issue_pv(s_prev);
           pass_turn();
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
@@ -1018,14 +1038,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(p_frag);
           __syncwarp();
           if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-          if (rescale) {
-#pragma unroll
-            for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                acc_o[4 * i + 2 * r] *= corr[r];
-                acc_o[4 * i + 2 * r + 1] *= corr[r];
-              }
+          if constexpr (K::kRescaleInTurn) {
+            rescale_prev = rescale;
+            corr_prev[0] = corr[0], corr_prev[1] = corr[1];
+          } else if (rescale) {
+            rescale_o(corr);
           }
           pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
           s_prev = s;
@@ -1044,6 +1061,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (!K::kOStageInQ) release_q();
         release_sched();
         // Drain: the last P V.
+        if constexpr (K::kRescaleInTurn)
+          if (rescale_prev) rescale_o(corr_prev);
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();

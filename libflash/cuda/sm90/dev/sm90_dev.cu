@@ -149,22 +149,19 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_probe_split(const FwdParams& p) {
   return flash::sm90::launch<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>(p);
 }
-// O rescaled inside the turn, between S_j's and P_{j-1} V_{j-1}'s issue (Traits::kRescaleInTurn, session 25).
+// O rescaled after the P V wait, as before session 25 (Traits::kRescaleInTurn off; production since s25: in the turn,
+// between S_j's and P_{j-1} V_{j-1}'s issue, perf-log v45).
 template <class T>
-struct RescaleInTurn : T {
-  static constexpr bool kRescaleInTurn = true;
+struct RescaleAfterWait : T {
+  static constexpr bool kRescaleInTurn = false;
 };
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
-int32_t run_rit(const FwdParams& p) {
-  return flash::sm90::launch<RescaleInTurn<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
+int32_t run_old(const FwdParams& p) {
+  return flash::sm90::launch<RescaleAfterWait<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
 }
 template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_rit_probe_split(const FwdParams& p) {
-  return flash::sm90::launch<RescaleInTurn<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_rit_probe(const FwdParams& p) {
-  return flash::sm90::launch<RescaleInTurn<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>>(p);
+int32_t run_old_probe_split(const FwdParams& p) {
+  return flash::sm90::launch<RescaleAfterWait<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
 }
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
@@ -174,8 +171,8 @@ int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
 }
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof_rit(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<RescaleInTurn<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
+int32_t run_prof_old(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<RescaleAfterWait<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 struct ProfCase {
   const char* name;
@@ -192,9 +189,8 @@ const ProfCase kProfCases[] = {
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
-    {"d128 rit dense", 128, 1024, 16, false, 0, 2, run_prof_rit<128, 128, 2, 2, true, false>},
-    {"d128 rit dense", 128, 16384, 1, false, 0, 2, run_prof_rit<128, 128, 2, 2, true, false>},
-    {"d128 rit causal", 128, 1024, 16, true, 0, 2, run_prof_rit<128, 128, 2, 2, true, false>},
+    {"d128 s24 dense", 128, 1024, 16, false, 0, 2, run_prof_old<128, 128, 2, 2, true, false>},
+    {"d128 s24 dense", 128, 16384, 1, false, 0, 2, run_prof_old<128, 128, 2, 2, true, false>},
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
@@ -284,13 +280,13 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  rescale in turn", 64, false, run_rit<64, 128, 4, 3, 1>},
+    {"d64  s24 (rescale after wait)", 64, false, run_old<64, 128, 4, 3, 1>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 rescale in turn", 128, false, run_rit<128, 128, 2, 2, 1>},
+    {"d128 s24 (rescale after wait)", 128, false, run_old<128, 128, 2, 2, 1>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
@@ -305,26 +301,24 @@ const Candidate kCandidates[] = {
     {"d128 bn192 split (long prod)", 128, false, run_probe_split<128, 192, 2, 2, 3>},
     {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
     {"d128 bn192 ring (long prod)", 128, false, run_probe<128, 192, 2, 2, 3>},
-    {"d128 bn192 split rescale in turn", 128, false, run_rit_probe_split<128, 192, 2, 2, 3>},
-    {"d128 bn192 ring rescale in turn", 128, false, run_rit_probe<128, 192, 2, 2, 3>},
+    {"d128 bn192 split s24", 128, false, run_old_probe_split<128, 192, 2, 2, 3>},
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 rescale in turn", 256, false, run_rit<256, 80, 2, 2, 3>},
+    {"d256 s24 (rescale after wait)", 256, false, run_old<256, 80, 2, 2, 3>},
     {"d256 split (long prod)", 256, false, run_probe_split<256, 80, 2, 2, 3>},
-    {"d256 split rescale in turn", 256, false, run_rit_probe_split<256, 80, 2, 2, 3>},
+    {"d256 split s24", 256, false, run_old_probe_split<256, 80, 2, 2, 3>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs 2wg rescale in turn", 64, true, run_rit<64, 128, 4, 2, 1, true>},
+    {"d64  bs 2wg s24", 64, true, run_old<64, 128, 4, 2, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 3wg 2 rings rescale in turn", 64, true, run_rit<64, 128, 2, 3, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs rescale in turn", 128, true, run_rit<128, 128, 2, 2, 2, true>},
+    {"d128 bs s24", 128, true, run_old<128, 128, 2, 2, 2, true>},
 };
 
 }  // namespace

@@ -296,18 +296,27 @@ TEST(Sm90TailSplit, StandardGridChoices) {
   EXPECT_EQ(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 8, 6), 132, 128, 2), 0);
 }
 
-// d128 problems of >= 8192 keys without a block mask or a left window edge run on the 192-key instantiation.
+// d128 problems of >= 8192 keys (dense: >= 4096) without a block mask or a left window edge run on the 192-key
+// instantiation.
 TEST(Sm90Instantiation, LongKeyRangeChoice) {
   using flash::sm90::use_long_kernel;
   flash::FwdParams p{};
   p.head_dim = 128, p.seqlen_q = 100, p.seqlen_k = 8192, p.window_left = p.window_right = -1;
   EXPECT_TRUE(use_long_kernel(p));
-  p.window_right = 0;  // causal
+  p.seqlen_k = 4096;  // dense from 4096
+  EXPECT_TRUE(use_long_kernel(p));
+  p.seqlen_k = 4095;
+  EXPECT_FALSE(use_long_kernel(p));
+  p.seqlen_k = 8192, p.window_right = 0;  // causal
   EXPECT_TRUE(use_long_kernel(p));
   p.window_left = 4096;  // a left edge: short ranges
   EXPECT_FALSE(use_long_kernel(p));
   p.window_left = -1, p.seqlen_k = 8191;
   EXPECT_FALSE(use_long_kernel(p));
+  p.window_right = 2000;  // any right edge: from 8192
+  EXPECT_FALSE(use_long_kernel(p));
+  p.window_right = -1;
+  EXPECT_TRUE(use_long_kernel(p));
   p.seqlen_k = 16384, p.head_dim = 64;
   EXPECT_FALSE(use_long_kernel(p));
   p.head_dim = 128, p.has_block_mask = true;

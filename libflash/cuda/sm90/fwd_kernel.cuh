@@ -225,8 +225,6 @@ struct Traits {
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
   static constexpr bool kRescaleInTurn = !kTwoRings;
-  // (dev) The same rescale deferred to the next block but done before S_j's issue, after its K/V wait.
-  static constexpr bool kRescaleBeforeIssue = false;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -1011,8 +1009,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           step(Prof::kStepWaitKV);
           take_turn();
           step(Prof::kStepTurn);
-          if constexpr (K::kRescaleBeforeIssue)
-            if (rescale_prev) rescale_o(corr_prev);
           wg::fence();
           issue_s(s);
           if constexpr (K::kRescaleInTurn) {
@@ -1044,7 +1040,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(p_frag);
           __syncwarp();
           if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-          if constexpr (K::kRescaleInTurn || K::kRescaleBeforeIssue) {
+          if constexpr (K::kRescaleInTurn) {
             rescale_prev = rescale;
             corr_prev[0] = corr[0], corr_prev[1] = corr[1];
           } else if (rescale) {
@@ -1067,7 +1063,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (!K::kOStageInQ) release_q();
         release_sched();
         // Drain: the last P V.
-        if constexpr (K::kRescaleInTurn || K::kRescaleBeforeIssue)
+        if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();

@@ -163,15 +163,6 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_old_probe_split(const FwdParams& p) {
   return flash::sm90::launch<RescaleAfterWait<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
 }
-// The two-ring kernel with O's rescale deferred to just before the next S's issue (Traits::kRescaleBeforeIssue).
-template <class T>
-struct RescaleBeforeIssue : T {
-  static constexpr bool kRescaleBeforeIssue = true;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
-int32_t run_rbi(const FwdParams& p) {
-  return flash::sm90::launch<RescaleBeforeIssue<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
-}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
@@ -325,7 +316,6 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg s24", 64, true, run_old<64, 128, 4, 2, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 3wg 2 rings rescale before S", 64, true, run_rbi<64, 128, 2, 3, 1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs s24", 128, true, run_old<128, 128, 2, 2, 2, true>},

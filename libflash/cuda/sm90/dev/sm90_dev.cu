@@ -273,7 +273,9 @@ const ProfCase kProfCases[] = {
 // namespace, dev/fwd_kernel_s22.cuh in commit 4097c0a, removed since): the split's code cost 1-3.5% where compiled in,
 // so it has instantiations of its own (use_split_kernel). Session 24: s24-1 d128 with O staged in Q at 128 and 160 keys
 // (perf-log v43, not kept); s24-2 the early probe of a block's K/V barriers (EarlyProbe, v44: production for the
-// long-range instantiations).
+// long-range instantiations). Session 25: s25-1 O rescaled inside the turn (Traits::kRescaleInTurn, v45: production
+// since, but for the two-ring kernel; RescaleAfterWait gives the s24 kernels), s25-5 the two-ring kernel with the rescale
+// just before the next S's issue (1-4% slower, removed).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).

@@ -985,9 +985,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
-        // Steady state: issue S_j and P_{j-1} V_{j-1} back to back (one turn of the tensor cores), then
-        // the softmax of S_j, then rescale O once P_{j-1} V_{j-1} has landed. (ptxas places the softmax after that
-        // wait in these builds; pinning it before the wait, so it overlaps the P V, measured the same: perf-log v24.)
+        // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
+        // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
+        // P_j. (ptxas places the softmax after that wait in these builds; pinning it before the wait, so it overlaps the
+        // P V, measured the same: perf-log v24. The two-ring kernel rescales O right after the wait instead.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
         // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.

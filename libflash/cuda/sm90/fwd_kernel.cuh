@@ -183,6 +183,9 @@ struct Traits {
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
   // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below).
   static constexpr bool kEarlyProbe = false;
+  // A tile's Q full barrier probed together with its first K's (mbar_wait2) instead of on its own before it: one probe
+  // round trip less at every tile start (dev, sm90_dev's JoinStartWaits).
+  static constexpr bool kJoinStartWaits = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -812,7 +815,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int x = tile_ids[t_slot];  // a work item's code (Work)
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);
-      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      if constexpr (!K::kJoinStartWaits) mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
       if (K::kTailSplit && tid == 0) wg_code[wg] = x;
@@ -966,7 +969,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Prologue: S_0 and its softmax.
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
-        mbar_wait(k_full(s_prev), phase_prev);
+        if constexpr (K::kJoinStartWaits) mbar_wait2(k_full(s_prev), phase_prev, q_full(q_slot), q_phase);
+        else mbar_wait(k_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
         issue_s(s_prev);
@@ -1084,6 +1088,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         lap(Prof::kDrain);
       } else {
+        // (Q_i must have landed before its buffer goes back, read or not.)
+        if constexpr (K::kJoinStartWaits) mbar_wait(q_full(q_slot), q_phase);
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
         release_sched();
         release_prev_q();

@@ -163,12 +163,25 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_old_probe_split(const FwdParams& p) {
   return flash::sm90::launch<RescaleAfterWait<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
 }
+// A tile's Q full barrier probed with its first K's (Traits::kJoinStartWaits, session 26).
+template <class T>
+struct JoinStartWaits : T {
+  static constexpr bool kJoinStartWaits = true;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
+int32_t run_join(const FwdParams& p) {
+  return flash::sm90::launch<JoinStartWaits<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
+}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof(const FwdParams& p) {
   return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
+}
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
+int32_t run_prof_join(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<JoinStartWaits<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof_old(const FwdParams& p) {
@@ -191,14 +204,17 @@ const ProfCase kProfCases[] = {
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 s24 dense", 128, 1024, 16, false, 0, 2, run_prof_old<128, 128, 2, 2, true, false>},
     {"d128 s24 dense", 128, 16384, 1, false, 0, 2, run_prof_old<128, 128, 2, 2, true, false>},
-    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
-    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
-    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
-    {"d256 O-in-Q", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
-    {"d256 O-in-Q", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
-    {"d256 O-in-Q cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 2, false>},
-    {"d256 O-in-ring", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
-    {"d256 O-ring cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
+    {"d128 join dense", 128, 1024, 16, false, 0, 2, run_prof_join<128, 128, 2, 2, true, false>},
+    {"d128 join causal", 128, 1024, 16, true, 0, 2, run_prof_join<128, 128, 2, 2, true, false>},
+    {"d64 join causal", 64, 1024, 16, true, 0, 3, run_prof_join<64, 128, 4, 3, true, false>},
+    // d256's production shape (O staged in the ring, store_o 3) and, as "d256 direct", the direct-store epilogue.
+    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
+    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
+    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
+    {"d256 join dense", 256, 1024, 16, false, 0, 2, run_prof_join<256, 80, 2, 2, 3, false>},
+    {"d256 join causal", 256, 1024, 16, true, 0, 2, run_prof_join<256, 80, 2, 2, 3, false>},
+    {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
+    {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
     {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
     {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
@@ -285,6 +301,7 @@ const Candidate kCandidates[] = {
     {"d64  s24 (rescale after wait)", 64, false, run_old<64, 128, 4, 3, 1>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
+    {"d64  join start waits", 64, false, run_join<64, 128, 4, 3, 1>},
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
@@ -293,6 +310,7 @@ const Candidate kCandidates[] = {
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
     // at 1k; bn128 with O in the ring 1-6% slower. bn192 stays as the reference of a long-sequence route.
+    {"d128 join start waits", 128, false, run_join<128, 128, 2, 2, 1>},
     {"d128 bn192 O in ring no probe", 128, false, run<128, 192, 2, 2, 0, 3>},
     // Session 24: O staged in each warpgroup's own rows of the Q buffer (store_o 2, released once the store has read
     // them: the next tile uses the other buffer) in place of the staging tile, which leaves room for 160-key blocks
@@ -308,6 +326,7 @@ const Candidate kCandidates[] = {
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 s24 (rescale after wait)", 256, false, run_old<256, 80, 2, 2, 3>},
+    {"d256 join start waits", 256, false, run_join<256, 80, 2, 2, 3>},
     {"d256 split (long prod)", 256, false, run_probe_split<256, 80, 2, 2, 3>},
     {"d256 split s24", 256, false, run_old_probe_split<256, 80, 2, 2, 3>},
 

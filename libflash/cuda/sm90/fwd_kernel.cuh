@@ -120,6 +120,12 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
+// 4-D tiled TMA prefetch global -> L2 (no shared memory, no barrier): a later load of the box hits L2.
+__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -186,6 +192,9 @@ struct Traits {
   // A tile's Q full barrier probed together with its first K's (mbar_wait2) instead of on its own before it: one probe
   // round trip less at every tile start (dev, sm90_dev's JoinStartWaits).
   static constexpr bool kJoinStartWaits = false;
+  // One Q buffer (d256, d128's long ranges): the next tile's Q prefetched to L2 by the producer early in this tile (after
+  // its second K/V load), so its load at the tile boundary hits L2 (dev, sm90_dev's PrefetchNextQ).
+  static constexpr bool kPrefetchNextQ = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -746,6 +755,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             v_pending = n;
             v_at = it;
             if (j == kQAhead) start_tile(tile_iter + 1, next);
+            if constexpr (K::kPrefetchNextQ && K::kQStages == 1)
+              if (j == 1 && is_work<K::kTailSplit>(args, next)) {
+                const Tile nt(args, decode_work<K::kTailSplit>(args, tail_plan, next).x);
+                int c[4];
+#pragma unroll
+                for (int pg = 0; pg < kPages; ++pg) {
+                  tma_coords(c, args.q_pos, pg * 64, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
+                  tma_prefetch_4d(&args.tq, c[0], c[1], c[2], c[3]);
+                }
+              }
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)

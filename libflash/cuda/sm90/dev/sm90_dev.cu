@@ -172,6 +172,19 @@ template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
 int32_t run_join(const FwdParams& p) {
   return flash::sm90::launch<JoinStartWaits<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
 }
+// One Q buffer: the next tile's Q prefetched to L2 early in this tile (Traits::kPrefetchNextQ, session 26).
+template <class T>
+struct PrefetchNextQ : T {
+  static constexpr bool kPrefetchNextQ = true;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_pfq(const FwdParams& p) {
+  return flash::sm90::launch<PrefetchNextQ<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
+}
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_pfq_split(const FwdParams& p) {
+  return flash::sm90::launch<PrefetchNextQ<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
+}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
@@ -182,6 +195,10 @@ int32_t run_prof(const FwdParams& p) {
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof_join(const FwdParams& p) {
   return flash::sm90::launch<Profiled<JoinStartWaits<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
+}
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
+int32_t run_prof_pfq(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<PrefetchNextQ<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof_old(const FwdParams& p) {
@@ -213,6 +230,8 @@ const ProfCase kProfCases[] = {
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
     {"d256 join dense", 256, 1024, 16, false, 0, 2, run_prof_join<256, 80, 2, 2, 3, false>},
     {"d256 join causal", 256, 1024, 16, true, 0, 2, run_prof_join<256, 80, 2, 2, 3, false>},
+    {"d256 pfq dense", 256, 1024, 16, false, 0, 2, run_prof_pfq<256, 80, 2, 2, 3, false>},
+    {"d256 pfq causal", 256, 1024, 16, true, 0, 2, run_prof_pfq<256, 80, 2, 2, 3, false>},
     {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
@@ -327,6 +346,8 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 s24 (rescale after wait)", 256, false, run_old<256, 80, 2, 2, 3>},
     {"d256 join start waits", 256, false, run_join<256, 80, 2, 2, 3>},
+    {"d256 prefetch next Q", 256, false, run_pfq<256, 80, 2, 2, 3>},
+    {"d256 split prefetch next Q", 256, false, run_pfq_split<256, 80, 2, 2, 3>},
     {"d256 split (long prod)", 256, false, run_probe_split<256, 80, 2, 2, 3>},
     {"d256 split s24", 256, false, run_old_probe_split<256, 80, 2, 2, 3>},
 

@@ -195,6 +195,10 @@ struct Traits {
   // One Q buffer (d256, d128's long ranges): the next tile's Q prefetched to L2 by the producer early in this tile (after
   // its second K/V load), so its load at the tile boundary hits L2 (dev, sm90_dev's PrefetchNextQ).
   static constexpr bool kPrefetchNextQ = false;
+  // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
+  // 64-row groups dealt to them accordingly; no warpgroup changes rings, so the tile-end barrier of the three goes (dev,
+  // sm90_dev's FixedRings; measured 2-4% slower in session 21, when one loader thread still interleaved both rings).
+  static constexpr bool kFixedRings = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -798,6 +802,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (Warpgroups
     // keeping to one ring, the tile's rows dealt to them accordingly, measured 2-4% slower: perf-log v39.)
     int ring = 0;
+    // The 64-row group of the tile this warpgroup computes: its own index, but with fixed rings (kFixedRings) the single's
+    // group for warpgroup 2 and the pair's two for 0 and 1.
+    int rg = wg;
     auto slot_of = [](int i) {
       if constexpr (K::kTwoRings) return K::ring_slot(i >> 30, i & 0x3fffffff);
       else return i % kStages;
@@ -846,7 +853,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
-        ring = wg == single_wg(p, q_begin) ? 1 : 0;
+        const int single = single_wg(p, q_begin);
+        if constexpr (K::kFixedRings) {
+          ring = wg == 2 ? 1 : 0;
+          rg = wg == 2 ? single : single == 0 ? wg + 1 : wg;
+        } else {
+          ring = wg == single ? 1 : 0;
+        }
         it = ring_pos[t_slot][ring] | ring << 30;
       }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
@@ -861,7 +874,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
-      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + wg * 64 * 128;  // this warpgroup's 64 rows of page 0
+      const uint32_t q_wg = q_smem + q_slot * K::kQBytes + rg * 64 * 128;  // this warpgroup's 64 rows of page 0
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
@@ -891,7 +904,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t diag = q_begin + wg * 64 + row_in_wg + 8 * r + p.diag_offset;
+          const int64_t diag = q_begin + rg * 64 + row_in_wg + 8 * r + p.diag_offset;
           const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
           int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
           hi = hi > p.seqlen_k ? p.seqlen_k : hi;
@@ -1121,7 +1134,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
       // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring. Sharing id 1
       // with a 256-thread turn, a dev variant faulted: illegal instruction, run s21-6.)
-      if constexpr (K::kTwoRings) named_sync(8, 384);
+      if constexpr (K::kTwoRings && !K::kFixedRings) named_sync(8, 384);
 
       // A piece of a split tile (shapes.h, TailSplit): this warpgroup's partial O, row max and row sum go to the piece's
       // slot; the tile's last piece to finish (per warpgroup: each counts its own 64 rows) merges every piece's partial
@@ -1212,7 +1225,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        const int row = wg * 64 + row_in_wg + 8 * r;
+        const int row = rg * 64 + row_in_wg + 8 * r;
         if (K::kTmaStoreO && write_out) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
@@ -1240,11 +1253,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0 && write_out && q_begin + wg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
+        if (tid == 0 && write_out && q_begin + rg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
           int c[4];
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, q_begin + wg * 64, tile.h, tile.b);
+            tma_coords(c, args.o_pos, pg * 64, q_begin + rg * 64, tile.h, tile.b);
             tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();

@@ -185,6 +185,15 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_pfq_split(const FwdParams& p) {
   return flash::sm90::launch<PrefetchNextQ<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
 }
+// Two rings with fixed roles and no tile-end barrier (Traits::kFixedRings, session 26).
+template <class T>
+struct FixedRings : T {
+  static constexpr bool kFixedRings = true;
+};
+template <int D, int BN, int ST, int WG, int TMA_STORE>
+int32_t run_fixed(const FwdParams& p) {
+  return flash::sm90::launch<FixedRings<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
+}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
@@ -199,6 +208,10 @@ int32_t run_prof_join(const FwdParams& p) {
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof_pfq(const FwdParams& p) {
   return flash::sm90::launch<Profiled<PrefetchNextQ<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
+}
+template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
+int32_t run_prof_fixed(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<FixedRings<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
 }
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
 int32_t run_prof_old(const FwdParams& p) {
@@ -243,6 +256,9 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
+    {"d64 2ring fixed .5", 64, 4096, 2, false, 0.5, 3, run_prof_fixed<64, 128, 2, 3, true, true>},
+    {"d64 2ring fixed .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_fixed<64, 128, 2, 3, true, true>},
+    {"d64 2ring fixed .25", 64, 4096, 2, false, 0.25, 3, run_prof_fixed<64, 128, 2, 3, true, true>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -358,6 +374,7 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg s24", 64, true, run_old<64, 128, 4, 2, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 2 rings fixed", 64, true, run_fixed<64, 128, 2, 3, 1>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs s24", 128, true, run_old<128, 128, 2, 2, 2, true>},

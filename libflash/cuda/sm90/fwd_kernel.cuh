@@ -199,6 +199,9 @@ struct Traits {
   // 64-row groups dealt to them accordingly; no warpgroup changes rings, so the tile-end barrier of the three goes (dev,
   // sm90_dev's FixedRings; measured 2-4% slower in session 21, when one loader thread still interleaved both rings).
   static constexpr bool kFixedRings = false;
+  // The loop's softmax pinned before the P V wait (wait<0>), where ptxas otherwise places it (perf-log v24): 1 a warpgroup
+  // named barrier after it, 2 a __syncwarp (dev, sm90_dev's PinSoftmax).
+  static constexpr int kPinSoftmax = 0;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -1070,6 +1073,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
+          if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
+          if constexpr (K::kPinSoftmax == 2) __syncwarp();
           step(Prof::kStepSoftmax);
           wg::wait<0>();
           step(Prof::kStepWaitPV);

@@ -194,6 +194,16 @@ template <int D, int BN, int ST, int WG, int TMA_STORE>
 int32_t run_fixed(const FwdParams& p) {
   return flash::sm90::launch<FixedRings<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
 }
+template <class T, int PIN>
+struct PinSoftmax : T {
+  static constexpr int kPinSoftmax = PIN;
+};
+template <int PIN, bool FIXED>
+int32_t run_rings_pin(const FwdParams& p) {
+  using R = flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>;
+  if constexpr (FIXED) return flash::sm90::launch<PinSoftmax<FixedRings<R>, PIN>>(p);
+  else return flash::sm90::launch<PinSoftmax<R, PIN>>(p);
+}
 // Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
 constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
@@ -375,6 +385,9 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 2 rings fixed", 64, true, run_fixed<64, 128, 2, 3, 1>},
+    {"d64  bs 2 rings pin bar", 64, true, run_rings_pin<1, false>},
+    {"d64  bs 2 rings pin syncwarp", 64, true, run_rings_pin<2, false>},
+    {"d64  bs 2 rings fixed pin bar", 64, true, run_rings_pin<1, true>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs s24", 128, true, run_old<128, 128, 2, 2, 2, true>},

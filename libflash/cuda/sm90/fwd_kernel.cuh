@@ -120,12 +120,6 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
                "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
                : "memory");
 }
-// 4-D tiled TMA prefetch global -> L2 (no shared memory, no barrier): a later load of the box hits L2.
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -189,12 +183,6 @@ struct Traits {
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
   // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below).
   static constexpr bool kEarlyProbe = false;
-  // A tile's Q full barrier probed together with its first K's (mbar_wait2) instead of on its own before it: one probe
-  // round trip less at every tile start (dev, sm90_dev's JoinStartWaits).
-  static constexpr bool kJoinStartWaits = false;
-  // One Q buffer (d256, d128's long ranges): the next tile's Q prefetched to L2 by the producer early in this tile (after
-  // its second K/V load), so its load at the tile boundary hits L2 (dev, sm90_dev's PrefetchNextQ).
-  static constexpr bool kPrefetchNextQ = false;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly; no warpgroup changes rings, so the tile-end barrier of the three goes (dev,
   // sm90_dev's FixedRings; measured 2-4% slower in session 21, when one loader thread still interleaved both rings).
@@ -762,16 +750,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             v_pending = n;
             v_at = it;
             if (j == kQAhead) start_tile(tile_iter + 1, next);
-            if constexpr (K::kPrefetchNextQ && K::kQStages == 1)
-              if (j == 1 && is_work<K::kTailSplit>(args, next)) {
-                const Tile nt(args, decode_work<K::kTailSplit>(args, tail_plan, next).x);
-                int c[4];
-#pragma unroll
-                for (int pg = 0; pg < kPages; ++pg) {
-                  tma_coords(c, args.q_pos, pg * 64, nt.m_block * kBlockM - args.q_shift, nt.h, nt.b);
-                  tma_prefetch_4d(&args.tq, c[0], c[1], c[2], c[3]);
-                }
-              }
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
@@ -844,7 +822,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int x = tile_ids[t_slot];  // a work item's code (Work)
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);
-      if constexpr (!K::kJoinStartWaits) mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
       if (K::kTailSplit && tid == 0) wg_code[wg] = x;
@@ -1004,8 +982,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Prologue: S_0 and its softmax.
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
-        if constexpr (K::kJoinStartWaits) mbar_wait2(k_full(s_prev), phase_prev, q_full(q_slot), q_phase);
-        else mbar_wait(k_full(s_prev), phase_prev);
+        mbar_wait(k_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
         issue_s(s_prev);
@@ -1125,8 +1102,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         lap(Prof::kDrain);
       } else {
-        // (Q_i must have landed before its buffer goes back, read or not.)
-        if constexpr (K::kJoinStartWaits) mbar_wait(q_full(q_slot), q_phase);
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
         release_sched();
         release_prev_q();

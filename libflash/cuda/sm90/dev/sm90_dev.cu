@@ -131,102 +131,50 @@ int32_t run_static(const FwdParams& p) {
   q.workspace = nullptr, q.workspace_size = 0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
 }
-// The profiling variant (Traits::kProfile): the production shapes with clock64 phase counters.
+// Traits of a bf16 instantiation: head dim, key block, ring stages, consumer warpgroups, O's epilogue (shapes.h
+// store_o), block-sparse, the tail split. Variants are mixins over it (each overrides one Traits member) and run through
+// one launcher, run_k, or the profiled one, run_prof_k.
+template <int D, int BN, int ST, int WG, int STORE_O, bool SPARSE = false, bool SPLIT = false>
+using Tr = flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, STORE_O, SPLIT>;
+template <class K>
+int32_t run_k(const FwdParams& p) {
+  return flash::sm90::launch<K>(p);
+}
+// The profiling variant (Traits::kProfile): clock64 phase counters.
 template <class T>
 struct Profiled : T {
   static constexpr bool kProfile = true;
 };
+// Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
+constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
+unsigned long long* g_profile = nullptr;
+template <class K>
+int32_t run_prof_k(const FwdParams& p) {
+  return flash::sm90::launch<Profiled<K>>(p, {true, g_profile});
+}
 // The early-probe variant (Traits::kEarlyProbe, session 24): the next block's K/V barriers probed after each turn's issue.
 template <class T>
 struct EarlyProbe : T {
   static constexpr bool kEarlyProbe = true;
 };
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
-int32_t run_probe(const FwdParams& p) {
-  return flash::sm90::launch<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_probe_split(const FwdParams& p) {
-  return flash::sm90::launch<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>(p);
-}
 // O rescaled after the P V wait, as before session 25 (Traits::kRescaleInTurn off; production since s25: in the turn,
 // between S_j's and P_{j-1} V_{j-1}'s issue, perf-log v45).
 template <class T>
 struct RescaleAfterWait : T {
   static constexpr bool kRescaleInTurn = false;
 };
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
-int32_t run_old(const FwdParams& p) {
-  return flash::sm90::launch<RescaleAfterWait<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_old_probe_split(const FwdParams& p) {
-  return flash::sm90::launch<RescaleAfterWait<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
-}
-// A tile's Q full barrier probed with its first K's (Traits::kJoinStartWaits, session 26).
-template <class T>
-struct JoinStartWaits : T {
-  static constexpr bool kJoinStartWaits = true;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
-int32_t run_join(const FwdParams& p) {
-  return flash::sm90::launch<JoinStartWaits<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p);
-}
-// One Q buffer: the next tile's Q prefetched to L2 early in this tile (Traits::kPrefetchNextQ, session 26).
-template <class T>
-struct PrefetchNextQ : T {
-  static constexpr bool kPrefetchNextQ = true;
-};
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_pfq(const FwdParams& p) {
-  return flash::sm90::launch<PrefetchNextQ<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>>(p);
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_pfq_split(const FwdParams& p) {
-  return flash::sm90::launch<PrefetchNextQ<EarlyProbe<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE, true>>>>(p);
-}
-// Two rings with fixed roles and no tile-end barrier (Traits::kFixedRings, session 26).
+// Two rings with fixed roles and no tile-end barrier (Traits::kFixedRings, session 26: 2-5% slower, perf-log v48).
 template <class T>
 struct FixedRings : T {
   static constexpr bool kFixedRings = true;
 };
-template <int D, int BN, int ST, int WG, int TMA_STORE>
-int32_t run_fixed(const FwdParams& p) {
-  return flash::sm90::launch<FixedRings<flash::sm90::Traits<D, BN, ST, DType::BF16, true, WG, 0, TMA_STORE>>>(p);
-}
+// The loop's softmax pinned before the P V wait: 1 a warpgroup barrier, 2 a __syncwarp (Traits::kPinSoftmax, session 26).
 template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
-template <int PIN, bool FIXED>
-int32_t run_rings_pin(const FwdParams& p) {
-  using R = flash::sm90::Traits<64, 128, 2, DType::BF16, true, 3, 0, 1>;
-  if constexpr (FIXED) return flash::sm90::launch<PinSoftmax<FixedRings<R>, PIN>>(p);
-  else return flash::sm90::launch<PinSoftmax<R, PIN>>(p);
-}
-// Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
-constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
-unsigned long long* g_profile = nullptr;
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>(p, {true, g_profile});
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof_join(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<JoinStartWaits<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof_pfq(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<PrefetchNextQ<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof_fixed(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<FixedRings<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
-}
-template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE>
-int32_t run_prof_old(const FwdParams& p) {
-  return flash::sm90::launch<Profiled<RescaleAfterWait<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>>>(p, {true, g_profile});
-}
+// The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
+using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -236,39 +184,32 @@ struct ProfCase {
   Launch fn;
 };
 const ProfCase kProfCases[] = {
-    {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
-    {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof<64, 128, 4, 3, true, false>},
-    {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof<64, 128, 4, 3, true, false>},
-    {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
-    {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
-    {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof<128, 128, 2, 2, true, false>},
-    {"d128 s24 dense", 128, 1024, 16, false, 0, 2, run_prof_old<128, 128, 2, 2, true, false>},
-    {"d128 s24 dense", 128, 16384, 1, false, 0, 2, run_prof_old<128, 128, 2, 2, true, false>},
-    {"d128 join dense", 128, 1024, 16, false, 0, 2, run_prof_join<128, 128, 2, 2, true, false>},
-    {"d128 join causal", 128, 1024, 16, true, 0, 2, run_prof_join<128, 128, 2, 2, true, false>},
-    {"d64 join causal", 64, 1024, 16, true, 0, 3, run_prof_join<64, 128, 4, 3, true, false>},
+    {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
+    {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
+    {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
+    {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
+    {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
+    {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
+    {"d128 s24 dense", 128, 1024, 16, false, 0, 2, run_prof_k<RescaleAfterWait<Tr<128, 128, 2, 2, 1, false>>>},
+    {"d128 s24 dense", 128, 16384, 1, false, 0, 2, run_prof_k<RescaleAfterWait<Tr<128, 128, 2, 2, 1, false>>>},
     // d256's production shape (O staged in the ring, store_o 3) and, as "d256 direct", the direct-store epilogue.
-    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
-    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
-    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, 3, false>},
-    {"d256 join dense", 256, 1024, 16, false, 0, 2, run_prof_join<256, 80, 2, 2, 3, false>},
-    {"d256 join causal", 256, 1024, 16, true, 0, 2, run_prof_join<256, 80, 2, 2, 3, false>},
-    {"d256 pfq dense", 256, 1024, 16, false, 0, 2, run_prof_pfq<256, 80, 2, 2, 3, false>},
-    {"d256 pfq causal", 256, 1024, 16, true, 0, 2, run_prof_pfq<256, 80, 2, 2, 3, false>},
-    {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof<256, 80, 2, 2, false, false>},
-    {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof<256, 80, 2, 2, false, false>},
-    {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof<128, 128, 2, 2, true, false>},
-    {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof<128, 128, 2, 2, 2, true>},
-    {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof<64, 128, 4, 2, true, true>},
-    {"d64 bs.5 b2", 64, 4096, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true>},
-    {"d128 bs.5 b2", 128, 4096, 2, false, 0.5, 2, run_prof<128, 128, 2, 2, 2, true>},
-    {"d64 bs.5 16k", 64, 16384, 2, false, 0.5, 2, run_prof<64, 128, 4, 2, true, true>},
-    {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof<64, 128, 2, 3, true, true>},
-    {"d64 2ring fixed .5", 64, 4096, 2, false, 0.5, 3, run_prof_fixed<64, 128, 2, 3, true, true>},
-    {"d64 2ring fixed .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_fixed<64, 128, 2, 3, true, true>},
-    {"d64 2ring fixed .25", 64, 4096, 2, false, 0.25, 3, run_prof_fixed<64, 128, 2, 3, true, true>},
+    {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
+    {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
+    {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
+    {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
+    {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
+    {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
+    {"d128 bs0.1 b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<Tr<128, 128, 2, 2, 2, true>>},
+    {"d64 bs0.1 b2", 64, 4096, 2, false, 0.1, 2, run_prof_k<Tr<64, 128, 4, 2, 1, true>>},
+    {"d64 bs.5 b2", 64, 4096, 2, false, 0.5, 2, run_prof_k<Tr<64, 128, 4, 2, 1, true>>},
+    {"d128 bs.5 b2", 128, 4096, 2, false, 0.5, 2, run_prof_k<Tr<128, 128, 2, 2, 2, true>>},
+    {"d64 bs.5 16k", 64, 16384, 2, false, 0.5, 2, run_prof_k<Tr<64, 128, 4, 2, 1, true>>},
+    {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
+    {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
+    {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
+    {"d64 2ring fixed .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings>>},
+    {"d64 2ring fixed .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings>>},
+    {"d64 2ring fixed .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -336,26 +277,29 @@ const ProfCase kProfCases[] = {
 // (perf-log v43, not kept); s24-2 the early probe of a block's K/V barriers (EarlyProbe, v44: production for the
 // long-range instantiations). Session 25: s25-1 O rescaled inside the turn (Traits::kRescaleInTurn, v45: production
 // since, but for the two-ring kernel; RescaleAfterWait gives the s24 kernels), s25-5 the two-ring kernel with the rescale
-// just before the next S's issue (1-4% slower, removed).
+// just before the next S's issue (1-4% slower, removed). Session 26: s26-1 a tile's Q full barrier probed together with
+// its first K's (kJoinStartWaits, commit 16e0e6d, removed: the wait moved into the prologue, times equal; perf-log v46);
+// s26-2 the next tile's Q prefetched to L2 early in the one-Q-buffer kernels (kPrefetchNextQ, commit 49c12ed, removed:
+// d256 causal 1k 6% slower, v47); s26-3 the two rings with fixed roles and no tile-end barrier (FixedRings: 2-6% slower
+// unprofiled, 5% faster profiled, v48). PinSoftmax (the loop's softmax pinned before the P V wait) is built for the
+// next call.
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  s24 (rescale after wait)", 64, false, run_old<64, 128, 4, 3, 1>},
+    {"d64  s24 (rescale after wait)", 64, false, run_k<RescaleAfterWait<Tr<64, 128, 4, 3, 1>>>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
-    {"d64  join start waits", 64, false, run_join<64, 128, 4, 3, 1>},
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 s24 (rescale after wait)", 128, false, run_old<128, 128, 2, 2, 1>},
+    {"d128 s24 (rescale after wait)", 128, false, run_k<RescaleAfterWait<Tr<128, 128, 2, 2, 1>>>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
     // at 1k; bn128 with O in the ring 1-6% slower. bn192 stays as the reference of a long-sequence route.
-    {"d128 join start waits", 128, false, run_join<128, 128, 2, 2, 1>},
     {"d128 bn192 O in ring no probe", 128, false, run<128, 192, 2, 2, 0, 3>},
     // Session 24: O staged in each warpgroup's own rows of the Q buffer (store_o 2, released once the store has read
     // them: the next tile uses the other buffer) in place of the staging tile, which leaves room for 160-key blocks
@@ -363,34 +307,31 @@ const Candidate kCandidates[] = {
     // ("d128 bn128 O in Q" run<128, 128, 2, 2, 0, 2> and "d128 bn160 O in Q" run<128, 160, 2, 2, 0, 2>: s24-1, not kept.)
     // The long-range instantiations (production from 8192 keys: kLongShape, and d256 with the split) probe early since
     // session 24 (LongRange, perf-log v44).
-    {"d128 bn192 split (long prod)", 128, false, run_probe_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
-    {"d128 bn192 ring (long prod)", 128, false, run_probe<128, 192, 2, 2, 3>},
-    {"d128 bn192 split s24", 128, false, run_old_probe_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
+    {"d128 bn192 split s24", 128, false, run_k<RescaleAfterWait<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>>},
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 s24 (rescale after wait)", 256, false, run_old<256, 80, 2, 2, 3>},
-    {"d256 join start waits", 256, false, run_join<256, 80, 2, 2, 3>},
-    {"d256 prefetch next Q", 256, false, run_pfq<256, 80, 2, 2, 3>},
-    {"d256 split prefetch next Q", 256, false, run_pfq_split<256, 80, 2, 2, 3>},
-    {"d256 split (long prod)", 256, false, run_probe_split<256, 80, 2, 2, 3>},
-    {"d256 split s24", 256, false, run_old_probe_split<256, 80, 2, 2, 3>},
+    {"d256 s24 (rescale after wait)", 256, false, run_k<RescaleAfterWait<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
+    {"d256 split s24", 256, false, run_k<RescaleAfterWait<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs 2wg s24", 64, true, run_old<64, 128, 4, 2, 1, true>},
+    {"d64  bs 2wg s24", 64, true, run_k<RescaleAfterWait<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2 rings fixed", 64, true, run_fixed<64, 128, 2, 3, 1>},
-    {"d64  bs 2 rings pin bar", 64, true, run_rings_pin<1, false>},
-    {"d64  bs 2 rings pin syncwarp", 64, true, run_rings_pin<2, false>},
-    {"d64  bs 2 rings fixed pin bar", 64, true, run_rings_pin<1, true>},
+    {"d64  bs 2 rings fixed", 64, true, run_k<FixedRings<TwoRings>>},
+    {"d64  bs 2 rings pin bar", 64, true, run_k<PinSoftmax<TwoRings, 1>>},
+    {"d64  bs 2 rings pin syncwarp", 64, true, run_k<PinSoftmax<TwoRings, 2>>},
+    {"d64  bs 2 rings fixed pin bar", 64, true, run_k<PinSoftmax<FixedRings<TwoRings>, 1>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs s24", 128, true, run_old<128, 128, 2, 2, 2, true>},
+    {"d128 bs s24", 128, true, run_k<RescaleAfterWait<Tr<128, 128, 2, 2, 2, true>>>},
 };
 
 }  // namespace

@@ -480,6 +480,17 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
 // second), and one byte short (refused, naming the size query).
 class GpuTailSplit : public ::testing::TestWithParam<int> {};  // head dim (128: on 192-key blocks)
 
+// A fresh case of this spec run on sm90 (the library's own workspace), which must take it, checked against the fp64
+// reference.
+static void expect_sm90_ok(const CaseSpec& s, std::mt19937_64& rng) {
+  Case c = make_case(s, rng);
+  int32_t used = -1;
+  ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message() << "\n  " << s.describe();
+  EXPECT_EQ(used, FLASH_ALGO_SM90);
+  const Check ch = check_case(c);
+  EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+}
+
 TEST_P(GpuTailSplit, Sm90DenseLastRoundSplit) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   flash_device_info info;
@@ -504,12 +515,7 @@ TEST_P(GpuTailSplit, Sm90DenseLastRoundSplit) {
           flash::sm90::tail_split(tiles, grid, key_blocks, flash::sm90::tail_split_margin(head_dim));
       ASSERT_GT(t.units, 0) << "the problem must split: " << s.describe();
       if (variant == 0) {
-        Case c = make_case(s, rng);
-        int32_t used = -1;
-        ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message() << "\n  " << s.describe();
-        EXPECT_EQ(used, FLASH_ALGO_SM90);
-        const Check ch = check_case(c);
-        EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+        expect_sm90_ok(s, rng);
         continue;
       }
       const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, grid, head_dim, sh.consumers));
@@ -583,12 +589,7 @@ TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
     s.batch = 1, s.heads_q = 3, s.heads_kv = 1, s.seqlen_q = 300, s.seqlen_k = 8192 + 77, s.head_dim = 128;
     s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
     s.mask.causal = 1, s.mask.alignment = alignment;
-    Case c = make_case(s, rng);
-    int32_t used = -1;
-    ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message() << "\n  " << s.describe();
-    EXPECT_EQ(used, FLASH_ALGO_SM90);
-    const Check ch = check_case(c);
-    EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
+    expect_sm90_ok(s, rng);
   }
 }
 

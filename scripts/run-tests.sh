@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-export EXTRA_APT_PACKAGES="${EXTRA_APT_PACKAGES:-} librust-bindgen-dev librust-pkg-config-dev librust-half-dev libclang-dev clang chromium"
+# librust-bindgen+default-dev: bindgen's default features (clang-sys's runtime loading, hence libloading), which
+# Cargo.lock holds; apt's --no-install-recommends leaves them out with librust-bindgen-dev alone.
+export EXTRA_APT_PACKAGES="${EXTRA_APT_PACKAGES:-} librust-bindgen-dev librust-bindgen+default-dev librust-pkg-config-dev librust-half-dev libclang-dev clang chromium"
 bash scripts/setup.sh
 status=0
 

@@ -5,6 +5,7 @@
 #   LIBFLASH_DIR=/tmp/build-rust bindings/rust/ci.sh
 #
 # Needs: cargo/rustc >= 1.64; apt packages librust-bindgen-dev (pulls in libclang-dev, clang),
+# librust-bindgen+default-dev (bindgen's default features: clang-sys's runtime loading through libloading),
 # librust-pkg-config-dev, librust-half-dev; a CPU build of libflash in $LIBFLASH_DIR:
 #   cmake -G Ninja -S . -B /tmp/build-rust -DFLASH_WITH_CUDA=OFF -DFLASH_BUILD_TESTS=OFF -DFLASH_BUILD_CLI=OFF
 #   ninja -C /tmp/build-rust
@@ -25,9 +26,9 @@ LIBFLASH_DIR="$(cd "$LIBFLASH_DIR" && pwd)"
 export LIBFLASH_DIR
 
 registry=/usr/share/cargo/registry
-if [[ ! -d "$registry/bindgen-0.60.1" ]]; then
+if [[ ! -d "$registry/bindgen-0.60.1" || ! -d "$registry/libloading-0.7.4" ]]; then
   echo "ci.sh: Debian's packaged crates are missing from $registry;" >&2
-  echo "       apt-get install -y librust-bindgen-dev librust-pkg-config-dev librust-half-dev" >&2
+  echo "       apt-get install -y librust-bindgen-dev librust-bindgen+default-dev librust-pkg-config-dev librust-half-dev" >&2
   exit 2
 fi
 

@@ -132,8 +132,8 @@ int32_t run_static(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, TMA_STORE>>(q);
 }
 // Traits of a bf16 instantiation: head dim, key block, ring stages, consumer warpgroups, O's epilogue (shapes.h
-// store_o), block-sparse, the tail split. Variants are mixins over it (each overrides one Traits member) and run through
-// one launcher, run_k, or the profiled one, run_prof_k.
+// store_o), block-sparse, the tail split. Variants are mixins over it (each overrides one Traits member) and run
+// through one launcher, run_k, or the profiled one, run_prof_k.
 template <int D, int BN, int ST, int WG, int STORE_O, bool SPARSE = false, bool SPLIT = false>
 using Tr = flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, 0, STORE_O, SPLIT>;
 template <class K>
@@ -157,23 +157,20 @@ template <class T>
 struct EarlyProbe : T {
   static constexpr bool kEarlyProbe = true;
 };
-// O rescaled after the P V wait, as before session 25 (Traits::kRescaleInTurn off; production since s25: in the turn,
-// between S_j's and P_{j-1} V_{j-1}'s issue, perf-log v45).
-template <class T>
-struct RescaleAfterWait : T {
-  static constexpr bool kRescaleInTurn = false;
-};
-// O rescaled inside the turn where production does not (the two-ring kernel: 5-10% slower in s25-1, perf-log v45).
-template <class T>
+// O rescaled inside the turn, between S_j's and P_{j-1} V_{j-1}'s issue (ON), or after the P V wait (Traits::
+// kRescaleInTurn): production has it in the turn since session 25 but for the two-ring kernel (5-10% slower there,
+// perf-log v45), so RescaleInTurn<T, false> gives the s24 kernels.
+template <class T, bool ON>
 struct RescaleInTurn : T {
-  static constexpr bool kRescaleInTurn = true;
+  static constexpr bool kRescaleInTurn = ON;
 };
 // Two rings with fixed roles and no tile-end barrier (Traits::kFixedRings, session 26: 2-5% slower, perf-log v48).
 template <class T>
 struct FixedRings : T {
   static constexpr bool kFixedRings = true;
 };
-// The loop's softmax pinned before the P V wait: 1 a warpgroup barrier, 2 a __syncwarp (Traits::kPinSoftmax, session 26).
+// The loop's softmax pinned before the P V wait: 1 a warpgroup barrier, 2 a __syncwarp (Traits::kPinSoftmax,
+// session 26).
 template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
@@ -195,8 +192,8 @@ const ProfCase kProfCases[] = {
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
-    {"d128 s24 dense", 128, 1024, 16, false, 0, 2, run_prof_k<RescaleAfterWait<Tr<128, 128, 2, 2, 1, false>>>},
-    {"d128 s24 dense", 128, 16384, 1, false, 0, 2, run_prof_k<RescaleAfterWait<Tr<128, 128, 2, 2, 1, false>>>},
+    {"d128 s24 dense", 128, 1024, 16, false, 0, 2, run_prof_k<RescaleInTurn<Tr<128, 128, 2, 2, 1, false>, false>>},
+    {"d128 s24 dense", 128, 16384, 1, false, 0, 2, run_prof_k<RescaleInTurn<Tr<128, 128, 2, 2, 1, false>, false>>},
     // d256's production shape (O staged in the ring, store_o 3) and, as "d256 direct", the direct-store epilogue.
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
@@ -281,26 +278,26 @@ const ProfCase kProfCases[] = {
 // so it has instantiations of its own (use_split_kernel). Session 24: s24-1 d128 with O staged in Q at 128 and 160 keys
 // (perf-log v43, not kept); s24-2 the early probe of a block's K/V barriers (EarlyProbe, v44: production for the
 // long-range instantiations). Session 25: s25-1 O rescaled inside the turn (Traits::kRescaleInTurn, v45: production
-// since, but for the two-ring kernel; RescaleAfterWait gives the s24 kernels), s25-5 the two-ring kernel with the rescale
-// just before the next S's issue (1-4% slower, removed). Session 26: s26-1 a tile's Q full barrier probed together with
-// its first K's (kJoinStartWaits, commit 16e0e6d, removed: the wait moved into the prologue, times equal; perf-log v46);
-// s26-2 the next tile's Q prefetched to L2 early in the one-Q-buffer kernels (kPrefetchNextQ, commit 49c12ed, removed:
-// d256 causal 1k 6% slower, v47); s26-3 the two rings with fixed roles and no tile-end barrier (FixedRings: 2-6% slower
-// unprofiled, 5% faster profiled, v48). PinSoftmax (the loop's softmax pinned before the P V wait) is built for the
-// next call.
+// since, but for the two-ring kernel; RescaleInTurn<T, false> gives the s24 kernels), s25-5 the two-ring kernel with
+// the rescale just before the next S's issue (1-4% slower, removed). Session 26: s26-1 a tile's Q full barrier probed
+// together with its first K's (kJoinStartWaits, commit 16e0e6d, removed: the wait moved into the prologue, times
+// equal; perf-log v46); s26-2 the next tile's Q prefetched to L2 early in the one-Q-buffer kernels (kPrefetchNextQ,
+// commit 49c12ed, removed: d256 causal 1k 6% slower, v47); s26-3 the two rings with fixed roles and no tile-end
+// barrier (FixedRings: 2-6% slower unprofiled, 5% faster profiled, v48). PinSoftmax (the loop's softmax pinned before
+// the P V wait) is built for the next call.
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  s24 (rescale after wait)", 64, false, run_k<RescaleAfterWait<Tr<64, 128, 4, 3, 1>>>},
+    {"d64  s24 (rescale after wait)", 64, false, run_k<RescaleInTurn<Tr<64, 128, 4, 3, 1>, false>>},
     // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
     // windows of <= 768 keys run there in production).
     {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 s24 (rescale after wait)", 128, false, run_k<RescaleAfterWait<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 s24 (rescale after wait)", 128, false, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>>},
     // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
     // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
     // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
@@ -315,30 +312,30 @@ const Candidate kCandidates[] = {
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
-    {"d128 bn192 split s24", 128, false, run_k<RescaleAfterWait<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>>},
+    {"d128 bn192 split s24", 128, false, run_k<RescaleInTurn<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, false>>},
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 s24 (rescale after wait)", 256, false, run_k<RescaleAfterWait<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 s24 (rescale after wait)", 256, false, run_k<RescaleInTurn<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
-    {"d256 split s24", 256, false, run_k<RescaleAfterWait<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>>},
+    {"d256 split s24", 256, false, run_k<RescaleInTurn<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, false>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs 2wg s24", 64, true, run_k<RescaleAfterWait<Tr<64, 128, 4, 2, 1, true>>>},
+    {"d64  bs 2wg s24", 64, true, run_k<RescaleInTurn<Tr<64, 128, 4, 2, 1, true>, false>>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 2 rings fixed", 64, true, run_k<FixedRings<TwoRings>>},
     {"d64  bs 2 rings pin bar", 64, true, run_k<PinSoftmax<TwoRings, 1>>},
     {"d64  bs 2 rings pin syncwarp", 64, true, run_k<PinSoftmax<TwoRings, 2>>},
     {"d64  bs 2 rings fixed pin bar", 64, true, run_k<PinSoftmax<FixedRings<TwoRings>, 1>>},
-    {"d64  bs 2 rings pin bar rit", 64, true, run_k<PinSoftmax<RescaleInTurn<TwoRings>, 1>>},
+    {"d64  bs 2 rings pin bar rit", 64, true, run_k<PinSoftmax<RescaleInTurn<TwoRings, true>, 1>>},
     {"d64  bs 2wg pin bar", 64, true, run_k<PinSoftmax<Tr<64, 128, 4, 2, 1, true>, 1>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs s24", 128, true, run_k<RescaleAfterWait<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s24", 128, true, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 2, true>, false>>},
 };
 
 }  // namespace

@@ -185,7 +185,8 @@ struct Traits {
   static constexpr bool kEarlyProbe = false;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly; no warpgroup changes rings, so the tile-end barrier of the three goes (dev,
-  // sm90_dev's FixedRings; measured 2-4% slower in session 21, when one loader thread still interleaved both rings).
+  // sm90_dev's FixedRings): 2-4% slower in session 21 (one loader thread for both rings), 2-6% slower in session 26 with
+  // a loader per ring but faster than production when profiled (perf-log v48); kept to time it with kPinSoftmax.
   static constexpr bool kFixedRings = false;
   // The loop's softmax pinned before the P V wait (wait<0>), where ptxas otherwise places it (perf-log v24): 1 a warpgroup
   // named barrier after it, 2 a __syncwarp (dev, sm90_dev's PinSoftmax).

@@ -449,7 +449,9 @@ struct Prof {
   // One loop block: K_j / V_{j-1} full waits, the wait for the turn, the issue, wait<1> (S_j), the copy + mask +
   // softmax, wait<0> (P_{j-1} V_{j-1}), rescale + pack.
   enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail, kPerWg = 16 };
-  enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal };
+  // The producer's counters, and (written by the consumers' thread 0) Q's load as the tile start sees it: from the
+  // producer's issue to the wait's end, summed over the tiles whose Q wait did wait (and their count), and over all.
+  enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal, kQLandedSum, kQLandedCount, kQReadySum };
   unsigned long long* out;
   long long mark;
   __device__ void lap(int i) {
@@ -478,6 +480,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
+  // The profiled builds: when each Q buffer's load was issued (clock64, the producer's), for the tile start's Prof.
+  [[maybe_unused]] __shared__ long long q_issued[2];
   // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
   // with the schedules by the scheduler warp: a warpgroup changing rings needs the position of its new one.
   [[maybe_unused]] __shared__ int ring_pos[2][2];
@@ -564,6 +568,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     };
     auto load_q = [&](int tile_iter, int q_begin, int h, int b) {
       const int q_slot = tile_iter % K::kQStages;
+      if constexpr (K::kProfile) q_issued[q_slot] = clock64();  // (released to the consumers by the arrive below)
       mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
       int c[4];
 #pragma unroll
@@ -823,7 +828,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int x = tile_ids[t_slot];  // a work item's code (Work)
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);
+      [[maybe_unused]] const long long q_wait0 = K::kProfile ? clock64() : 0;
       mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      if constexpr (K::kProfile)
+        if (tid == 0) {
+          // From the load's issue to the end of this wait: its latency where the wait waited (more than a probe's
+          // round trip), else how early it had landed.
+          const long long now = clock64(), since_issue = now - q_issued[q_slot];
+          unsigned long long* pp = args.profile + Prof::kPerWg * K::kConsumers;
+          if (now - q_wait0 > 256) {
+            atomicAdd(pp + Prof::kQLandedSum, static_cast<unsigned long long>(since_issue));
+            atomicAdd(pp + Prof::kQLandedCount, 1ull);
+          }
+          atomicAdd(pp + Prof::kQReadySum, static_cast<unsigned long long>(since_issue));
+        }
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
       if (K::kTailSplit && tid == 0) wg_code[wg] = x;

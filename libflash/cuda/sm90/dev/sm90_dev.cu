@@ -521,6 +521,11 @@ int main(int argc, char** argv) {
     const double lb = blocks > tiles ? 1.0 / (blocks - tiles) : 0.0;
     std::printf("  loop block: waitKV %.0f turn %.0f issue %.0f waitS %.0f softmax %.0f waitPV %.0f tail %.0f\n", st[0] * lb,
                 st[1] * lb, st[2] * lb, st[3] * lb, st[4] * lb, st[5] * lb, st[6] * lb);
+    // Q's load at the tile start, from the producer's issue (Prof::kQLandedSum ..): where the wait waited, its latency.
+    const double waited = double(pp[4]), starts = tiles;  // (one start per warpgroup and tile)
+    std::printf("  tile start: Q waited at %.0f%% of starts, issue -> landed %.0f cycles there; issue -> ready %.0f mean\n",
+                starts > 0 ? 100.0 * waited / starts : 0.0, waited > 0 ? double(pp[3]) / waited : 0.0,
+                starts > 0 ? double(pp[5]) / starts : 0.0);
     std::fflush(stdout);
   }
   return 0;

@@ -30,6 +30,7 @@
 #   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels
 #   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
+#   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -320,6 +321,11 @@ for phase in "$@"; do
       # the ratio with the power cap's drift taken out (session 22).
       PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 400 python3 scripts/interleaved_peers.py \
         --json "$OUT/interleaved-peers.json" 2>&1 | tee "$OUT/interleaved-peers.txt" | tail -40
+      ;;
+    masks-interleaved)
+      # Issue 7's ratios with dense and every mask kind timed in alternating rounds (the power cap falls on all alike).
+      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 300 python3 scripts/interleaved_masks.py \
+        --json "$OUT/interleaved-masks.json" 2>&1 | tee "$OUT/interleaved-masks.txt" | tail -20
       ;;
     clocks)
       # d128 dense 8k (batch 2) and 16k (batch 1) twice each, with nvidia-smi sampling the SM clock, power and the clock

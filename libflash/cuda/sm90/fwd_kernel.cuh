@@ -189,7 +189,8 @@ struct Traits {
   // a loader per ring but faster than production when profiled (perf-log v48); kept to time it with kPinSoftmax.
   static constexpr bool kFixedRings = false;
   // The loop's softmax pinned before the P V wait (wait<0>), where ptxas otherwise places it (perf-log v24): 1 a warpgroup
-  // named barrier after it, 2 a __syncwarp (dev, sm90_dev's PinSoftmax).
+  // named barrier after it, 2 a __syncwarp, 3 a clock read kept by a shared store, as the profiled builds' reads pin it
+  // (session 27: 1 and 2 left every exp after the wait in the two-ring kernel; dev, sm90_dev's PinSoftmax).
   static constexpr int kPinSoftmax = 0;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
@@ -493,6 +494,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
   [[maybe_unused]] __shared__ int wg_code[3];
+  [[maybe_unused]] __shared__ uint32_t pin_sink;  // kPinSoftmax 3: where the clock read goes
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -1071,6 +1073,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const bool rescale = softmax(sv, false, corr);
           if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
           if constexpr (K::kPinSoftmax == 2) __syncwarp();
+          if constexpr (K::kPinSoftmax == 3) {
+            const uint32_t now = static_cast<uint32_t>(clock());
+            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink))), "r"(now));
+          }
           step(Prof::kStepSoftmax);
           wg::wait<0>();
           step(Prof::kStepWaitPV);

@@ -1,0 +1,113 @@
+"""Issue 7's ratios with every mask kind timed interleaved in one process, on the same tensors.
+
+    PYTHONPATH=bindings/python LIBFLASH_PATH=build-h100/libflash.so \
+        python3 scripts/interleaved_masks.py [--hdims 64,128] [--seqlens 4096,8192,16384] [--reps 30] [--json out.json]
+
+Why: fa-bench times each (mask, seqlen) in its own burst of back-to-back launches, the masks one after the other, and
+the H100's power cap moves a burst's median by up to 10% (session 22, s22-12). Issue 7's figures are ratios of two such
+bursts (block-sparse time / dense time), so a ratio carries the two bursts' clock states as well as the kernels. Here
+every round times each mask once, in alternating order, so a change of clocks falls on all of them alike (the method of
+scripts/interleaved_peers.py for issue 9). Each call is preceded by a 256 MB write that evicts L2 (as fa-bench's flush)
+and by a sleep kernel that keeps the GPU busy while Python launches it, so the events bracket the attention alone.
+
+Problems (fa-bench's masks phase): batch 2, heads 2048 / d, bf16, forward, algorithm sm90. Masks: none, causal
+(bottom-right), window (256, 0), and random block-sparse maps of 128 x 128 blocks at densities 0.1, 0.25, 0.5, built
+as fa-bench builds them (round(s x key blocks) distinct key blocks per query block, the same for every batch and head;
+numpy's generator, so not fa-bench's exact pattern). Time / dense uses the medians; "s" is the map's actual density.
+"""
+import argparse
+import json
+import statistics
+
+import numpy as np
+import torch
+
+import libflash
+
+
+def ints(s):
+    return [int(x) for x in s.split(",")]
+
+
+def random_block_mask(n, density, rng, block=128):
+    """fa-bench's random pattern: per query block, round(density * key blocks) distinct key blocks (at least one)."""
+    nb = (n + block - 1) // block
+    per_row = min(nb, max(1, int(round(density * nb))))
+    idx = np.stack([np.sort(rng.choice(nb, per_row, replace=False)) for _ in range(nb)]).astype(np.int32)
+    counts = torch.full((1, 1, nb), per_row, dtype=torch.int32, device="cuda")
+    return libflash.BlockMask(counts, torch.from_numpy(idx)[None, None].cuda(), block), per_row / nb
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hdims", type=ints, default=[64, 128])
+    ap.add_argument("--seqlens", type=ints, default=[4096, 8192, 16384])
+    ap.add_argument("--densities", default="0.1,0.25,0.5")
+    ap.add_argument("--algorithm", default="sm90")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=24301)
+    ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    densities = [float(x) for x in a.densities.split(",")]
+    limits = {0.1: 0.15, 0.25: 0.30, 0.5: 0.55}
+    cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    rng = np.random.default_rng(a.seed)
+    rows = []
+    for d in a.hdims:
+        for n in a.seqlens:
+            b, h = 2, 2048 // d
+            q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            o = torch.empty_like(q)
+            masks = {"none": ({}, 1.0), "causal": ({"causal": True}, None), "window:256,0": ({"window": (256, 0)}, None)}
+            for s in densities:
+                bm, actual = random_block_mask(n, s, rng)
+                masks["block-sparse:%g:128" % s] = ({"block_mask": bm}, actual)
+
+            def call(kw):
+                libflash.attention(q, k, v, algorithm=a.algorithm, out=o, **kw)
+
+            with torch.no_grad():
+                for kw, _ in masks.values():  # warm-up
+                    for _ in range(3):
+                        call(kw)
+                torch.cuda.synchronize()
+                if not torch.isfinite(o).all():
+                    raise SystemExit("non-finite output at d=%d n=%d" % (d, n))
+                times = {m: [] for m in masks}
+                order = list(masks)
+                for r in range(a.reps):
+                    marks = []
+                    for m in (order if r % 2 == 0 else order[::-1]):
+                        cache.zero_()
+                        if a.sleep > 0:
+                            torch.cuda._sleep(a.sleep)
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        call(masks[m][0])
+                        e1.record()
+                        marks.append((m, e0, e1))
+                    torch.cuda.synchronize()
+                    for m, e0, e1 in marks:
+                        times[m].append(e0.elapsed_time(e1))
+            ms = {m: statistics.median(t) for m, t in times.items()}
+            row = dict(d=d, n=n, b=b, h=h, reps=a.reps, ms=ms, ms_min={m: min(t) for m, t in times.items()},
+                       density={m: s for m, (_, s) in masks.items() if s is not None})
+            rows.append(row)
+            cells = []
+            for s in densities:
+                m = "block-sparse:%g:128" % s
+                ratio = ms[m] / ms["none"]
+                lim = limits.get(s, row["density"][m] + 0.05)
+                cells.append("s=%g %.3f%s" % (s, ratio, "" if ratio <= lim + 1e-9 else " (>%g)" % lim))
+            cells.append("causal/dense %.3f" % (ms["causal"] / ms["none"]))
+            cells.append("causal/window(256,0) %.1fx" % (ms["causal"] / ms["window:256,0"]))
+            print("d%-3d %6d  dense %.4f ms  %s" % (d, n, ms["none"], "  ".join(cells)), flush=True)
+            del q, k, v, o
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -188,10 +188,6 @@ struct Traits {
   // sm90_dev's FixedRings): 2-4% slower in session 21 (one loader thread for both rings), 2-6% slower in session 26 with
   // a loader per ring but faster than production when profiled (perf-log v48); kept to time it with kPinSoftmax.
   static constexpr bool kFixedRings = false;
-  // The loop's softmax pinned before the P V wait (wait<0>), where ptxas otherwise places it (perf-log v24): 1 a warpgroup
-  // named barrier after it, 2 a __syncwarp, 3 a clock read kept by a shared store, as the profiled builds' reads pin it
-  // (session 27: 1 and 2 left every exp after the wait in the two-ring kernel; dev, sm90_dev's PinSoftmax).
-  static constexpr int kPinSoftmax = 0;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -234,6 +230,12 @@ struct Traits {
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
   static constexpr bool kRescaleInTurn = !kTwoRings;
+  // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier, 2 a __syncwarp, 3 a clock
+  // read kept by a shared store (sm90_dev's PinSoftmax). ptxas places the softmax's exps after the P V wait (perf-log
+  // v24) with 0, 1 and 2 alike in the two-ring kernel, and before it with 3. The two-ring kernel has 1 (perf-log v49:
+  // 16k s = 0.5 1.6-2.4% faster in s27-1 and s27-2, 4k-8k within 1%): its warpgroups take no turns, and the barrier
+  // keeps each one's four warps together into the wait. 3 measured equal to none there.
+  static constexpr int kPinSoftmax = kTwoRings ? 1 : 0;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;

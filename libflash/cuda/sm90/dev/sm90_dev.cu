@@ -311,6 +311,10 @@ const Candidate kCandidates[] = {
     // session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
+    // Session 27: the tail split at 128-key blocks, for d128 dense 2k-4k (2048 tiles: 15.5 rounds on 132 SMs), with the
+    // split and with the last round whole (its code in, LaunchOptions::tail_split off).
+    {"d128 bn128 split", 128, false, run_k<Tr<128, 128, 2, 2, 1, false, true>>},
+    {"d128 bn128 split off", 128, false, run_split<128, 128, 2, 2, 1, false>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
     {"d128 bn192 split s24", 128, false, run_k<RescaleInTurn<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, false>>},
 
@@ -327,12 +331,10 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg s24", 64, true, run_k<RescaleInTurn<Tr<64, 128, 4, 2, 1, true>, false>>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2 rings fixed", 64, true, run_k<FixedRings<TwoRings>>},
-    {"d64  bs 2 rings pin bar", 64, true, run_k<PinSoftmax<TwoRings, 1>>},
+    {"d64  bs 2 rings fixed no pin", 64, true, run_k<PinSoftmax<FixedRings<TwoRings>, 0>>},
+    {"d64  bs 2 rings no pin (s26)", 64, true, run_k<PinSoftmax<TwoRings, 0>>},
     {"d64  bs 2 rings pin clk", 64, true, run_k<PinSoftmax<TwoRings, 3>>},
     {"d64  bs 2 rings fixed pin clk", 64, true, run_k<PinSoftmax<FixedRings<TwoRings>, 3>>},
-    {"d64  bs 2 rings rit pin clk", 64, true, run_k<PinSoftmax<RescaleInTurn<TwoRings, true>, 3>>},
-    {"d64  bs 2wg pin clk", 64, true, run_k<PinSoftmax<Tr<64, 128, 4, 2, 1, true>, 3>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs s24", 128, true, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 2, true>, false>>},

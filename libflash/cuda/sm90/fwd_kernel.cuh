@@ -183,11 +183,6 @@ struct Traits {
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
   // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below).
   static constexpr bool kEarlyProbe = false;
-  // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
-  // 64-row groups dealt to them accordingly; no warpgroup changes rings, so the tile-end barrier of the three goes (dev,
-  // sm90_dev's FixedRings): 2-4% slower in session 21 (one loader thread for both rings), 2-6% slower in session 26 with
-  // a loader per ring but faster than production when profiled (perf-log v48); kept to time it with kPinSoftmax.
-  static constexpr bool kFixedRings = false;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.
@@ -230,12 +225,16 @@ struct Traits {
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
   static constexpr bool kRescaleInTurn = !kTwoRings;
+  // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
+  // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
+  // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
+  static constexpr bool kFixedRings = kTwoRings;
   // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier, 2 a __syncwarp, 3 a clock
-  // read kept by a shared store (sm90_dev's PinSoftmax). ptxas places the softmax's exps after the P V wait (perf-log
-  // v24) with 0, 1 and 2 alike in the two-ring kernel, and before it with 3. The two-ring kernel has 1 (perf-log v49:
-  // 16k s = 0.5 1.6-2.4% faster in s27-1 and s27-2, 4k-8k within 1%): its warpgroups take no turns, and the barrier
-  // keeps each one's four warps together into the wait. 3 measured equal to none there.
-  static constexpr int kPinSoftmax = kTwoRings ? 1 : 0;
+  // read kept alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0, 1 and 2
+  // in the two-ring kernel, and before it with 3 (a clock read is an instruction it schedules nothing across, as in the
+  // profiled builds). The two-ring kernel, whose warpgroups take no turns, waits there for a P V queued behind the other
+  // warpgroups' products: with fixed rings, 3 is 1-3% faster than rotating rings at s <= 0.25, equal at s = 0.5 (v49).
+  static constexpr int kPinSoftmax = kTwoRings ? 3 : 0;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -790,8 +789,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (warpgroup 1 is always in the pair; 0 and 2 change rings from tile to tile). Its number
-    // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (Warpgroups
-    // keeping to one ring, the tile's rows dealt to them accordingly, measured 2-4% slower: perf-log v39.)
+    // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (With
+    // kFixedRings, production, each warpgroup keeps to one ring and the tile's rows are dealt to them: perf-log v49.)
     int ring = 0;
     // The 64-row group of the tile this warpgroup computes: its own index, but with fixed rings (kFixedRings) the single's
     // group for warpgroup 2 and the pair's two for 0 and 1.

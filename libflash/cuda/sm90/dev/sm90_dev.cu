@@ -164,10 +164,11 @@ template <class T, bool ON>
 struct RescaleInTurn : T {
   static constexpr bool kRescaleInTurn = ON;
 };
-// Two rings with fixed roles and no tile-end barrier (Traits::kFixedRings, session 26: 2-5% slower, perf-log v48).
-template <class T>
+// Two rings with fixed roles and no tile-end barrier (Traits::kFixedRings, session 26: 2-5% slower alone, perf-log v48;
+// production with PinSoftmax 3 since session 27, v49), or with rotating roles and the barrier (ON false: session 26's).
+template <class T, bool ON>
 struct FixedRings : T {
-  static constexpr bool kFixedRings = true;
+  static constexpr bool kFixedRings = ON;
 };
 // The loop's softmax pinned before the P V wait: 1 a warpgroup barrier, 2 a __syncwarp (Traits::kPinSoftmax,
 // session 26; s27-1: neither moved an exp before the wait in the two-ring kernel), 3 a clock read kept by a shared store.
@@ -209,9 +210,9 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
-    {"d64 2ring fixed .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings>>},
-    {"d64 2ring fixed .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings>>},
-    {"d64 2ring fixed .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings>>},
+    {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
+    {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
+    {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings, false>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -283,8 +284,9 @@ const ProfCase kProfCases[] = {
 // together with its first K's (kJoinStartWaits, commit 16e0e6d, removed: the wait moved into the prologue, times
 // equal; perf-log v46); s26-2 the next tile's Q prefetched to L2 early in the one-Q-buffer kernels (kPrefetchNextQ,
 // commit 49c12ed, removed: d256 causal 1k 6% slower, v47); s26-3 the two rings with fixed roles and no tile-end
-// barrier (FixedRings: 2-6% slower unprofiled, 5% faster profiled, v48). PinSoftmax (the loop's softmax pinned before
-// the P V wait) is built for the next call.
+// barrier (FixedRings: 2-6% slower unprofiled, 5% faster profiled, v48). Session 27: s27-1 .. s27-3 the softmax pinned
+// before the P V wait (PinSoftmax: a warpgroup barrier and a __syncwarp do not move it, a clock read does) -- fixed rings
+// with the clock pin production since (v49); the tail split at 128-key blocks for d128 2k-4k (not routed).
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
@@ -311,10 +313,8 @@ const Candidate kCandidates[] = {
     // session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
-    // Session 27: the tail split at 128-key blocks, for d128 dense 2k-4k (2048 tiles: 15.5 rounds on 132 SMs), with the
-    // split and with the last round whole (its code in, LaunchOptions::tail_split off).
-    {"d128 bn128 split", 128, false, run_k<Tr<128, 128, 2, 2, 1, false, true>>},
-    {"d128 bn128 split off", 128, false, run_split<128, 128, 2, 2, 1, false>},
+    // Session 27 (s27-3): the tail split at 128-key blocks for d128 dense 2k-4k, run_k<Tr<128, 128, 2, 2, 1, false, true>>:
+    // 4k 1% faster than production, 2k 5% slower, 1k 3% slower (no split there: the code's cost). Not routed.
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
     {"d128 bn192 split s24", 128, false, run_k<RescaleInTurn<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, false>>},
 
@@ -331,10 +331,11 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg s24", 64, true, run_k<RescaleInTurn<Tr<64, 128, 4, 2, 1, true>, false>>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2 rings fixed no pin", 64, true, run_k<PinSoftmax<FixedRings<TwoRings>, 0>>},
-    {"d64  bs 2 rings no pin (s26)", 64, true, run_k<PinSoftmax<TwoRings, 0>>},
-    {"d64  bs 2 rings pin clk", 64, true, run_k<PinSoftmax<TwoRings, 3>>},
-    {"d64  bs 2 rings fixed pin clk", 64, true, run_k<PinSoftmax<FixedRings<TwoRings>, 3>>},
+    // Session 27 (perf-log v49): production is fixed rings with the clock pin; rotating rings without a pin (session
+    // 26's production), with the warpgroup barrier, and fixed rings without a pin.
+    {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
+    {"d64  bs 2 rings rotating pin bar", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 1>>},
+    {"d64  bs 2 rings fixed no pin", 64, true, run_k<PinSoftmax<TwoRings, 0>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs s24", 128, true, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 2, true>, false>>},

@@ -495,7 +495,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
   [[maybe_unused]] __shared__ int wg_code[3];
-  [[maybe_unused]] __shared__ uint32_t pin_sink;  // kPinSoftmax 3: where the clock read goes
+  // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
+  // write-write race to racecheck, s27-4).
+  [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -1076,7 +1078,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if constexpr (K::kPinSoftmax == 2) __syncwarp();
           if constexpr (K::kPinSoftmax == 3) {
             const uint32_t now = static_cast<uint32_t>(clock());
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink))), "r"(now));
+            // Predicated rather than branched, so the read stays where it is in every lane.
+            asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
+                             static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
+                         "r"(now), "r"(lane));
           }
           step(Prof::kStepSoftmax);
           wg::wait<0>();

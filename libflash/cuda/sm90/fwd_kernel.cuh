@@ -1028,7 +1028,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
         // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
         // P_j. (ptxas places the softmax after that wait in these builds; pinning it before the wait, so it overlaps the
-        // P V, measured the same: perf-log v24. The two-ring kernel rescales O right after the wait instead.)
+        // P V, measured the same in the ping-pong kernels: perf-log v24. The two-ring kernel, without turns, pins it there with
+        // a clock read, kPinSoftmax, and rescales O right after the wait: v49.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
         // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import libflash
+from interleave import time_rounds
 
 
 def ints(s):
@@ -74,22 +75,7 @@ def main():
                 torch.cuda.synchronize()
                 if not torch.isfinite(o).all():
                     raise SystemExit("non-finite output at d=%d n=%d" % (d, n))
-                times = {m: [] for m in masks}
-                order = list(masks)
-                for r in range(a.reps):
-                    marks = []
-                    for m in (order if r % 2 == 0 else order[::-1]):
-                        cache.zero_()
-                        if a.sleep > 0:
-                            torch.cuda._sleep(a.sleep)
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        call(masks[m][0])
-                        e1.record()
-                        marks.append((m, e0, e1))
-                    torch.cuda.synchronize()
-                    for m, e0, e1 in marks:
-                        times[m].append(e0.elapsed_time(e1))
+                times = time_rounds({m: (lambda kw=kw: call(kw)) for m, (kw, _) in masks.items()}, a.reps, cache, a.sleep)
             ms = {m: statistics.median(t) for m, t in times.items()}
             row = dict(d=d, n=n, b=b, h=h, reps=a.reps, ms=ms, ms_min={m: min(t) for m, t in times.items()},
                        density={m: s for m, (_, s) in masks.items() if s is not None})

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import libflash
+from interleave import time_rounds
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -74,22 +75,7 @@ def main():
                     lib()
                     torch.cuda.synchronize()
                     err = ((o_lib.float() - ref).abs().max() / ref.abs().max()).item()
-                    times = {name: [] for name in fns}
-                    order = list(fns)
-                    for r in range(a.reps):
-                        marks = []
-                        for name in (order if r % 2 == 0 else order[::-1]):
-                            cache.zero_()
-                            if a.sleep > 0:
-                                torch.cuda._sleep(a.sleep)  # ~1 ms of a busy GPU while Python launches the call
-                            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            e0.record()
-                            fns[name]()
-                            e1.record()
-                            marks.append((name, e0, e1))
-                        torch.cuda.synchronize()
-                        for name, e0, e1 in marks:
-                            times[name].append(e0.elapsed_time(e1))
+                    times = time_rounds(fns, a.reps, cache, a.sleep)
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
                 row = dict(d=d, n=n, b=b, h=h, causal=causal, reps=a.reps, max_rel_err=err,
                            ms={name: statistics.median(t) for name, t in times.items()})

@@ -1,0 +1,26 @@
+"""Shared by scripts/interleaved_peers.py and scripts/interleaved_masks.py: time several GPU calls in alternating rounds."""
+import torch
+
+
+def time_rounds(fns, reps, cache, sleep):
+    """{name: [ms per round]} for fns, a {name: callable} dict. Each round calls every fn once, in list order on even
+    rounds and reversed on odd ones, so a change of clocks falls on all alike. Each call is preceded by a write of
+    `cache` (evicting L2, as triton's do_bench) and, with sleep > 0, by that many GPU cycles of torch.cuda._sleep,
+    which keeps the GPU busy while Python launches the call: the CUDA events bracket the call alone."""
+    times = {name: [] for name in fns}
+    order = list(fns)
+    for r in range(reps):
+        marks = []
+        for name in (order if r % 2 == 0 else order[::-1]):
+            cache.zero_()
+            if sleep > 0:
+                torch.cuda._sleep(sleep)
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fns[name]()
+            e1.record()
+            marks.append((name, e0, e1))
+        torch.cuda.synchronize()
+        for name, e0, e1 in marks:
+            times[name].append(e0.elapsed_time(e1))
+    return times

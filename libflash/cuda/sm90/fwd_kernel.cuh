@@ -229,11 +229,12 @@ struct Traits {
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
   static constexpr bool kFixedRings = kTwoRings;
-  // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier, 2 a __syncwarp, 3 a clock
-  // read kept alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0, 1 and 2
-  // in the two-ring kernel, and before it with 3 (a clock read is an instruction it schedules nothing across, as in the
-  // profiled builds). The two-ring kernel, whose warpgroups take no turns, waits there for a P V queued behind the other
-  // warpgroups' products: with fixed rings, 3 is 1-3% faster than rotating rings at s <= 0.25, equal at s = 0.5 (v49).
+  // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier (dev), 3 a clock read kept
+  // alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0 and 1 (and with a
+  // __syncwarp, s27-1) in the two-ring kernel, and before it with 3 (a clock read is an instruction it schedules nothing
+  // across, as in the profiled builds). The two-ring kernel, whose warpgroups take no turns, otherwise waits there for a
+  // P V queued behind the other warpgroups' products: fixed rings with 3 run 3-8% faster than session 26's rotating
+  // rings at s = 0.1, 0-6% at s = 0.25, equal at s = 0.5 (v49).
   static constexpr int kPinSoftmax = kTwoRings ? 3 : 0;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
@@ -790,7 +791,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     };
 
     int it = 0, tile_iter = 0;
-    // Two rings: this tile's ring (warpgroup 1 is always in the pair; 0 and 2 change rings from tile to tile). Its number
+    // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
+    // tile to tile; with fixed roles, production, 0 and 1 always ring 0 and 2 ring 1). Its number
     // also rides in bit 30 of `it` (slot_of, phase_of), so the loop's live values stay those of one ring. (With
     // kFixedRings, production, each warpgroup keeps to one ring and the tile's rows are dealt to them: perf-log v49.)
     int ring = 0;
@@ -1076,7 +1078,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
           if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
-          if constexpr (K::kPinSoftmax == 2) __syncwarp();
           if constexpr (K::kPinSoftmax == 3) {
             const uint32_t now = static_cast<uint32_t>(clock());
             // Predicated rather than branched, so the read stays where it is in every lane.

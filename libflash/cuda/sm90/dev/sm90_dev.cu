@@ -170,8 +170,9 @@ template <class T, bool ON>
 struct FixedRings : T {
   static constexpr bool kFixedRings = ON;
 };
-// The loop's softmax pinned before the P V wait: 1 a warpgroup barrier, 2 a __syncwarp (Traits::kPinSoftmax,
-// session 26; s27-1: neither moved an exp before the wait in the two-ring kernel), 3 a clock read kept by a shared store.
+// The loop's step after the softmax (Traits::kPinSoftmax): 0 none, 1 a warpgroup barrier (s27-1: it does not move an exp
+// before the P V wait in the two-ring kernel, nor did a __syncwarp, removed), 3 a clock read kept by a shared store
+// (production for the two-ring kernel since session 27, perf-log v49).
 template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;

@@ -14,7 +14,7 @@
 #   masks   issue 7's mask figures for sm90
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 #   build-dev  configure and build sm90_dev alone
-#   dev-dNNN / prof-dNNN  sm90_dev's head-dim-NNN candidates on the dense and causal problems / its profile cases
+#   dev-dNNN / prof-NAME  sm90_dev's head-dim-NNN candidates on the dense and causal problems / the profile cases named NAME
 #   dev-causal / dev-sparse  the same on the causal problems / issue 7's block-sparse grid only
 #   dev-listed  the same on d64's causal, dense 1k and sliding-window problems (the listed kernel, perf-log v37)
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
@@ -190,8 +190,8 @@ for phase in "$@"; do
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 25 "${phase#dev-}" 2>&1 | tee "$OUT/sm90-$phase.txt"
       ;;
-    prof-d[0-9]*)
-      # The profile cases whose name holds the head dim (prof-d128: "d128").
+    prof-*)
+      # The profile cases whose name holds what follows "prof-" (prof-d128: "d128"; prof-2ring: the two-ring kernels).
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 200 $BUILD/libflash/cuda/sm90/sm90_dev 10 profile "${phase#prof-}" 2>&1 | tee "$OUT/sm90-$phase.txt"
       ;;

@@ -177,6 +177,11 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
+// The two-ring pair taking ping-pong turns (Traits::kPairTurns, session 28).
+template <class T>
+struct PairTurns : T {
+  static constexpr bool kPairTurns = true;
+};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -214,6 +219,8 @@ const ProfCase kProfCases[] = {
     {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings, false>>},
+    {"d64 2ring pair .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<PairTurns<TwoRings>>},
+    {"d64 2ring pair .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<PairTurns<TwoRings>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -291,55 +298,45 @@ const ProfCase kProfCases[] = {
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
+// Session 28 pruned the list to the production kernels and this session's candidates; the references it dropped (each
+// measured against production in its session: the s24 kernels without the in-turn rescale, d128 bn192 without the early
+// probe, the listed kernel on dense problems, session 27's rotating-ring pins) are in git history (commit b489dbe).
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  s24 (rescale after wait)", 64, false, run_k<RescaleInTurn<Tr<64, 128, 4, 3, 1>, false>>},
-    // The block-sparse instantiation on problems without a block mask, every block of the range listed (v37: d64
-    // windows of <= 768 keys run there in production).
-    {"d64  listed 2wg", 64, false, run<64, 128, 4, 2, 0, 1, true>},
+    // Session 28: the clock pin (v49) in the ping-pong kernels. v24's pins (a barrier, a clock read ptxas dropped) never
+    // moved the dense kernels' exps, so "the P V overlap changes nothing" was not measured there.
+    {"d64  3wg pin clk", 64, false, run_k<PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 s24 (rescale after wait)", 128, false, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>>},
-    // Session 23 (s23-1): wider key blocks at d128 with O staged in the last block's K/V slots (store_o 3, d256's
-    // epilogue), which frees the staging tile's 32 KB: bn160 (two Q buffers), bn176 (FlashAttention-3's d128 non-causal
-    // shape) and bn192 (one Q buffer each) were 2-3.4% faster than production at 16k, 2-6% slower at 2k-4k and 15%
-    // at 1k; bn128 with O in the ring 1-6% slower. bn192 stays as the reference of a long-sequence route.
-    {"d128 bn192 O in ring no probe", 128, false, run<128, 192, 2, 2, 0, 3>},
-    // Session 24: O staged in each warpgroup's own rows of the Q buffer (store_o 2, released once the store has read
-    // them: the next tile uses the other buffer) in place of the staging tile, which leaves room for 160-key blocks
-    // with two Q buffers (230,400 bytes).
-    // ("d128 bn128 O in Q" run<128, 128, 2, 2, 0, 2> and "d128 bn160 O in Q" run<128, 160, 2, 2, 0, 2>: s24-1, not kept.)
-    // The long-range instantiations (production from 8192 keys: kLongShape, and d256 with the split) probe early since
-    // session 24 (LongRange, perf-log v44).
+    {"d128 pin clk", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 3>>},
+    // The long-range instantiations (production from 4096 keys, dense, and 8192, causal: kLongShape, and d256 with the
+    // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
-    {"d128 bn192 split no probe", 128, false, run_split<128, 192, 2, 2, 3>},
+    {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
+    {"d128 bn192 ring pin clk", 128, false, run_k<PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>>},
     // Session 27 (s27-3): the tail split at 128-key blocks for d128 dense 2k-4k, run_k<Tr<128, 128, 2, 2, 1, false, true>>:
     // 4k 1% faster than production, 2k 5% slower, 1k 3% slower (no split there: the code's cost). Not routed.
-    {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
-    {"d128 bn192 split s24", 128, false, run_k<RescaleInTurn<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, false>>},
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 s24 (rescale after wait)", 256, false, run_k<RescaleInTurn<Tr<256, 80, 2, 2, 3>, false>>},
+    {"d256 pin clk", 256, false, run_k<PinSoftmax<Tr<256, 80, 2, 2, 3>, 3>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
-    {"d256 split s24", 256, false, run_k<RescaleInTurn<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, false>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
-    // on two K/V rings, no ping-pong (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings).
+    // on two K/V rings (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings). The two-warpgroup kernel
+    // with the clock pin: 2-4% slower (s27-2).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
-    {"d64  bs 2wg s24", 64, true, run_k<RescaleInTurn<Tr<64, 128, 4, 2, 1, true>, false>>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 27 (perf-log v49): production is fixed rings with the clock pin; rotating rings without a pin (session
-    // 26's production), with the warpgroup barrier, and fixed rings without a pin.
+    // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
-    {"d64  bs 2 rings rotating pin bar", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 1>>},
-    {"d64  bs 2 rings fixed no pin", 64, true, run_k<PinSoftmax<TwoRings, 0>>},
+    // Session 28: the pair takes ping-pong turns (Traits::kPairTurns), the single none. (s21-5/7 tried it on rotating
+    // rings without the pin: within 1%.)
+    {"d64  bs 2 rings pair turns", 64, true, run_k<PairTurns<TwoRings>>},
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs s24", 128, true, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 2, true>, false>>},
 };
 
 }  // namespace

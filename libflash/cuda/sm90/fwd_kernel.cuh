@@ -236,9 +236,6 @@ struct Traits {
   // P V queued behind the other warpgroups' products: fixed rings with 3 run 3-8% faster than session 26's rotating
   // rings at s = 0.1, 0-6% at s = 0.25, equal at s = 0.5 (v49).
   static constexpr int kPinSoftmax = kTwoRings ? 3 : 0;
-  // Two rings with fixed roles (dev, session 28): the pair (warpgroups 0 and 1, one list, so always as many turns) takes
-  // ping-pong turns at the tensor cores on named barriers 1 and 2; the single issues without turns.
-  static constexpr bool kPairTurns = false;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -783,21 +780,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     const float scale_log2 = p.scale_log2;
     // Ping-pong: named barrier 1 + wg is "wg may issue its matrix products". Warpgroup 0 goes first.
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
-    static_assert(!K::kPairTurns || (K::kTwoRings && K::kFixedRings), "the pair's turns need fixed ring roles");
     if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
-    if constexpr (K::kPairTurns)
-      if (wg == 1) named_arrive(1, 256);
-    // A turn at the tensor cores (ping-pong; two rings take none, or only the pair: kPairTurns).
+    // A turn at the tensor cores (ping-pong; two rings take none: the pair alone taking turns was 1-3% slower, s28-1).
     auto take_turn = [&]() {
       if constexpr (K::kPingPong) named_sync(1 + wg, 256);
-      if constexpr (K::kPairTurns)
-        if (wg < 2) named_sync(1 + wg, 256);
     };
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-      if constexpr (K::kPairTurns)
-        if (wg < 2) named_arrive(1 + (wg ^ 1), 256);
     };
 
     int it = 0, tile_iter = 0;

@@ -177,11 +177,6 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
-// The two-ring pair taking ping-pong turns (Traits::kPairTurns, session 28).
-template <class T>
-struct PairTurns : T {
-  static constexpr bool kPairTurns = true;
-};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -219,8 +214,6 @@ const ProfCase kProfCases[] = {
     {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings, false>>},
-    {"d64 2ring pair .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<PairTurns<TwoRings>>},
-    {"d64 2ring pair .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<PairTurns<TwoRings>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -315,6 +308,7 @@ const Candidate kCandidates[] = {
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
     {"d128 bn192 ring pin clk", 128, false, run_k<PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>>},
+    {"d128 bn128 split pin clk", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1, false, true>, 3>>},
     // Session 27 (s27-3): the tail split at 128-key blocks for d128 dense 2k-4k, run_k<Tr<128, 128, 2, 2, 1, false, true>>:
     // 4k 1% faster than production, 2k 5% slower, 1k 3% slower (no split there: the code's cost). Not routed.
 
@@ -322,6 +316,7 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 pin clk", 256, false, run_k<PinSoftmax<Tr<256, 80, 2, 2, 3>, 3>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
+    {"d256 split pin clk", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 3>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings). The two-warpgroup kernel
@@ -332,11 +327,11 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
-    // Session 28: the pair takes ping-pong turns (Traits::kPairTurns), the single none. (s21-5/7 tried it on rotating
-    // rings without the pin: within 1%.)
-    {"d64  bs 2 rings pair turns", 64, true, run_k<PairTurns<TwoRings>>},
+    // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):
+    // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs pin clk", 128, true, run_k<PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>>},
 };
 
 }  // namespace

@@ -138,14 +138,15 @@ TEST_P(GpuEdges, ShortLastTiles) {
     }
 }
 
-// Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge, and dense from 4096, on 192-key blocks,
-// shapes.h use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still
-// routed there) and a two-sided one (not), key counts that cut the last 192-key block.
+// Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
+// use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
+// there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on
+// 192-key blocks in sessions 25-27, on 128-key ones with the softmax pinned since session 28).
 TEST_P(GpuEdges, LongKeyRangesD128) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   CaseSpec s = base(300, 8192 + 37, 128, FLASH_DTYPE_BF16);
   expect_ok(s);
-  s = base(259, 4096 + 101, 128, FLASH_DTYPE_FP16);  // dense from 4096 keys
+  s = base(259, 4096 + 101, 128, FLASH_DTYPE_FP16);
   expect_ok(s);
   s = base(251, 9000, 128, FLASH_DTYPE_FP16);
   s.mask.causal = 1;  // bottom-right

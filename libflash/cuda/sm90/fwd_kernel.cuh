@@ -231,11 +231,17 @@ struct Traits {
   static constexpr bool kFixedRings = kTwoRings;
   // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier (dev), 3 a clock read kept
   // alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0 and 1 (and with a
-  // __syncwarp, s27-1) in the two-ring kernel, and before it with 3 (a clock read is an instruction it schedules nothing
-  // across, as in the profiled builds). The two-ring kernel, whose warpgroups take no turns, otherwise waits there for a
-  // P V queued behind the other warpgroups' products: fixed rings with 3 run 3-8% faster than session 26's rotating
-  // rings at s = 0.1, 0-6% at s = 0.25, equal at s = 0.5 (v49).
-  static constexpr int kPinSoftmax = kTwoRings ? 3 : 0;
+  // __syncwarp, s27-1), and before it with 3 (a clock read is an instruction it schedules nothing across, as in the
+  // profiled builds), so with 3 a warpgroup's softmax overlaps its own P V instead of waiting for it.
+  // - The two-ring kernel, whose warpgroups take no turns, waited there for a P V queued behind the other warpgroups'
+  //   products: fixed rings with 3 run 3-8% faster than session 26's rotating rings at s = 0.1, 0-6% at s = 0.25, equal
+  //   at s = 0.5 (v49).
+  // - Two ping-pong warpgroups on blocks of <= 128 keys (d128's 128-key kernel, d256's two): 1.5-4% faster from 2k
+  //   (d128 dense 16k 3.451 against 3.558 ms, d256 split 16k 3.009 against 3.133), within 1% at 1k, d256 causal 1k 1-2%
+  //   slower (sm90_dev s28-1/2; v50).
+  // - Not where it measured slower: d64's three ping-pong warpgroups (1-2%), d128's 192-key blocks (1.5-2%), the
+  //   block-sparse two-warpgroup kernels (d64 2-4% at s27-2, d128 within 1% either way).
+  static constexpr int kPinSoftmax = kTwoRings || (!kSparse_ && kConsumers_ == 2 && kBlockN_ <= 128) ? 3 : 0;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -1029,9 +1035,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] const int it_first = it;
         // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
         // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
-        // P_j. (ptxas places the softmax after that wait in these builds; pinning it before the wait, so it overlaps the
-        // P V, measured the same in the ping-pong kernels: perf-log v24. The two-ring kernel, without turns, pins it there with
-        // a clock read, kPinSoftmax, and rescales O right after the wait: v49.)
+        // P_j. (ptxas places the softmax after that wait unless a clock read pins it before (kPinSoftmax: the two-ring
+        // kernel, v49, and the two-warpgroup dense kernels of <= 128-key blocks, v50), where it overlaps the P V. The
+        // two-ring kernel, without turns, rescales O right after the wait.)
         if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
         [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
         // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.

@@ -68,9 +68,9 @@ inline constexpr Shape kTwoRingShape{64, 128, 2, 3, 1};
 // tail split on both). FlashAttention-3 takes 176-key blocks at d128 (measured here: between bn160 and bn192).
 inline constexpr Shape kLongShape{128, 192, 2, 2, 3};
 inline constexpr int64_t kLongMinKeys = 8192;
-// Without any window edge (dense), from 4096 keys: with O rescaled in the turn (perf-log v45) the 192-key kernel is
-// 1.2-1.4% faster than the 128-key one at dense 4k (sm90_dev s25-1, s25-2), and equal at causal 4k.
-inline constexpr int64_t kLongMinKeysDense = 4096;
+// Dense d128 ran on it from 4096 keys in sessions 25-27 (1.2-1.4% faster there than the 128-key one, s25-1); since the
+// 128-key one pins its softmax before the P V wait (perf-log v50) it is the faster at 4096 keys again (sm90_dev s28-1/2:
+// .9101 / .9053 ms against the 192-key one's .9265 / .9231), so both kinds start at 8192.
 
 // Block-sparse masks add, after the tiles, two schedules per ring (1 + ceil(seqlen_k / block_n) ints each: the
 // producer builds tile i+1's while the consumers read tile i's) and a bitmap over the mask's key blocks.
@@ -280,11 +280,10 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
          smem_limit;
 }
 
-// d128 problems with at least kLongMinKeys keys (kLongMinKeysDense without a right window edge either) and no block mask
-// or left window edge (dense and causal-like) run on the 192-key-block instantiation (kLongShape).
+// d128 problems with at least kLongMinKeys keys and no block mask or left window edge (dense and causal-like) run on the
+// 192-key-block instantiation (kLongShape).
 inline bool use_long_kernel(const FwdParams& p) {
-  const int64_t min_keys = p.window_right < 0 ? kLongMinKeysDense : kLongMinKeys;
-  return p.head_dim == 128 && !p.has_block_mask && p.window_left < 0 && p.seqlen_k >= min_keys;
+  return p.head_dim == 128 && !p.has_block_mask && p.window_left < 0 && p.seqlen_k >= kLongMinKeys;
 }
 
 inline bool use_listed_kernel(const FwdParams& p, int64_t smem_limit) {

@@ -297,26 +297,30 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    // Session 28: the clock pin (v49) in the ping-pong kernels. v24's pins (a barrier, a clock read ptxas dropped) never
-    // moved the dense kernels' exps, so "the P V overlap changes nothing" was not measured there.
+    // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
+    // dropped) never moved the dense kernels' exps. At d64 (three warpgroups) 1-2% slower: not kept.
     {"d64  3wg pin clk", 64, false, run_k<PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 pin clk", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 3>>},
+    // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
+    {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
     // The long-range instantiations (production from 4096 keys, dense, and 8192, causal: kLongShape, and d256 with the
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
+    // Session 28: the pin at 192-key blocks 1.5-2% slower; the tail split at 128-key blocks with the pin (as production's
+    // 128-key kernel) 0.8% faster at 4k, 1.5-2% slower than the 192-key split at 8k-16k (s28-2): neither routed.
     {"d128 bn192 ring pin clk", 128, false, run_k<PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>>},
-    {"d128 bn128 split pin clk", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1, false, true>, 3>>},
+    {"d128 bn128 split pin clk", 128, false, run_k<Tr<128, 128, 2, 2, 1, false, true>>},
     // Session 27 (s27-3): the tail split at 128-key blocks for d128 dense 2k-4k, run_k<Tr<128, 128, 2, 2, 1, false, true>>:
     // 4k 1% faster than production, 2k 5% slower, 1k 3% slower (no split there: the code's cost). Not routed.
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 pin clk", 256, false, run_k<PinSoftmax<Tr<256, 80, 2, 2, 3>, 3>>},
+    // Both d256 instantiations pin the softmax since session 28 (v50); without the pin, session 27's kernels.
+    {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<Tr<256, 80, 2, 2, 3>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
-    {"d256 split pin clk", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 3>>},
+    {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
     // on two K/V rings (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings). The two-warpgroup kernel
@@ -331,6 +335,7 @@ const Candidate kCandidates[] = {
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    // Session 28 (s28-2): with the clock pin, within 1% either way (not kept).
     {"d128 bs pin clk", 128, true, run_k<PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>>},
 };
 

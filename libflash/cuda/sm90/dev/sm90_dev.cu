@@ -304,6 +304,9 @@ const Candidate kCandidates[] = {
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
+    // Session 28 (s28-6): with the pin, the early K/V probe (v44) and O rescaled after the P V wait (s24's place, v45).
+    {"d128 pin + early probe", 128, false, run_k<EarlyProbe<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 pin, rescale after wait", 128, false, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>>},
     // The long-range instantiations (production from 4096 keys, dense, and 8192, causal: kLongShape, and d256 with the
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
@@ -319,6 +322,8 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     // Both d256 instantiations pin the softmax since session 28 (v50); without the pin, session 27's kernels.
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<Tr<256, 80, 2, 2, 3>, 0>>},
+    {"d256 pin + early probe", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 pin, rescale after wait", 256, false, run_k<RescaleInTurn<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
     {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
 

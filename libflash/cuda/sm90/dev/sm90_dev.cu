@@ -304,7 +304,9 @@ const Candidate kCandidates[] = {
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
-    // Session 28 (s28-6): with the pin, the early K/V probe (v44) and O rescaled after the P V wait (s24's place, v45).
+    // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256 --
+    // not yet production there, untested in the GPU tests) and O rescaled after the P V wait (s24's place, v45: 1-2%
+    // slower at both).
     {"d128 pin + early probe", 128, false, run_k<EarlyProbe<Tr<128, 128, 2, 2, 1>>>},
     {"d128 pin, rescale after wait", 128, false, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>>},
     // The long-range instantiations (production from 4096 keys, dense, and 8192, causal: kLongShape, and d256 with the

@@ -2,6 +2,7 @@
 # scripts/device-sm90.sh PHASE... -- the Hopper forward's (issue 9) device runs. Results land in $OUT.
 #   build   configure + build (sm_90a only), ptxas report of the sm90 kernels (registers, spills, C75xx)
 #   test    GPU forward tests for sm90 (+ AUTO), with a hang guard
+#   testfast  the same without the long ones (split, long d128, small grid, backward, two rings, d64 windows): ~60 s
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
 #   testsmall  that test alone
@@ -75,6 +76,13 @@ for phase in "$@"; do
     test)
       timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:*GpuTailSplit*:GpuSmallGrid*:GpuWorkspace*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
       echo "gpu tests (sm90): exit ${PIPESTATUS[0]}"
+      ;;
+    testfast)
+      # The sm90 forward tests but the long ones (~60 s against the whole phase's ~470 s): the tail split, d128's long key
+      # ranges, the 6-CTA grid, the backward, the two-ring and d64 window kernels. For a change confined to d64 dense,
+      # d128's 128-key or d256's dense instantiations.
+      timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:GpuWorkspace*-*GpuTailSplit*:*LongKeyRangesD128*:GpuSmallGrid*:*GpuBackward*:*TwoRings*:*D64Windows*' 2>&1 | tee "$OUT/gpu-tests-sm90-fast.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -20
+      echo "gpu tests (sm90, fast): exit ${PIPESTATUS[0]}"
       ;;
     testlisted)
       # The d64 window / edge tests one by one with their times (a hang shows which), before the whole suite.

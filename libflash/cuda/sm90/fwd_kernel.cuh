@@ -181,8 +181,10 @@ struct Traits {
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
-  // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below).
-  static constexpr bool kEarlyProbe = false;
+  // blocking wait run only if they had not completed then: the long-range instantiations (LongRange below) and, with
+  // the softmax pinned (v50), d256's dense one at every length (sm90_dev s28-6: 0.3-1.5% faster at all 12 dense and
+  // causal problems, 1k-16k; at d128's 128-key kernel 0.5-1% slower).
+  static constexpr bool kEarlyProbe = kHeadDim_ == 256 && !kSparse_;
   static constexpr bool kTmaStoreO = kStoreO_ != 0;
   // kStoreO_ == 2: the staging tile is the warpgroup's own 64 rows of the Q buffer (d256, which has no 64 KB
   // to spare): Q is then released after the store has read them, not after the tile's last S.

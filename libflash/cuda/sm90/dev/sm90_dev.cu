@@ -153,9 +153,9 @@ int32_t run_prof_k(const FwdParams& p) {
   return flash::sm90::launch<Profiled<K>>(p, {true, g_profile});
 }
 // The early-probe variant (Traits::kEarlyProbe, session 24): the next block's K/V barriers probed after each turn's issue.
-template <class T>
+template <class T, bool ON = true>
 struct EarlyProbe : T {
-  static constexpr bool kEarlyProbe = true;
+  static constexpr bool kEarlyProbe = ON;
 };
 // O rescaled inside the turn, between S_j's and P_{j-1} V_{j-1}'s issue (ON), or after the P V wait (Traits::
 // kRescaleInTurn): production has it in the turn since session 25 but for the two-ring kernel (5-10% slower there,
@@ -304,11 +304,9 @@ const Candidate kCandidates[] = {
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
-    // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256 --
-    // not yet production there, untested in the GPU tests) and O rescaled after the P V wait (s24's place, v45: 1-2%
-    // slower at both).
-    {"d128 pin + early probe", 128, false, run_k<EarlyProbe<Tr<128, 128, 2, 2, 1>>>},
-    {"d128 pin, rescale after wait", 128, false, run_k<RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>>},
+    // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256:
+    // production there since s28-7) and O rescaled after the P V wait (s24's place, v45: 1-2% slower at both):
+    // EarlyProbe<Tr<128, 128, 2, 2, 1>> and RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>.
     // The long-range instantiations (production from 4096 keys, dense, and 8192, causal: kLongShape, and d256 with the
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
@@ -322,10 +320,10 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    // Both d256 instantiations pin the softmax since session 28 (v50); without the pin, session 27's kernels.
-    {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<Tr<256, 80, 2, 2, 3>, 0>>},
-    {"d256 pin + early probe", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 pin, rescale after wait", 256, false, run_k<RescaleInTurn<Tr<256, 80, 2, 2, 3>, false>>},
+    // Both d256 instantiations pin the softmax since session 28 (v50), and the dense one probes early since s28-7 (as
+    // the split always did); without the probe, s28-5's kernel, and without either, session 27's.
+    {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
+    {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
     {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
 

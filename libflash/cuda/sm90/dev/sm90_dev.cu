@@ -307,7 +307,7 @@ const Candidate kCandidates[] = {
     // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256:
     // production there since s28-7) and O rescaled after the P V wait (s24's place, v45: 1-2% slower at both):
     // EarlyProbe<Tr<128, 128, 2, 2, 1>> and RescaleInTurn<Tr<128, 128, 2, 2, 1>, false>.
-    // The long-range instantiations (production from 4096 keys, dense, and 8192, causal: kLongShape, and d256 with the
+    // The long-range instantiations (production from 8192 keys, dense and causal: kLongShape, and d256 with the
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},

@@ -240,7 +240,7 @@ struct Traits {
   //   at s = 0.5 (v49).
   // - Two ping-pong warpgroups on blocks of <= 128 keys (d128's 128-key kernel, d256's two): 1.5-4% faster from 2k
   //   (d128 dense 16k 3.451 against 3.558 ms, d256 split 16k 3.009 against 3.133), within 1% at 1k, d256 causal 1k 1-2%
-  //   slower (sm90_dev s28-1/2; v50).
+  //   slower (sm90_dev s28-1/2; v50) -- which the early probe (kEarlyProbe, v51) more than wins back there.
   // - Not where it measured slower: d64's three ping-pong warpgroups (1-2%), d128's 192-key blocks (1.5-2%), the
   //   block-sparse two-warpgroup kernels (d64 2-4% at s27-2, d128 within 1% either way).
   static constexpr int kPinSoftmax = kTwoRings || (!kSparse_ && kConsumers_ == 2 && kBlockN_ <= 128) ? 3 : 0;

@@ -105,6 +105,7 @@ template <int D, int BN, int ST, int WG = 2, int POLY = 0, int TMA_STORE = 0, bo
 int32_t run(const FwdParams& p) {
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, TMA_STORE>>(p, {ALIGN_END});
 }
+// Launch-option launchers (no candidate uses them since session 28's pruning; kept for the launch options' questions).
 // The tail split's instantiations (Traits::kTailSplit; production for dense d128 and d256 from 8k keys), with the split
 // or with the last round run whole (LaunchOptions::tail_split off; perf-log v41).
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPLIT = true>
@@ -298,8 +299,8 @@ const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
-    // dropped) never moved the dense kernels' exps. At d64 (three warpgroups) 1-2% slower: not kept.
-    {"d64  3wg pin clk", 64, false, run_k<PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
+    // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
+    // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
@@ -311,10 +312,9 @@ const Candidate kCandidates[] = {
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
-    // Session 28: the pin at 192-key blocks 1.5-2% slower; the tail split at 128-key blocks with the pin (as production's
-    // 128-key kernel) 0.8% faster at 4k, 1.5-2% slower than the 192-key split at 8k-16k (s28-2): neither routed.
-    {"d128 bn192 ring pin clk", 128, false, run_k<PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>>},
-    {"d128 bn128 split pin clk", 128, false, run_k<Tr<128, 128, 2, 2, 1, false, true>>},
+    // Session 28: the pin at 192-key blocks (PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>) 1.5-2% slower; the tail
+    // split at 128-key blocks with the pin (Tr<128, 128, 2, 2, 1, false, true>, pinned as production's 128-key kernel)
+    // 0.8% faster at 4k, 1.5-2% slower than the 192-key split at 8k-16k (s28-2): neither routed.
     // Session 27 (s27-3): the tail split at 128-key blocks for d128 dense 2k-4k, run_k<Tr<128, 128, 2, 2, 1, false, true>>:
     // 4k 1% faster than production, 2k 5% slower, 1k 3% slower (no split there: the code's cost). Not routed.
 
@@ -340,8 +340,8 @@ const Candidate kCandidates[] = {
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    // Session 28 (s28-2): with the clock pin, within 1% either way (not kept).
-    {"d128 bs pin clk", 128, true, run_k<PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>>},
+    // Session 28 (s28-2): with the clock pin (PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>), within 1% either way (not
+    // kept).
 };
 
 }  // namespace

@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -230,11 +231,9 @@ struct Traits {
   // thirds empty at the full cost of a tile. With it, those rows go in 64-row chunks, three chunks of any (batch, head)s
   // to a tile, one per warpgroup (Args::pack_chunks, packed_order_tile): the producer loads each warpgroup's Q rows and
   // K/V blocks of its own head, one ring position per warpgroup and block, and a warpgroup uses every third position
-  // (the ring's step rides in bit 30 of the consumers' position, as the two-ring kernel's ring number does) and releases
-  // its slots for all three. Launch packs only the static order's problems without a window (every chunk then walks
+  // (the block walk compiled for that step) and releases its slots for all three. Launch packs only the static order's problems without a window (every chunk then walks
   // the same key blocks).
   static constexpr bool kPackTail = kConsumers_ == 3 && !kSparse_ && !kTailSplit_;
-  static_assert(!kPackTail || (kStages_ & (kStages_ - 1)) == 0, "packed tiles: the ring position's bit 30 must not reach the slot");
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
   // P V wait and the next turn (perf-log v45: sm90_dev s25-1, +1-4% at every head dim, dense and causal, 2k-16k, and the
@@ -556,6 +555,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
   [[maybe_unused]] __shared__ int wg_code[3];
+  // Traits::kPackTail: each consumer warpgroup's (batch, head) of its current tile, kept here across the loop as wg_code
+  // (thread 0 writes it at the tile's start, all read it at the end): two registers fewer at d64's 160.
+  [[maybe_unused]] __shared__ int wg_bh[3][2];
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
   [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
@@ -899,16 +901,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
-    // The ring position's step, 3 in a packed tile (Traits::kPackTail: bit 30 of it), and a ring slot's release by this
-    // warp -- in a packed tile for all three warpgroups, since no other uses the slot.
-    auto ring_step = [&]() -> int {
-      if constexpr (K::kPackTail) return 1 + ((it >> 29) & 2);
-      else return 1;
-    };
-    auto release_slot = [&](uint32_t bar) {
-      if constexpr (K::kPackTail) mbar_arrive_cnt(bar, ring_step());
-      else mbar_arrive(bar);
-    };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -960,7 +952,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       [[maybe_unused]] TileView view;
       if constexpr (K::kPackTail) {
         view = tile_view_of(args, work.x, wg, kBlockM);
-        tile.b = view.b, tile.h = view.write ? view.h : -1;
+        if (tid == 0) wg_bh[wg][0] = view.b, wg_bh[wg][1] = view.write ? view.h : -1;
       }
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
@@ -969,10 +961,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // where its rows would start if this warpgroup's chunk were its 64-row group (rg) of a whole tile.
       const int q_begin = K::kPackTail ? view.q_begin : tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
-      // The ring position's step: every third position in a packed tile, from this warpgroup's (bit 30 says so; cleared
-      // at the tile's end).
-      if constexpr (K::kPackTail)
-        if (view.step != 1) it = (it + wg) | (1 << 30);
       if constexpr (K::kTwoRings) {
         const int single = single_wg(p, q_begin);
         if constexpr (K::kFixedRings) {
@@ -1117,144 +1105,164 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
       };
       [[maybe_unused]] int s_last = 0;  // O staged in the ring: the last block's slot
-      int n = blocks.next();
-      if (n >= 0) {
-        // Prologue: S_0 and its softmax.
-        int s_prev = slot_of(it);
-        uint32_t phase_prev = phase_of(it);
-        mbar_wait(k_full(s_prev), phase_prev);
-        take_turn();
-        wg::fence();
-        issue_s(s_prev);
-        pass_turn();
-        release_prev_q();  // (while S_0 runs)
-        wg::wait<0>();
-        wg::fence_regs(acc_s);
-        __syncwarp();
-        if (lane == 0) release_slot(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-        mask(acc_s, n);
-        {
-          float corr[2];
-          softmax(acc_s, true, corr);
-          pack_p(acc_s, p_frag);
-        }
-        it += ring_step();
-        lap(Prof::kPrologue);
-        [[maybe_unused]] const int it_first = it;
-        // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
-        // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
-        // P_j. (ptxas places the softmax after that wait unless a clock read pins it before (kPinSoftmax: the two-ring
-        // kernel, v49, and the two-warpgroup dense kernels of <= 128-key blocks, v50), where it overlaps the P V. The
-        // two-ring kernel, without turns, rescales O right after the wait.)
-        if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
-        [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
-        // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.
-        [[maybe_unused]] bool rescale_prev = false;
-        [[maybe_unused]] float corr_prev[2] = {1.f, 1.f};
-        auto rescale_o = [&](const float (&c)[2]) {
-#pragma unroll
-          for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              acc_o[4 * i + 2 * r] *= c[r];
-              acc_o[4 * i + 2 * r + 1] *= c[r];
-            }
+      // The tile's key blocks: the prologue, the loop, the drain. kStep: the ring positions per block -- 3 in a packed tile
+      // (Traits::kPackTail), whose warpgroups use every third position from their own, releasing each slot for all three;
+      // the walk is compiled for each step, so the whole tiles' loop is the same code as without packing (a run-time step
+      // put the turn's barrier ids in local memory, reloaded every block: 10-12% slower, s29-1).
+      auto walk = [&](auto step_c) {
+        constexpr int kStep = decltype(step_c)::value;
+        auto release_slot_ = [&](uint32_t bar) {
+          if constexpr (kStep == 1) mbar_arrive(bar);
+          else mbar_arrive_cnt(bar, kStep);
         };
-        for (n = blocks.next(); n >= 0; n = blocks.next(), it += ring_step()) {
-          const int s = slot_of(it);
-          const uint32_t phase = phase_of(it);
-          if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
-          step(Prof::kStepWaitKV);
+        int n = blocks.next();
+        if (n >= 0) {
+          // Prologue: S_0 and its softmax.
+          int s_prev = slot_of(it);
+          uint32_t phase_prev = phase_of(it);
+          mbar_wait(k_full(s_prev), phase_prev);
           take_turn();
-          step(Prof::kStepTurn);
           wg::fence();
-          issue_s(s);
-          if constexpr (K::kRescaleInTurn) {
-            if (rescale_prev) rescale_o(corr_prev);
-            wg::fence();  // O's registers were written since the last fence
+          issue_s(s_prev);
+          pass_turn();
+          release_prev_q();  // (while S_0 runs)
+          wg::wait<0>();
+          wg::fence_regs(acc_s);
+          __syncwarp();
+          if (lane == 0) release_slot_(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+          mask(acc_s, n);
+          {
+            float corr[2];
+            softmax(acc_s, true, corr);
+            pack_p(acc_s, p_frag);
           }
+          it += kStep;
+          lap(Prof::kPrologue);
+          [[maybe_unused]] const int it_first = it;
+          // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
+          // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
+          // P_j. (ptxas places the softmax after that wait unless a clock read pins it before (kPinSoftmax: the two-ring
+          // kernel, v49, and the two-warpgroup dense kernels of <= 128-key blocks, v50), where it overlaps the P V. The
+          // two-ring kernel, without turns, rescales O right after the wait.)
+          if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
+          [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
+          // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.
+          [[maybe_unused]] bool rescale_prev = false;
+          [[maybe_unused]] float corr_prev[2] = {1.f, 1.f};
+          auto rescale_o = [&](const float (&c)[2]) {
+  #pragma unroll
+            for (int i = 0; i < K::kHeadDim / 8; ++i)
+  #pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                acc_o[4 * i + 2 * r] *= c[r];
+                acc_o[4 * i + 2 * r + 1] *= c[r];
+              }
+          };
+          for (n = blocks.next(); n >= 0; n = blocks.next(), it += kStep) {
+            const int s = slot_of(it);
+            const uint32_t phase = phase_of(it);
+            if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
+            step(Prof::kStepWaitKV);
+            take_turn();
+            step(Prof::kStepTurn);
+            wg::fence();
+            issue_s(s);
+            if constexpr (K::kRescaleInTurn) {
+              if (rescale_prev) rescale_o(corr_prev);
+              wg::fence();  // O's registers were written since the last fence
+            }
+            issue_pv(s_prev);
+            pass_turn();
+            // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
+            if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + kStep)), phase_of(it + kStep), v_full(s), phase);
+            step(Prof::kStepIssue);
+            wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+            step(Prof::kStepWaitS);
+            __syncwarp();
+            if (lane == 0) release_slot_(k_empty(s));  // K_j's slot may be refilled
+            // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
+            // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
+            // serialise the wgmmas (C7513; perf-log).
+            float sv[K::kSRegs];
+  #pragma unroll
+            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+            mask(sv, n);
+            float corr[2];
+            const bool rescale = softmax(sv, false, corr);
+            if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
+            if constexpr (K::kPinSoftmax == 3) {
+              const uint32_t now = static_cast<uint32_t>(clock());
+              // Predicated rather than branched, so the read stays where it is in every lane.
+              asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
+                               static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
+                           "r"(now), "r"(lane));
+            }
+            step(Prof::kStepSoftmax);
+            wg::wait<0>();
+            step(Prof::kStepWaitPV);
+            wg::fence_regs(acc_o);
+            wg::fence_regs(p_frag);
+            __syncwarp();
+            if (lane == 0) release_slot_(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+            if constexpr (K::kRescaleInTurn) {
+              rescale_prev = rescale;
+              corr_prev[0] = corr[0], corr_prev[1] = corr[1];
+            } else if (rescale) {
+              rescale_o(corr);
+            }
+            pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+            s_prev = s;
+            phase_prev = phase;
+            step(Prof::kStepTail);
+          }
+          // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
+          // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
+          // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
+          lap(Prof::kLoop);
+          if constexpr (K::kProfile)
+            if (tid == 0) {
+              prof.add(Prof::kBlocks, it - it_first + 1);
+              for (int i = 0; i < 7; ++i) prof.add(Prof::kStepWaitKV + i, step_sum[i]), step_sum[i] = 0;
+            }
+          if constexpr (!K::kOStageInQ) release_q();
+          release_sched();
+          // Drain: the last P V.
+          if constexpr (K::kRescaleInTurn)
+            if (rescale_prev) rescale_o(corr_prev);
+          mbar_wait(v_full(s_prev), phase_prev);
+          take_turn();
+          wg::fence();
           issue_pv(s_prev);
           pass_turn();
-          // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
-          if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + ring_step())), phase_of(it + ring_step()), v_full(s), phase);
-          step(Prof::kStepIssue);
-          wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-          step(Prof::kStepWaitS);
-          __syncwarp();
-          if (lane == 0) release_slot(k_empty(s));  // K_j's slot may be refilled
-          // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
-          // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
-          // serialise the wgmmas (C7513; perf-log).
-          float sv[K::kSRegs];
-#pragma unroll
-          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-          mask(sv, n);
-          float corr[2];
-          const bool rescale = softmax(sv, false, corr);
-          if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
-          if constexpr (K::kPinSoftmax == 3) {
-            const uint32_t now = static_cast<uint32_t>(clock());
-            // Predicated rather than branched, so the read stays where it is in every lane.
-            asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
-                             static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
-                         "r"(now), "r"(lane));
-          }
-          step(Prof::kStepSoftmax);
           wg::wait<0>();
-          step(Prof::kStepWaitPV);
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) release_slot(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-          if constexpr (K::kRescaleInTurn) {
-            rescale_prev = rescale;
-            corr_prev[0] = corr[0], corr_prev[1] = corr[1];
-          } else if (rescale) {
-            rescale_o(corr);
+          if (lane == 0) release_slot_(v_empty(s_prev));
+          if constexpr (K::kOStageInRing) {
+            // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
+            // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
+            if (wg == 1) named_arrive(7, 256);
+            s_last = s_prev;
           }
-          pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-          s_prev = s;
-          phase_prev = phase;
-          step(Prof::kStepTail);
+          lap(Prof::kDrain);
+        } else {
+          if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
+          release_sched();
+          release_prev_q();
         }
-        // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
-        // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
-        // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
-        lap(Prof::kLoop);
-        if constexpr (K::kProfile)
-          if (tid == 0) {
-            prof.add(Prof::kBlocks, it - it_first + 1);
-            for (int i = 0; i < 7; ++i) prof.add(Prof::kStepWaitKV + i, step_sum[i]), step_sum[i] = 0;
-          }
-        if constexpr (!K::kOStageInQ) release_q();
-        release_sched();
-        // Drain: the last P V.
-        if constexpr (K::kRescaleInTurn)
-          if (rescale_prev) rescale_o(corr_prev);
-        mbar_wait(v_full(s_prev), phase_prev);
-        take_turn();
-        wg::fence();
-        issue_pv(s_prev);
-        pass_turn();
-        wg::wait<0>();
-        wg::fence_regs(acc_o);
-        wg::fence_regs(p_frag);
-        __syncwarp();
-        if (lane == 0) release_slot(v_empty(s_prev));
-        if constexpr (K::kOStageInRing) {
-          // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
-          // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
-          if (wg == 1) named_arrive(7, 256);
-          s_last = s_prev;
+      };
+      if constexpr (K::kPackTail) {
+        if (view.step != 1) {
+          it += wg;
+          walk(std::integral_constant<int, K::kConsumers>{});
+          it -= wg;
+        } else {
+          walk(std::integral_constant<int, 1>{});
         }
-        lap(Prof::kDrain);
       } else {
-        if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
-        release_sched();
-        release_prev_q();
+        walk(std::integral_constant<int, 1>{});
       }
-      if constexpr (K::kPackTail)
-        if (it >> 30) it = (it & 0x3fffffff) - wg;  // a packed tile's end: the ring's next position is the tile's
 
       // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
       // while that ring's previous users still hold blocks there. An mbarrier wait tells phases apart by parity only, so
@@ -1271,6 +1279,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // Written before the count (each thread's stores, a fence, the warpgroup's barrier, then thread 0's atomic), read
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
       // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
+      if constexpr (K::kPackTail) {  // (read back: see wg_bh)
+        tile.b = *static_cast<volatile int*>(&wg_bh[wg][0]);
+        tile.h = *static_cast<volatile int*>(&wg_bh[wg][1]);
+      }
       bool write_out = !K::kPackTail || tile.h >= 0;  // (h -1: a packed tile's warpgroup past the last chunk)
       const int x_end = K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
       if (K::kTailSplit && is_piece(args, x_end)) {

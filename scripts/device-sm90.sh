@@ -6,7 +6,6 @@
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
 #   testsmall  that test alone
-#   testpack / sanitize-pack  d64 dense's packed tiles (GpuSmallGrid.Sm90PackedLastBlocks, ShortLastTiles) / the sanitizers on them
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
 #   testsparse  the block-sparse tests (and the d64 window ones) on sm90
@@ -84,13 +83,6 @@ for phase in "$@"; do
       # d128's 128-key or d256's dense instantiations.
       timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:GpuWorkspace*-*GpuTailSplit*:*LongKeyRangesD128*:GpuSmallGrid*:*GpuBackward*:*TwoRings*:*D64Windows*' 2>&1 | tee "$OUT/gpu-tests-sm90-fast.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -20
       echo "gpu tests (sm90, fast): exit ${PIPESTATUS[0]}"
-      ;;
-    testpack)
-      timeout 200 $BUILD/tests/flash_gpu_tests --gtest_filter='GpuSmallGrid.Sm90PackedLastBlocks:Algorithms/GpuEdges.ShortLastTiles/sm90' 2>&1 | tee "$OUT/gpu-tests-pack.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -20
-      echo "gpu tests (pack): exit ${PIPESTATUS[0]}"
-      ;;
-    sanitize-pack)
-      sanitize_tests pack 300 'GpuSmallGrid.Sm90PackedLastBlocks:Algorithms/GpuEdges.ShortLastTiles/sm90'
       ;;
     testlisted)
       # The d64 window / edge tests one by one with their times (a hang shows which), before the whole suite.

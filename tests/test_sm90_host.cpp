@@ -7,9 +7,7 @@
 // - which instantiation runs a problem (use_listed_kernel): block masks always the block-sparse one, which also takes
 //   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory;
 // - the dense kernels' split last round (TailSplit, plan_tail, tail_slot): every key block of the split tiles is run by
-//   exactly one CTA, and a tile's merging piece finds every other piece of it;
-// - d64 dense's packed order (PackedOrder, FastDiv): every whole query block and every chunk of the last ones run
-//   exactly once, a packed tile's chunks in its group, and the division by a launch-time divisor is exact.
+//   exactly one CTA, and a tile's merging piece finds every other piece of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,79 +122,6 @@ void check_mask_bounds(std::mt19937_64& rng, int cases) {
           << p.seqlen_k << ", window (" << p.window_left << ", " << p.window_right << "), diag " << p.diag_offset
           << ": bounds [" << b.below << ", " << b.above << "]";
     }
-  }
-}
-
-TEST(Sm90FastDiv, ExactOnRandomAndEdgeValues) {
-  std::mt19937_64 rng(4242);
-  std::vector<int32_t> divisors = {1, 2, 3, 5, 7, 16, 17, 31, 32, 33, 64, 96, 127, 128, 129, 1000, 4097, 65535, 65536,
-                                   65537, (1 << 30) - 1, 1 << 30, (1 << 30) + 1, 0x7fffffff};
-  for (int i = 0; i < 300; ++i) divisors.push_back(1 + int32_t(rng() % 0x7fffffff));
-  for (int i = 0; i < 300; ++i) divisors.push_back(1 + int32_t(rng() % 5000));
-  for (int32_t d : divisors) {
-    const flash::sm90::FastDiv f(d);
-    std::vector<int32_t> ns = {0, 1, d - 1, d, 0x7fffffff, 0x7ffffffe};
-    if (d < 0x7fffffff) ns.push_back(d + 1);
-    for (int k = 1; k < 4; ++k)
-      if (int64_t(d) * k + 1 < 0x7fffffff) ns.push_back(d * k - 1), ns.push_back(d * k), ns.push_back(d * k + 1);
-    for (int i = 0; i < 2000; ++i) ns.push_back(int32_t(rng() % 0x80000000u));
-    for (int32_t x : ns) ASSERT_EQ(f.div(x), x / d) << x << " / " << d;
-  }
-}
-
-// Every whole query block (m < whole) of every (batch, head) once, in one warpgroup-independent tile; every chunk of the
-// last blocks once, by the warpgroup its tile gives it; a packed tile's chunks from its own group of three heads; the
-// warpgroups with no chunk only in the last tile of a group; the count what the order enumerates.
-TEST(Sm90PackedOrder, EveryBlockAndChunkOnce) {
-  std::mt19937_64 rng(9090);
-  for (int i = 0; i < 2000; ++i) {
-    const int num_bh = 1 + int(rng() % (i < 1000 ? 12 : 700));
-    const int whole = int(rng() % 30), chunks = 1 + int(rng() % 2);
-    const flash::sm90::PackedOrder o = flash::sm90::packed_order(num_bh, whole, chunks);
-    SCOPED_TRACE(::testing::Message() << "num_bh " << num_bh << " whole " << whole << " chunks " << chunks);
-    const int64_t tiles = o.count();
-    ASSERT_EQ(tiles, int64_t(num_bh) * whole + (int64_t(num_bh / 3) * 3 * chunks + 2) / 3 +
-                         (num_bh % 3 > 0 ? (int64_t(num_bh % 3) * chunks + 2) / 3 : 0));
-    std::vector<uint8_t> whole_seen(size_t(num_bh) * whole, 0), chunk_seen(size_t(num_bh) * chunks, 0);
-    for (int64_t x = 0; x < tiles; ++x) {
-      int m0 = -2, bh0 = -2, c0 = -2;
-      bool ok0 = false;
-      o.tile(int(x), 0, m0, bh0, c0, ok0);
-      for (int w = 0; w < 3; ++w) {
-        int m = -2, bh = -2, c = -2;
-        bool ok = false;
-        o.tile(int(x), w, m, bh, c, ok);
-        ASSERT_GE(bh, 0);
-        ASSERT_LT(bh, num_bh);
-        if (c0 < 0) {  // a whole block: the same for every warpgroup
-          ASSERT_EQ(c, -1);
-          ASSERT_TRUE(ok);
-          ASSERT_EQ(m, m0);
-          ASSERT_EQ(bh, bh0);
-          ASSERT_GE(m, 0);
-          ASSERT_LT(m, whole);
-          if (w == 0) {
-            uint8_t& seen = whole_seen[size_t(bh) * whole + m];
-            ASSERT_EQ(seen, 0) << "tile " << x << " repeats block " << m << " of " << bh;
-            seen = 1;
-          }
-          continue;
-        }
-        ASSERT_EQ(m, whole);
-        ASSERT_GE(c, 0);
-        ASSERT_LT(c, chunks);
-        ASSERT_EQ(bh / 3, bh0 / 3) << "tile " << x << ": chunks from two groups";
-        if (!ok) {
-          ASSERT_GT(w, 0);
-          continue;
-        }
-        uint8_t& seen = chunk_seen[size_t(bh) * chunks + c];
-        ASSERT_EQ(seen, 0) << "tile " << x << " repeats chunk " << c << " of " << bh;
-        seen = 1;
-      }
-    }
-    for (uint8_t v : whole_seen) ASSERT_EQ(v, 1);
-    for (uint8_t v : chunk_seen) ASSERT_EQ(v, 1);
   }
 }
 

@@ -45,7 +45,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -66,10 +65,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 }
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrive `count` times at once (a packed tile's warpgroup releases a ring slot for all three: Traits::kPackTail).
-__device__ __forceinline__ void mbar_arrive_cnt(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 // Wait until the phase with this parity has completed. A fresh barrier is in phase 0, so waiting for
 // parity 1 returns at once (the "previous phase" counts as complete): producers start on parity 1.
@@ -226,14 +221,6 @@ struct Traits {
   // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
   static constexpr bool kPingPong = !kTwoRings;
-  // Packed tiles (d64 dense, three consumer warpgroups on 192-row tiles): a (batch, head)'s last query block holds
-  // seqlen_q mod 192 real rows -- at 1k, 4k and 16k 64 of 192, so a sixth of the 1k tiles (a 22nd at 4k) were two
-  // thirds empty at the full cost of a tile. With it, those rows go in 64-row chunks, three chunks of any (batch, head)s
-  // to a tile, one per warpgroup (Args::pack_chunks, packed_order_tile): the producer loads each warpgroup's Q rows and
-  // K/V blocks of its own head, one ring position per warpgroup and block, and a warpgroup uses every third position
-  // (the block walk compiled for that step) and releases its slots for all three. Launch packs only the static order's problems without a window (every chunk then walks
-  // the same key blocks).
-  static constexpr bool kPackTail = kConsumers_ == 3 && !kSparse_ && !kTailSplit_;
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
   // P V wait and the next turn (perf-log v45: sm90_dev s25-1, +1-4% at every head dim, dense and causal, 2k-16k, and the
@@ -405,7 +392,6 @@ struct KeyBlocks {
 // Otherwise one (batch, head)'s query blocks are consecutive, so CTAs side by side share K and V in L2.
 struct Tile {
   int m_block, b, h;
-  Tile() = default;
   __device__ Tile(const Args& a, int x) {
     const FwdParams& p = a.p;
     const int num_bh = p.heads_q * p.batch;
@@ -420,43 +406,6 @@ struct Tile {
     b = bh / p.heads_q;
   }
 };
-
-// A tile as one consumer warpgroup sees it (Traits::kPackTail: a packed tile's warpgroups have rows of different heads).
-// The consumers and the producer each work it out from the tile's index (the packed order's divisions by FastDivs).
-struct TileView {
-  int q_begin;  // where the tile's rows would start if this warpgroup's rows were its 64-row group wg of a whole tile
-  int q_lo;     // the first row the tile's key range is worked out from: its own, or a packed chunk's
-  int b, h, h_kv;  // batch, query head, K/V head
-  int step;        // ring positions per key block: 3 in a packed tile (a position per warpgroup), else 1
-  int write;       // 0: a packed tile's warpgroup past the last chunk (it computes a copy of the first and writes nothing)
-};
-// Tile x as warpgroup w sees it, in the static order with packed tiles (Args::pack_chunks > 0; shapes.h, PackedOrder)
-// or in the plain orders.
-__device__ inline TileView tile_view_of_plain(const Args& a, int x, int block_m) {
-  const Tile t(a, x);
-  TileView v;
-  v.q_lo = v.q_begin = t.m_block * block_m - a.q_shift;  // (< 0 in the first tile when shifted)
-  v.b = t.b, v.h = t.h, v.h_kv = t.h / a.p.head_ratio;
-  v.step = 1, v.write = 1;
-  return v;
-}
-__device__ inline TileView tile_view_of(const Args& a, int x, int w, int block_m) {
-  TileView v;
-  v.step = 1, v.write = 1;
-  if (a.pack_chunks > 0) {
-    int m_block, bh, chunk;
-    bool ok;
-    a.pack_order.tile(x, w, m_block, bh, chunk, ok);
-    v.q_lo = chunk >= 0 ? a.pack_row0 + 64 * chunk : m_block * block_m;  // (no shift: packing needs none)
-    v.q_begin = chunk >= 0 ? v.q_lo - 64 * w : v.q_lo;
-    v.b = a.heads_div.div(bh);
-    v.h = bh - v.b * a.p.heads_q;
-    if (chunk >= 0) v.step = 3, v.write = ok;
-    v.h_kv = v.h / a.p.head_ratio;
-    return v;
-  }
-  return tile_view_of_plain(a, x, block_m);
-}
 
 // Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
 // rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
@@ -555,9 +504,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
   [[maybe_unused]] __shared__ int wg_code[3];
-  // Traits::kPackTail: each consumer warpgroup's (batch, head) of its current tile, kept here across the loop as wg_code
-  // (thread 0 writes it at the tile's start, all read it at the end): two registers fewer at d64's 160.
-  [[maybe_unused]] __shared__ int wg_bh[3][2];
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
   [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
@@ -789,75 +735,43 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           tile_ids[q_slot] = x;
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
-            if constexpr (K::kPackTail) {
-              // Each warpgroup's 64 rows from its own view (a packed tile's chunks of different heads), in one
-              // transaction count; a whole tile's in one box.
-              if (const TileView v0 = tile_view_of(args, x, 0, kBlockM); v0.step != 1) {
-                if constexpr (K::kProfile) q_issued[q_slot] = clock64();
-                mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
-                for (int w = 0; w < K::kConsumers; ++w) {
-                  const TileView v = tile_view_of(args, x, w, kBlockM);
-                  int c[4];
-#pragma unroll
-                  for (int pg = 0; pg < kPages; ++pg) {
-                    tma_coords(c, args.q_pos, pg * 64, v.q_lo, v.h, v.b);
-                    tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128 + w * 64 * 128, &args.tq64, q_full(q_slot),
-                                c[0], c[1], c[2], c[3]);
-                  }
-                }
-              } else {
-                load_q(tile_iter, v0.q_begin, v0.h, v0.b);
-              }
-            } else {
-              const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
-              load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
-            }
+            const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
+            load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
           }
         };
         int x = int(blockIdx.x);  // the first tile of either order (a split tail needs more tiles than CTAs)
         start_tile(0, x);
         for (int tile_iter = 0; is_work<K::kTailSplit>(args, x); ++tile_iter) {
           const Work w = decode_work<K::kTailSplit>(args, tail_plan, x);
-          // Traits::kPackTail: the tile as warpgroup 0 sees it (TileView); a packed tile has one ring position per
-          // warpgroup and block, each with its own head's K and V.
-          const TileView v0 = K::kPackTail ? tile_view_of(args, w.x, 0, kBlockM) : tile_view_of_plain(args, w.x, kBlockM);
-          const bool packed = K::kPackTail && v0.step != 1;
-          KeyBlocks<kBlockN, false> blocks(p, max(v0.q_lo, 0), min(v0.q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
+          const Tile tile(args, w.x);
+          const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
+          const int h_kv = tile.h / p.head_ratio;
+          KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
           if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
           const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1);
-          // Key block n of K or V into ring position `at`, of warpgroup wq's head in a packed tile, else the tile's.
-          auto load_block = [&](bool v, int n, int at, int wq) {
-            int hk = v0.h_kv, b = v0.b;
-            if (K::kPackTail && packed && wq > 0) {
-              const TileView v = tile_view_of(args, w.x, wq, kBlockM);
-              hk = v.h_kv, b = v.b;
-            }
-            if (v) load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, hk, b);
-            else load_kv(&args.tk, args.k_pos, k_smem0, k_full(at % kStages), k_empty(at % kStages), n, at, hk, b);
-          };
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
-          // one position: K_{j+1} never waits behind V_j's slot.
-          int v_pending = -1, v_at = 0, v_wq = 0, j = 0;
-          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++j) {
-            for (int wq = 0; wq < (packed ? K::kConsumers : 1); ++wq, ++it) {
-              load_block(false, n, it, wq);
-              if (v_pending >= 0) {
-                load_block(true, v_pending, v_at, v_wq);
-                if constexpr (K::kOStageInRing) {
-                  // Block j-1 was not the tile's last: its slots' extra arrivals (Traits::kOStageInRing), each after this
-                  // thread's own wait for the slot's previous phase, so they count toward block j-1's.
-                  mbar_arrive(k_empty(v_at % kStages));
-                  mbar_arrive(v_empty(v_at % kStages));
-                }
+          // one block: K_{j+1} never waits behind V_j's slot.
+          auto load_v = [&](int n, int at) {
+            load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, tile.b);
+          };
+          int v_pending = -1, v_at = 0, j = 0;
+          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
+            load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
+            if (v_pending >= 0) {
+              load_v(v_pending, v_at);
+              if constexpr (K::kOStageInRing) {
+                // Block j-1 was not the tile's last: its slots' extra arrivals (Traits::kOStageInRing), each after this
+                // thread's own wait for the slot's previous phase, so they count toward block j-1's.
+                mbar_arrive(k_empty(v_at % kStages));
+                mbar_arrive(v_empty(v_at % kStages));
               }
-              v_pending = n;
-              v_at = it;
-              v_wq = wq;
             }
+            v_pending = n;
+            v_at = it;
             if (j == kQAhead) start_tile(tile_iter + 1, next);
           }
-          if (v_pending >= 0) load_block(true, v_pending, v_at, v_wq);
+          if (v_pending >= 0) load_v(v_pending, v_at);
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
           x = next;
         }
@@ -946,20 +860,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
       if (K::kTailSplit && tid == 0) wg_code[wg] = x;
-      // Traits::kPackTail: the tile as this warpgroup sees it (TileView); in a packed tile its rows are its own chunk's, of
-      // its own head (h -1, which only the epilogue reads: past the last chunk, writing nothing).
-      Tile tile = K::kPackTail ? Tile{} : Tile(args, work.x);
-      [[maybe_unused]] TileView view;
-      if constexpr (K::kPackTail) {
-        view = tile_view_of(args, work.x, wg, kBlockM);
-        if (tid == 0) wg_bh[wg][0] = view.b, wg_bh[wg][1] = view.write ? view.h : -1;
-      }
+      const Tile tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
       // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
-      // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.) A packed tile's q_begin is
-      // where its rows would start if this warpgroup's chunk were its 64-row group (rg) of a whole tile.
-      const int q_begin = K::kPackTail ? view.q_begin : tile.m_block * kBlockM - args.q_shift;
+      // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
+      const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
         const int single = single_wg(p, q_begin);
@@ -971,7 +877,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         it = ring_pos[t_slot][ring] | ring << 30;
       }
-      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(K::kPackTail ? view.q_lo : q_begin, 0), q_end,
+      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
       if (work.slot >= 0) blocks.clip(work.n_begin, work.n_end);
@@ -1105,163 +1011,141 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
       };
       [[maybe_unused]] int s_last = 0;  // O staged in the ring: the last block's slot
-      // The tile's key blocks: the prologue, the loop, the drain. kStep: the ring positions per block -- 3 in a packed tile
-      // (Traits::kPackTail), whose warpgroups use every third position from their own, releasing each slot for all three;
-      // the walk is compiled for each step, so the whole tiles' loop is the same code as without packing (a run-time step
-      // put the turn's barrier ids in local memory, reloaded every block: 10-12% slower, s29-1).
-      auto walk = [&](auto step_c) {
-        constexpr int kStep = decltype(step_c)::value;
-        auto release_slot_ = [&](uint32_t bar) {
-          if constexpr (kStep == 1) mbar_arrive(bar);
-          else mbar_arrive_cnt(bar, kStep);
+      int n = blocks.next();
+      if (n >= 0) {
+        // Prologue: S_0 and its softmax.
+        int s_prev = slot_of(it);
+        uint32_t phase_prev = phase_of(it);
+        mbar_wait(k_full(s_prev), phase_prev);
+        take_turn();
+        wg::fence();
+        issue_s(s_prev);
+        pass_turn();
+        release_prev_q();  // (while S_0 runs)
+        wg::wait<0>();
+        wg::fence_regs(acc_s);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        mask(acc_s, n);
+        {
+          float corr[2];
+          softmax(acc_s, true, corr);
+          pack_p(acc_s, p_frag);
+        }
+        ++it;
+        lap(Prof::kPrologue);
+        [[maybe_unused]] const int it_first = it;
+        // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
+        // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
+        // P_j. (ptxas places the softmax after that wait unless a clock read pins it before (kPinSoftmax: the two-ring
+        // kernel, v49, and the two-warpgroup dense kernels of <= 128-key blocks, v50), where it overlaps the P V. The
+        // two-ring kernel, without turns, rescales O right after the wait.)
+        if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
+        [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
+        // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.
+        [[maybe_unused]] bool rescale_prev = false;
+        [[maybe_unused]] float corr_prev[2] = {1.f, 1.f};
+        auto rescale_o = [&](const float (&c)[2]) {
+#pragma unroll
+          for (int i = 0; i < K::kHeadDim / 8; ++i)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              acc_o[4 * i + 2 * r] *= c[r];
+              acc_o[4 * i + 2 * r + 1] *= c[r];
+            }
         };
-        int n = blocks.next();
-        if (n >= 0) {
-          // Prologue: S_0 and its softmax.
-          int s_prev = slot_of(it);
-          uint32_t phase_prev = phase_of(it);
-          mbar_wait(k_full(s_prev), phase_prev);
+        for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
+          const int s = slot_of(it);
+          const uint32_t phase = phase_of(it);
+          if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
+          step(Prof::kStepWaitKV);
           take_turn();
+          step(Prof::kStepTurn);
           wg::fence();
-          issue_s(s_prev);
-          pass_turn();
-          release_prev_q();  // (while S_0 runs)
-          wg::wait<0>();
-          wg::fence_regs(acc_s);
-          __syncwarp();
-          if (lane == 0) release_slot_(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-          mask(acc_s, n);
-          {
-            float corr[2];
-            softmax(acc_s, true, corr);
-            pack_p(acc_s, p_frag);
-          }
-          it += kStep;
-          lap(Prof::kPrologue);
-          [[maybe_unused]] const int it_first = it;
-          // Steady state: issue S_j and P_{j-1} V_{j-1} in one turn of the tensor cores (O rescaled by P_{j-1}'s
-          // correction between the two: kRescaleInTurn), then the softmax of S_j, then wait for P_{j-1} V_{j-1} and pack
-          // P_j. (ptxas places the softmax after that wait unless a clock read pins it before (kPinSoftmax: the two-ring
-          // kernel, v49, and the two-warpgroup dense kernels of <= 128-key blocks, v50), where it overlaps the P V. The
-          // two-ring kernel, without turns, rescales O right after the wait.)
-          if constexpr (K::kProfile) step_mark = static_cast<uint32_t>(clock());
-          [[maybe_unused]] bool landed = false;  // kEarlyProbe: this block's K and V_{j-1} had landed at the last probe
-          // kRescaleInTurn: the correction of P_{j-1}'s softmax, applied to O just before P_{j-1} V_{j-1} is issued.
-          [[maybe_unused]] bool rescale_prev = false;
-          [[maybe_unused]] float corr_prev[2] = {1.f, 1.f};
-          auto rescale_o = [&](const float (&c)[2]) {
-  #pragma unroll
-            for (int i = 0; i < K::kHeadDim / 8; ++i)
-  #pragma unroll
-              for (int r = 0; r < 2; ++r) {
-                acc_o[4 * i + 2 * r] *= c[r];
-                acc_o[4 * i + 2 * r + 1] *= c[r];
-              }
-          };
-          for (n = blocks.next(); n >= 0; n = blocks.next(), it += kStep) {
-            const int s = slot_of(it);
-            const uint32_t phase = phase_of(it);
-            if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
-            step(Prof::kStepWaitKV);
-            take_turn();
-            step(Prof::kStepTurn);
-            wg::fence();
-            issue_s(s);
-            if constexpr (K::kRescaleInTurn) {
-              if (rescale_prev) rescale_o(corr_prev);
-              wg::fence();  // O's registers were written since the last fence
-            }
-            issue_pv(s_prev);
-            pass_turn();
-            // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
-            if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + kStep)), phase_of(it + kStep), v_full(s), phase);
-            step(Prof::kStepIssue);
-            wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
-            step(Prof::kStepWaitS);
-            __syncwarp();
-            if (lane == 0) release_slot_(k_empty(s));  // K_j's slot may be refilled
-            // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
-            // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
-            // serialise the wgmmas (C7513; perf-log).
-            float sv[K::kSRegs];
-  #pragma unroll
-            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-            mask(sv, n);
-            float corr[2];
-            const bool rescale = softmax(sv, false, corr);
-            if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
-            if constexpr (K::kPinSoftmax == 3) {
-              const uint32_t now = static_cast<uint32_t>(clock());
-              // Predicated rather than branched, so the read stays where it is in every lane.
-              asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
-                               static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
-                           "r"(now), "r"(lane));
-            }
-            step(Prof::kStepSoftmax);
-            wg::wait<0>();
-            step(Prof::kStepWaitPV);
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) release_slot_(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            if constexpr (K::kRescaleInTurn) {
-              rescale_prev = rescale;
-              corr_prev[0] = corr[0], corr_prev[1] = corr[1];
-            } else if (rescale) {
-              rescale_o(corr);
-            }
-            pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
-            s_prev = s;
-            phase_prev = phase;
-            step(Prof::kStepTail);
-          }
-          // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
-          // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
-          // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
-          lap(Prof::kLoop);
-          if constexpr (K::kProfile)
-            if (tid == 0) {
-              prof.add(Prof::kBlocks, it - it_first + 1);
-              for (int i = 0; i < 7; ++i) prof.add(Prof::kStepWaitKV + i, step_sum[i]), step_sum[i] = 0;
-            }
-          if constexpr (!K::kOStageInQ) release_q();
-          release_sched();
-          // Drain: the last P V.
-          if constexpr (K::kRescaleInTurn)
+          issue_s(s);
+          if constexpr (K::kRescaleInTurn) {
             if (rescale_prev) rescale_o(corr_prev);
-          mbar_wait(v_full(s_prev), phase_prev);
-          take_turn();
-          wg::fence();
+            wg::fence();  // O's registers were written since the last fence
+          }
           issue_pv(s_prev);
           pass_turn();
+          // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
+          if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
+          step(Prof::kStepIssue);
+          wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
+          step(Prof::kStepWaitS);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
+          // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
+          // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
+          // serialise the wgmmas (C7513; perf-log).
+          float sv[K::kSRegs];
+#pragma unroll
+          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+          mask(sv, n);
+          float corr[2];
+          const bool rescale = softmax(sv, false, corr);
+          if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
+          if constexpr (K::kPinSoftmax == 3) {
+            const uint32_t now = static_cast<uint32_t>(clock());
+            // Predicated rather than branched, so the read stays where it is in every lane.
+            asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
+                             static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
+                         "r"(now), "r"(lane));
+          }
+          step(Prof::kStepSoftmax);
           wg::wait<0>();
+          step(Prof::kStepWaitPV);
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) release_slot_(v_empty(s_prev));
-          if constexpr (K::kOStageInRing) {
-            // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
-            // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
-            if (wg == 1) named_arrive(7, 256);
-            s_last = s_prev;
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if constexpr (K::kRescaleInTurn) {
+            rescale_prev = rescale;
+            corr_prev[0] = corr[0], corr_prev[1] = corr[1];
+          } else if (rescale) {
+            rescale_o(corr);
           }
-          lap(Prof::kDrain);
-        } else {
-          if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
-          release_sched();
-          release_prev_q();
+          pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+          s_prev = s;
+          phase_prev = phase;
+          step(Prof::kStepTail);
         }
-      };
-      if constexpr (K::kPackTail) {
-        if (view.step != 1) {
-          it += wg;
-          walk(std::integral_constant<int, K::kConsumers>{});
-          it -= wg;
-        } else {
-          walk(std::integral_constant<int, 1>{});
+        // Every S of this tile is done, so Q_i (and the block-sparse schedule) are no longer read: release
+        // them now, and the producer loads the next tile's Q while the last P V and the epilogue run
+        // (with one Q buffer -- d128, d256 -- that load was otherwise exposed at every tile boundary).
+        lap(Prof::kLoop);
+        if constexpr (K::kProfile)
+          if (tid == 0) {
+            prof.add(Prof::kBlocks, it - it_first + 1);
+            for (int i = 0; i < 7; ++i) prof.add(Prof::kStepWaitKV + i, step_sum[i]), step_sum[i] = 0;
+          }
+        if constexpr (!K::kOStageInQ) release_q();
+        release_sched();
+        // Drain: the last P V.
+        if constexpr (K::kRescaleInTurn)
+          if (rescale_prev) rescale_o(corr_prev);
+        mbar_wait(v_full(s_prev), phase_prev);
+        take_turn();
+        wg::fence();
+        issue_pv(s_prev);
+        pass_turn();
+        wg::wait<0>();
+        wg::fence_regs(acc_o);
+        wg::fence_regs(p_frag);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
+        if constexpr (K::kOStageInRing) {
+          // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
+          // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
+          if (wg == 1) named_arrive(7, 256);
+          s_last = s_prev;
         }
+        lap(Prof::kDrain);
       } else {
-        walk(std::integral_constant<int, 1>{});
+        if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
+        release_sched();
+        release_prev_q();
       }
 
       // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
@@ -1279,11 +1163,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // Written before the count (each thread's stores, a fence, the warpgroup's barrier, then thread 0's atomic), read
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
       // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
-      if constexpr (K::kPackTail) {  // (read back: see wg_bh)
-        tile.b = *static_cast<volatile int*>(&wg_bh[wg][0]);
-        tile.h = *static_cast<volatile int*>(&wg_bh[wg][1]);
-      }
-      bool write_out = !K::kPackTail || tile.h >= 0;  // (h -1: a packed tile's warpgroup past the last chunk)
+      bool write_out = true;
       const int x_end = K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
       if (K::kTailSplit && is_piece(args, x_end)) {
         const Work w = decode_work<K::kTailSplit>(args, tail_plan, x_end);
@@ -1438,7 +1318,6 @@ struct LaunchOptions {
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
-  bool pack_tail = true;    // d64 dense: the last query blocks' rows packed three 64-row chunks to a tile (Traits::kPackTail)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1471,26 +1350,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
   args.q_shift = opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
-  int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
-  if constexpr (K::kPackTail) {
-    // Packed tiles (Traits::kPackTail; shapes.h, PackedOrder): where the last query block's real rows fit in one or two
-    // 64-row chunks, and only in the static order without a window (every chunk then walks the whole key range, so the
-    // warpgroups of a packed tile visit the same blocks).
-    const int last_rows = p.seqlen_q - (args.num_m_blocks - 1) * K::kBlockM;  // the last query block's real rows
-    if (opt.pack_tail && tiles <= 0x7fffffff && p.seqlen_q > 0 && last_rows <= 2 * 64 && args.q_shift == 0 && !p.has_block_mask &&
-        p.window_left < 0 && p.window_right < 0 && !dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) {
-      if (int32_t st = encode_tensor_map(&args.tq64, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-                                         p.q_row_stride, p.q_head_stride, p.q_batch_stride, 64, "q");
-          st != FLASH_OK)
-        return st;
-      args.pack_chunks = (last_rows + 63) / 64;
-      args.num_m_blocks -= 1;
-      args.pack_row0 = args.num_m_blocks * K::kBlockM;
-      args.pack_order = packed_order(int(int64_t{p.heads_q} * p.batch), args.num_m_blocks, args.pack_chunks);
-      args.heads_div = FastDiv(p.heads_q);
-      tiles = args.pack_order.count();
-    }
-  }
+  const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
 

@@ -93,29 +93,6 @@ inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align i
 #define FLASH_SM90_HD
 #endif
 
-// n / d for 0 <= n < 2^31 and a divisor 1 <= d < 2^31 fixed at launch, as a multiply-high and a shift (Granlund and
-// Montgomery's method, as CUTLASS's FastDivmod): the 32-register producer's per-tile divisions made it spill (ptxas).
-// With l = ceil(log2 d), mul = ceil(2^(31 + l) / d) < 2^32 and n / d = umulhi(n, mul) >> (l - 1); d = 1 is mul 0.
-struct FastDiv {
-  uint32_t mul = 0, shift = 0;
-  int32_t d = 1;
-  FastDiv() = default;
-  explicit FastDiv(int32_t divisor) : d(divisor) {
-    if (divisor <= 1) return;
-    uint32_t l = 0;
-    while ((int64_t{1} << l) < divisor) ++l;
-    mul = uint32_t(((uint64_t{1} << (31 + l)) + uint64_t(divisor) - 1) / uint64_t(divisor));
-    shift = l - 1;
-  }
-  FLASH_SM90_HD int div(int n) const {
-#if defined(__CUDA_ARCH__)
-    return mul == 0 ? n : int(__umulhi(uint32_t(n), mul) >> shift);
-#else
-    return mul == 0 ? n : int((uint64_t(uint32_t(n)) * mul >> 32) >> shift);
-#endif
-  }
-};
-
 // The static order's last round, split along the keys ("stream-K" tail; perf-log v41). Dense tiles all take the same
 // time, and with T tiles on G persistent CTAs the last of ceil(T / G) rounds holds only T % G of them: the standard grid
 // has 2048 tiles at d128 (68 in the last round on 132 SMs), so every d128 dense run idled half the GPU for 1/16 of its
@@ -271,46 +248,6 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
   const int64_t group = std::clamp<int64_t>(l2_budget / std::max<int64_t>(kv_bytes, 1), 1, num_bh);
   const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(tail_grids * grid / num_m_blocks)));
   return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
-}
-
-// d64 dense's static order with packed tiles (fwd_kernel.cuh, Traits::kPackTail). Every (batch, head)'s last query
-// block, whose real rows fit in `chunks` (1 or 2) chunks of 64 rows, is not a tile of its own: three chunks of any
-// (batch, head)s make one tile, warpgroup w computing the w-th. (batch, head)s go in groups of three -- the group's
-// whole query blocks first (`whole` per head; a head's consecutive, descending, as in the plain static order), then its
-// packed tiles -- so a packed tile runs beside the whole tiles of the same heads and finds their K and V in L2. The
-// group's chunks are numbered head by head; packed tile k of a group holds its chunks 3k, 3k + 1 and 3k + 2.
-struct PackedOrder {
-  int num_bh, whole, chunks;
-  FastDiv per_group_div, whole_div;  // by 3 whole + chunks and by whole (launch: packed_order)
-  FLASH_SM90_HD int64_t count() const {
-    const int64_t rem = num_bh % 3;
-    return int64_t(num_bh / 3) * (3 * whole + chunks) + (rem > 0 ? rem * whole + (rem * chunks + 2) / 3 : 0);
-  }
-  // Tile x as warpgroup w sees it: query block m_block of (batch * heads + head) bh, whole (chunk -1), or chunk `chunk`
-  // of bh's last block (m_block == whole). A warpgroup past its group's last chunk gets the group's first chunk and
-  // ok = false: it computes a copy and writes nothing.
-  FLASH_SM90_HD void tile(int x, int w, int& m_block, int& bh, int& chunk, bool& ok) const {
-    const int per_group = 3 * whole + chunks;
-    const int grp = per_group_div.div(x), r = x - grp * per_group;
-    const int nh = num_bh - 3 * grp < 3 ? num_bh - 3 * grp : 3;  // the last group may have fewer
-    ok = true;
-    if (r < nh * whole) {
-      const int q = whole_div.div(r);
-      bh = 3 * grp + q;
-      m_block = whole - 1 - (r - q * whole);
-      chunk = -1;
-      return;
-    }
-    int k = 3 * (r - nh * whole) + w;
-    ok = k < nh * chunks;
-    if (!ok) k = 0;
-    bh = 3 * grp + (chunks == 2 ? k >> 1 : k);
-    chunk = chunks == 2 ? k & 1 : 0;
-    m_block = whole;
-  }
-};
-inline PackedOrder packed_order(int num_bh, int whole, int chunks) {
-  return PackedOrder{num_bh, whole, chunks, FastDiv(3 * whole + chunks), FastDiv(whole > 0 ? whole : 1)};
 }
 
 constexpr Shape shape_for(int d, bool sparse = false) {

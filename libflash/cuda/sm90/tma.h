@@ -33,15 +33,6 @@ struct Args {
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
-  // Packed tiles (Traits::kPackTail, d64 dense): each (batch, head)'s last query block, whose real rows (from pack_row0)
-  // fit in pack_chunks (1 or 2) chunks of 64, is not a tile of its own; three chunks of any heads make one tile, a
-  // chunk per warpgroup (fwd_kernel.cuh, packed_order_tile). num_m_blocks then counts the whole query blocks only.
-  // 0: no packing.
-  int32_t pack_chunks;
-  int32_t pack_row0;
-  PackedOrder pack_order;  // its tile order (pack_chunks > 0)
-  FastDiv heads_div;       // by heads_q
-  CUtensorMap tq64;  // Q in 64-row boxes, for the packed tiles' chunks (last: the other members keep their offsets)
 };
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda

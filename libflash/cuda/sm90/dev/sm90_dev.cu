@@ -178,11 +178,6 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
-// d64 dense without the packed tiles (Traits::kPackTail, session 29): session 28's kernel.
-template <class T>
-struct NoPack : T {
-  static constexpr bool kPackTail = false;
-};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -303,9 +298,6 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    // Session 29: the last query blocks packed three 64-row chunks to a tile (Traits::kPackTail); without, s28's kernel.
-    {"d64  s28 (no pack)", 64, false, run_k<NoPack<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  s28 (no pack) again", 64, false, run_k<NoPack<Tr<64, 128, 4, 3, 1>>>},
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
     // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
     // slower: not kept.

@@ -138,6 +138,22 @@ TEST_P(GpuEdges, ShortLastTiles) {
     }
 }
 
+// d64 dense in two kernels on sm90 (shapes.h, d64_split_rows): seqlen_q mod 192 in 1..64 (the last 192 + r rows on the
+// two-warpgroup kernel), in 65..128 (the last r), 0 and > 128 (no split), and seqlen_q <= 128 (the second kernel
+// alone); seqlen_k != seqlen_q, GQA, both dtypes, LSE. Every algorithm runs the same cases.
+TEST_P(GpuEdges, D64DenseRowSplits) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  const int64_t seqlen_qs[] = {1, 100, 128, 193, 256, 292, 384, 512, 1000, 1024, 1100, 2048};
+  const int64_t seqlen_ks[] = {1, 129, 700, 1024};
+  int n = 0;
+  for (int64_t sq : seqlen_qs) {
+    CaseSpec s = base(sq, seqlen_ks[n % 4], 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.batch = 1 + n % 2, s.heads_q = 3, s.heads_kv = n % 3 == 0 ? 1 : 3;
+    ++n;
+    expect_ok(s);
+  }
+}
+
 // Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
 // use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
 // there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on
@@ -546,19 +562,24 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuTailSplit, ::testing::Values(128, 256),
 // CTAs). Small enough for compute-sanitizer's racecheck (the device script's sanitize-split phase), and 128 query rows,
 // so both consumer warpgroups' merged rows are compared. The caller's workspace is sized for 6 CTAs: accepted only if
 // the library planned the split for 6 too (132 CTAs need more).
+namespace {
+// LIBFLASH_SM90_MAX_CTAS set for a scope; the caller's own setting, if any, is put back after.
+struct ScopedMaxCtas {
+  const char* old = std::getenv("LIBFLASH_SM90_MAX_CTAS");
+  std::string saved = old != nullptr ? old : "";
+  bool had = old != nullptr;
+  explicit ScopedMaxCtas(const char* value) { setenv("LIBFLASH_SM90_MAX_CTAS", value, 1); }
+  ~ScopedMaxCtas() {
+    if (had) setenv("LIBFLASH_SM90_MAX_CTAS", saved.c_str(), 1);
+    else unsetenv("LIBFLASH_SM90_MAX_CTAS");
+  }
+};
+}  // namespace
+
 TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   constexpr int kGrid = 6;
-  struct ScopedEnv {  // the caller's own setting, if any, is put back after
-    const char* old = std::getenv("LIBFLASH_SM90_MAX_CTAS");
-    std::string saved = old != nullptr ? old : "";
-    bool had = old != nullptr;
-    ScopedEnv() { setenv("LIBFLASH_SM90_MAX_CTAS", "6", 1); }
-    ~ScopedEnv() {
-      if (had) setenv("LIBFLASH_SM90_MAX_CTAS", saved.c_str(), 1);
-      else unsetenv("LIBFLASH_SM90_MAX_CTAS");
-    }
-  } env;
+  const ScopedMaxCtas env("6");
   std::mt19937_64 rng(base_seed() ^ 0x6c7d);
   int n = 0;
   for (int head_dim : {128, 256}) {
@@ -590,6 +611,28 @@ TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
     s.batch = 1, s.heads_q = 3, s.heads_kv = 1, s.seqlen_q = 300, s.seqlen_k = 8192 + 77, s.head_dim = 128;
     s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
     s.mask.causal = 1, s.mask.alignment = alignment;
+    expect_sm90_ok(s, rng);
+  }
+}
+
+// d64 dense's two kernels (shapes.h, d64_split_rows) on persistent grids of 2 CTAs each: every CTA runs many tiles of
+// both, and the second kernel's CTAs, launched behind the first with PDL, find free SMs at once -- they run beside the
+// first kernel and finish long before it. run_cuda copies the outputs back in stream order right behind the call, so
+// this fails if the second kernel's end let the stream go on while the first still wrote (Rows::kPdlSecondary's wait).
+// seqlen_q mod 192: 64 (1024: two 128-row tiles per head on the second kernel), 128 (512: one), and 40 (1000: two).
+TEST(GpuSmallGrid, Sm90D64TwoKernels) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  const ScopedMaxCtas env("2");
+  std::mt19937_64 rng(base_seed() ^ 0xd64);
+  const int64_t seqlen_qs[] = {1024, 512, 1000};
+  int n = 0;
+  for (int64_t sq : seqlen_qs) {
+    CaseSpec s;
+    s.batch = 2, s.heads_q = 4, s.heads_kv = n == 1 ? 1 : 4, s.seqlen_q = sq, s.seqlen_k = 900 + 77 * n, s.head_dim = 64;
+    s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+    flash::FwdParams fp{};  // (what d64_split_rows reads: a dense problem)
+    fp.head_dim = 64, fp.seqlen_q = int32_t(sq), fp.seqlen_k = int32_t(s.seqlen_k), fp.window_left = fp.window_right = -1;
+    ASSERT_GE(flash::sm90::d64_split_rows(fp, 232448), 192) << s.describe();
     expect_sm90_ok(s, rng);
   }
 }

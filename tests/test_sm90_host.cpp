@@ -7,7 +7,8 @@
 // - which instantiation runs a problem (use_listed_kernel): block masks always the block-sparse one, which also takes
 //   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory;
 // - the dense kernels' split last round (TailSplit, plan_tail, tail_slot): every key block of the split tiles is run by
-//   exactly one CTA, and a tile's merging piece finds every other piece of it.
+//   exactly one CTA, and a tile's merging piece finds every other piece of it;
+// - d64 dense's split into two kernels (d64_split_rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -163,6 +164,52 @@ TEST(Sm90Instantiation, ListedKernelChoice) {
   // Schedules that do not fit: the dense instantiation runs it.
   EXPECT_FALSE(use_listed_kernel(params(64, 1000, int64_t(1) << 30, 255, 0), kH100));
   EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 255, 0), 100000));
+}
+
+// d64 dense in two kernels (d64_split_rows; perf-log v53): the three-warpgroup kernel's rows are whole 192-row tiles, the
+// two-warpgroup kernel's at most two 128-row tiles, together they cover seqlen_q, and the split has at least 64 junk rows
+// (rows of tiles past seqlen_q) fewer than whole 192-row tiles; only dense d64 problems split, where the schedules fit.
+TEST(Sm90Instantiation, D64RowSplit) {
+  using flash::sm90::d64_split_rows;
+  constexpr int64_t kH100 = 232448;
+  auto params = [](int d, int64_t sq, int64_t sk, int32_t left, int32_t right) {
+    flash::FwdParams p{};
+    p.head_dim = d, p.seqlen_q = int32_t(sq), p.seqlen_k = int32_t(sk), p.window_left = left, p.window_right = right;
+    return p;
+  };
+  EXPECT_EQ(d64_split_rows(params(64, 1024, 1024, -1, -1), kH100), 768);    // 5 x 192 + 64: two tiles of 128
+  EXPECT_EQ(d64_split_rows(params(64, 2048, 2048, -1, -1), kH100), 1920);   // 10 x 192 + 128: one
+  EXPECT_EQ(d64_split_rows(params(64, 16384, 16384, -1, -1), kH100), 16128);
+  EXPECT_EQ(d64_split_rows(params(64, 8192, 8192, -1, -1), kH100), 8064);
+  EXPECT_EQ(d64_split_rows(params(64, 1152, 1152, -1, -1), kH100), -1);    // 6 x 192
+  EXPECT_EQ(d64_split_rows(params(64, 1100, 1100, -1, -1), kH100), -1);    // 5 x 192 + 140: 52 junk rows
+  EXPECT_EQ(d64_split_rows(params(64, 100, 100, -1, -1), kH100), 0);       // the second kernel alone
+  EXPECT_EQ(d64_split_rows(params(64, 1024, 1024, -1, 0), kH100), -1);     // causal
+  EXPECT_EQ(d64_split_rows(params(64, 1024, 1024, 100, -1), kH100), -1);   // a window edge
+  EXPECT_EQ(d64_split_rows(params(128, 1024, 1024, -1, -1), kH100), -1);
+  EXPECT_EQ(d64_split_rows(params(64, 1024, int64_t(1) << 30, -1, -1), kH100), -1);  // schedules too large
+  {
+    flash::FwdParams p = params(64, 1024, 1024, -1, -1);
+    p.has_block_mask = true;
+    EXPECT_EQ(d64_split_rows(p, kH100), -1);
+  }
+  for (int64_t sq = 1; sq <= 2000; ++sq) {
+    const int64_t a = d64_split_rows(params(64, sq, 4096, -1, -1), kH100);
+    const int64_t tiles3 = (sq + 191) / 192;
+    if (a < 0) {
+      EXPECT_LT(tiles3 * 192 - sq, 64) << sq;  // left whole only where the last tile has under 64 junk rows
+      continue;
+    }
+    EXPECT_EQ(a % 192, 0) << sq;
+    ASSERT_LT(a, sq) << sq;
+    const int64_t tiles2 = (sq - a + 127) / 128;
+    EXPECT_GE(tiles2, 1) << sq;
+    EXPECT_LE(tiles2, 2) << sq;
+    // Junk rows: at least a warpgroup's 64 fewer than on whole 192-row tiles, and under 64 but for a lone short tile.
+    const int64_t junk = a + tiles2 * 128 - sq;
+    EXPECT_LE(junk + 64, tiles3 * 192 - sq) << sq;
+    if (sq > 64) EXPECT_LT(junk, 64) << sq;
+  }
 }
 
 // d64 block-sparse masks of 128-row blocks with lists of at least 6 key blocks run on the two-ring instantiation

@@ -265,6 +265,11 @@ struct Traits {
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
+  // d64 dense's two-kernel form (shapes.h, d64_split_rows; perf-log v53): the three-warpgroup dense instantiation is the
+  // PDL primary (it lets the dependent launch start once all its CTAs run), the two-warpgroup d64 ones the secondary
+  // (each CTA waits for the primary's end before it exits). Both instructions do nothing in a launch without PDL.
+  static constexpr bool kPdlPrimary = kHeadDim_ == 64 && !kSparse_ && kConsumers_ == 3;
+  static constexpr bool kPdlSecondary = kHeadDim_ == 64 && kConsumers_ == 2;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -550,6 +555,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan);
+    // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
+    if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -1305,6 +1312,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
   }
   // (The ping-pong barrier's last hand-over is never taken; hardware barriers need no reset at exit.)
+  // A PDL secondary (Traits::kPdlSecondary) ends no earlier than the kernel it was launched behind, so whatever follows
+  // in the stream sees both kernels' outputs. (At once in a launch without PDL.)
+  if constexpr (K::kPdlSecondary)
+    if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 
@@ -1318,6 +1329,7 @@ struct LaunchOptions {
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
+  Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1340,7 +1352,15 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
                                        p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, "o");
         st != FLASH_OK)
       return st;
-  args.num_m_blocks = (p.seqlen_q + K::kBlockM - 1) / K::kBlockM;
+  // A part of the query rows (shapes.h, Rows; d64 dense's two-kernel form): tiles from row rows.begin (a negative shift),
+  // static order and no mask edges (dense problems only), no tail split.
+  const bool part = opt.rows.begin != 0 || opt.rows.end >= 0;
+  const int64_t row_end = opt.rows.end >= 0 ? opt.rows.end : p.seqlen_q;
+  if (part && (opt.rows.begin < 0 || opt.rows.begin % 64 != 0 || opt.rows.begin >= row_end || row_end > p.seqlen_q ||
+               !tail_split_applies(p)))
+    return fail(FLASH_ERROR_INTERNAL, "sm90: query rows [", opt.rows.begin, ", ", row_end, ") of ", p.seqlen_q,
+                " cannot be a launch of their own");
+  args.num_m_blocks = int32_t((row_end - opt.rows.begin + K::kBlockM - 1) / K::kBlockM);
   // Masks with a right edge (causal-like, windows): a row's key range grows with the row, so the tiles are
   // aligned to end at seqlen_q and the partial one comes first, where it has the fewest keys (d64's 192-row
   // tiles at 1k: 27 key blocks per head instead of 32). Block-sparse tiles stay aligned to the mask's blocks.
@@ -1349,7 +1369,8 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // failed with a CUDA error on the H100 (run s15-1), while Q's loads from boxes starting before row 0 read
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
-  args.q_shift = opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
+  args.q_shift = part ? -opt.rows.begin
+                : opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
@@ -1391,7 +1412,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   args.tail = TailSplit{args.num_tiles, 0, 0};
-  if (K::kTailSplit && opt.tail_split && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
+  if (K::kTailSplit && opt.tail_split && !part && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
     const TailSplit t = tail_split_for(p, K::kShape, grid);
     const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
     if (t.units > 0 && int64_t(p.workspace_size) >= need) {
@@ -1405,12 +1426,28 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
         return cuda::status_from(e, "cudaMemsetAsync(sm90 tail counters)");
     }
   }
+  if (opt.rows.pdl == Rows::kPdlSecondary) {
+    // Behind the primary with programmatic stream serialisation (shapes.h, Rows). A runtime that refuses the attribute
+    // gets the plain launch below: the same result, the two kernels one after the other.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(grid));
+    cfg.blockDim = dim3(unsigned(K::kThreads));
+    cfg.dynamicSmemBytes = size_t(smem_bytes);
+    cfg.stream = static_cast<cudaStream_t>(p.stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kernel, args) == cudaSuccess) return cuda::check_launch("sm90 fwd kernel (PDL)");
+    (void)cudaGetLastError();
+  }
   kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");
 }
 
 template <int kHeadDim, bool kSparse, DType kDType>
-int32_t launch_fwd(const FwdParams& p);
+int32_t launch_fwd(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
@@ -1430,12 +1467,15 @@ struct LongRange : T {
 }  // namespace flash::sm90
 
 // One line per .cu file: FLASH_SM90_INSTANTIATE(128, false, BF16) -- head dim, block-sparse instantiation
-// or not, dtype; the tile shape comes from shapes.h.
+// or not, dtype; the tile shape comes from shapes.h. `rows`: the query rows it runs (shapes.h, Rows; all by default).
 #define FLASH_SM90_INSTANTIATE(D, SPARSE, DTYPE)                                                           \
   template <>                                                                                            \
-  int32_t flash::sm90::launch_fwd<D, SPARSE, flash::DType::DTYPE>(const flash::FwdParams& p) {           \
+  int32_t flash::sm90::launch_fwd<D, SPARSE, flash::DType::DTYPE>(const flash::FwdParams& p,             \
+                                                                  const flash::sm90::Rows& rows) {       \
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D, SPARSE);                                  \
-    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p); \
+    flash::sm90::LaunchOptions opt;                                                                      \
+    opt.rows = rows;                                                                                     \
+    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p, opt); \
   }
 // The d64 block-sparse two-ring instantiation (shapes.h, kTwoRingShape): FLASH_SM90_INSTANTIATE_TWO_RINGS(BF16).
 #define FLASH_SM90_INSTANTIATE_TWO_RINGS(DTYPE)                                                          \

@@ -250,6 +250,18 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
   return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
 }
 
+// The query rows one launch covers, and its part in a programmatic dependent launch (PDL): launch (fwd_kernel.cuh) tiles
+// rows [begin, end) from `begin` (end -1: to seqlen_q). kPdlPrimary: the kernel lets its dependent launch start as soon
+// as all its CTAs are running (griddepcontrol.launch_dependents), so the dependent's CTAs take the SMs its CTAs leave;
+// kPdlSecondary: launched with programmatic stream serialisation, it may start before the kernel ahead of it in the
+// stream has finished (it reads nothing that kernel writes), and each CTA waits for that kernel's end before it exits
+// (griddepcontrol.wait), so the pair finishes as one launch would.
+struct Rows {
+  enum : int { kNoPdl = 0, kPdlPrimary = 1, kPdlSecondary = 2 };
+  int32_t begin = 0, end = -1;
+  int pdl = kNoPdl;
+};
+
 constexpr Shape shape_for(int d, bool sparse = false) {
   for (const Shape& s : sparse ? kSparseShapes : kShapes)
     if (s.head_dim == d) return s;
@@ -278,6 +290,23 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) < kTwoRingMinBlocks) return false;
   return kTwoRingShape.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, kTwoRingShape.block_n, p.block_mask.block_n, 2) <=
          smem_limit;
+}
+
+// d64 dense's two-kernel form (perf-log v53). Its 192-row tiles leave seqlen_q mod 192 real rows in each (batch, head)'s
+// last query block: at 1k, 4k and 16k 64 of 192, so a sixth of the 1k tiles were two-thirds empty at a full tile's cost
+// (session 29 packed them into shared tiles inside the kernel: its consumers spilled, perf-log v52). Instead the
+// three-warpgroup kernel runs rows [0, rows_a) of every (batch, head), a multiple of 192, and the two-warpgroup
+// (block-sparse) instantiation the rest on 128-row tiles, launched behind it with PDL so its CTAs fill the SMs the
+// first one's tail leaves. Where seqlen_q mod 192 is r in 1..64 the last 192 + r rows (two 128-row tiles) go to the
+// second kernel, in 65..128 the last r (one); otherwise (0, or > 128: under 64 junk rows) nothing is split. -1: no
+// split (not d64, a mask or window, or no room for the second kernel's schedules).
+inline int64_t d64_split_rows(const FwdParams& p, int64_t smem_limit) {
+  if (p.head_dim != 64 || !tail_split_applies(p) || p.seqlen_q <= 0) return -1;
+  const int64_t q = p.seqlen_q / 192, r = p.seqlen_q % 192;
+  if (r == 0 || r > 128) return -1;
+  const Shape s = shape_for(64, true);
+  if (s.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, s.block_n, s.block_n) > smem_limit) return -1;
+  return 192 * (r <= 64 ? std::max<int64_t>(q - 1, 0) : q);
 }
 
 // d128 problems with at least kLongMinKeys keys and no block mask or left window edge (dense and causal-like) run on the

@@ -15,7 +15,7 @@ namespace flash {
 namespace sm90 {
 
 template <int kHeadDim, bool kSparse, DType kDType>
-int32_t launch_fwd(const FwdParams& p);
+int32_t launch_fwd(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
@@ -105,8 +105,16 @@ size_t workspace(const FwdParams& p) {
 }
 
 template <int D, bool kSparse>
-int32_t fwd_dim(const FwdParams& p) {
-  return p.dtype == DType::BF16 ? launch_fwd<D, kSparse, DType::BF16>(p) : launch_fwd<D, kSparse, DType::FP16>(p);
+int32_t fwd_dim(const FwdParams& p, const Rows& rows = {}) {
+  return p.dtype == DType::BF16 ? launch_fwd<D, kSparse, DType::BF16>(p, rows) : launch_fwd<D, kSparse, DType::FP16>(p, rows);
+}
+
+// d64 dense in two kernels (shapes.h, d64_split_rows): rows [0, rows_a) on the three-warpgroup instantiation, the rest on
+// the two-warpgroup one launched behind it with PDL.
+int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
+  if (rows_a == 0) return fwd_dim<64, true>(p);
+  if (int32_t st = fwd_dim<64, false>(p, Rows{0, int32_t(rows_a), Rows::kPdlPrimary}); st != FLASH_OK) return st;
+  return fwd_dim<64, true>(p, Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
 }
 
 int32_t fwd(const FwdParams& p) {
@@ -125,6 +133,7 @@ int32_t fwd(const FwdParams& p) {
   if (p.head_dim == 256 && use_split_kernel(p))
     return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
+  if (const int64_t rows_a = d64_split_rows(p, smem_limit); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);

@@ -266,10 +266,10 @@ struct Traits {
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // d64 dense's two-kernel form (shapes.h, d64_split_rows; perf-log v53): the three-warpgroup dense instantiation is the
-  // PDL primary (it lets the dependent launch start once all its CTAs run), the two-warpgroup d64 ones the secondary
-  // (each CTA waits for the primary's end before it exits). Both instructions do nothing in a launch without PDL.
+  // PDL primary (it lets the dependent launch start once all its CTAs run), the two-warpgroup dense one (kRowsShape) the
+  // secondary (each CTA waits for the primary's end before it exits). Both instructions do nothing without PDL.
   static constexpr bool kPdlPrimary = kHeadDim_ == 64 && !kSparse_ && kConsumers_ == 3;
-  static constexpr bool kPdlSecondary = kHeadDim_ == 64 && kConsumers_ == 2;
+  static constexpr bool kPdlSecondary = kHeadDim_ == 64 && !kSparse_ && kConsumers_ == 2;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -1385,14 +1385,18 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
-  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
-    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
-    args.tile_counter = reinterpret_cast<int32_t*>(at);
-    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
-        e != cudaSuccess)
+  // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order -- before this kernel, or
+  // for a PDL pair's secondary before the primary, whose launch zeroes it (Rows::shared_counter).
+  int32_t* const counter =
+      p.workspace != nullptr ? reinterpret_cast<int32_t*>((reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3}) : nullptr;
+  const bool zero_counter = dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) ||
+                            (opt.rows.shared_counter && opt.rows.pdl == Rows::kPdlPrimary);
+  if (counter != nullptr && zero_counter)
+    if (const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream)); e != cudaSuccess)
       return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
-  }
+  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) ||
+      (opt.rows.shared_counter && opt.rows.pdl == Rows::kPdlSecondary))
+    args.tile_counter = counter;
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
@@ -1449,6 +1453,8 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
 template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p, const Rows& rows);
 template <DType kDType>
+int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
+template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
@@ -1476,6 +1482,15 @@ struct LongRange : T {
     flash::sm90::LaunchOptions opt;                                                                      \
     opt.rows = rows;                                                                                     \
     return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p, opt); \
+  }
+// d64 dense's second kernel (shapes.h, kRowsShape, d64_split_rows): FLASH_SM90_INSTANTIATE_ROWS(BF16).
+#define FLASH_SM90_INSTANTIATE_ROWS(DTYPE)                                                               \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd_rows<flash::DType::DTYPE>(const flash::FwdParams& p, const flash::sm90::Rows& rows) { \
+    constexpr flash::sm90::Shape s = flash::sm90::kRowsShape;                                            \
+    flash::sm90::LaunchOptions opt;                                                                      \
+    opt.rows = rows;                                                                                     \
+    return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o>>(p, opt); \
   }
 // The d64 block-sparse two-ring instantiation (shapes.h, kTwoRingShape): FLASH_SM90_INSTANTIATE_TWO_RINGS(BF16).
 #define FLASH_SM90_INSTANTIATE_TWO_RINGS(DTYPE)                                                          \

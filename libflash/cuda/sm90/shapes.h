@@ -255,11 +255,15 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
 // as all its CTAs are running (griddepcontrol.launch_dependents), so the dependent's CTAs take the SMs its CTAs leave;
 // kPdlSecondary: launched with programmatic stream serialisation, it may start before the kernel ahead of it in the
 // stream has finished (it reads nothing that kernel writes), and each CTA waits for that kernel's end before it exits
-// (griddepcontrol.wait), so the pair finishes as one launch would.
+// (griddepcontrol.wait), so the pair finishes as one launch would. shared_counter: the secondary takes its tiles from the
+// tile counter in the workspace (its CTAs start as the primary's leave, at different times: a CTA that starts early takes
+// more tiles), which the primary's launch zeroes in stream order before the primary (a memset between the two kernels
+// would stand between them and end the overlap).
 struct Rows {
   enum : int { kNoPdl = 0, kPdlPrimary = 1, kPdlSecondary = 2 };
   int32_t begin = 0, end = -1;
   int pdl = kNoPdl;
+  bool shared_counter = false;
 };
 
 constexpr Shape shape_for(int d, bool sparse = false) {
@@ -295,17 +299,19 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
 // d64 dense's two-kernel form (perf-log v53). Its 192-row tiles leave seqlen_q mod 192 real rows in each (batch, head)'s
 // last query block: at 1k, 4k and 16k 64 of 192, so a sixth of the 1k tiles were two-thirds empty at a full tile's cost
 // (session 29 packed them into shared tiles inside the kernel: its consumers spilled, perf-log v52). Instead the
-// three-warpgroup kernel runs rows [0, rows_a) of every (batch, head), a multiple of 192, and the two-warpgroup
-// (block-sparse) instantiation the rest on 128-row tiles, launched behind it with PDL so its CTAs fill the SMs the
-// first one's tail leaves. Where seqlen_q mod 192 is r in 1..64 the last 192 + r rows (two 128-row tiles) go to the
+// three-warpgroup kernel runs rows [0, rows_a) of every (batch, head), a multiple of 192, and a two-warpgroup
+// instantiation (kRowsShape) the rest on 128-row tiles, launched behind it with PDL so its CTAs fill the SMs the first
+// one's tail leaves. Where seqlen_q mod 192 is r in 1..64 the last 192 + r rows (two 128-row tiles) go to the
 // second kernel, in 65..128 the last r (one); otherwise (0, or > 128: under 64 junk rows) nothing is split. -1: no
-// split (not d64, a mask or window, or no room for the second kernel's schedules).
-inline int64_t d64_split_rows(const FwdParams& p, int64_t smem_limit) {
+// split (not d64, or a mask or window). Rows 0: the second kernel alone (seqlen_q <= 128).
+// sm90_dev (s30-1, against the three-warpgroup kernel alone): 1k +4.7%, 2k +0.6%, 4k +1.5%, 8k -0.0 to +0.3%, 16k +0.3%;
+// the block-sparse instantiation as the second kernel 0.1-0.4% behind this one, and without PDL 1k +2.8%, 8k -4%,
+// 16k -4% (the second kernel's one round of long tiles then runs alone).
+inline constexpr Shape kRowsShape{64, 128, 4, 2, 1};
+inline int64_t d64_split_rows(const FwdParams& p) {
   if (p.head_dim != 64 || !tail_split_applies(p) || p.seqlen_q <= 0) return -1;
   const int64_t q = p.seqlen_q / 192, r = p.seqlen_q % 192;
   if (r == 0 || r > 128) return -1;
-  const Shape s = shape_for(64, true);
-  if (s.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, s.block_n, s.block_n) > smem_limit) return -1;
   return 192 * (r <= 64 ? std::max<int64_t>(q - 1, 0) : q);
 }
 

@@ -17,6 +17,8 @@ namespace sm90 {
 template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p, const Rows& rows);
 template <DType kDType>
+int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
+template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
@@ -97,6 +99,7 @@ bool supports(const FwdParams& p, std::string* why) {
 // (fwd_kernel.cuh, launch makes the same choice), else nothing.
 size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
+  if (d64_split_rows(p) > 0) return kTileCounterBytes;  // d64 dense's second kernel takes its tiles from a counter
   if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
   const int grid = persistent_grid((int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch,
@@ -110,11 +113,14 @@ int32_t fwd_dim(const FwdParams& p, const Rows& rows = {}) {
 }
 
 // d64 dense in two kernels (shapes.h, d64_split_rows): rows [0, rows_a) on the three-warpgroup instantiation, the rest on
-// the two-warpgroup one launched behind it with PDL.
+// the two-warpgroup one (kRowsShape) launched behind it with PDL, taking its tiles from the workspace's counter.
 int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
-  if (rows_a == 0) return fwd_dim<64, true>(p);
-  if (int32_t st = fwd_dim<64, false>(p, Rows{0, int32_t(rows_a), Rows::kPdlPrimary}); st != FLASH_OK) return st;
-  return fwd_dim<64, true>(p, Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
+  auto rows = [&](const Rows& r) {
+    return p.dtype == DType::BF16 ? launch_fwd_rows<DType::BF16>(p, r) : launch_fwd_rows<DType::FP16>(p, r);
+  };
+  if (rows_a == 0) return rows(Rows{});
+  if (int32_t st = fwd_dim<64, false>(p, Rows{0, int32_t(rows_a), Rows::kPdlPrimary, true}); st != FLASH_OK) return st;
+  return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary, true});
 }
 
 int32_t fwd(const FwdParams& p) {
@@ -133,7 +139,7 @@ int32_t fwd(const FwdParams& p) {
   if (p.head_dim == 256 && use_split_kernel(p))
     return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
-  if (const int64_t rows_a = d64_split_rows(p, smem_limit); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
+  if (const int64_t rows_a = d64_split_rows(p); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);

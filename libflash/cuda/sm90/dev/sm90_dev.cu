@@ -142,18 +142,19 @@ int32_t run_k(const FwdParams& p) {
   return flash::sm90::launch<K>(p);
 }
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
-// rest on KB (two warpgroups, 128-row tiles) launched behind it -- with PDL (production with KB the block-sparse
-// instantiation) or plainly one after the other. Problems that do not split run on the three-warpgroup kernel whole.
-template <class KB, bool kPdl>
+// rest on KB (two warpgroups, 128-row tiles) launched behind it -- with PDL or plainly one after the other, its tiles in
+// the static order or from the workspace's counter (production: the dense two-warpgroup kernel, PDL, the counter).
+// Problems that do not split run on the three-warpgroup kernel whole.
+template <class KB, bool kPdl, bool kCounter = false>
 int32_t run_rows(const FwdParams& p) {
   using KA = Tr<64, 128, 4, 3, 1>;
   using flash::sm90::Rows;
-  const int64_t rows_a = flash::sm90::d64_split_rows(p, 232448);
+  const int64_t rows_a = flash::sm90::d64_split_rows(p);
   if (rows_a < 0) return flash::sm90::launch<KA>(p);
   if (rows_a == 0) return flash::sm90::launch<KB>(p);
   flash::sm90::LaunchOptions oa, ob;
-  oa.rows = Rows{0, int32_t(rows_a), kPdl ? Rows::kPdlPrimary : Rows::kNoPdl};
-  ob.rows = Rows{int32_t(rows_a), -1, kPdl ? Rows::kPdlSecondary : Rows::kNoPdl};
+  oa.rows = Rows{0, int32_t(rows_a), kPdl ? Rows::kPdlPrimary : Rows::kNoPdl, kCounter};
+  ob.rows = Rows{int32_t(rows_a), -1, kPdl ? Rows::kPdlSecondary : Rows::kNoPdl, kCounter};
   if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
   return flash::sm90::launch<KB>(p, ob);
 }
@@ -314,11 +315,12 @@ const ProfCase kProfCases[] = {
 const Candidate kCandidates[] = {
     {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
     {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    // Session 30 (v53): the two-kernel form -- the second kernel the block-sparse instantiation (two warpgroups, no pin)
-    // with PDL and without, or a dense two-warpgroup d64 instantiation (pinned, as d128's) with PDL.
-    {"d64  split bs2wg pdl", 64, false, run_rows<Tr<64, 128, 4, 2, 1, true>, true>},
-    {"d64  split bs2wg seq", 64, false, run_rows<Tr<64, 128, 4, 2, 1, true>, false>},
-    {"d64  split dense2wg pdl", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    // Session 30 (v53): the two-kernel form, the second kernel a dense two-warpgroup d64 instantiation (pinned, as
+    // d128's) with PDL, its tiles from the counter (production) or in the static order. s30-1: the block-sparse
+    // instantiation as the second kernel (run_rows<Tr<64, 128, 4, 2, 1, true>, true>) 0.1-0.4% slower than the dense one,
+    // and without PDL (..., false>) 8k-16k 4% slower than the three-warpgroup kernel alone.
+    {"d64  split 2wg pdl ctr", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, true>},
+    {"d64  split 2wg pdl static", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
     // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
     // slower: not kept.

@@ -1385,18 +1385,14 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
-  // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order -- before this kernel, or
-  // for a PDL pair's secondary before the primary, whose launch zeroes it (Rows::shared_counter).
-  int32_t* const counter =
-      p.workspace != nullptr ? reinterpret_cast<int32_t*>((reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3}) : nullptr;
-  const bool zero_counter = dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) ||
-                            (opt.rows.shared_counter && opt.rows.pdl == Rows::kPdlPrimary);
-  if (counter != nullptr && zero_counter)
-    if (const cudaError_t e = cudaMemsetAsync(counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream)); e != cudaSuccess)
+  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
+    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
+    args.tile_counter = reinterpret_cast<int32_t*>(at);
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+        e != cudaSuccess)
       return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
-  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) ||
-      (opt.rows.shared_counter && opt.rows.pdl == Rows::kPdlSecondary))
-    args.tile_counter = counter;
+  }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)

@@ -255,15 +255,12 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
 // as all its CTAs are running (griddepcontrol.launch_dependents), so the dependent's CTAs take the SMs its CTAs leave;
 // kPdlSecondary: launched with programmatic stream serialisation, it may start before the kernel ahead of it in the
 // stream has finished (it reads nothing that kernel writes), and each CTA waits for that kernel's end before it exits
-// (griddepcontrol.wait), so the pair finishes as one launch would. shared_counter: the secondary takes its tiles from the
-// tile counter in the workspace (its CTAs start as the primary's leave, at different times: a CTA that starts early takes
-// more tiles), which the primary's launch zeroes in stream order before the primary (a memset between the two kernels
-// would stand between them and end the overlap).
+// (griddepcontrol.wait), so the pair finishes as one launch would. (Nothing may stand between the two in the stream: a
+// memset there would wait for the primary's end and end the overlap.)
 struct Rows {
   enum : int { kNoPdl = 0, kPdlPrimary = 1, kPdlSecondary = 2 };
   int32_t begin = 0, end = -1;
   int pdl = kNoPdl;
-  bool shared_counter = false;
 };
 
 constexpr Shape shape_for(int d, bool sparse = false) {
@@ -306,7 +303,8 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
 // split (not d64, or a mask or window). Rows 0: the second kernel alone (seqlen_q <= 128).
 // sm90_dev (s30-1, against the three-warpgroup kernel alone): 1k +4.7%, 2k +0.6%, 4k +1.5%, 8k -0.0 to +0.3%, 16k +0.3%;
 // the block-sparse instantiation as the second kernel 0.1-0.4% behind this one, and without PDL 1k +2.8%, 8k -4%,
-// 16k -4% (the second kernel's one round of long tiles then runs alone).
+// 16k -4% (the second kernel's one round of long tiles then runs alone). Its tiles from a counter in the workspace
+// (zeroed before the primary), so that its CTAs that start early take more: no faster than the static order (s30-2).
 inline constexpr Shape kRowsShape{64, 128, 4, 2, 1};
 inline int64_t d64_split_rows(const FwdParams& p) {
   if (p.head_dim != 64 || !tail_split_applies(p) || p.seqlen_q <= 0) return -1;

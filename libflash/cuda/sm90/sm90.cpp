@@ -99,7 +99,6 @@ bool supports(const FwdParams& p, std::string* why) {
 // (fwd_kernel.cuh, launch makes the same choice), else nothing.
 size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
-  if (d64_split_rows(p) > 0) return kTileCounterBytes;  // d64 dense's second kernel takes its tiles from a counter
   if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
   const int grid = persistent_grid((int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch,
@@ -113,14 +112,14 @@ int32_t fwd_dim(const FwdParams& p, const Rows& rows = {}) {
 }
 
 // d64 dense in two kernels (shapes.h, d64_split_rows): rows [0, rows_a) on the three-warpgroup instantiation, the rest on
-// the two-warpgroup one (kRowsShape) launched behind it with PDL, taking its tiles from the workspace's counter.
+// the two-warpgroup one (kRowsShape) launched behind it with PDL (both in the static order).
 int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
   auto rows = [&](const Rows& r) {
     return p.dtype == DType::BF16 ? launch_fwd_rows<DType::BF16>(p, r) : launch_fwd_rows<DType::FP16>(p, r);
   };
   if (rows_a == 0) return rows(Rows{});
-  if (int32_t st = fwd_dim<64, false>(p, Rows{0, int32_t(rows_a), Rows::kPdlPrimary, true}); st != FLASH_OK) return st;
-  return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary, true});
+  if (int32_t st = fwd_dim<64, false>(p, Rows{0, int32_t(rows_a), Rows::kPdlPrimary}); st != FLASH_OK) return st;
+  return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
 }
 
 int32_t fwd(const FwdParams& p) {

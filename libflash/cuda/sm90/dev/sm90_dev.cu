@@ -142,10 +142,9 @@ int32_t run_k(const FwdParams& p) {
   return flash::sm90::launch<K>(p);
 }
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
-// rest on KB (two warpgroups, 128-row tiles) launched behind it -- with PDL or plainly one after the other, its tiles in
-// the static order or from the workspace's counter (production: the dense two-warpgroup kernel, PDL, the counter).
-// Problems that do not split run on the three-warpgroup kernel whole.
-template <class KB, bool kPdl, bool kCounter = false>
+// rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
+// kernel) or plainly one after the other. Problems that do not split run on the three-warpgroup kernel whole.
+template <class KB, bool kPdl>
 int32_t run_rows(const FwdParams& p) {
   using KA = Tr<64, 128, 4, 3, 1>;
   using flash::sm90::Rows;
@@ -153,8 +152,8 @@ int32_t run_rows(const FwdParams& p) {
   if (rows_a < 0) return flash::sm90::launch<KA>(p);
   if (rows_a == 0) return flash::sm90::launch<KB>(p);
   flash::sm90::LaunchOptions oa, ob;
-  oa.rows = Rows{0, int32_t(rows_a), kPdl ? Rows::kPdlPrimary : Rows::kNoPdl, kCounter};
-  ob.rows = Rows{int32_t(rows_a), -1, kPdl ? Rows::kPdlSecondary : Rows::kNoPdl, kCounter};
+  oa.rows = Rows{0, int32_t(rows_a), kPdl ? Rows::kPdlPrimary : Rows::kNoPdl};
+  ob.rows = Rows{int32_t(rows_a), -1, kPdl ? Rows::kPdlSecondary : Rows::kNoPdl};
   if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
   return flash::sm90::launch<KB>(p, ob);
 }
@@ -313,14 +312,15 @@ const ProfCase kProfCases[] = {
 // measured against production in its session: the s24 kernels without the in-turn rescale, d128 bn192 without the early
 // probe, the listed kernel on dense problems, session 27's rotating-ring pins) are in git history (commit b489dbe).
 const Candidate kCandidates[] = {
-    {"d64  3wg (prod)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  (prod again)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    // Session 30 (v53): the two-kernel form, the second kernel a dense two-warpgroup d64 instantiation (pinned, as
-    // d128's) with PDL, its tiles from the counter (production) or in the static order. s30-1: the block-sparse
-    // instantiation as the second kernel (run_rows<Tr<64, 128, 4, 2, 1, true>, true>) 0.1-0.4% slower than the dense one,
-    // and without PDL (..., false>) 8k-16k 4% slower than the three-warpgroup kernel alone.
-    {"d64  split 2wg pdl ctr", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, true>},
-    {"d64  split 2wg pdl static", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    // d64 dense: since session 30 (v53) two kernels, whole 192-row tiles on three warpgroups and the rows left on two
+    // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
+    {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    {"d64  3wg whole (s29)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    // Session 30 (v53), the second kernel: s30-1 the block-sparse instantiation (run_rows<Tr<64, 128, 4, 2, 1, true>,
+    // true>) 0.1-0.4% slower than the dense two-warpgroup one, and without PDL (..., false>) 8k-16k 4% slower than the
+    // three-warpgroup kernel alone; s30-2 its tiles from a counter in the workspace (commit adb83b5) no faster than the
+    // static order.
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
     // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
     // slower: not kept.

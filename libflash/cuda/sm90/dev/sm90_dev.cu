@@ -144,11 +144,14 @@ int32_t run_k(const FwdParams& p) {
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
 // rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
 // kernel) or plainly one after the other. Problems that do not split run on the three-warpgroup kernel whole.
-template <class KB, bool kPdl>
+// kLast64: where seqlen_q mod 192 is 1..64, only the last r rows on the second kernel (one 128-row tile, 128 - r junk)
+// instead of the last 192 + r (two).
+template <class KB, bool kPdl, bool kLast64 = false>
 int32_t run_rows(const FwdParams& p) {
   using KA = Tr<64, 128, 4, 3, 1>;
   using flash::sm90::Rows;
-  const int64_t rows_a = flash::sm90::d64_split_rows(p);
+  int64_t rows_a = flash::sm90::d64_split_rows(p);
+  if (kLast64 && rows_a >= 0 && p.seqlen_q % 192 <= 64) rows_a = p.seqlen_q / 192 * 192;
   if (rows_a < 0) return flash::sm90::launch<KA>(p);
   if (rows_a == 0) return flash::sm90::launch<KB>(p);
   flash::sm90::LaunchOptions oa, ob;
@@ -317,6 +320,7 @@ const Candidate kCandidates[] = {
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  3wg whole (s29)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  split last 64 rows", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, true>},
     // Session 30 (v53), the second kernel: s30-1 the block-sparse instantiation (run_rows<Tr<64, 128, 4, 2, 1, true>,
     // true>) 0.1-0.4% slower than the dense two-warpgroup one, and without PDL (..., false>) 8k-16k 4% slower than the
     // three-warpgroup kernel alone; s30-2 its tiles from a counter in the workspace (commit adb83b5) no faster than the

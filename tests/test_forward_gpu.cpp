@@ -397,8 +397,8 @@ TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
 // without real rows beside them), lists of very different lengths between neighbouring row blocks (one lists nothing,
 // the next everything), per-head lists, GQA, seqlen_q != seqlen_k, the causal and window compositions, and many tiles
 // per CTA, so the rings' positions carry across tiles whose sides differ. (The two-ring kernel takes lists of at least
-// 3 key blocks since session 30 (6 since perf-log v40, 12 before) -- the harness gives max_kv_blocks = every key block --
-// so seqlen_k > 256; the sizes below, chosen for the threshold of 12, are all past 1408.)
+// 6 key blocks since perf-log v40 (12 before) -- the harness gives max_kv_blocks = every key block -- so seqlen_k > 640;
+// the sizes below, chosen for the threshold of 12, are all past 1408.)
 TEST_P(GpuEdges, BlockSparseD64TwoRings) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   struct Size {

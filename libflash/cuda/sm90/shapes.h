@@ -284,7 +284,9 @@ inline constexpr int64_t kListedMaxWindow = 768;
 // their lengths), when its four schedules fit (else the two-warpgroup kernel, which needs less shared memory, runs them).
 // sm90_dev against the two-warpgroup kernel since v40 (a K/V loader per ring and a Q loader, s22-3): 3 blocks per list
 // (4k, s = 0.1) 2-3% slower, 6 (8k, 0.1) 4-6% faster, 8 (4k, 0.25) 2-3%, 13 (16k, 0.1) 11%, 16 (4k, 0.5) 7%,
-// 64 (16k, 0.5) 14%. (v39, one loader, s21-8: 8 blocks the same, 3 8% slower; the threshold was 12.)
+// 64 (16k, 0.5) 14%. (v39, one loader, s21-8: 8 blocks the same, 3 8% slower; the threshold was 12.) Since v49, 3
+// blocks measured 0-2% faster on two rings in sm90_dev (s27-3, s27-5, s28-1), but with the threshold at 3 fa-bench's
+// interleaved masks (s30-4) put 4k s = 0.1 at .165 of dense against .163 (s28): no gain, so it stays at 6.
 inline constexpr int64_t kTwoRingMinBlocks = 6;
 inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (!p.has_block_mask || p.head_dim != 64 || p.block_mask.block_m != 128 || p.block_mask.block_n % 128 != 0) return false;

@@ -557,11 +557,6 @@ TEST_P(GpuTailSplit, Sm90DenseLastRoundSplit) {
 INSTANTIATE_TEST_SUITE_P(HeadDims, GpuTailSplit, ::testing::Values(128, 256),
                          [](const auto& info) { return "d" + std::to_string(info.param); });
 
-// The same kernels on a persistent grid of 6 CTAs (LIBFLASH_SM90_MAX_CTAS, runtime.h persistent_ctas): problems a few
-// heads large that still split, and d128 causal long key ranges on the 192-key kernel (dynamic order, 9 tiles on 6
-// CTAs). Small enough for compute-sanitizer's racecheck (the device script's sanitize-split phase), and 128 query rows,
-// so both consumer warpgroups' merged rows are compared. The caller's workspace is sized for 6 CTAs: accepted only if
-// the library planned the split for 6 too (132 CTAs need more).
 namespace {
 // LIBFLASH_SM90_MAX_CTAS set for a scope; the caller's own setting, if any, is put back after.
 struct ScopedMaxCtas {
@@ -576,6 +571,11 @@ struct ScopedMaxCtas {
 };
 }  // namespace
 
+// The same kernels on a persistent grid of 6 CTAs (LIBFLASH_SM90_MAX_CTAS, runtime.h persistent_ctas): problems a few
+// heads large that still split, and d128 causal long key ranges on the 192-key kernel (dynamic order, 9 tiles on 6
+// CTAs). Small enough for compute-sanitizer's racecheck (the device script's sanitize-split phase), and 128 query rows,
+// so both consumer warpgroups' merged rows are compared. The caller's workspace is sized for 6 CTAs: accepted only if
+// the library planned the split for 6 too (132 CTAs need more).
 TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   constexpr int kGrid = 6;

@@ -303,10 +303,10 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
 // one's tail leaves. Where seqlen_q mod 192 is r in 1..64 the last 192 + r rows (two 128-row tiles) go to the
 // second kernel, in 65..128 the last r (one); otherwise (0, or > 128: under 64 junk rows) nothing is split. -1: no
 // split (not d64, or a mask or window). Rows 0: the second kernel alone (seqlen_q <= 128).
-// sm90_dev (s30-1, against the three-warpgroup kernel alone): 1k +4.7%, 2k +0.6%, 4k +1.5%, 8k -0.0 to +0.3%, 16k +0.3%;
-// the block-sparse instantiation as the second kernel 0.1-0.4% behind this one, and without PDL 1k +2.8%, 8k -4%,
-// 16k -4% (the second kernel's one round of long tiles then runs alone). Its tiles from a counter in the workspace
-// (zeroed before the primary), so that its CTAs that start early take more: no faster than the static order (s30-2).
+// sm90_dev (s30-3, against the three-warpgroup kernel alone): 1k +4.0%, 4k +1.4%, 2k / 8k / 16k within 0.3%; interleaved
+// with cuDNN, d64 dense 1k .98 -> 1.01. The block-sparse instantiation as the second kernel measured 0.1-0.4% behind
+// this one, without PDL 8k and 16k 4% slower (the second kernel's one round of long tiles then runs alone), its tiles
+// from a counter in the workspace (zeroed before the primary) no faster than the static order (s30-1, s30-2).
 inline constexpr Shape kRowsShape{64, 128, 4, 2, 1};
 inline int64_t d64_split_rows(const FwdParams& p) {
   if (p.head_dim != 64 || !tail_split_applies(p) || p.seqlen_q <= 0) return -1;

@@ -144,14 +144,11 @@ int32_t run_k(const FwdParams& p) {
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
 // rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
 // kernel) or plainly one after the other. Problems that do not split run on the three-warpgroup kernel whole.
-// kLast64: where seqlen_q mod 192 is 1..64, only the last r rows on the second kernel (one 128-row tile, 128 - r junk)
-// instead of the last 192 + r (two).
-template <class KB, bool kPdl, bool kLast64 = false>
+template <class KB, bool kPdl>
 int32_t run_rows(const FwdParams& p) {
   using KA = Tr<64, 128, 4, 3, 1>;
   using flash::sm90::Rows;
-  int64_t rows_a = flash::sm90::d64_split_rows(p);
-  if (kLast64 && rows_a >= 0 && p.seqlen_q % 192 <= 64) rows_a = p.seqlen_q / 192 * 192;
+  const int64_t rows_a = flash::sm90::d64_split_rows(p);
   if (rows_a < 0) return flash::sm90::launch<KA>(p);
   if (rows_a == 0) return flash::sm90::launch<KB>(p);
   flash::sm90::LaunchOptions oa, ob;
@@ -320,11 +317,11 @@ const Candidate kCandidates[] = {
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  3wg whole (s29)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    {"d64  split last 64 rows", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, true>},
     // Session 30 (v53), the second kernel: s30-1 the block-sparse instantiation (run_rows<Tr<64, 128, 4, 2, 1, true>,
     // true>) 0.1-0.4% slower than the dense two-warpgroup one, and without PDL (..., false>) 8k-16k 4% slower than the
     // three-warpgroup kernel alone; s30-2 its tiles from a counter in the workspace (commit adb83b5) no faster than the
-    // static order.
+    // static order; s30-3 only the last r rows on it where seqlen_q mod 192 is r in 1..64 (one 128-row tile, commit
+    // 5407c61) no gain at 1k (.3317 against the three-warpgroup kernel's .3306 ms).
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
     // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
     // slower: not kept.

@@ -265,11 +265,16 @@ struct Traits {
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
-  // d64 dense's two-kernel form (shapes.h, d64_split_rows; perf-log v53): the three-warpgroup dense instantiation is the
-  // PDL primary (it lets the dependent launch start once all its CTAs run), the two-warpgroup dense one (kRowsShape) the
-  // secondary (each CTA waits for the primary's end before it exits). Both instructions do nothing without PDL.
-  static constexpr bool kPdlPrimary = kHeadDim_ == 64 && !kSparse_ && kConsumers_ == 3;
-  static constexpr bool kPdlSecondary = kHeadDim_ == 64 && !kSparse_ && kConsumers_ == 2;
+  // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
+  // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
+  // - d64 dense's rows (d64_split_rows; perf-log v53): the three-warpgroup dense instantiation, then the two-warpgroup
+  //   dense one (kRowsShape).
+  // - d128's 128-key and d256's dense instantiations below kSplitMinKeys (pair_split; perf-log v54): the static order's
+  //   whole rounds, then the last round's pieces on an instantiation with the tail split (kTailSplit), which also waits
+  //   for the primary's end before its first count (the primary zeroes the counts: no memset between the two).
+  static constexpr bool kPdlPrimary =
+      !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 ? kConsumers_ == 3 : kHeadDim_ == 128 ? kBlockN_ == 128 : true);
+  static constexpr bool kPdlSecondary = !kSparse_ && (kTailSplit_ || (kHeadDim_ == 64 && kConsumers_ == 2));
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -555,6 +560,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan);
+    // A pair's primary over the static order's tiles (Rows::pieces): the secondary's piece counts start from zero (at most
+    // 2 x grid). It reads them only after griddepcontrol.wait, which waits for this grid's end and its stores. (Written by
+    // every thread before the warpgroups part, they made d256's consumers spill 56 bytes; by a producer warp, d128's 8.)
+    if constexpr (K::kPdlPrimary && K::kConsumers == 2)
+      if (blockIdx.x == 0)
+        for (int i = 0; i < args.tail_zero; ++i) args.tail_count[i] = 0;
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
     if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
@@ -746,7 +757,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
           }
         };
-        int x = int(blockIdx.x);  // the first tile of either order (a split tail needs more tiles than CTAs)
+        // The first tile of either order (a split tail needs more tiles than CTAs), or a pair's secondary's first piece.
+        int x = K::kTailSplit && args.tail.pieces_only ? static_item<true>(args, tail_plan, 0) : int(blockIdx.x);
         start_tile(0, x);
         for (int tile_iter = 0; is_work<K::kTailSplit>(args, x); ++tile_iter) {
           const Work w = decode_work<K::kTailSplit>(args, tail_plan, x);
@@ -1190,7 +1202,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int g = int(gridDim.x), t = w.x - args.tail.whole;
         const int c_first = args.tail.cta_of(int64_t(t) * args.tail.blocks, g);
         const int c_last = args.tail.cta_of(int64_t(t + 1) * args.tail.blocks - 1, g);
-        if (tid == 0) tail_last[wg] = atomicAdd(args.tail_count + t * K::kConsumers + wg, 1) == c_last - c_first;
+        if (tid == 0) {
+          // A pair's secondary: the primary zeroed the counts (Rows::pieces); its end makes the zeros visible. (At
+          // once when the primary has ended, or when the launch had no PDL.)
+          if constexpr (K::kPdlSecondary) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+          tail_last[wg] = atomicAdd(args.tail_count + t * K::kConsumers + wg, 1) == c_last - c_first;
+        }
         named_sync(4 + wg, 128);
         write_out = tail_last[wg] != 0;
         if (write_out) {
@@ -1360,6 +1377,11 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
                !tail_split_applies(p)))
     return fail(FLASH_ERROR_INTERNAL, "sm90: query rows [", opt.rows.begin, ", ", row_end, ") of ", p.seqlen_q,
                 " cannot be a launch of their own");
+  // A pair over the static order's tiles (shapes.h, Rows::pieces): dense problems, all rows, a workspace for the pieces.
+  const bool pair = opt.rows.pieces.units > 0;
+  if (pair && (part || !tail_split_applies(p) || p.workspace == nullptr || K::kConsumers != 2 ||
+               (opt.rows.pdl == Rows::kPdlPrimary ? !K::kPdlPrimary : !(opt.rows.pdl == Rows::kPdlSecondary && K::kTailSplit))))
+    return fail(FLASH_ERROR_INTERNAL, "sm90: this instantiation cannot run its part of a split tail");
   args.num_m_blocks = int32_t((row_end - opt.rows.begin + K::kBlockM - 1) / K::kBlockM);
   // Masks with a right edge (causal-like, windows): a row's key range grows with the row, so the tiles are
   // aligned to end at seqlen_q and the partial one comes first, where it has the fewest keys (d64's 192-row
@@ -1412,7 +1434,26 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   args.tail = TailSplit{args.num_tiles, 0, 0};
-  if (K::kTailSplit && opt.tail_split && !part && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
+  if (pair) {
+    // Both launches of the pair plan the same split for the same grid (sm90.cpp, pair_split): the primary runs the
+    // tiles before it and zeroes the counts (args.tail_zero), the secondary runs the pieces and merges them.
+    const TailSplit& t = opt.rows.pieces;
+    if (args.tile_counter != nullptr || t.whole != tiles - tiles % grid || t.units != (tiles - t.whole) * int64_t{t.blocks} ||
+        (opt.rows.pdl == Rows::kPdlSecondary && t.blocks != (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN))
+      return fail(FLASH_ERROR_INTERNAL, "sm90: a split tail planned for another grid or key block");
+    if (int64_t(p.workspace_size) < tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers))
+      return fail(FLASH_ERROR_INTERNAL, "sm90: the workspace is too small for the split tail's pieces");
+    const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
+    args.tail_count = reinterpret_cast<int32_t*>(base);
+    if (opt.rows.pdl == Rows::kPdlPrimary) {
+      args.num_tiles = t.whole;
+      args.tail_zero = int32_t(tiles - t.whole) * K::kConsumers;
+    } else {
+      args.tail = t;
+      args.tail.pieces_only = true;
+      args.tail_part = reinterpret_cast<float*>(base + tail_count_bytes(grid, K::kConsumers));
+    }
+  } else if (K::kTailSplit && opt.tail_split && !part && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
     const TailSplit t = tail_split_for(p, K::kShape, grid);
     const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
     if (t.units > 0 && int64_t(p.workspace_size) >= need) {
@@ -1453,9 +1494,9 @@ int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
-int32_t launch_fwd_long(const FwdParams& p);
+int32_t launch_fwd_long(const FwdParams& p, const Rows& rows);
 template <int kHeadDim, DType kDType>
-int32_t launch_fwd_split(const FwdParams& p);
+int32_t launch_fwd_split(const FwdParams& p, const Rows& rows);
 
 // The instantiations for long key ranges (>= 8192 keys: the d128 192-key ones and d256's with the tail split) probe a
 // block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v44): sm90_dev s24-2, against the same kernels
@@ -1499,16 +1540,22 @@ struct LongRange : T {
 // FLASH_SM90_INSTANTIATE_LONG(BF16, true).
 #define FLASH_SM90_INSTANTIATE_LONG(DTYPE, SPLIT)                                                        \
   template <>                                                                                            \
-  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE, SPLIT>(const flash::FwdParams& p) {          \
+  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE, SPLIT>(const flash::FwdParams& p,             \
+                                                                    const flash::sm90::Rows& rows) {     \
     constexpr flash::sm90::Shape s = flash::sm90::kLongShape;                                            \
+    flash::sm90::LaunchOptions opt;                                                                      \
+    opt.rows = rows;                                                                                     \
     return launch<flash::sm90::LongRange<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false,  \
-                                                             s.consumers, 0, s.store_o, SPLIT>>>(p);      \
+                                                             s.consumers, 0, s.store_o, SPLIT>>>(p, opt); \
   }
 // A dense instantiation with the tail split (shapes.h, use_split_kernel): FLASH_SM90_INSTANTIATE_SPLIT(256, BF16).
 #define FLASH_SM90_INSTANTIATE_SPLIT(D, DTYPE)                                                           \
   template <>                                                                                            \
-  int32_t flash::sm90::launch_fwd_split<D, flash::DType::DTYPE>(const flash::FwdParams& p) {             \
+  int32_t flash::sm90::launch_fwd_split<D, flash::DType::DTYPE>(const flash::FwdParams& p,                \
+                                                                 const flash::sm90::Rows& rows) {        \
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D);                                          \
+    flash::sm90::LaunchOptions opt;                                                                      \
+    opt.rows = rows;                                                                                     \
     return launch<flash::sm90::LongRange<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, \
-                                                             s.store_o, true>>>(p);                        \
+                                                             s.store_o, true>>>(p, opt);                   \
   }

@@ -107,6 +107,8 @@ struct TailSplit {
   int32_t whole = 0;   // tiles [0, whole) run whole (T / G rounds); [whole, T) are split. No split: whole = T
   int32_t blocks = 0;  // key blocks per tile
   int64_t units = 0;   // (T - whole) x blocks; 0: no split
+  // A PDL pair's secondary (Rows::pieces): this launch runs the pieces only; the primary ran the whole rounds.
+  bool pieces_only = false;
   // CTA c's first unit (grid CTAs): begin(grid) = units.
   FLASH_SM90_HD int64_t begin(int c, int grid) const { return units * c / grid; }
   // The CTA whose run holds unit u (the largest c with begin(c) <= u).
@@ -152,7 +154,7 @@ struct TailPlan {
   Work piece[2];
 };
 FLASH_SM90_HD inline void plan_tail(const TailSplit& t, int grid, int c, TailPlan& plan) {
-  plan.whole_rounds = t.whole / grid;
+  plan.whole_rounds = t.pieces_only ? 0 : t.whole / grid;
   plan.pieces = 0;
   if (t.units == 0) return;
   const int64_t b0 = t.begin(c, grid), b1 = t.begin(c + 1, grid);
@@ -173,9 +175,12 @@ FLASH_SM90_HD inline int tail_slot(const TailSplit& t, int grid, int c, int tile
 inline int persistent_grid(int64_t tiles, int sms) { return int(std::min<int64_t>(tiles, sms > 0 ? sms : 132)); }
 // A problem's tail split on an instantiation of shape s launched on `grid` CTAs: the one choice the workspace query
 // (sm90.cpp) and launch (fwd_kernel.cuh) both make.
-inline TailSplit tail_split_for(const FwdParams& p, const Shape& s, int grid) {
-  const int64_t tiles = (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
-  return tail_split(tiles, grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n, tail_split_margin(s.head_dim));
+inline int64_t tiles_of(const FwdParams& p, const Shape& s) {
+  return (int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch;
+}
+inline TailSplit tail_split_for(const FwdParams& p, const Shape& s, int grid, int margin = -1) {
+  return tail_split(tiles_of(p, s), grid, (int64_t(p.seqlen_k) + s.block_n - 1) / s.block_n,
+                    margin >= 0 ? margin : tail_split_margin(s.head_dim));
 }
 
 // Which problems may split: the static order (no right edge without a left one) with every tile visiting the same
@@ -257,16 +262,32 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
 // stream has finished (it reads nothing that kernel writes), and each CTA waits for that kernel's end before it exits
 // (griddepcontrol.wait), so the pair finishes as one launch would. (Nothing may stand between the two in the stream: a
 // memset there would wait for the primary's end and end the overlap.)
+// pieces (units > 0): a pair over the static order's tiles instead of rows (perf-log v54): the primary runs the whole
+// rounds, tiles [0, pieces.whole), and zeroes the pieces' counters; the secondary (an instantiation with the tail split
+// compiled in) runs only the last round's pieces, waiting for the primary's end before its first count.
 struct Rows {
   enum : int { kNoPdl = 0, kPdlPrimary = 1, kPdlSecondary = 2 };
   int32_t begin = 0, end = -1;
   int pdl = kNoPdl;
+  TailSplit pieces{};
 };
 
 constexpr Shape shape_for(int d, bool sparse = false) {
   for (const Shape& s : sparse ? kSparseShapes : kShapes)
     if (s.head_dim == d) return s;
   return Shape{0, 0, 0};
+}
+
+// The static order's last round as a kernel of its own (perf-log v54): below kSplitMinKeys the tail split's code costs
+// the dense kernels more than the split gains (sm90_dev s27-3: d128 at 128-key blocks 1k -3%, 2k -5%, 4k +1%), yet the
+// standard grid's 2048 d128 tiles leave 68 for a last round on 132 SMs at every length. So d128 (128-key blocks) and
+// d256 run as a PDL pair there: the unchanged dense instantiation runs the whole rounds, and the split instantiation of
+// the same shape (launch_fwd_split) the last round's pieces behind it, on the SMs the first one leaves. The pieces'
+// extra prologues, epilogues and merges are paid once, in the last round, so the margin is smaller than the split's.
+inline int pair_margin(int head_dim) { return head_dim >= 256 ? 6 : 2; }
+inline TailSplit pair_split(const FwdParams& p, int grid) {
+  if (!tail_split_applies(p) || p.seqlen_k >= kSplitMinKeys || (p.head_dim != 128 && p.head_dim != 256)) return {};
+  return tail_split_for(p, shape_for(p.head_dim), grid, pair_margin(p.head_dim));
 }
 
 // Which instantiation runs a problem: block-sparse masks need the block-sparse one (its producer's scheduler warp turns

@@ -21,9 +21,9 @@ int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
-int32_t launch_fwd_long(const FwdParams& p);
+int32_t launch_fwd_long(const FwdParams& p, const Rows& rows = {});
 template <int kHeadDim, DType kDType>
-int32_t launch_fwd_split(const FwdParams& p);
+int32_t launch_fwd_split(const FwdParams& p, const Rows& rows = {});
 
 namespace {
 
@@ -95,10 +95,21 @@ bool supports(const FwdParams& p, std::string* why) {
   return true;
 }
 
-// The dynamic tile order's counter (shapes.h); the split instantiations' counters and partials where the problem splits
-// (fwd_kernel.cuh, launch makes the same choice), else nothing.
+// A dense d128 or d256 problem's PDL pair (shapes.h, pair_split), planned for the grid launch gives the dense
+// instantiation (fwd_kernel.cuh); units 0: none.
+int dense_grid(const FwdParams& p) {
+  return persistent_grid(tiles_of(p, shape_for(p.head_dim)), cuda::persistent_ctas(p.device_id));
+}
+TailSplit pair_for(const FwdParams& p) {
+  return p.head_dim == 128 || p.head_dim == 256 ? pair_split(p, dense_grid(p)) : TailSplit{};
+}
+
+// The dynamic tile order's counter (shapes.h); the pair's or the split instantiations' counters and partials where the
+// problem splits (fwd_kernel.cuh, launch makes the same choice), else nothing.
 size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
+  if (const TailSplit t = pair_for(p); t.units > 0)
+    return size_t(tail_workspace_bytes(t, dense_grid(p), p.head_dim, shape_for(p.head_dim).consumers));
   if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
   const int grid = persistent_grid((int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch,
@@ -122,6 +133,19 @@ int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
   return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
 }
 
+// d128 (128-key blocks) and d256 dense below kSplitMinKeys with a last round worth splitting (shapes.h, pair_split): the
+// whole rounds on the dense instantiation, the last round's pieces on the split one behind it with PDL.
+template <int D>
+int32_t fwd_pair(const FwdParams& p, const TailSplit& t) {
+  const bool bf16 = p.dtype == DType::BF16;
+  Rows r;
+  r.pieces = t;
+  r.pdl = Rows::kPdlPrimary;
+  if (int32_t st = fwd_dim<D, false>(p, r); st != FLASH_OK) return st;
+  r.pdl = Rows::kPdlSecondary;
+  return bf16 ? launch_fwd_split<D, DType::BF16>(p, r) : launch_fwd_split<D, DType::FP16>(p, r);
+}
+
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
   // Block-sparse masks, and the d64 problems whose tiles see few key blocks, run on the block-sparse instantiation;
@@ -139,6 +163,8 @@ int32_t fwd(const FwdParams& p) {
     return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
   if (const int64_t rows_a = d64_split_rows(p); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
+  if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0)
+    return p.head_dim == 128 ? fwd_pair<128>(p, t) : fwd_pair<256>(p, t);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);

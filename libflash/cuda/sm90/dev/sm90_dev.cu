@@ -157,6 +157,24 @@ int32_t run_rows(const FwdParams& p) {
   if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
   return flash::sm90::launch<KB>(p, ob);
 }
+// The static order's last round as a kernel of its own (shapes.h, pair_split; perf-log v54): KA (a dense instantiation,
+// Traits::kPdlPrimary) runs the whole rounds, KB (one with the tail split compiled in) the last round's pieces behind it
+// with PDL, planned on KB's key blocks with the margin kMargin. Problems that do not split run on KA whole.
+template <class KA, class KB, int kMargin>
+int32_t run_pair(const FwdParams& p) {
+  using namespace flash::sm90;
+  const int grid = persistent_grid(tiles_of(p, KA::kShape), flash::cuda::persistent_ctas(p.device_id));
+  const TailSplit t = tail_split_applies(p) ? tail_split(tiles_of(p, KA::kShape), grid,
+                                                         (int64_t(p.seqlen_k) + KB::kBlockN - 1) / KB::kBlockN, kMargin)
+                                            : TailSplit{};
+  if (t.units == 0) return launch<KA>(p);
+  LaunchOptions oa, ob;
+  oa.rows.pieces = ob.rows.pieces = t;
+  oa.rows.pdl = Rows::kPdlPrimary;
+  ob.rows.pdl = Rows::kPdlSecondary;
+  if (const int32_t st = launch<KA>(p, oa); st != 0) return st;
+  return launch<KB>(p, ob);
+}
 // The profiling variant (Traits::kProfile): clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -327,6 +345,11 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 31 (v54): the last round's pieces as a PDL secondary behind the whole rounds, on the 128-key split
+    // instantiation (production's choice, LongRange as launch_fwd_split's) or the 192-key one.
+    {"d128 pair bn128", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2>},
+    {"d128 pair bn128 again", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2>},
+    {"d128 pair bn192", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, 2>},
     // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
     // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256:
@@ -344,6 +367,9 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
+    // Session 31 (v54): the pair (as d128's) with margins 6 (production: 2k and 4k split) and 2 (1k too).
+    {"d256 pair m6", 256, false, run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 6>},
+    {"d256 pair m2", 256, false, run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 2>},
     // Both d256 instantiations pin the softmax since session 28 (v50), and the dense one probes early since s28-7 (as
     // the split always did); without the probe, s28-5's kernel, and without either, session 27's.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},

@@ -1347,6 +1347,7 @@ struct LaunchOptions {
   double tail_grids = 2.0;
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
+  bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1467,7 +1468,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
         return cuda::status_from(e, "cudaMemsetAsync(sm90 tail counters)");
     }
   }
-  if (opt.rows.pdl == Rows::kPdlSecondary) {
+  if (opt.rows.pdl == Rows::kPdlSecondary && opt.pdl_attr) {
     // Behind the primary with programmatic stream serialisation (shapes.h, Rows). A runtime that refuses the attribute
     // gets the plain launch below: the same result, the two kernels one after the other.
     cudaLaunchConfig_t cfg{};

@@ -160,7 +160,9 @@ int32_t run_rows(const FwdParams& p) {
 // The static order's last round as a kernel of its own (shapes.h, pair_split; perf-log v54): KA (a dense instantiation,
 // Traits::kPdlPrimary) runs the whole rounds, KB (one with the tail split compiled in) the last round's pieces behind it
 // with PDL, planned on KB's key blocks with the margin kMargin. Problems that do not split run on KA whole.
-template <class KA, class KB, int kMargin>
+// kPart (dev, s31-2: where the pair's time goes): 0 the pair, 1 without PDL (the secondary launched plainly), 2 the
+// primary alone (the whole rounds), 3 the secondary alone (the pieces; their counts not zeroed, so O is wrong).
+template <class KA, class KB, int kMargin, int kPart = 0>
 int32_t run_pair(const FwdParams& p) {
   using namespace flash::sm90;
   const int grid = persistent_grid(tiles_of(p, KA::kShape), flash::cuda::persistent_ctas(p.device_id));
@@ -172,7 +174,9 @@ int32_t run_pair(const FwdParams& p) {
   oa.rows.pieces = ob.rows.pieces = t;
   oa.rows.pdl = Rows::kPdlPrimary;
   ob.rows.pdl = Rows::kPdlSecondary;
-  if (const int32_t st = launch<KA>(p, oa); st != 0) return st;
+  ob.pdl_attr = kPart != 1;
+  if (kPart == 3) return launch<KB>(p, ob);
+  if (const int32_t st = launch<KA>(p, oa); st != 0 || kPart == 2) return st;
   return launch<KB>(p, ob);
 }
 // The profiling variant (Traits::kProfile): clock64 phase counters.
@@ -350,6 +354,10 @@ const Candidate kCandidates[] = {
     {"d128 pair bn128", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2>},
     {"d128 pair bn128 again", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2>},
     {"d128 pair bn192", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, 2>},
+    {"d128 pair no PDL", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2, 1>},
+    {"d128 pair: primary alone", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2, 2>},
+    {"d128 pair: pieces alone", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2, 3>},
+    {"d128 pair bn128 no probe", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
     // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256:

@@ -637,50 +637,48 @@ TEST(GpuSmallGrid, Sm90D64TwoKernels) {
   }
 }
 
-// d128 (128-key blocks) and d256 dense below kSplitMinKeys as a PDL pair (shapes.h, pair_split): the whole rounds on
-// the dense instantiation, the last round's pieces on the split one behind it. On 2 CTAs the pieces' CTAs find free SMs
-// at once and run beside the primary, so their counts must wait for the primary's end (its CTA 0 zeroes them); on 6
-// they start as the primary's CTAs leave. 15 and 21 tiles: one and three left for the last round. A caller's workspace
-// of exactly the pair's size at an odd address, run twice (the counts the first call leaves must be zeroed again), then
-// one byte short (refused, naming the size query).
-TEST(GpuSmallGrid, Sm90TailPairs) {
+// d128 dense on 128-key blocks as a PDL pair (shapes.h, pair_split): the whole rounds on the dense instantiation, the
+// last round's pieces on the split one behind it. On 2 CTAs the pieces' CTAs find free SMs at once and run beside the
+// primary, so their counts must wait for the primary's end (its CTA 0 zeroes them); on 6 they start as the primary's
+// CTAs leave. 15 and 21 tiles: one and three left for the last round, in runs of half a tile (26-27 key blocks). A
+// caller's workspace of exactly the pair's size at an odd address, run twice (the counts the first call leaves must be
+// zeroed again), then one byte short (refused).
+TEST(GpuSmallGrid, Sm90D128TailPairs) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   std::mt19937_64 rng(base_seed() ^ 0x9a17);
   int n = 0;
   for (int grid : {2, 6}) {
     const ScopedMaxCtas env(grid == 2 ? "2" : "6");
-    for (int head_dim : {128, 256}) {
-      for (int variant = 0; variant < 2; ++variant) {
-        CaseSpec s;
-        s.batch = 1, s.heads_q = variant == 0 ? 5 : 7, s.heads_kv = variant == 0 ? 1 : 7;
-        s.seqlen_q = variant == 0 ? 300 : 333;  // three 128-row tiles per head, the last partial
-        s.seqlen_k = (head_dim == 128 ? 1000 : 1500) + 61 * variant, s.head_dim = head_dim;
-        s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
-        flash::FwdParams fp{};  // (what pair_split reads)
-        fp.head_dim = head_dim, fp.seqlen_q = int32_t(s.seqlen_q), fp.seqlen_k = int32_t(s.seqlen_k);
-        fp.batch = int32_t(s.batch), fp.heads_q = int32_t(s.heads_q), fp.window_left = fp.window_right = -1;
-        const flash::sm90::TailSplit t = flash::sm90::pair_split(fp, grid);
-        ASSERT_GT(t.units, 0) << "the problem must run as a pair: " << s.describe();
-        if (variant == 0) {
-          expect_sm90_ok(s, rng);
-          continue;
-        }
-        const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, grid, head_dim, 2));
-        void* ws = cuda_alloc(need + 1);
-        ASSERT_NE(ws, nullptr);
-        for (int run = 0; run < 2; ++run) {
-          Case c = make_case(s, rng);
-          ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need), FLASH_OK)
-              << flash_last_error_message() << "\n  " << s.describe();
-          const Check ch = check_case(c);
-          EXPECT_TRUE(ch.ok) << "caller's workspace, run " << run << ": " << ch.message << "\n  case: " << s.describe()
-                             << " seed " << base_seed();
-        }
-        Case c = make_case(s, rng);
-        EXPECT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need - 1),
-                  FLASH_ERROR_WORKSPACE_TOO_SMALL);
-        cuda_free(ws);
+    for (int variant = 0; variant < 2; ++variant) {
+      CaseSpec s;
+      s.batch = 1, s.heads_q = variant == 0 ? 5 : 7, s.heads_kv = variant == 0 ? 1 : 7;
+      s.seqlen_q = variant == 0 ? 300 : 333;  // three 128-row tiles per head, the last partial
+      s.seqlen_k = 3300 + 61 * variant, s.head_dim = 128;
+      s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+      flash::FwdParams fp{};  // (what pair_split reads)
+      fp.head_dim = 128, fp.seqlen_q = int32_t(s.seqlen_q), fp.seqlen_k = int32_t(s.seqlen_k);
+      fp.batch = int32_t(s.batch), fp.heads_q = int32_t(s.heads_q), fp.window_left = fp.window_right = -1;
+      const flash::sm90::TailSplit t = flash::sm90::pair_split(fp, grid);
+      ASSERT_GT(t.units, 0) << "the problem must run as a pair: " << s.describe();
+      if (variant == 0) {
+        expect_sm90_ok(s, rng);
+        continue;
       }
+      const size_t need = size_t(flash::sm90::tail_workspace_bytes(t, grid, 128, 2));
+      void* ws = cuda_alloc(need + 1);
+      ASSERT_NE(ws, nullptr);
+      for (int run = 0; run < 2; ++run) {
+        Case c = make_case(s, rng);
+        ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need), FLASH_OK)
+            << flash_last_error_message() << "\n  " << s.describe();
+        const Check ch = check_case(c);
+        EXPECT_TRUE(ch.ok) << "caller's workspace, run " << run << ": " << ch.message << "\n  case: " << s.describe()
+                           << " seed " << base_seed();
+      }
+      Case c = make_case(s, rng);
+      EXPECT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, static_cast<char*>(ws) + 1, need - 1),
+                FLASH_ERROR_WORKSPACE_TOO_SMALL);
+      cuda_free(ws);
     }
   }
 }

@@ -269,12 +269,13 @@ struct Traits {
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
   // - d64 dense's rows (d64_split_rows; perf-log v53): the three-warpgroup dense instantiation, then the two-warpgroup
   //   dense one (kRowsShape).
-  // - d128's 128-key and d256's dense instantiations below kSplitMinKeys (pair_split; perf-log v54): the static order's
-  //   whole rounds, then the last round's pieces on an instantiation with the tail split (kTailSplit), which also waits
-  //   for the primary's end before its first count (the primary zeroes the counts: no memset between the two).
+  // - d128's 128-key dense instantiation below kSplitMinKeys (pair_split; perf-log v54): the static order's whole rounds,
+  //   then the last round's pieces on the same shape with the tail split (kTailSplit), which also waits for the
+  //   primary's end before its first count (the counts are zeroed ahead of the primary: nothing between the two).
   static constexpr bool kPdlPrimary =
-      !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 ? kConsumers_ == 3 : kHeadDim_ == 128 ? kBlockN_ == 128 : true);
-  static constexpr bool kPdlSecondary = !kSparse_ && (kTailSplit_ || (kHeadDim_ == 64 && kConsumers_ == 2));
+      !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 ? kConsumers_ == 3 : kHeadDim_ == 128 && kBlockN_ == 128);
+  static constexpr bool kPdlSecondary =
+      !kSparse_ && (kHeadDim_ == 64 ? kConsumers_ == 2 : kHeadDim_ == 128 && kBlockN_ == 128 && kTailSplit_);
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -559,13 +560,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan);
-    // A pair's primary over the static order's tiles (Rows::pieces): the secondary's piece counts start from zero (at most
-    // 2 x grid). It reads them only after griddepcontrol.wait, which waits for this grid's end and its stores. (Written by
-    // every thread before the warpgroups part, they made d256's consumers spill 56 bytes; by a producer warp, d128's 8.)
-    if constexpr (K::kPdlPrimary && K::kConsumers == 2)
-      if (blockIdx.x == 0)
-        for (int i = 0; i < args.tail_zero; ++i) args.tail_count[i] = 0;
+    if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
     if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
@@ -758,7 +753,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
         };
         // The first tile of either order (a split tail needs more tiles than CTAs), or a pair's secondary's first piece.
-        int x = K::kTailSplit && args.tail.pieces_only ? static_item<true>(args, tail_plan, 0) : int(blockIdx.x);
+        int x = int(blockIdx.x);
+        if constexpr (K::kPdlSecondary && K::kTailSplit)
+          if (args.tail.pieces_only) x = static_item<true>(args, tail_plan, 0);
         start_tile(0, x);
         for (int tile_iter = 0; is_work<K::kTailSplit>(args, x); ++tile_iter) {
           const Work w = decode_work<K::kTailSplit>(args, tail_plan, x);
@@ -1203,8 +1200,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int c_first = args.tail.cta_of(int64_t(t) * args.tail.blocks, g);
         const int c_last = args.tail.cta_of(int64_t(t + 1) * args.tail.blocks - 1, g);
         if (tid == 0) {
-          // A pair's secondary: the primary zeroed the counts (Rows::pieces); its end makes the zeros visible. (At
-          // once when the primary has ended, or when the launch had no PDL.)
+          // A pair's secondary (Rows::pieces): the counts were zeroed ahead of the primary; waiting for the primary's
+          // end orders that before this count whatever PDL lets overlap. (At once when the primary has ended, or when
+          // the launch had no PDL.)
           if constexpr (K::kPdlSecondary) asm volatile("griddepcontrol.wait;\n" ::: "memory");
           tail_last[wg] = atomicAdd(args.tail_count + t * K::kConsumers + wg, 1) == c_last - c_first;
         }
@@ -1437,7 +1435,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   args.tail = TailSplit{args.num_tiles, 0, 0};
   if (pair) {
     // Both launches of the pair plan the same split for the same grid (sm90.cpp, pair_split): the primary runs the
-    // tiles before it and zeroes the counts (args.tail_zero), the secondary runs the pieces and merges them.
+    // tiles before it, the secondary the pieces, and merges them.
     const TailSplit& t = opt.rows.pieces;
     if (args.tile_counter != nullptr || t.whole != tiles - tiles % grid || t.units != (tiles - t.whole) * int64_t{t.blocks} ||
         (opt.rows.pdl == Rows::kPdlSecondary && t.blocks != (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN))
@@ -1447,8 +1445,13 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
     args.tail_count = reinterpret_cast<int32_t*>(base);
     if (opt.rows.pdl == Rows::kPdlPrimary) {
+      // The counts zeroed ahead of the primary, so nothing stands between the two kernels. (Zeroed by the primary's CTA
+      // 0 instead, the loop renumbered the whole d128 kernel's PTX, or made d256's consumers spill.)
       args.num_tiles = t.whole;
-      args.tail_zero = int32_t(tiles - t.whole) * K::kConsumers;
+      if (const cudaError_t e = cudaMemsetAsync(args.tail_count, 0, size_t(tiles - t.whole) * K::kConsumers * 4,
+                                                static_cast<cudaStream_t>(p.stream));
+          e != cudaSuccess)
+        return cuda::status_from(e, "cudaMemsetAsync(sm90 pair's tail counters)");
     } else {
       args.tail = t;
       args.tail.pieces_only = true;
@@ -1499,8 +1502,8 @@ int32_t launch_fwd_long(const FwdParams& p, const Rows& rows);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p, const Rows& rows);
 
-// The instantiations for long key ranges (>= 8192 keys: the d128 192-key ones and d256's with the tail split) probe a
-// block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v44): sm90_dev s24-2, against the same kernels
+// The instantiations for long key ranges (>= 8192 keys: the d128 192-key ones; d256's, split or not, by its Traits
+// default since v51) probe a block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v44): sm90_dev s24-2, against the same kernels
 // without it, d128 dense 8k +0.9%, 16k +1.3%, causal 8k +1.3%, 16k +1%, d256 dense 8k +0.9-1.1%, 16k +1.2%; on the
 // shorter ranges' kernels it measured -1.5 to +0.7% (d64, d128 and d256 1k-16k) and the d64 two-ring kernel 4-7% slower.
 template <class T>
@@ -1549,7 +1552,9 @@ struct LongRange : T {
     return launch<flash::sm90::LongRange<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false,  \
                                                              s.consumers, 0, s.store_o, SPLIT>>>(p, opt); \
   }
-// A dense instantiation with the tail split (shapes.h, use_split_kernel): FLASH_SM90_INSTANTIATE_SPLIT(256, BF16).
+// A dense instantiation with the tail split: d256 from 8192 keys (shapes.h, use_split_kernel), d128's pieces behind its
+// whole rounds (pair_split): FLASH_SM90_INSTANTIATE_SPLIT(256, BF16). d256 probes early (its Traits default, as
+// LongRange's), d128's 128-key blocks do not (its pieces 0.8% faster at 4k without, sm90_dev s31-2).
 #define FLASH_SM90_INSTANTIATE_SPLIT(D, DTYPE)                                                           \
   template <>                                                                                            \
   int32_t flash::sm90::launch_fwd_split<D, flash::DType::DTYPE>(const flash::FwdParams& p,                \
@@ -1557,6 +1562,5 @@ struct LongRange : T {
     constexpr flash::sm90::Shape s = flash::sm90::shape_for(D);                                          \
     flash::sm90::LaunchOptions opt;                                                                      \
     opt.rows = rows;                                                                                     \
-    return launch<flash::sm90::LongRange<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, \
-                                                             s.store_o, true>>>(p, opt);                   \
+    return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o, true>>(p, opt); \
   }

@@ -153,8 +153,9 @@ struct TailPlan {
   int pieces;        // CTA c's pieces (0-2)
   Work piece[2];
 };
-FLASH_SM90_HD inline void plan_tail(const TailSplit& t, int grid, int c, TailPlan& plan) {
-  plan.whole_rounds = t.pieces_only ? 0 : t.whole / grid;
+// (may_be_pieces_only: a kernel that can be a pair's secondary, Traits::kPdlSecondary; the others never read the flag.)
+FLASH_SM90_HD inline void plan_tail(const TailSplit& t, int grid, int c, TailPlan& plan, bool may_be_pieces_only = true) {
+  plan.whole_rounds = may_be_pieces_only && t.pieces_only ? 0 : t.whole / grid;
   plan.pieces = 0;
   if (t.units == 0) return;
   const int64_t b0 = t.begin(c, grid), b1 = t.begin(c + 1, grid);
@@ -263,8 +264,8 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
 // (griddepcontrol.wait), so the pair finishes as one launch would. (Nothing may stand between the two in the stream: a
 // memset there would wait for the primary's end and end the overlap.)
 // pieces (units > 0): a pair over the static order's tiles instead of rows (perf-log v54): the primary runs the whole
-// rounds, tiles [0, pieces.whole), and zeroes the pieces' counters; the secondary (an instantiation with the tail split
-// compiled in) runs only the last round's pieces, waiting for the primary's end before its first count.
+// rounds, tiles [0, pieces.whole) (its launch zeroes the pieces' counters first); the secondary (an instantiation with
+// the tail split compiled in) runs only the last round's pieces, waiting for the primary's end before its first count.
 struct Rows {
   enum : int { kNoPdl = 0, kPdlPrimary = 1, kPdlSecondary = 2 };
   int32_t begin = 0, end = -1;
@@ -280,14 +281,17 @@ constexpr Shape shape_for(int d, bool sparse = false) {
 
 // The static order's last round as a kernel of its own (perf-log v54): below kSplitMinKeys the tail split's code costs
 // the dense kernels more than the split gains (sm90_dev s27-3: d128 at 128-key blocks 1k -3%, 2k -5%, 4k +1%), yet the
-// standard grid's 2048 d128 tiles leave 68 for a last round on 132 SMs at every length. So d128 (128-key blocks) and
-// d256 run as a PDL pair there: the unchanged dense instantiation runs the whole rounds, and the split instantiation of
-// the same shape (launch_fwd_split) the last round's pieces behind it, on the SMs the first one leaves. The pieces'
-// extra prologues, epilogues and merges are paid once, in the last round, so the margin is smaller than the split's.
-inline int pair_margin(int head_dim) { return head_dim >= 256 ? 6 : 2; }
+// standard grid's 2048 d128 tiles leave 68 for a last round on 132 SMs at every length. So d128 on 128-key blocks runs
+// as a PDL pair where it pays: the unchanged dense instantiation runs the whole rounds, and the split instantiation of the
+// same shape (launch_fwd_split<128>) the last round's pieces behind it, on the SMs the first one leaves. The pieces' own
+// kernel has a fixed cost of its own, ~20 us whatever the run (sm90_dev s31-2, the pieces alone at the standard grid's
+// runs of 4, 8 and 17 blocks: 32, 43 and 54 us, where a whole tile takes 15, 29 and 57), some 12 key blocks of d128's
+// 1.7 us: hence the margin. Measured (s31-1/2, against the 128-key kernel alone): 4k +1.4-1.5%, 2k 0, 1k -5%; d256 (its
+// split instantiation behind its dense one) 4k 0, 2k -3%, so d256 stays whole below 8192 keys.
+inline constexpr int kPairMargin = 12;
 inline TailSplit pair_split(const FwdParams& p, int grid) {
-  if (!tail_split_applies(p) || p.seqlen_k >= kSplitMinKeys || (p.head_dim != 128 && p.head_dim != 256)) return {};
-  return tail_split_for(p, shape_for(p.head_dim), grid, pair_margin(p.head_dim));
+  if (!tail_split_applies(p) || p.seqlen_k >= kSplitMinKeys || p.head_dim != 128) return {};
+  return tail_split_for(p, shape_for(128), grid, kPairMargin);
 }
 
 // Which instantiation runs a problem: block-sparse masks need the block-sparse one (its producer's scheduler warp turns

@@ -95,14 +95,12 @@ bool supports(const FwdParams& p, std::string* why) {
   return true;
 }
 
-// A dense d128 or d256 problem's PDL pair (shapes.h, pair_split), planned for the grid launch gives the dense
-// instantiation (fwd_kernel.cuh); units 0: none.
+// A dense d128 problem's PDL pair (shapes.h, pair_split), planned for the grid launch gives the dense instantiation
+// (fwd_kernel.cuh); units 0: none.
 int dense_grid(const FwdParams& p) {
   return persistent_grid(tiles_of(p, shape_for(p.head_dim)), cuda::persistent_ctas(p.device_id));
 }
-TailSplit pair_for(const FwdParams& p) {
-  return p.head_dim == 128 || p.head_dim == 256 ? pair_split(p, dense_grid(p)) : TailSplit{};
-}
+TailSplit pair_for(const FwdParams& p) { return p.head_dim == 128 ? pair_split(p, dense_grid(p)) : TailSplit{}; }
 
 // The dynamic tile order's counter (shapes.h); the pair's or the split instantiations' counters and partials where the
 // problem splits (fwd_kernel.cuh, launch makes the same choice), else nothing.
@@ -133,17 +131,15 @@ int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
   return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
 }
 
-// d128 (128-key blocks) and d256 dense below kSplitMinKeys with a last round worth splitting (shapes.h, pair_split): the
-// whole rounds on the dense instantiation, the last round's pieces on the split one behind it with PDL.
-template <int D>
-int32_t fwd_pair(const FwdParams& p, const TailSplit& t) {
-  const bool bf16 = p.dtype == DType::BF16;
+// d128 dense on 128-key blocks with a last round worth splitting (shapes.h, pair_split): the whole rounds on the dense
+// instantiation, the last round's pieces on the split one behind it with PDL.
+int32_t fwd_d128_pair(const FwdParams& p, const TailSplit& t) {
   Rows r;
   r.pieces = t;
   r.pdl = Rows::kPdlPrimary;
-  if (int32_t st = fwd_dim<D, false>(p, r); st != FLASH_OK) return st;
+  if (int32_t st = fwd_dim<128, false>(p, r); st != FLASH_OK) return st;
   r.pdl = Rows::kPdlSecondary;
-  return bf16 ? launch_fwd_split<D, DType::BF16>(p, r) : launch_fwd_split<D, DType::FP16>(p, r);
+  return p.dtype == DType::BF16 ? launch_fwd_split<128, DType::BF16>(p, r) : launch_fwd_split<128, DType::FP16>(p, r);
 }
 
 int32_t fwd(const FwdParams& p) {
@@ -163,8 +159,7 @@ int32_t fwd(const FwdParams& p) {
     return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
   if (const int64_t rows_a = d64_split_rows(p); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
-  if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0)
-    return p.head_dim == 128 ? fwd_pair<128>(p, t) : fwd_pair<256>(p, t);
+  if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0) return fwd_d128_pair(p, t);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);

@@ -31,9 +31,8 @@ struct Args {
   int32_t* tile_counter; // dynamic order (causal-like and block-sparse masks): tiles handed out so far,
                          // past the first gridDim.x; zeroed by launch in the workspace. nullptr: static
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
-  int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch, or by a pair's
-                         // primary: shapes.h, Rows::pieces)
-  int32_t tail_zero;     // a pair's primary: the counts its CTA 0 zeroes at tail_count (0: none)
+  int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
+                         // of its primary; shapes.h, Rows::pieces)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
 };
 

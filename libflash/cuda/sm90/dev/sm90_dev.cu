@@ -349,16 +349,14 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    // Session 31 (v54): the last round's pieces as a PDL secondary behind the whole rounds, on the 128-key split
-    // instantiation (production's choice, LongRange as launch_fwd_split's) or the 192-key one.
-    {"d128 pair bn128", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2>},
-    {"d128 pair bn128 again", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2>},
-    {"d128 pair bn192", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>, 2>},
-    {"d128 pair no PDL", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2, 1>},
-    {"d128 pair: primary alone", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2, 2>},
-    {"d128 pair: pieces alone", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, EarlyProbe<Tr<128, 128, 2, 2, 1, false, true>>, 2, 3>},
-    {"d128 pair bn128 no probe", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
-    // Production pins the softmax at d128's 128-key blocks since session 28 (v50); without the pin, session 27's kernel.
+    // Session 31 (v54): the last round's pieces as a PDL secondary behind the whole rounds (production from the pair's
+    // margin, kPairMargin: 4k on the standard grid), on the 128-key split instantiation without the early probe.
+    // s31-1/2 (margin 2, pairing 1k-4k): 1k -5%, 2k 0, 4k +1.4-1.5%; with the probe 4k 0.8% slower, on the 192-key split
+    // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
+    // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
+    // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
+    {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
+    {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
     // Session 28 (s28-6): with the pin, the early K/V probe (v44; 0.5-1% slower at d128, 0.3-1.5% faster at d256:
     // production there since s28-7) and O rescaled after the P V wait (s24's place, v45: 1-2% slower at both):
@@ -375,11 +373,9 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    // Session 31 (v54): the pair (as d128's) with margins 6 (production: 2k and 4k split) and 2 (1k too).
-    {"d256 pair m6", 256, false, run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 6>},
-    {"d256 pair m2", 256, false, run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 2>},
-    // Both d256 instantiations pin the softmax since session 28 (v50), and the dense one probes early since s28-7 (as
-    // the split always did); without the probe, s28-5's kernel, and without either, session 27's.
+    // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
+    // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
+    // split kernel alone (0-0.4% faster). Not routed.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

@@ -102,7 +102,8 @@ inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align i
 // over its key blocks and leaves O (unnormalised, fp32), the row max and the row sum in the workspace; the last piece
 // of a tile to finish (a counter per tile and warpgroup) reads every piece's partial back in CTA order (so the result
 // does not depend on the finishing order), merges them with the online softmax's rescaling, and writes O and LSE as a
-// whole tile does. Nobody waits for anybody. Compiled only into the instantiations use_split_kernel picks.
+// whole tile does. Nobody waits for anybody. Compiled only into the instantiations use_split_kernel picks and d128's
+// 128-key pieces kernel (pair_split: the pieces alone, behind a dense kernel's whole rounds).
 struct TailSplit {
   int32_t whole = 0;   // tiles [0, whole) run whole (T / G rounds); [whole, T) are split. No split: whole = T
   int32_t blocks = 0;  // key blocks per tile

@@ -1432,43 +1432,38 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   }
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
+  // A pair's primary or secondary (Rows::pieces) takes the pair's plan, made for the same grid (sm90.cpp, pair_split):
+  // the primary runs the tiles before its pieces, the secondary only the pieces, and merges them.
   args.tail = TailSplit{args.num_tiles, 0, 0};
+  TailSplit t{};
   if (pair) {
-    // Both launches of the pair plan the same split for the same grid (sm90.cpp, pair_split): the primary runs the
-    // tiles before it, the secondary the pieces, and merges them.
-    const TailSplit& t = opt.rows.pieces;
+    t = opt.rows.pieces;
     if (args.tile_counter != nullptr || t.whole != tiles - tiles % grid || t.units != (tiles - t.whole) * int64_t{t.blocks} ||
         (opt.rows.pdl == Rows::kPdlSecondary && t.blocks != (int64_t(p.seqlen_k) + K::kBlockN - 1) / K::kBlockN))
       return fail(FLASH_ERROR_INTERNAL, "sm90: a split tail planned for another grid or key block");
     if (int64_t(p.workspace_size) < tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers))
       return fail(FLASH_ERROR_INTERNAL, "sm90: the workspace is too small for the split tail's pieces");
+  } else if (K::kTailSplit && opt.tail_split && !part && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
+    t = tail_split_for(p, K::kShape, grid);
+    if (int64_t(p.workspace_size) < tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers)) t = TailSplit{};
+  }
+  if (t.units > 0) {
     const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
     args.tail_count = reinterpret_cast<int32_t*>(base);
-    if (opt.rows.pdl == Rows::kPdlPrimary) {
-      // The counts zeroed ahead of the primary, so nothing stands between the two kernels. (Zeroed by the primary's CTA
-      // 0 instead, the loop renumbered the whole d128 kernel's PTX, or made d256's consumers spill.)
-      args.num_tiles = t.whole;
+    // The counts start from zero: zeroed here, ahead of the kernel that runs the pieces or, for a pair, ahead of its
+    // primary, so nothing stands between the two kernels. (Zeroed by the primary's CTA 0 instead, the loop renumbered
+    // the whole d128 kernel's PTX, or made d256's consumers spill.)
+    if (opt.rows.pdl != Rows::kPdlSecondary)
       if (const cudaError_t e = cudaMemsetAsync(args.tail_count, 0, size_t(tiles - t.whole) * K::kConsumers * 4,
                                                 static_cast<cudaStream_t>(p.stream));
           e != cudaSuccess)
-        return cuda::status_from(e, "cudaMemsetAsync(sm90 pair's tail counters)");
+        return cuda::status_from(e, "cudaMemsetAsync(sm90 tail counters)");
+    if (pair && opt.rows.pdl == Rows::kPdlPrimary) {
+      args.num_tiles = t.whole;
     } else {
       args.tail = t;
-      args.tail.pieces_only = true;
+      args.tail.pieces_only = pair;
       args.tail_part = reinterpret_cast<float*>(base + tail_count_bytes(grid, K::kConsumers));
-    }
-  } else if (K::kTailSplit && opt.tail_split && !part && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
-    const TailSplit t = tail_split_for(p, K::kShape, grid);
-    const int64_t need = tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers);
-    if (t.units > 0 && int64_t(p.workspace_size) >= need) {
-      const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
-      args.tail = t;
-      args.tail_count = reinterpret_cast<int32_t*>(base);
-      args.tail_part = reinterpret_cast<float*>(base + tail_count_bytes(grid, K::kConsumers));
-      if (const cudaError_t e = cudaMemsetAsync(args.tail_count, 0, size_t(args.num_tiles - t.whole) * K::kConsumers * 4,
-                                                static_cast<cudaStream_t>(p.stream));
-          e != cudaSuccess)
-        return cuda::status_from(e, "cudaMemsetAsync(sm90 tail counters)");
     }
   }
   if (opt.rows.pdl == Rows::kPdlSecondary && opt.pdl_attr) {
@@ -1498,7 +1493,7 @@ int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
-int32_t launch_fwd_long(const FwdParams& p, const Rows& rows);
+int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p, const Rows& rows);
 
@@ -1544,13 +1539,10 @@ struct LongRange : T {
 // FLASH_SM90_INSTANTIATE_LONG(BF16, true).
 #define FLASH_SM90_INSTANTIATE_LONG(DTYPE, SPLIT)                                                        \
   template <>                                                                                            \
-  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE, SPLIT>(const flash::FwdParams& p,             \
-                                                                    const flash::sm90::Rows& rows) {     \
+  int32_t flash::sm90::launch_fwd_long<flash::DType::DTYPE, SPLIT>(const flash::FwdParams& p) {          \
     constexpr flash::sm90::Shape s = flash::sm90::kLongShape;                                            \
-    flash::sm90::LaunchOptions opt;                                                                      \
-    opt.rows = rows;                                                                                     \
     return launch<flash::sm90::LongRange<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, false,  \
-                                                             s.consumers, 0, s.store_o, SPLIT>>>(p, opt); \
+                                                             s.consumers, 0, s.store_o, SPLIT>>>(p);      \
   }
 // A dense instantiation with the tail split: d256 from 8192 keys (shapes.h, use_split_kernel), d128's pieces behind its
 // whole rounds (pair_split): FLASH_SM90_INSTANTIATE_SPLIT(256, BF16). d256 probes early (its Traits default, as

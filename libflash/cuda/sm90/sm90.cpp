@@ -21,7 +21,7 @@ int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
 template <DType kDType, bool kSplit>
-int32_t launch_fwd_long(const FwdParams& p, const Rows& rows = {});
+int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p, const Rows& rows = {});
 
@@ -95,23 +95,20 @@ bool supports(const FwdParams& p, std::string* why) {
   return true;
 }
 
-// A dense d128 problem's PDL pair (shapes.h, pair_split), planned for the grid launch gives the dense instantiation
-// (fwd_kernel.cuh); units 0: none.
-int dense_grid(const FwdParams& p) {
-  return persistent_grid(tiles_of(p, shape_for(p.head_dim)), cuda::persistent_ctas(p.device_id));
-}
-TailSplit pair_for(const FwdParams& p) { return p.head_dim == 128 ? pair_split(p, dense_grid(p)) : TailSplit{}; }
+// The persistent grid launch gives an instantiation of shape s (fwd_kernel.cuh).
+int grid_for(const FwdParams& p, const Shape& s) { return persistent_grid(tiles_of(p, s), cuda::persistent_ctas(p.device_id)); }
+// A dense d128 problem's PDL pair (shapes.h, pair_split), planned for d128's dense instantiation's grid; units 0: none.
+TailSplit pair_for(const FwdParams& p) { return pair_split(p, grid_for(p, shape_for(128))); }
 
 // The dynamic tile order's counter (shapes.h); the pair's or the split instantiations' counters and partials where the
 // problem splits (fwd_kernel.cuh, launch makes the same choice), else nothing.
 size_t workspace(const FwdParams& p) {
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right)) return kTileCounterBytes;
   if (const TailSplit t = pair_for(p); t.units > 0)
-    return size_t(tail_workspace_bytes(t, dense_grid(p), p.head_dim, shape_for(p.head_dim).consumers));
+    return size_t(tail_workspace_bytes(t, grid_for(p, shape_for(128)), 128, shape_for(128).consumers));
   if (!use_split_kernel(p)) return 0;
   const Shape s = use_long_kernel(p) ? kLongShape : shape_for(p.head_dim);
-  const int grid = persistent_grid((int64_t(p.seqlen_q) + s.block_m() - 1) / s.block_m() * p.heads_q * p.batch,
-                                   cuda::persistent_ctas(p.device_id));
+  const int grid = grid_for(p, s);
   return size_t(tail_workspace_bytes(tail_split_for(p, s, grid), grid, s.head_dim, s.consumers));
 }
 

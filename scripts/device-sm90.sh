@@ -6,6 +6,7 @@
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
 #   testsmall  that test alone
+#   testf   the GPU tests matching $GTEST_FILTER
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
 #   testsparse  the block-sparse tests (and the d64 window ones) on sm90
@@ -98,6 +99,11 @@ for phase in "$@"; do
       # The small-grid test alone (LIBFLASH_SM90_MAX_CTAS; the split and the 192-key kernel on 6 CTAs).
       timeout 200 $BUILD/tests/flash_gpu_tests --gtest_filter='GpuSmallGrid*' 2>&1 | tee "$OUT/gpu-tests-small.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -10
       echo "gpu tests (small grid): exit ${PIPESTATUS[0]}"
+      ;;
+    testf)
+      # The GPU tests matching $GTEST_FILTER, each with its time.
+      timeout 400 $BUILD/tests/flash_gpu_tests --gtest_filter="${GTEST_FILTER:?}" 2>&1 | tee "$OUT/gpu-tests-filter.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -30
+      echo "gpu tests ($GTEST_FILTER): exit ${PIPESTATUS[0]}"
       ;;
     testquick)
       # The workspace / fallback tests alone (a short regression call).

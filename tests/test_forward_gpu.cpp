@@ -154,30 +154,6 @@ TEST_P(GpuEdges, D64DenseRowSplits) {
   }
 }
 
-// d64 causal in two kernels on sm90 (shapes.h, d64_causal_rows; perf-log v55): the first seqlen_q mod 192 + 192 rows on
-// the two-warpgroup kernel (128-row tiles ending there), the rest on the three-warpgroup one. seqlen_q mod 192 = 64
-// (448, 1024: two and three 128-row tiles), 128 (512, 2048: three, their first shifted by 64 rows), 40 and 0 (1000,
-// 384: no split), the two-warpgroup kernel alone (64, 128, 256); both alignments with seqlen_k above and below seqlen_q
-// (rows that see no key), a one-sided window (-1, w), GQA, both dtypes. Every algorithm runs the same cases.
-TEST_P(GpuEdges, D64CausalRowSplits) {
-  REQUIRE_GPU_ALGORITHM(GetParam());
-  const int64_t seqlen_qs[] = {64, 128, 256, 384, 448, 512, 1000, 1024, 2048};
-  const int64_t seqlen_ks[] = {1024, 300, 2100, 64};
-  int n = 0;
-  for (int64_t sq : seqlen_qs) {
-    CaseSpec s = base(sq, seqlen_ks[n % 4], 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
-    s.batch = 1 + n % 2, s.heads_q = 3, s.heads_kv = n % 3 == 0 ? 1 : 3;
-    if (n % 5 == 4) {
-      s.mask.window_left = -1, s.mask.window_right = 37;
-    } else {
-      s.mask.causal = 1;
-      if (n % 3 == 1) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
-    }
-    ++n;
-    expect_ok(s);
-  }
-}
-
 // Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
 // use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
 // there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on
@@ -664,30 +640,6 @@ TEST(GpuSmallGrid, Sm90D64TwoKernels) {
     flash::FwdParams fp{};  // (what d64_split_rows reads: a dense problem)
     fp.head_dim = 64, fp.seqlen_q = int32_t(sq), fp.seqlen_k = int32_t(s.seqlen_k), fp.window_left = fp.window_right = -1;
     ASSERT_GE(flash::sm90::d64_split_rows(fp), 192) << s.describe();
-    expect_sm90_ok(s, rng);
-  }
-}
-
-// d64 causal's two kernels (shapes.h, d64_causal_rows) on persistent grids of 2 CTAs: the two-warpgroup kernel's CTAs,
-// launched behind the three-warpgroup one with PDL, run beside it, and must not let the stream go on before it ends.
-// seqlen_q mod 192: 64 (1024: rows [0, 256) on the second kernel), 128 (512: [0, 320)); both alignments.
-TEST(GpuSmallGrid, Sm90D64CausalTwoKernels) {
-  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
-  const ScopedMaxCtas env("2");
-  std::mt19937_64 rng(base_seed() ^ 0xc64);
-  const int64_t seqlen_qs[] = {1024, 512};
-  int n = 0;
-  for (int64_t sq : seqlen_qs) {
-    CaseSpec s;
-    s.batch = 2, s.heads_q = 4, s.heads_kv = n == 1 ? 1 : 4, s.seqlen_q = sq, s.seqlen_k = sq + 77 * n, s.head_dim = 64;
-    s.mask.causal = 1;
-    if (n == 1) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
-    s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
-    flash::FwdParams fp{};  // (what d64_causal_rows reads: a right-edged mask)
-    fp.head_dim = 64, fp.seqlen_q = int32_t(sq), fp.seqlen_k = int32_t(s.seqlen_k), fp.window_left = -1, fp.window_right = 0;
-    const int64_t rows = flash::sm90::d64_causal_rows(fp);
-    ASSERT_GT(rows, 0) << s.describe();
-    ASSERT_LT(rows, sq) << s.describe();
     expect_sm90_ok(s, rng);
   }
 }

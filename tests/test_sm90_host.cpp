@@ -8,7 +8,7 @@
 //   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory;
 // - the dense kernels' split last round (TailSplit, plan_tail, tail_slot): every key block of the split tiles is run by
 //   exactly one CTA, and a tile's merging piece finds every other piece of it;
-// - d64 dense's and d64 causal's splits into two kernels (d64_split_rows, d64_causal_rows).
+// - d64 dense's split into two kernels (d64_split_rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -207,48 +207,6 @@ TEST(Sm90Instantiation, D64RowSplit) {
     const int64_t junk = a + tiles2 * 128 - sq;
     EXPECT_LE(junk + 64, tiles3 * 192 - sq) << sq;
     if (sq > 64) EXPECT_LT(junk, 64) << sq;
-  }
-}
-
-// d64 causal in two kernels (d64_causal_rows; perf-log v55): the first R rows on the two-warpgroup kernel, whose 128-row
-// tiles end at R (a multiple of 64: whole warpgroups), the rest whole 192-row tiles on the three-warpgroup one; only
-// right-edged masks without a left edge at d64 and without a block mask split.
-TEST(Sm90Instantiation, D64CausalRowSplit) {
-  using flash::sm90::d64_causal_rows;
-  auto params = [](int d, int64_t sq, int32_t left, int32_t right) {
-    flash::FwdParams p{};
-    p.head_dim = d, p.seqlen_q = int32_t(sq), p.seqlen_k = int32_t(sq), p.window_left = left, p.window_right = right;
-    return p;
-  };
-  EXPECT_EQ(d64_causal_rows(params(64, 1024, -1, 0)), 256);     // 5 x 192 + 64: [0, 256) on two 128-row tiles
-  EXPECT_EQ(d64_causal_rows(params(64, 2048, -1, 0)), 320);     // 10 x 192 + 128: [0, 320) on three, the first shifted
-  EXPECT_EQ(d64_causal_rows(params(64, 16384, -1, 0)), 256);
-  EXPECT_EQ(d64_causal_rows(params(64, 8192, -1, 0)), 320);
-  EXPECT_EQ(d64_causal_rows(params(64, 1024, -1, 0), 0), 64);
-  EXPECT_EQ(d64_causal_rows(params(64, 1024, -1, 55)), 256);    // a right edge past the diagonal
-  EXPECT_EQ(d64_causal_rows(params(64, 256, -1, 0)), 256);      // the second kernel alone
-  EXPECT_EQ(d64_causal_rows(params(64, 64, -1, 0)), 64);
-  EXPECT_EQ(d64_causal_rows(params(64, 1152, -1, 0)), -1);      // 6 x 192
-  EXPECT_EQ(d64_causal_rows(params(64, 1000, -1, 0)), -1);      // 5 x 192 + 40: not whole warpgroups
-  EXPECT_EQ(d64_causal_rows(params(64, 1024, -1, -1)), -1);     // dense (d64_split_rows)
-  EXPECT_EQ(d64_causal_rows(params(64, 1024, 100, 0)), -1);     // a left edge
-  EXPECT_EQ(d64_causal_rows(params(128, 1024, -1, 0)), -1);
-  {
-    flash::FwdParams p = params(64, 1024, -1, 0);
-    p.has_block_mask = true;
-    EXPECT_EQ(d64_causal_rows(p), -1);
-  }
-  for (int64_t sq = 1; sq <= 3000; ++sq) {
-    const int64_t r = d64_causal_rows(params(64, sq, -1, 0));
-    if (r < 0) {
-      EXPECT_TRUE(sq % 192 == 0 || sq % 64 != 0) << sq;
-      continue;
-    }
-    EXPECT_EQ(r % 64, 0) << sq;
-    EXPECT_GT(r, 0) << sq;
-    EXPECT_LE(r, sq) << sq;
-    EXPECT_EQ((sq - r) % 192, 0) << sq;  // whole 192-row tiles from R to seqlen_q
-    EXPECT_LE(r, 192 + 128) << sq;
   }
 }
 

@@ -1368,16 +1368,12 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
                                        p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, "o");
         st != FLASH_OK)
       return st;
-  // A part of the query rows (shapes.h, Rows; d64's two-kernel forms), no tail split. Dense problems (d64_split_rows):
-  // tiles from row rows.begin (a negative shift), the last one cut at seqlen_q. Right-edged masks without a left edge
-  // (d64_causal_rows): tiles that end at rows.end, as a whole launch's end at seqlen_q; the part must then hold whole
-  // tiles unless it starts at row 0, and whole warpgroups' rows.
+  // A part of the query rows (shapes.h, Rows; d64 dense's two-kernel form): tiles from row rows.begin (a negative shift),
+  // static order and no mask edges (dense problems only), no tail split.
   const bool part = opt.rows.begin != 0 || opt.rows.end >= 0;
   const int64_t row_end = opt.rows.end >= 0 ? opt.rows.end : p.seqlen_q;
-  const bool right_edged = !p.has_block_mask && p.window_right >= 0 && p.window_left < 0;
   if (part && (opt.rows.begin < 0 || opt.rows.begin % 64 != 0 || opt.rows.begin >= row_end || row_end > p.seqlen_q ||
-               !(tail_split_applies(p) ||
-                 (right_edged && row_end % 64 == 0 && (opt.rows.begin == 0 || (row_end - opt.rows.begin) % K::kBlockM == 0)))))
+               !tail_split_applies(p)))
     return fail(FLASH_ERROR_INTERNAL, "sm90: query rows [", opt.rows.begin, ", ", row_end, ") of ", p.seqlen_q,
                 " cannot be a launch of their own");
   // A pair over the static order's tiles (shapes.h, Rows::pieces): dense problems, all rows, a workspace for the pieces.
@@ -1394,7 +1390,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // failed with a CUDA error on the H100 (run s15-1), while Q's loads from boxes starting before row 0 read
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
-  args.q_shift = part ? (right_edged ? int32_t(args.num_m_blocks * K::kBlockM - row_end) : -opt.rows.begin)
+  args.q_shift = part ? -opt.rows.begin
                 : opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
@@ -1410,8 +1406,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     args.sched_stride = static_cast<int32_t>(sparse_sched_stride(p.seqlen_k, K::kBlockN));
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
-  // (Not in a PDL secondary: its counter's memset would stand between it and its primary, and its tiles are short.)
-  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr && opt.rows.pdl != Rows::kPdlSecondary) {
+  if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
     // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
     args.tile_counter = reinterpret_cast<int32_t*>(at);

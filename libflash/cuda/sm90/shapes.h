@@ -341,23 +341,6 @@ inline int64_t d64_split_rows(const FwdParams& p) {
   return 192 * (r <= 64 ? std::max<int64_t>(q - 1, 0) : q);
 }
 
-// d64 causal's two-kernel form (perf-log v55), d64_split_rows's mirror image. Under a right-edged mask without a left
-// edge (causal either alignment, windows (-1, w)) the tiles end at seqlen_q, so the partial 192-row tile is the first and
-// the shortest; and a 192-row tile's diagonal costs more of its work the fewer key blocks it has (at 1k a head's six
-// tiles visit 27 blocks of 192 x 128 for 21.4 blocks' worth of visible scores: 128-row tiles visit 36 of 128 x 128 for
-// 32). So the first R = r + 192 * extra rows (r = seqlen_q mod 192) go to the two-warpgroup instantiation (kRowsShape,
-// 128-row tiles ending at R), launched behind the three-warpgroup kernel with PDL; that kernel runs rows [R, seqlen_q),
-// whole 192-row tiles longest first, and the short ones fill the SMs its tail leaves. Both tilings need whole
-// warpgroups: r a multiple of 64 (1k, 2k, 4k, 8k, 16k have 64 or 128), else -1 (no split; also not d64, not
-// causal-like, a block mask). R >= seqlen_q: the two-warpgroup kernel alone.
-inline constexpr int kCausalRowsExtra = 1;
-inline int64_t d64_causal_rows(const FwdParams& p, int extra = kCausalRowsExtra) {
-  if (p.head_dim != 64 || p.has_block_mask || p.window_right < 0 || p.window_left >= 0 || p.seqlen_q <= 0) return -1;
-  const int64_t r = p.seqlen_q % 192;
-  if (r == 0 || r % 64 != 0) return -1;
-  return std::min<int64_t>(r + 192 * int64_t(extra), p.seqlen_q);
-}
-
 // d128 problems with at least kLongMinKeys keys and no block mask or left window edge (dense and causal-like) run on the
 // 192-key-block instantiation (kLongShape).
 inline bool use_long_kernel(const FwdParams& p) {

@@ -128,18 +128,6 @@ int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
   return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
 }
 
-// d64 causal in two kernels (shapes.h, d64_causal_rows): rows [rows_b, seqlen_q) on the three-warpgroup instantiation
-// (its tiles from the counter, longest first), rows [0, rows_b) on the two-warpgroup one behind it with PDL (the static
-// order: no memset may stand between the two); rows_b == seqlen_q, the two-warpgroup one alone.
-int32_t fwd_d64_causal_split(const FwdParams& p, int64_t rows_b) {
-  auto rows = [&](const Rows& r) {
-    return p.dtype == DType::BF16 ? launch_fwd_rows<DType::BF16>(p, r) : launch_fwd_rows<DType::FP16>(p, r);
-  };
-  if (rows_b >= p.seqlen_q) return rows(Rows{});
-  if (int32_t st = fwd_dim<64, false>(p, Rows{int32_t(rows_b), -1, Rows::kPdlPrimary}); st != FLASH_OK) return st;
-  return rows(Rows{0, int32_t(rows_b), Rows::kPdlSecondary});
-}
-
 // d128 dense on 128-key blocks with a last round worth splitting (shapes.h, pair_split): the whole rounds on the dense
 // instantiation, the last round's pieces on the split one behind it with PDL.
 int32_t fwd_d128_pair(const FwdParams& p, const TailSplit& t) {
@@ -168,7 +156,6 @@ int32_t fwd(const FwdParams& p) {
     return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
   if (const int64_t rows_a = d64_split_rows(p); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
-  if (const int64_t rows_b = d64_causal_rows(p); !sparse && rows_b >= 0) return fwd_d64_causal_split(p, rows_b);
   if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0) return fwd_d128_pair(p, t);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);

@@ -157,23 +157,6 @@ int32_t run_rows(const FwdParams& p) {
   if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
   return flash::sm90::launch<KB>(p, ob);
 }
-// d64 causal in two kernels (shapes.h, d64_causal_rows; perf-log v55): rows [R, seqlen_q) on the three-warpgroup kernel
-// (the counter's order), the first R = seqlen_q mod 192 + 192 x kExtra rows on the two-warpgroup one behind it with PDL
-// (kPdl) or plainly after it. Problems that do not split as causal run as production's run_rows.
-template <int kExtra, bool kPdl = true>
-int32_t run_causal_rows(const FwdParams& p) {
-  using KA = Tr<64, 128, 4, 3, 1>;
-  using KB = Tr<64, 128, 4, 2, 1>;
-  using flash::sm90::Rows;
-  const int64_t rows_b = flash::sm90::d64_causal_rows(p, kExtra);
-  if (rows_b < 0) return run_rows<KB, true>(p);
-  if (rows_b >= p.seqlen_q) return flash::sm90::launch<KB>(p);
-  flash::sm90::LaunchOptions oa, ob;
-  oa.rows = Rows{int32_t(rows_b), -1, kPdl ? Rows::kPdlPrimary : Rows::kNoPdl};
-  ob.rows = Rows{0, int32_t(rows_b), kPdl ? Rows::kPdlSecondary : Rows::kNoPdl};
-  if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
-  return flash::sm90::launch<KB>(p, ob);
-}
 // The static order's last round as a kernel of its own (shapes.h, pair_split; perf-log v54): KA (a dense instantiation,
 // Traits::kPdlPrimary) runs the whole rounds, KB (one with the tail split compiled in) the last round's pieces behind it
 // with PDL, planned on KB's key blocks with the margin kMargin. Problems that do not split run on KA whole.
@@ -356,12 +339,9 @@ const Candidate kCandidates[] = {
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  3wg whole (s29)", 64, false, run<64, 128, 4, 3, 0, 1>},
-    // Session 32 (v55): causal's first rows on the two-warpgroup kernel behind the three-warpgroup one (run_causal_rows).
-    {"d64  causal rows x0", 64, false, run_causal_rows<0>},
-    {"d64  causal rows x1", 64, false, run_causal_rows<1>},
-    {"d64  causal rows x2", 64, false, run_causal_rows<2>},
-    {"d64  causal rows x1 no PDL", 64, false, run_causal_rows<1, false>},
-    {"d64  2wg whole", 64, false, run_k<Tr<64, 128, 4, 2, 1>>},
+    // Session 32 (s32-1, perf-log v55, commit 394c49e): causal's first seqlen_q mod 192 + 192 x E rows on the
+    // two-warpgroup kernel (128-row tiles ending there) behind the three-warpgroup one with PDL: E = 1 1k +0.9%, 2k -3%,
+    // 4k -0.4%, 8k-16k within 0.5%; E = 0 within 1%; E = 2 1k -9%; the two-warpgroup kernel on every row 1k -7%. Removed.
     // Session 30 (v53), the second kernel: s30-1 the block-sparse instantiation (run_rows<Tr<64, 128, 4, 2, 1, true>,
     // true>) 0.1-0.4% slower than the dense two-warpgroup one, and without PDL (..., false>) 8k-16k 4% slower than the
     // three-warpgroup kernel alone; s30-2 its tiles from a counter in the workspace (commit adb83b5) no faster than the

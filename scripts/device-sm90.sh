@@ -7,6 +7,7 @@
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
 #   testsmall  that test alone
 #   testf   the GPU tests matching $GTEST_FILTER
+#   ncu-cudnn  cuDNN's kernels on the short problems under ncu: tile name, grid, registers, occupancy
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
 #   testsparse  the block-sparse tests (and the d64 window ones) on sm90
@@ -358,6 +359,13 @@ for phase in "$@"; do
       done
       kill $smi
       cat "$OUT/marks.txt"; grep sm90 "$OUT/fa-bench-clocks.txt"
+      ;;
+    ncu-cudnn)
+      # cuDNN's kernels (SDPA) on the short problems: name (tile), grid, block, registers, shared memory, occupancy.
+      timeout 300 ncu --profile-from-start off --section LaunchStats --section Occupancy --section SpeedOfLight \
+        --section WarpStateStats python3 scripts/ncu_cudnn_shapes.py ${NCU_PROBLEMS:-d64c1024 d64n1024 d128n1024 d256c1024 d64c16384} \
+        > "$OUT/ncu-cudnn.txt" 2>&1
+      grep -E "cudnn|cuDNN median|Grid Size|Block Size|Registers Per|Dynamic Shared|Theoretical Occ|Duration|Achieved Occ" "$OUT/ncu-cudnn.txt" | head -80
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

@@ -7,6 +7,7 @@
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
 #   testsmall  that test alone
 #   testf   the GPU tests matching $GTEST_FILTER
+#   ncu-cudnn-sass  cuDNN's and our kernel on one problem ($NCU_PROBLEM, d64n4096): opcode mix, SASS with stall samples
 #   ncu-cudnn  cuDNN's kernels on the short problems under ncu: tile name, grid, registers, occupancy
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
 #   testlisted  the d64 window and edge tests one by one, with their times
@@ -366,6 +367,29 @@ for phase in "$@"; do
         --section WarpStateStats python3 scripts/ncu_cudnn_shapes.py ${NCU_PROBLEMS:-d64c1024 d64n1024 d128n1024 d256c1024 d64c16384} \
         > "$OUT/ncu-cudnn.txt" 2>&1
       grep -E "cudnn|cuDNN median|Grid Size|Block Size|Registers Per|Dynamic Shared|Theoretical Occ|Duration|Achieved Occ" "$OUT/ncu-cudnn.txt" | head -80
+      ;;
+    ncu-cudnn-sass)
+      # cuDNN's d64 dense 4k kernel (two consumer warpgroups, 128-row tiles: 18% faster per key block than ours on two)
+      # against our three-warpgroup d64 dense kernel on the same problem: the executed instructions per opcode and the
+      # SASS with per-instruction executions and stall samples (the source page).
+      P=${NCU_PROBLEM:-d64n4096}
+      timeout 200 ncu --profile-from-start off --section InstructionStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --metrics sass__inst_executed_per_opcode --print-metric-instances values python3 scripts/ncu_cudnn_shapes.py $P \
+        > "$OUT/ncu-cudnn-$P-mix.txt" 2>&1
+      echo "cudnn mix: exit $?"; grep -E "sass__inst_executed_per_opcode|Executed Instructions|Issue Slots|Warp Cycles Per Issued" "$OUT/ncu-cudnn-$P-mix.txt" | head
+      timeout 200 ncu --profile-from-start off --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+        python3 scripts/ncu_cudnn_shapes.py $P > "$OUT/ncu-cudnn-$P-source.csv" 2>&1
+      echo "cudnn source: exit $? $(wc -c < "$OUT/ncu-cudnn-$P-source.csv") bytes"
+      d=${P#d}; d=${d%%[cn]*}; n=${P##*[cn]}; mask=$([[ $P == *c* ]] && echo "--mask causal" || echo "")
+      A="--dtype bf16 --head-dim $d --heads $((2048 / d)) --batch $((16384 / n)) --seqlen $n --algo sm90 $mask --warmup 2 --reps 1 --no-progress"
+      timeout 200 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 --section InstructionStats \
+        --section WarpStateStats --section ComputeWorkloadAnalysis --metrics sass__inst_executed_per_opcode --print-metric-instances values \
+        $BUILD/cli/fa-bench run $A > "$OUT/ncu-ours-$P-mix.txt" 2>&1
+      echo "ours mix: exit $?"
+      timeout 200 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+        $BUILD/cli/fa-bench run $A > "$OUT/ncu-ours-$P-source.csv" 2>&1
+      echo "ours source: exit $? $(wc -c < "$OUT/ncu-ours-$P-source.csv") bytes"
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"

@@ -244,6 +244,13 @@ struct Traits {
   // - Not where it measured slower: d64's three ping-pong warpgroups (1-2%), d128's 192-key blocks (1.5-2%), the
   //   block-sparse two-warpgroup kernels (d64 2-4% at s27-2, d128 within 1% either way).
   static constexpr int kPinSoftmax = kTwoRings || (!kSparse_ && kConsumers_ == 2 && kBlockN_ <= 128) ? 3 : 0;
+  // Turns at the SFU (dev, session 32): the softmax's exponentials taken in turns round the consumer warpgroups (a second
+  // named-barrier ring, 9 + wg), as cuDNN's d64 kernel does (ncu s32-3: its ping-pong barrier brackets the exps, not the
+  // products). At d64 a 64 x 128 block's 64 exps per thread take 512 cycles of a sub-partition's SFU, as long as its
+  // two products take on the tensor cores, so warpgroups whose exps overlap stall each other (our MUFUs: a quarter of
+  // the d64 kernel's stall samples, cuDNN's 7%). The exps are tied to the ring by data (the turn's zero is added to the
+  // row's max, the hand-over takes the row sums), so ptxas cannot move them out of it.
+  static constexpr bool kSfuTurns = false;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -813,6 +820,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
+    // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
+    if constexpr (K::kSfuTurns)
+      if (wg == K::kConsumers - 1) named_arrive(9, 256);
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
@@ -978,10 +988,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           max_moved |= max_new[r] != row_max[r];
         }
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+        // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
+        float zero = 0.f;
+        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
-          const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+          const float max_scaled = (max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2) + zero;
           float sum = 0.f;
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
@@ -999,6 +1012,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           row_sum[r] = row_sum[r] * corr[r] + sum;
           row_max[r] = max_new[r];
         }
+        // The hand-over waits for both rows' sums, i.e. for every exp of the block.
+        if constexpr (K::kSfuTurns)
+          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 

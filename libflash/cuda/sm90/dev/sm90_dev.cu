@@ -216,6 +216,12 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
+// Turns at the SFU (Traits::kSfuTurns, session 32), with the products' turns (ping-pong) kept or dropped (PP false).
+template <class T, bool PP = true>
+struct SfuTurns : T {
+  static constexpr bool kSfuTurns = true;
+  static constexpr bool kPingPong = PP;
+};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -339,6 +345,13 @@ const Candidate kCandidates[] = {
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  3wg whole (s29)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    // Session 32: the exponentials in turns round the warpgroups (SfuTurns), with and without the products' turns, on
+    // three warpgroups and on the two-warpgroup dense kernel (run on every row: kRowsShape's instantiation).
+    {"d64  3wg sfu turns", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>>>},
+    {"d64  3wg sfu turns only", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, false>>},
+    {"d64  2wg whole", 64, false, run_k<Tr<64, 128, 4, 2, 1>>},
+    {"d64  2wg sfu turns", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 2, 1>>>},
+    {"d64  2wg sfu turns only", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 2, 1>, false>>},
     // Session 32 (s32-1, perf-log v55, commit 394c49e): causal's first seqlen_q mod 192 + 192 x E rows on the
     // two-warpgroup kernel (128-row tiles ending there) behind the three-warpgroup one with PDL: E = 1 1k +0.9%, 2k -3%,
     // 4k -0.4%, 8k-16k within 0.5%; E = 0 within 1%; E = 2 1k -9%; the two-warpgroup kernel on every row 1k -7%. Removed.
@@ -391,6 +404,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 2wg sfu turns", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>>>},
+    {"d64  bs 2wg sfu turns only", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>, false>>},
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):

@@ -6,7 +6,7 @@
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
 #   testsmall  that test alone
-#   testf   the GPU tests matching $GTEST_FILTER
+#   testf   the GPU tests matching $GTEST_FILTER (sanitize-f: the three sanitizers on them)
 #   ncu-cudnn-sass  cuDNN's and our kernel on one problem ($NCU_PROBLEM, d64n4096): opcode mix, SASS with stall samples
 #   ncu-cudnn  cuDNN's kernels on the short problems under ncu: tile name, grid, registers, occupancy
 #   sanitize-listed  the same on the d64 windows that run on the block-sparse instantiation
@@ -106,6 +106,10 @@ for phase in "$@"; do
       # The GPU tests matching $GTEST_FILTER, each with its time.
       timeout 400 $BUILD/tests/flash_gpu_tests --gtest_filter="${GTEST_FILTER:?}" 2>&1 | tee "$OUT/gpu-tests-filter.log" | grep -E 'OK|FAILED|PASSED|Failure' | tail -30
       echo "gpu tests ($GTEST_FILTER): exit ${PIPESTATUS[0]}"
+      ;;
+    sanitize-f)
+      # compute-sanitizer's three tools on the GPU tests matching $GTEST_FILTER.
+      sanitize_tests filter 300 "${GTEST_FILTER:?}"
       ;;
     testquick)
       # The workspace / fallback tests alone (a short regression call).

@@ -244,13 +244,15 @@ struct Traits {
   // - Not where it measured slower: d64's three ping-pong warpgroups (1-2%), d128's 192-key blocks (1.5-2%), the
   //   block-sparse two-warpgroup kernels (d64 2-4% at s27-2, d128 within 1% either way).
   static constexpr int kPinSoftmax = kTwoRings || (!kSparse_ && kConsumers_ == 2 && kBlockN_ <= 128) ? 3 : 0;
-  // Turns at the SFU (dev, session 32): the softmax's exponentials taken in turns round the consumer warpgroups (a second
-  // named-barrier ring, 9 + wg), as cuDNN's d64 kernel does (ncu s32-3: its ping-pong barrier brackets the exps, not the
-  // products). At d64 a 64 x 128 block's 64 exps per thread take 512 cycles of a sub-partition's SFU, as long as its
-  // two products take on the tensor cores, so warpgroups whose exps overlap stall each other (our MUFUs: a quarter of
-  // the d64 kernel's stall samples, cuDNN's 7%). The exps are tied to the ring by data (the turn's zero is added to the
-  // row's max, the hand-over takes the row sums), so ptxas cannot move them out of it.
-  static constexpr bool kSfuTurns = false;
+  // Turns at the SFU (perf-log v56): the softmax's exponentials taken in turns round the consumer warpgroups (a second
+  // named-barrier ring, 9 + wg, beside the products' ping-pong), after cuDNN's d64 kernel (ncu s32-3: its ping-pong
+  // barrier brackets the exps, not the products). At d64 a 64 x 128 block's 64 exps per thread take 512 cycles of a
+  // sub-partition's SFU, about what its two products take on the tensor cores, so warpgroups whose exps overlap stall
+  // each other (our d64 MUFUs: a quarter of the kernel's stall samples, cuDNN's 7%). The exps are tied to the ring by
+  // data (the turn's zero is added to the row's max, the hand-over takes the row sums), so ptxas cannot move them out.
+  // sm90_dev s32-4, d64's three warpgroups: dense 2k-16k +1.2-2.4%, causal +0.9-1.7%, 1k within 0.5%; the SFU turns
+  // alone (no ping-pong) 5-10% slower; two warpgroups (dense) 1-3% slower, so only the three-warpgroup dense kernel.
+  static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -821,8 +823,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
+    // Two rings: only the pair (warpgroups 0 and 1, one list) take them; the single's list differs in length.
+    constexpr int kSfuRing = K::kTwoRings ? 2 : K::kConsumers;
+    const bool sfu_turns = K::kSfuTurns && (!K::kTwoRings || wg < kSfuRing);  // (a constant but for the two rings)
     if constexpr (K::kSfuTurns)
-      if (wg == K::kConsumers - 1) named_arrive(9, 256);
+      if (wg == kSfuRing - 1) named_arrive(9, 256);
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
@@ -990,11 +995,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if (K::kSfuTurns && sfu_turns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
-          const float max_scaled = (max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2) + zero;
+          float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+          if constexpr (K::kSfuTurns) max_scaled += zero;
           float sum = 0.f;
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
@@ -1013,8 +1019,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           row_max[r] = max_new[r];
         }
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
-        if constexpr (K::kSfuTurns)
-          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
+        if (K::kSfuTurns && sfu_turns)
+          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % kSfuRing), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 

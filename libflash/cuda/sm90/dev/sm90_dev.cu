@@ -144,9 +144,8 @@ int32_t run_k(const FwdParams& p) {
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
 // rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
 // kernel) or plainly one after the other. Problems that do not split run on the three-warpgroup kernel whole.
-template <class KB, bool kPdl>
+template <class KB, bool kPdl, class KA = Tr<64, 128, 4, 3, 1>>
 int32_t run_rows(const FwdParams& p) {
-  using KA = Tr<64, 128, 4, 3, 1>;
   using flash::sm90::Rows;
   const int64_t rows_a = flash::sm90::d64_split_rows(p);
   if (rows_a < 0) return flash::sm90::launch<KA>(p);
@@ -216,10 +215,11 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
-// Turns at the SFU (Traits::kSfuTurns, session 32), with the products' turns (ping-pong) kept or dropped (PP false).
-template <class T, bool PP = true>
+// Turns at the SFU (Traits::kSfuTurns; perf-log v56, production for d64's three-warpgroup dense kernel), on or off (ON),
+// with the products' turns (ping-pong) kept or dropped (PP false).
+template <class T, bool PP = true, bool ON = true>
 struct SfuTurns : T {
-  static constexpr bool kSfuTurns = true;
+  static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
@@ -344,10 +344,11 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    {"d64  3wg whole (s29)", 64, false, run<64, 128, 4, 3, 0, 1>},
+    {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
+    {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32: the exponentials in turns round the warpgroups (SfuTurns), with and without the products' turns, on
     // three warpgroups and on the two-warpgroup dense kernel (run on every row: kRowsShape's instantiation).
-    {"d64  3wg sfu turns", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>>>},
+    {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
     {"d64  3wg sfu turns only", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, false>>},
     {"d64  2wg whole", 64, false, run_k<Tr<64, 128, 4, 2, 1>>},
     {"d64  2wg sfu turns", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 2, 1>>>},
@@ -406,6 +407,7 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 2wg sfu turns", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 2wg sfu turns only", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>, false>>},
+    // (The two-ring kernel's pair taking SFU turns, SfuTurns<TwoRings, false>: its consumers spill 72 B; not timed.)
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):

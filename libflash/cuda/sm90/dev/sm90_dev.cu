@@ -407,7 +407,7 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 2wg sfu turns", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 2wg sfu turns only", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>, false>>},
-    // (The two-ring kernel's pair taking SFU turns, SfuTurns<TwoRings, false>: its consumers spill 72 B; not timed.)
+    {"d64  bs 2 rings pair sfu turns", 64, true, run_k<SfuTurns<TwoRings, false>>},
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):

@@ -825,14 +825,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
     // Two rings: only the pair (warpgroups 0 and 1, one list) take them; the single's list differs in length.
     constexpr int kSfuRing = K::kTwoRings ? 2 : K::kConsumers;
-    // (A constant but for the two rings, where it is read again from %tid.x at each use: a predicate kept across the loop
-    // made the two-ring consumers spill 72 B.)
-    auto sfu_turns = [&]() {
-      if constexpr (!K::kTwoRings) return K::kSfuTurns;
-      uint32_t x;
-      asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(x));
-      return K::kSfuTurns && x < 128u * (1 + kSfuRing);
-    };
+    const bool sfu_turns = K::kSfuTurns && (!K::kTwoRings || wg < kSfuRing);  // (a constant but for the two rings)
     if constexpr (K::kSfuTurns)
       if (wg == kSfuRing - 1) named_arrive(9, 256);
 
@@ -1002,7 +995,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if (K::kSfuTurns && sfu_turns()) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if (K::kSfuTurns && sfu_turns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
@@ -1026,7 +1019,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           row_max[r] = max_new[r];
         }
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
-        if (K::kSfuTurns && sfu_turns())
+        if (K::kSfuTurns && sfu_turns)
           asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % kSfuRing), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };

@@ -407,7 +407,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 2wg sfu turns", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 2wg sfu turns only", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>, false>>},
-    {"d64  bs 2 rings pair sfu turns", 64, true, run_k<SfuTurns<TwoRings, false>>},
+    // Session 32 (s32-7, commit a9acaf7's kernel): the two-ring kernel's pair taking SFU turns (SfuTurns<TwoRings, false>,
+    // the ring's membership read from %tid.x at each use; 72 B of spill stores against production's 68): 3-5% slower.
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):

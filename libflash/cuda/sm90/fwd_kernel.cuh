@@ -251,8 +251,11 @@ struct Traits {
   // each other (our d64 MUFUs: a quarter of the kernel's stall samples, cuDNN's 7%). The exps are tied to the ring by
   // data (the turn's zero is added to the row's max, the hand-over takes the row sums), so ptxas cannot move them out.
   // sm90_dev s32-4, d64's three warpgroups: dense 2k-16k +1.2-2.4%, causal +0.9-1.7%, 1k within 0.5%; the SFU turns
-  // alone (no ping-pong) 5-10% slower; two warpgroups (dense) 1-3% slower, so only the three-warpgroup dense kernel.
+  // alone (no ping-pong) 5-15% slower; two warpgroups (dense) 1-4% slower, the two-ring kernel's pair 3-5% slower
+  // (s32-7, commit a9acaf7; its single's list differs in length, so it cannot join), so only the three-warpgroup dense
+  // kernel.
   static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
+  static_assert(!(kSfuTurns && kTwoRings), "the two rings' warpgroups walk lists of different lengths");
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -823,11 +826,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
-    // Two rings: only the pair (warpgroups 0 and 1, one list) take them; the single's list differs in length.
-    constexpr int kSfuRing = K::kTwoRings ? 2 : K::kConsumers;
-    const bool sfu_turns = K::kSfuTurns && (!K::kTwoRings || wg < kSfuRing);  // (a constant but for the two rings)
     if constexpr (K::kSfuTurns)
-      if (wg == kSfuRing - 1) named_arrive(9, 256);
+      if (wg == K::kConsumers - 1) named_arrive(9, 256);
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
@@ -995,7 +995,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if (K::kSfuTurns && sfu_turns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
@@ -1019,8 +1019,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           row_max[r] = max_new[r];
         }
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
-        if (K::kSfuTurns && sfu_turns)
-          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % kSfuRing), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
+        if constexpr (K::kSfuTurns)
+          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 

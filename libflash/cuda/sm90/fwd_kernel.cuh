@@ -178,6 +178,8 @@ template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse
           int kPolyEvery_ = 0, int kStoreO_ = 0, bool kTailSplit_ = false>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
+  // The FMA pipe's exps computed before the warpgroup's SFU turn instead of among the SFU's (dev, session 33).
+  static constexpr bool kPolyFirst = false;
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
@@ -993,19 +995,41 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           max_moved |= max_new[r] != row_max[r];
         }
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+        constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
+        // kPolyFirst: the FMA pipe's share of the exps (kPolyEvery) before the SFU turn, while the warpgroup waits for it;
+        // the turn's wait takes their sums as operands, so ptxas keeps them ahead of it.
+        [[maybe_unused]] float sum_fma[2] = {0.f, 0.f};
+        if constexpr (K::kPolyFirst) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
+#pragma unroll
+            for (int i = kEvery - 1; i < kBlockN / 8; i += kEvery) {
+              const float p0 = exp2_fma(sv[4 * i + 2 * r] * scale_log2 - max_scaled);
+              const float p1 = exp2_fma(sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
+              sum_fma[r] += p0 + p1;
+              sv[4 * i + 2 * r] = p0;
+              sv[4 * i + 2 * r + 1] = p1;
+            }
+          }
+        }
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if constexpr (K::kSfuTurns && K::kPolyFirst)
+          asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg), "f"(sum_fma[0]), "f"(sum_fma[1]) : "memory");
+        else if constexpr (K::kSfuTurns)
+          asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
           float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
           if constexpr (K::kSfuTurns) max_scaled += zero;
           float sum = 0.f;
+          if constexpr (K::kPolyFirst) sum = sum_fma[r];
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
-            constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
             const bool fma_pipe = K::kPolyEvery > 0 && i % kEvery == kEvery - 1;
+            if (K::kPolyFirst && fma_pipe) continue;  // done before the turn
             const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
             const float x1 = sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled;
             const float p0 = fma_pipe ? exp2_fma(x0) : exp2f(x0);

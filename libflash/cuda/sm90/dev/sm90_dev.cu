@@ -222,6 +222,14 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
+// Session 33: a share of the exps on the FMA pipe (Traits kPolyEvery: every POLY-th 8-column group of P by exp2_fma)
+// under the SFU turns, among the SFU's exps (FIRST false) or before the warpgroup's SFU turn (Traits::kPolyFirst).
+template <int D, int BN, int ST, int WG, int STORE_O, bool SPARSE, int POLY>
+using TrP = flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, STORE_O>;
+template <class T, bool ON = true>
+struct PolyFirst : T {
+  static constexpr bool kPolyFirst = ON;
+};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -346,13 +354,15 @@ const Candidate kCandidates[] = {
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
-    // Session 32: the exponentials in turns round the warpgroups (SfuTurns), with and without the products' turns, on
-    // three warpgroups and on the two-warpgroup dense kernel (run on every row: kRowsShape's instantiation).
+    // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
+    // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    {"d64  3wg sfu turns only", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, false>>},
-    {"d64  2wg whole", 64, false, run_k<Tr<64, 128, 4, 2, 1>>},
-    {"d64  2wg sfu turns", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 2, 1>>>},
-    {"d64  2wg sfu turns only", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 2, 1>, false>>},
+    // Session 33: a share of the exps on the FMA pipe with the SFU turns: among the SFU's exps, or before the turn.
+    {"d64  3wg poly8", 64, false, run_k<TrP<64, 128, 4, 3, 1, false, 8>>},
+    {"d64  3wg poly4", 64, false, run_k<TrP<64, 128, 4, 3, 1, false, 4>>},
+    {"d64  3wg poly8 first", 64, false, run_k<PolyFirst<TrP<64, 128, 4, 3, 1, false, 8>>>},
+    {"d64  3wg poly4 first", 64, false, run_k<PolyFirst<TrP<64, 128, 4, 3, 1, false, 4>>>},
+    {"d64  3wg poly2 first", 64, false, run_k<PolyFirst<TrP<64, 128, 4, 3, 1, false, 2>>>},
     // Session 32 (s32-1, perf-log v55, commit 394c49e): causal's first seqlen_q mod 192 + 192 x E rows on the
     // two-warpgroup kernel (128-row tiles ending there) behind the three-warpgroup one with PDL: E = 1 1k +0.9%, 2k -3%,
     // 4k -0.4%, 8k-16k within 0.5%; E = 0 within 1%; E = 2 1k -9%; the two-warpgroup kernel on every row 1k -7%. Removed.
@@ -405,12 +415,17 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2wg sfu turns", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>>>},
-    {"d64  bs 2wg sfu turns only", 64, true, run_k<SfuTurns<Tr<64, 128, 4, 2, 1, true>, false>>},
+    // Session 32 (s32-4): the two-warpgroup kernel with SFU turns (SfuTurns<Tr<64, 128, 4, 2, 1, true>>): 4k s = .1
+    // equal, s = .5 +2.5%, 8k-16k +3-8%, still 2-6% behind the two-ring kernel; SFU turns alone 10-20% slower.
+    // Session 33: a share of the exps on the FMA pipe (no SFU turns in these kernels).
+    {"d64  bs 3wg 2 rings poly8", 64, true, run_k<TrP<64, 128, 2, 3, 1, true, 8>>},
+    {"d64  bs 3wg 2 rings poly4", 64, true, run_k<TrP<64, 128, 2, 3, 1, true, 4>>},
+    {"d64  bs 2wg poly4", 64, true, run_k<TrP<64, 128, 4, 2, 1, true, 4>>},
+    {"d64  bs 2wg sfu turns poly4 first", 64, true, run_k<PolyFirst<SfuTurns<TrP<64, 128, 4, 2, 1, true, 4>>>>},
     // Session 32 (s32-7, commit a9acaf7's kernel): the two-ring kernel's pair taking SFU turns (SfuTurns<TwoRings, false>,
     // the ring's membership read from %tid.x at each use; 72 B of spill stores against production's 68): 3-5% slower.
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
-    {"d64  bs 2 rings s26", 64, true, run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>},
+    // (run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>: 2-4% slower than production in s32-4.)
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},

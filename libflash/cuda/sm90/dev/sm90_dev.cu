@@ -222,13 +222,11 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// Session 33: a share of the exps on the FMA pipe (Traits kPolyEvery: every POLY-th 8-column group of P by exp2_fma)
-// under the SFU turns, among the SFU's exps (FIRST false) or before the warpgroup's SFU turn (Traits::kPolyFirst).
-template <int D, int BN, int ST, int WG, int STORE_O, bool SPARSE, int POLY>
-using TrP = flash::sm90::Traits<D, BN, ST, DType::BF16, SPARSE, WG, POLY, STORE_O>;
+// P's row sums by the tensor cores (Traits::kRowSumMma, session 33): a 128 x 8 ones block after the O staging tile.
 template <class T, bool ON = true>
-struct PolyFirst : T {
-  static constexpr bool kPolyFirst = ON;
+struct RowSumMma : T {
+  static constexpr bool kRowSumMma = ON;
+  static constexpr int kSmemBytes = T::kSmemBytes + (ON ? T::kOnesBytes : 0);
 };
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
@@ -357,12 +355,12 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 33: a share of the exps on the FMA pipe with the SFU turns: among the SFU's exps, or before the turn.
-    {"d64  3wg poly8", 64, false, run_k<TrP<64, 128, 4, 3, 1, false, 8>>},
-    {"d64  3wg poly4", 64, false, run_k<TrP<64, 128, 4, 3, 1, false, 4>>},
-    {"d64  3wg poly8 first", 64, false, run_k<PolyFirst<TrP<64, 128, 4, 3, 1, false, 8>>>},
-    {"d64  3wg poly4 first", 64, false, run_k<PolyFirst<TrP<64, 128, 4, 3, 1, false, 4>>>},
-    {"d64  3wg poly2 first", 64, false, run_k<PolyFirst<TrP<64, 128, 4, 3, 1, false, 2>>>},
+    // Session 33: P's row sums by the tensor cores (RowSumMma), the softmax's 64 FADDs a block gone.
+    {"d64  split rowsum mma", 64, false, run_rows<RowSumMma<Tr<64, 128, 4, 2, 1>>, true, RowSumMma<Tr<64, 128, 4, 3, 1>>>},
+    {"d64  3wg rowsum mma (whole)", 64, false, run_k<RowSumMma<Tr<64, 128, 4, 3, 1>>>},
+    // Session 33 (s33-1, perf-log v57): a share of the exps on the FMA pipe (Traits kPolyEvery: every 8th / 4th 8-column
+    // group by exp2_fma) with the SFU turns, among the SFU's exps or before the warpgroup's turn (a kPolyFirst Traits
+    // member, removed): every 8th 6-8% slower, every 4th 12-16%, every 2nd (before the turn) 23-30%, dense and causal.
     // Session 32 (s32-1, perf-log v55, commit 394c49e): causal's first seqlen_q mod 192 + 192 x E rows on the
     // two-warpgroup kernel (128-row tiles ending there) behind the three-warpgroup one with PDL: E = 1 1k +0.9%, 2k -3%,
     // 4k -0.4%, 8k-16k within 0.5%; E = 0 within 1%; E = 2 1k -9%; the two-warpgroup kernel on every row 1k -7%. Removed.
@@ -376,6 +374,10 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 33: the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000 cycles
+    // a block) are shorter than a softmax (~1450).
+    {"d128 sfu turns", 128, false, run_k<SfuTurns<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 rowsum mma", 128, false, run_k<RowSumMma<Tr<128, 128, 2, 2, 1>>>},
     // Session 31 (v54): the last round's pieces as a PDL secondary behind the whole rounds (production from the pair's
     // margin, kPairMargin: 4k on the standard grid), on the 128-key split instantiation without the early probe.
     // s31-1/2 (margin 2, pairing 1k-4k): 1k -5%, 2k 0, 4k +1.4-1.5%; with the probe 4k 0.8% slower, on the 192-key split
@@ -417,19 +419,15 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     // Session 32 (s32-4): the two-warpgroup kernel with SFU turns (SfuTurns<Tr<64, 128, 4, 2, 1, true>>): 4k s = .1
     // equal, s = .5 +2.5%, 8k-16k +3-8%, still 2-6% behind the two-ring kernel; SFU turns alone 10-20% slower.
-    // Session 33: a share of the exps on the FMA pipe (no SFU turns in these kernels).
-    {"d64  bs 3wg 2 rings poly8", 64, true, run_k<TrP<64, 128, 2, 3, 1, true, 8>>},
-    {"d64  bs 3wg 2 rings poly4", 64, true, run_k<TrP<64, 128, 2, 3, 1, true, 4>>},
-    {"d64  bs 2wg poly4", 64, true, run_k<TrP<64, 128, 4, 2, 1, true, 4>>},
-    {"d64  bs 2wg sfu turns poly4 first", 64, true, run_k<PolyFirst<SfuTurns<TrP<64, 128, 4, 2, 1, true, 4>>>>},
-    // Session 32 (s32-7, commit a9acaf7's kernel): the two-ring kernel's pair taking SFU turns (SfuTurns<TwoRings, false>,
-    // the ring's membership read from %tid.x at each use; 72 B of spill stores against production's 68): 3-5% slower.
+    // Session 33 (s33-1): the two-ring kernel with every 8th / 4th 8-column group of P on the FMA pipe 4-6% / 8-13% slower;
+    // the two-warpgroup kernel with every 4th 0-3% slower, with SFU turns and the FMA share before them 4-7% slower.
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     // (run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>: 2-4% slower than production in s32-4.)
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
+    {"d128 bs sfu turns", 128, true, run_k<SfuTurns<Tr<128, 128, 2, 2, 2, true>>>},
     // Session 28 (s28-2): with the clock pin (PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>), within 1% either way (not
     // kept).
 };

@@ -10,7 +10,7 @@ rerun after changing the shape lists:
 # with N = key block; S^T and dP^T in the backward). (64, 1, 1): both MN-major (the backward's dQ).
 SHAPES_SS = [(n, 0, 0) for n in (64, 80, 96, 128, 160, 176, 192)] + [(64, 1, 1)]
 # (N, trans-b) with A from registers (the m16k16 fragment of each warp's 16 rows): O += P V, dV += P^T dO, ...
-SHAPES_RS = [(n, 1) for n in (8, 64, 128, 256)]
+SHAPES_RS = [(n, 1) for n in (64, 128, 256)]
 TYPES = {"BF16": "bf16", "FP16": "f16"}
 
 out = []

@@ -138,11 +138,6 @@ template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 __device__ __forceinline__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
-// The same, after every value of v is computed: the values are the asm's operands, so the compiler cannot move their
-// computation past the arrive (Traits::kRowSumMma's SFU hand-over: the block's 64 P values).
-__device__ __forceinline__ void named_arrive_after(int id, int threads, const float (&v)[64]) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads), "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "f"(v[4]), "f"(v[5]), "f"(v[6]), "f"(v[7]), "f"(v[8]), "f"(v[9]), "f"(v[10]), "f"(v[11]), "f"(v[12]), "f"(v[13]), "f"(v[14]), "f"(v[15]), "f"(v[16]), "f"(v[17]), "f"(v[18]), "f"(v[19]), "f"(v[20]), "f"(v[21]), "f"(v[22]), "f"(v[23]), "f"(v[24]), "f"(v[25]), "f"(v[26]), "f"(v[27]), "f"(v[28]), "f"(v[29]), "f"(v[30]), "f"(v[31]), "f"(v[32]), "f"(v[33]), "f"(v[34]), "f"(v[35]), "f"(v[36]), "f"(v[37]), "f"(v[38]), "f"(v[39]), "f"(v[40]), "f"(v[41]), "f"(v[42]), "f"(v[43]), "f"(v[44]), "f"(v[45]), "f"(v[46]), "f"(v[47]), "f"(v[48]), "f"(v[49]), "f"(v[50]), "f"(v[51]), "f"(v[52]), "f"(v[53]), "f"(v[54]), "f"(v[55]), "f"(v[56]), "f"(v[57]), "f"(v[58]), "f"(v[59]), "f"(v[60]), "f"(v[61]), "f"(v[62]), "f"(v[63]) : "memory");
-}
 
 // 2^x on the FMA pipe, for x <= ~0 (a softmax exponent). The SFU's ex2 retires 16 results per clock
 // per SM, which at d64 is exactly the tensor cores' rate for the same tile (one exp per 4 x 64 FLOPs), so
@@ -183,11 +178,6 @@ template <int kHeadDim_, int kBlockN_, int kStages_, DType kDType_, bool kSparse
           int kPolyEvery_ = 0, int kStoreO_ = 0, bool kTailSplit_ = false>
 struct Traits {
   static constexpr int kPolyEvery = kPolyEvery_;
-  // The row sums of P by the tensor cores (dev, session 33): each P V also multiplies P by a 128 x 8 block of ones in
-  // shared memory (m64n8k16, its accumulator every row's sum in all 8 columns), rescaled with O, instead of the softmax's
-  // FADDs and the epilogue's quad reduction. Dense, one K/V ring, 64 x 128 S tiles (the SFU turn's hand-over takes P).
-  static constexpr bool kRowSumMma = false;
-  static constexpr int kOnesBytes = 2048;  // the ones block after the O staging tile (kRowSumMma), 1024-aligned
   // dev/sm90_dev.cu's profiling variant: clock64 spans of each tile's phases summed into args.profile (Prof).
   static constexpr bool kProfile = false;
   // A loop block's K/V full barriers probed right after the previous block's products are issued (mbar_test2), the
@@ -266,6 +256,9 @@ struct Traits {
   // kernel.
   static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
   static_assert(!(kSfuTurns && kTwoRings), "the two rings' warpgroups walk lists of different lengths");
+  // The same turns chosen at run time, where the lists are long (shapes.h, sfu_turns_by_length): d128 block-sparse
+  // (session 33, s33-2: from 13 key blocks a list +3-4%, 6-8 blocks 0-2%, 3 blocks 3.5% slower; d128 dense 0-1% slower).
+  static constexpr bool kSfuTurnsByLength = kSparse_ && kConsumers_ == 2 && kHeadDim_ == 128;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -550,7 +543,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   const uint32_t o_stage0 = v_smem0 + kSlots * K::kKVBytes;
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * K::kRings * args.sched_stride);
-  [[maybe_unused]] const uint32_t ones_smem = o_stage0 + K::kOStageBytes;  // kRowSumMma (dense: nothing after it)
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
   auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + slot); };
@@ -586,13 +578,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
     if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  }
-  if constexpr (K::kRowSumMma) {
-    // The ones block (1.0 in the input dtype), written once and fenced for the tensor cores' (async proxy's) reads.
-    static_assert(!K::kSparse && !K::kTailSplit && K::kSRegs == 64, "kRowSumMma: dense, no split, 64 x 128 S tiles");
-    for (int i = threadIdx.x; i < K::kOnesBytes / 4; i += K::kThreads)
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ones_smem + 4 * i), "r"(K::kBF16 ? 0x3f803f80u : 0x3c003c00u));
-    wg::fence_proxy_async();
   }
   __syncthreads();
 
@@ -844,8 +829,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
-    if constexpr (K::kSfuTurns)
-      if (wg == K::kConsumers - 1) named_arrive(9, 256);
+    // (kSfuTurnsByLength: sfu_on, uniform over the grid, predicates the turns' barriers.)
+    [[maybe_unused]] const uint32_t sfu_on = K::kSfuTurns || (K::kSfuTurnsByLength && sfu_turns_by_length(p)) ? 1u : 0u;
+    if constexpr (K::kSfuTurns || K::kSfuTurnsByLength)
+      if (wg == K::kConsumers - 1 && sfu_on) named_arrive(9, 256);
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
@@ -935,8 +922,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
       float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
-      // kRowSumMma: P's row sums accumulated by the tensor cores, d[2r + e] = row r's sum (columns 2t, 2t + 1).
-      [[maybe_unused]] float acc_l[4] = {0.f, 0.f, 0.f, 0.f};
       float acc_s[K::kSRegs];
       uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
 
@@ -961,9 +946,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
         for (int kc = 0; kc < kBlockN / 16; ++kc)
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
-        if constexpr (K::kRowSumMma)
-#pragma unroll
-          for (int kc = 0; kc < kBlockN / 16; ++kc) wg::RS<8, 1, K::kDType>::mma(acc_l, p_frag[kc], wg::desc(ones_smem, 8 * 128), 1);
         wg::commit();
       };
       // Element mask, only where the block crosses the sequence end or a window edge. (Deciding that per
@@ -1019,11 +1001,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
         if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        else if constexpr (K::kSfuTurnsByLength)
+          asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.sync %1, 256;\n}\nmov.b32 %0, 0;\n"
+                       : "=f"(zero) : "r"(9 + wg), "r"(sfu_on) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
           float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
-          if constexpr (K::kSfuTurns) max_scaled += zero;
+          if constexpr (K::kSfuTurns || K::kSfuTurnsByLength) max_scaled += zero;
           float sum = 0.f;
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
@@ -1038,14 +1023,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             sv[4 * i + 2 * r + 1] = p1;
           }
           corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
-          if constexpr (!K::kRowSumMma) row_sum[r] = row_sum[r] * corr[r] + sum;
+          row_sum[r] = row_sum[r] * corr[r] + sum;
           row_max[r] = max_new[r];
         }
-        // The hand-over waits for both rows' sums, i.e. for every exp of the block (kRowSumMma: for every P value).
-        if constexpr (K::kSfuTurns && K::kRowSumMma)
-          named_arrive_after(9 + (wg + 1) % K::kConsumers, 256, sv);
-        else if constexpr (K::kSfuTurns)
+        // The hand-over waits for both rows' sums, i.e. for every exp of the block.
+        if constexpr (K::kSfuTurns)
           asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
+        else if constexpr (K::kSfuTurnsByLength)
+          asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p bar.arrive %0, 256;\n}\n" ::"r"(9 + (wg + 1) % K::kConsumers),
+                       "r"(sfu_on), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 
@@ -1116,9 +1102,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               acc_o[4 * i + 2 * r] *= c[r];
               acc_o[4 * i + 2 * r + 1] *= c[r];
             }
-          if constexpr (K::kRowSumMma)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) acc_l[2 * r] *= c[r], acc_l[2 * r + 1] *= c[r];
         };
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
@@ -1163,7 +1146,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::wait<0>();
           step(Prof::kStepWaitPV);
           wg::fence_regs(acc_o);
-          if constexpr (K::kRowSumMma) wg::fence_regs(acc_l);
           wg::fence_regs(p_frag);
           __syncwarp();
           if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
@@ -1199,7 +1181,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         pass_turn();
         wg::wait<0>();
         wg::fence_regs(acc_o);
-        if constexpr (K::kRowSumMma) wg::fence_regs(acc_l);
         wg::fence_regs(p_frag);
         __syncwarp();
         if (lane == 0) mbar_arrive(v_empty(s_prev));
@@ -1317,12 +1298,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float sum = row_sum[r];
-        if constexpr (K::kRowSumMma) {
-          sum = acc_l[2 * r];  // the whole row's sum already
-        } else {
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = rg * 64 + row_in_wg + 8 * r;
         if (K::kTmaStoreO && write_out) {

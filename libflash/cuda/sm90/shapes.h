@@ -321,6 +321,14 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
          smem_limit;
 }
 
+// Which block-sparse problems take turns at the SFU on d128's instantiation (Traits::kSfuTurnsByLength; perf-log v59): lists
+// of at least kSfuTurnsMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity, as use_two_rings). sm90_dev s33-2,
+// against the kernel without them: 13-64 blocks +3-4%, 6 and 8 +0-2%, 3 3.5% slower.
+inline constexpr int64_t kSfuTurnsMinBlocks = 6;
+FLASH_SM90_HD inline bool sfu_turns_by_length(const FwdParams& p) {
+  return p.has_block_mask && int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) >= kSfuTurnsMinBlocks;
+}
+
 // d64 dense's two-kernel form (perf-log v53). Its 192-row tiles leave seqlen_q mod 192 real rows in each (batch, head)'s
 // last query block: at 1k, 4k and 16k 64 of 192, so a sixth of the 1k tiles were two-thirds empty at a full tile's cost
 // (session 29 packed them into shared tiles inside the kernel: its consumers spilled, perf-log v52). Instead the

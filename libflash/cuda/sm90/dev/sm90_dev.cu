@@ -222,11 +222,11 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// P's row sums by the tensor cores (Traits::kRowSumMma, session 33): a 128 x 8 ones block after the O staging tile.
-template <class T, bool ON = true>
-struct RowSumMma : T {
-  static constexpr bool kRowSumMma = ON;
-  static constexpr int kSmemBytes = T::kSmemBytes + (ON ? T::kOnesBytes : 0);
+// The SFU turns chosen by the lists' length (Traits::kSfuTurnsByLength; production for d128 block-sparse since session 33),
+// or never (ON false: session 32's d128 block-sparse kernel).
+template <class T, bool ON>
+struct SfuTurnsByLength : T {
+  static constexpr bool kSfuTurnsByLength = ON;
 };
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
@@ -355,9 +355,9 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 33: P's row sums by the tensor cores (RowSumMma), the softmax's 64 FADDs a block gone.
-    {"d64  split rowsum mma", 64, false, run_rows<RowSumMma<Tr<64, 128, 4, 2, 1>>, true, RowSumMma<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  3wg rowsum mma (whole)", 64, false, run_k<RowSumMma<Tr<64, 128, 4, 3, 1>>>},
+    // Session 33 (s33-2, perf-log v58): P's row sums by the tensor cores (a kRowSumMma Traits member, commit 9f7393d,
+    // removed): each P V also multiplied P by a 128 x 8 block of ones (m64n8k16, the sums in its accumulator, rescaled with
+    // O) instead of the softmax's FADDs and the epilogue's quad reduction: the pair 2.5-4% slower at 2k-16k, 1-2.5% at 1k.
     // Session 33 (s33-1, perf-log v57): a share of the exps on the FMA pipe (Traits kPolyEvery: every 8th / 4th 8-column
     // group by exp2_fma) with the SFU turns, among the SFU's exps or before the warpgroup's turn (a kPolyFirst Traits
     // member, removed): every 8th 6-8% slower, every 4th 12-16%, every 2nd (before the turn) 23-30%, dense and causal.
@@ -374,10 +374,9 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    // Session 33: the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000 cycles
-    // a block) are shorter than a softmax (~1450).
-    {"d128 sfu turns", 128, false, run_k<SfuTurns<Tr<128, 128, 2, 2, 1>>>},
-    {"d128 rowsum mma", 128, false, run_k<RowSumMma<Tr<128, 128, 2, 2, 1>>>},
+    // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
+    // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
+    // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
     // Session 31 (v54): the last round's pieces as a PDL secondary behind the whole rounds (production from the pair's
     // margin, kPairMargin: 4k on the standard grid), on the 128-key split instantiation without the early probe.
     // s31-1/2 (margin 2, pairing 1k-4k): 1k -5%, 2k 0, 4k +1.4-1.5%; with the probe 4k 0.8% slower, on the 192-key split
@@ -427,7 +426,10 @@ const Candidate kCandidates[] = {
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs sfu turns", 128, true, run_k<SfuTurns<Tr<128, 128, 2, 2, 2, true>>>},
+    // Session 33: SFU turns (v56) on every list (s33-2: 4k s = .1 3.5% slower, 6-8 blocks 0-2% faster, 13-64 blocks 3-4%),
+    // and session 32's kernel without them (production takes them from kSfuTurnsMinBlocks blocks, v59).
+    {"d128 bs sfu turns always", 128, true, run_k<SfuTurns<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s32 (no sfu turns)", 128, true, run_k<SfuTurnsByLength<Tr<128, 128, 2, 2, 2, true>, false>>},
     // Session 28 (s28-2): with the clock pin (PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>), within 1% either way (not
     // kept).
 };

@@ -829,7 +829,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
-    // (kSfuTurnsByLength: sfu_on, uniform over the grid, predicates the turns' barriers.)
+    // (kSfuTurnsByLength: sfu_on, uniform over the grid, branches round the turns' barriers. Predicated barriers
+    // instead -- @p bar.sync -- lost the turns' gain: 2-5% slower than the turns compiled in, s33-3.)
     [[maybe_unused]] const uint32_t sfu_on = K::kSfuTurns || (K::kSfuTurnsByLength && sfu_turns_by_length(p)) ? 1u : 0u;
     if constexpr (K::kSfuTurns || K::kSfuTurnsByLength)
       if (wg == K::kConsumers - 1 && sfu_on) named_arrive(9, 256);
@@ -1002,8 +1003,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         float zero = 0.f;
         if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
         else if constexpr (K::kSfuTurnsByLength)
-          asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p bar.sync %1, 256;\n}\nmov.b32 %0, 0;\n"
-                       : "=f"(zero) : "r"(9 + wg), "r"(sfu_on) : "memory");
+          if (sfu_on) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
@@ -1030,8 +1030,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kSfuTurns)
           asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         else if constexpr (K::kSfuTurnsByLength)
-          asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p bar.arrive %0, 256;\n}\n" ::"r"(9 + (wg + 1) % K::kConsumers),
-                       "r"(sfu_on), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
+          if (sfu_on)
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 

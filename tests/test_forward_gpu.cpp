@@ -369,16 +369,17 @@ TEST_P(GpuEdges, BlockSparseUnsortedRepeatedAndJunkIndices) {
 // sm90 runs a persistent grid (one CTA per SM) whose block-sparse schedules and Q buffers are reused tile
 // after tile through two slots each; the other cases have fewer tiles than SMs, so each CTA sees one tile.
 // Here every CTA takes several (2 x 8 heads x 20 query blocks = 320 tiles on 132 SMs), with per-head random
-// lists, rows that list nothing, GQA, seqlen_q != seqlen_k, and the causal composition.
+// lists, rows that list nothing, GQA, seqlen_q != seqlen_k, and the causal composition; fp16 as well (at d128 these
+// lists of 8 key blocks run on the instantiation with SFU turns, shapes.h sfu_turns_by_length, in both dtypes).
 TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
   if (GetParam() != FLASH_ALGO_SM90) GTEST_SKIP() << "tests sm90's persistent tile order (the others launch a CTA per tile)";
   REQUIRE_GPU_ALGORITHM(GetParam());
   int n = 0;
   for (int64_t d : {64, 128})
-    for (int variant = 0; variant < 2; ++variant) {
-      CaseSpec s = base(2560, 900, d, FLASH_DTYPE_BF16);
+    for (int variant = 0; variant < 3; ++variant) {
+      CaseSpec s = base(2560, 900, d, variant == 2 ? FLASH_DTYPE_FP16 : FLASH_DTYPE_BF16);
       s.heads_q = 8, s.heads_kv = 4;
-      fill_block_mask(s, 128, 128, variant == 0 ? 0 : 2, base_seed() + 7919 * ++n);
+      fill_block_mask(s, 128, 128, variant == 1 ? 2 : 0, base_seed() + 7919 * ++n);
       // A whole query block of one (batch, head) lists nothing: its rows see no key.
       flash_ref::Mask& m = s.mask;
       std::fill_n(m.listed.begin() + ((1 * m.mask_heads + 3) * m.n_qb + 5) * size_t(m.n_kb), m.n_kb, uint8_t{0});

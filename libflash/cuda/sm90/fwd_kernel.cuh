@@ -256,9 +256,6 @@ struct Traits {
   // kernel.
   static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
   static_assert(!(kSfuTurns && kTwoRings), "the two rings' warpgroups walk lists of different lengths");
-  // The same turns chosen at run time, where the lists are long (shapes.h, sfu_turns_by_length): d128 block-sparse
-  // (session 33, s33-2: from 13 key blocks a list +3-4%, 6-8 blocks 0-2%, 3 blocks 3.5% slower; d128 dense 0-1% slower).
-  static constexpr bool kSfuTurnsByLength = kSparse_ && kConsumers_ == 2 && kHeadDim_ == 128;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -829,11 +826,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
-    // (kSfuTurnsByLength: sfu_on, uniform over the grid, branches round the turns' barriers. Predicated barriers
-    // instead -- @p bar.sync -- lost the turns' gain: 2-5% slower than the turns compiled in, s33-3.)
-    [[maybe_unused]] const uint32_t sfu_on = K::kSfuTurns || (K::kSfuTurnsByLength && sfu_turns_by_length(p)) ? 1u : 0u;
-    if constexpr (K::kSfuTurns || K::kSfuTurnsByLength)
-      if (wg == K::kConsumers - 1 && sfu_on) named_arrive(9, 256);
+    if constexpr (K::kSfuTurns)
+      if (wg == K::kConsumers - 1) named_arrive(9, 256);
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
@@ -1002,13 +996,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
         if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
-        else if constexpr (K::kSfuTurnsByLength)
-          if (sfu_on) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
           float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
-          if constexpr (K::kSfuTurns || K::kSfuTurnsByLength) max_scaled += zero;
+          if constexpr (K::kSfuTurns) max_scaled += zero;
           float sum = 0.f;
 #pragma unroll
           for (int i = 0; i < kBlockN / 8; ++i) {
@@ -1029,9 +1021,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
         if constexpr (K::kSfuTurns)
           asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
-        else if constexpr (K::kSfuTurnsByLength)
-          if (sfu_on)
-            asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 
@@ -1525,6 +1514,8 @@ template <DType kDType>
 int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_sparse_turns(const FwdParams& p);
 template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
@@ -1537,6 +1528,14 @@ int32_t launch_fwd_split(const FwdParams& p, const Rows& rows);
 template <class T>
 struct LongRange : T {
   static constexpr bool kEarlyProbe = true;
+};
+// An instantiation whose consumer warpgroups take turns at the SFU (Traits::kSfuTurns) where its Traits do not: d128's
+// block-sparse one for long lists (shapes.h, sfu_turns_by_length; perf-log v59). Chosen per launch by the host: the
+// turns switched at run time in one instantiation -- predicated barriers or a branch round them -- lost their gain
+// (sm90_dev s33-3/4: 2-5% slower than compiled in, slower than none).
+template <class T>
+struct SfuTurnsOn : T {
+  static constexpr bool kSfuTurns = true;
 };
 
 }  // namespace flash::sm90
@@ -1567,6 +1566,14 @@ struct LongRange : T {
   int32_t flash::sm90::launch_fwd_two_rings<flash::DType::DTYPE>(const flash::FwdParams& p) {           \
     constexpr flash::sm90::Shape s = flash::sm90::kTwoRingShape;                                         \
     return launch<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, s.consumers, 0, s.store_o>>(p); \
+  }
+// d128 block-sparse with the SFU turns (SfuTurnsOn; shapes.h, sfu_turns_by_length): FLASH_SM90_INSTANTIATE_SPARSE_TURNS(BF16).
+#define FLASH_SM90_INSTANTIATE_SPARSE_TURNS(DTYPE)                                                       \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd_sparse_turns<flash::DType::DTYPE>(const flash::FwdParams& p) {        \
+    constexpr flash::sm90::Shape s = flash::sm90::shape_for(128, true);                                  \
+    return launch<flash::sm90::SfuTurnsOn<flash::sm90::Traits<s.head_dim, s.block_n, s.stages, flash::DType::DTYPE, true, \
+                                                               s.consumers, 0, s.store_o>>>(p);           \
   }
 // The d128 long-key-range instantiations (shapes.h, kLongShape), with the tail split or without:
 // FLASH_SM90_INSTANTIATE_LONG(BF16, true).

@@ -321,11 +321,12 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
          smem_limit;
 }
 
-// Which block-sparse problems take turns at the SFU on d128's instantiation (Traits::kSfuTurnsByLength; perf-log v59): lists
-// of at least kSfuTurnsMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity, as use_two_rings). sm90_dev s33-2,
-// against the kernel without them: 13-64 blocks +3-4%, 6 and 8 +0-2%, 3 3.5% slower.
+// Which d128 block-sparse problems run on the instantiation whose warpgroups take turns at the SFU (fwd_kernel.cuh,
+// SfuTurnsOn; perf-log v59): lists of at least kSfuTurnsMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity,
+// as use_two_rings). sm90_dev s33-2 .. s33-4, against the kernel without them: 13-64 blocks +3-5%, 6 and 8 +0-3%, 3 blocks
+// 0-3.5% slower.
 inline constexpr int64_t kSfuTurnsMinBlocks = 6;
-FLASH_SM90_HD inline bool sfu_turns_by_length(const FwdParams& p) {
+inline bool sfu_turns_by_length(const FwdParams& p) {
   return p.has_block_mask && int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) >= kSfuTurnsMinBlocks;
 }
 

@@ -20,6 +20,8 @@ template <DType kDType>
 int32_t launch_fwd_rows(const FwdParams& p, const Rows& rows);
 template <DType kDType>
 int32_t launch_fwd_two_rings(const FwdParams& p);
+template <DType kDType>
+int32_t launch_fwd_sparse_turns(const FwdParams& p);
 template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
@@ -159,7 +161,11 @@ int32_t fwd(const FwdParams& p) {
   if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0) return fwd_d128_pair(p, t);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
-    case 128: return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);
+    case 128:
+      // Block-sparse lists of >= kSfuTurnsMinBlocks key blocks: the instantiation with turns at the SFU (shapes.h).
+      if (sparse && sfu_turns_by_length(p))
+        return bf16 ? launch_fwd_sparse_turns<DType::BF16>(p) : launch_fwd_sparse_turns<DType::FP16>(p);
+      return sparse ? fwd_dim<128, true>(p) : fwd_dim<128, false>(p);
     case 256: return sparse ? fwd_dim<256, true>(p) : fwd_dim<256, false>(p);
   }
   return fail(FLASH_ERROR_INTERNAL, "sm90: no kernel compiled for head_dim ", p.head_dim);

@@ -222,12 +222,12 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// The SFU turns chosen by the lists' length (Traits::kSfuTurnsByLength; production for d128 block-sparse since session 33),
-// or never (ON false: session 32's d128 block-sparse kernel).
-template <class T, bool ON>
-struct SfuTurnsByLength : T {
-  static constexpr bool kSfuTurnsByLength = ON;
-};
+// d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
+// instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
+template <class T>
+int32_t run_turns_by_length(const FwdParams& p) {
+  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<T>(p);
+}
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -424,12 +424,12 @@ const Candidate kCandidates[] = {
     // (run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>: 2-4% slower than production in s32-4.)
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
-    {"d128 bs (prod)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs (prod again)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    // Session 33: SFU turns (v56) on every list (s33-2: 4k s = .1 3.5% slower, 6-8 blocks 0-2% faster, 13-64 blocks 3-4%),
-    // and session 32's kernel without them (production takes them from kSfuTurnsMinBlocks blocks, v59).
-    {"d128 bs sfu turns always", 128, true, run_k<SfuTurns<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s32 (no sfu turns)", 128, true, run_k<SfuTurnsByLength<Tr<128, 128, 2, 2, 2, true>, false>>},
+    // Since session 33 (v59) lists of >= 6 key blocks on the instantiation with SFU turns (s33-2 .. s33-4, SFU turns on
+    // every list, SfuTurns<Tr<128, 128, 2, 2, 2, true>>: 4k s = .1 0-3.5% slower, 6-8 blocks 0-3% faster, 13-64 blocks
+    // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
+    {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // Session 28 (s28-2): with the clock pin (PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>), within 1% either way (not
     // kept).
 };

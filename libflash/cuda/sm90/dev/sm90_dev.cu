@@ -377,8 +377,8 @@ const Candidate kCandidates[] = {
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
-    // s33-6: the turns without the clock pin (the block-sparse kernel, which gains 2-4% from them, has none).
-    {"d128 sfu turns no pin", 128, false, run_k<PinSoftmax<SfuTurns<Tr<128, 128, 2, 2, 1>>, 0>>},
+    // s33-6: the turns without the clock pin (the block-sparse kernel, which gains 2-4% from them, has none),
+    // PinSoftmax<SfuTurns<Tr<128, 128, 2, 2, 1>>, 0>: 1-3% slower than production, 0-1% faster than no pin alone.
     // Session 31 (v54): the last round's pieces as a PDL secondary behind the whole rounds (production from the pair's
     // margin, kPairMargin: 4k on the standard grid), on the 128-key split instantiation without the early probe.
     // s31-1/2 (margin 2, pairing 1k-4k): 1k -5%, 2k 0, 4k +1.4-1.5%; with the probe 4k 0.8% slower, on the 192-key split
@@ -395,9 +395,8 @@ const Candidate kCandidates[] = {
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
-    // s33-6: the long-range kernels with SFU turns (96 exps a thread per 192-key block; no pin there).
-    {"d128 bn192 split sfu turns", 128, false, run_k<SfuTurns<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>>},
-    {"d128 bn192 ring sfu turns", 128, false, run_k<SfuTurns<EarlyProbe<Tr<128, 192, 2, 2, 3>>>>},
+    // s33-6: the long-range kernels with SFU turns (96 exps a thread per 192-key block; no pin there), SfuTurns<...> of
+    // the two above: within 0.5% of them at 1k-16k, dense and causal.
     // Session 28: the pin at 192-key blocks (PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>) 1.5-2% slower; the tail
     // split at 128-key blocks with the pin (Tr<128, 128, 2, 2, 1, false, true>, pinned as production's 128-key kernel)
     // 0.8% faster at 4k, 1.5-2% slower than the 192-key split at 8k-16k (s28-2): neither routed.
@@ -409,9 +408,8 @@ const Candidate kCandidates[] = {
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.
-    // s33-6: SFU turns at d256 (40 exps a thread per 80-key block), with and without the pin.
-    {"d256 sfu turns", 256, false, run_k<SfuTurns<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 sfu turns no pin", 256, false, run_k<PinSoftmax<SfuTurns<Tr<256, 80, 2, 2, 3>>, 0>>},
+    // s33-6: SFU turns at d256 (40 exps a thread per 80-key block), SfuTurns<Tr<256, 80, 2, 2, 3>>: 0.5-1.5% slower;
+    // without the pin as well 2-5% slower.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

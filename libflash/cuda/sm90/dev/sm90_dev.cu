@@ -436,8 +436,8 @@ const Candidate kCandidates[] = {
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    // s33-8: the turns with the clock pin (v49's; within 1% either way without the turns, s28-2).
-    {"d128 bs sfu turns + pin", 128, true, run_k<PinSoftmax<flash::sm90::SfuTurnsOn<Tr<128, 128, 2, 2, 2, true>>, 3>>},
+    // s33-8: the turns with the clock pin as well (v49's; within 1% either way without the turns, s28-2),
+    // PinSoftmax<SfuTurnsOn<Tr<128, 128, 2, 2, 2, true>>, 3>: the turns' gain gone (1% slower than none).
     // Session 28 (s28-2): with the clock pin (PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>), within 1% either way (not
     // kept).
 };

@@ -255,11 +255,7 @@ struct Traits {
   // (s32-7, commit a9acaf7; its single's list differs in length, so it cannot join), so only the three-warpgroup dense
   // kernel.
   static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
-  // Two rings (dev, session 33): the pair (warpgroups 0 and 1, one list, so as many turns) takes turns at the tensor cores
-  // (kPairTurns) and, with kSfuTurns, at the SFU, on barriers whose id and count are chosen by a select, not a branch:
-  // the single (warpgroup 2) syncs and arrives on stand-ins of its own 128 threads (12 / 13, 14 / 15). (Branched, as
-  // sessions 28 and 32 built them, the turns measured slower; v59 found a branch round a turn's barriers loses its gain.)
-  static constexpr bool kPairTurns = false;
+  static_assert(!(kSfuTurns && kTwoRings), "the two rings' warpgroups walk lists of different lengths");
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -822,23 +818,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
     if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
-    static_assert(!K::kPairTurns || (K::kTwoRings && K::kFixedRings), "the pair's turns need fixed ring roles");
-    static_assert(!(K::kSfuTurns && K::kTwoRings) || K::kFixedRings, "the pair's SFU turns need fixed ring roles");
-    if constexpr (K::kPairTurns)
-      if (wg == 1) named_arrive(1, 256);
     // A turn at the tensor cores (ping-pong; two rings take none: the pair alone taking turns was 1-3% slower, s28-1).
     auto take_turn = [&]() {
       if constexpr (K::kPingPong) named_sync(1 + wg, 256);
-      if constexpr (K::kPairTurns) named_sync(wg < 2 ? 1 + wg : 12, wg < 2 ? 256 : 128);
     };
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
-      if constexpr (K::kPairTurns) named_arrive(wg < 2 ? 1 + (wg ^ 1) : 13, wg < 2 ? 256 : 128);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
-    // (Two rings: the pair's, warpgroup 1 handing warpgroup 0 the first.)
     if constexpr (K::kSfuTurns)
-      if (wg == (K::kTwoRings ? 1 : K::kConsumers - 1)) named_arrive(9, 256);
+      if (wg == K::kConsumers - 1) named_arrive(9, 256);
 
     int it = 0, tile_iter = 0;
     // Two rings: this tile's ring (with rotating roles, dev: warpgroup 1 always in the pair, 0 and 2 changing rings from
@@ -1006,10 +995,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if constexpr (K::kSfuTurns && K::kTwoRings)
-          asm volatile("bar.sync %1, %2;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(wg < 2 ? 9 + wg : 14), "r"(wg < 2 ? 256 : 128) : "memory");
-        else if constexpr (K::kSfuTurns)
-          asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
@@ -1033,10 +1019,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           row_max[r] = max_new[r];
         }
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
-        if constexpr (K::kSfuTurns && K::kTwoRings)
-          asm volatile("bar.arrive %0, %1;\n" ::"r"(wg < 2 ? 9 + (wg ^ 1) : 15), "r"(wg < 2 ? 256 : 128), "f"(row_sum[0]),
-                       "f"(row_sum[1]) : "memory");
-        else if constexpr (K::kSfuTurns)
+        if constexpr (K::kSfuTurns)
           asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };

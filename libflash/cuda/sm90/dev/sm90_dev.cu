@@ -228,11 +228,6 @@ template <class T>
 int32_t run_turns_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<T>(p);
 }
-// Two rings: the pair's turns at the tensor cores (Traits::kPairTurns, session 33).
-template <class T>
-struct PairTurns : T {
-  static constexpr bool kPairTurns = true;
-};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -433,13 +428,10 @@ const Candidate kCandidates[] = {
     // the two-warpgroup kernel with every 4th 0-3% slower, with SFU turns and the FMA share before them 4-7% slower.
     // Session 27 (perf-log v49): production is fixed rings with the clock pin; session 26's rotating rings without it.
     // (run_k<PinSoftmax<FixedRings<TwoRings, false>, 0>>: 2-4% slower than production in s32-4.)
-    // Session 33 (s33-9): the pair's turns (products, SFU, both) on barriers chosen by select, the single on stand-ins of
-    // its own (Traits::kPairTurns; kSfuTurns on two rings), with the clock pin (production's) and without.
-    {"d64  bs 2 rings pair turns", 64, true, run_k<PairTurns<TwoRings>>},
-    {"d64  bs 2 rings pair sfu", 64, true, run_k<SfuTurns<TwoRings, false>>},
-    {"d64  bs 2 rings pair both", 64, true, run_k<SfuTurns<PairTurns<TwoRings>, false>>},
-    {"d64  bs 2 rings pair both no pin", 64, true, run_k<PinSoftmax<SfuTurns<PairTurns<TwoRings>, false>, 0>>},
-    {"d64  bs 2 rings pair sfu no pin", 64, true, run_k<PinSoftmax<SfuTurns<TwoRings, false>, 0>>},
+    // Session 33 (s33-9, perf-log "two-ring pair's turns without branches"): the pair's turns at the tensor cores, at the
+    // SFU, or both, on barriers whose id and count a select chose (the single syncing and arriving on stand-ins of its own
+    // 128 threads; a kPairTurns Traits member, commit 6965047, removed), with the clock pin and without: every form 1-8%
+    // slower than production; the pair's SFU turns without the pin closest (16k s = .5 0.7%, 4k 3-6% slower).
     // Session 28 (s28-1): the pair taking ping-pong turns, the single none (Traits::kPairTurns, commit a112468, removed):
     // 1-3% slower at s = .5, as on rotating rings without the pin (s21-5/7).
     // Since session 33 (v59) lists of >= 6 key blocks on the instantiation with SFU turns (s33-2 .. s33-4, SFU turns on

@@ -323,8 +323,9 @@ inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
 
 // Which d128 block-sparse problems run on the instantiation whose warpgroups take turns at the SFU (fwd_kernel.cuh,
 // SfuTurnsOn; perf-log v59): lists of at least kSfuTurnsMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity,
-// as use_two_rings). sm90_dev s33-2 .. s33-4, against the kernel without them: 13-64 blocks +3-5%, 6 and 8 +0-3%, 3 blocks
-// 0-3.5% slower.
+// as use_two_rings). sm90_dev s33-5 and s33-8, against the kernel without them: 16-64 blocks +1.3-4.5%, 6 and 8 +0.6-3.9%;
+// lists of 3 blocks (4k, s = .1) measured from 3.9% slower to 2.4% faster with them (s33-2 .. s33-4), so they keep the
+// kernel without.
 inline constexpr int64_t kSfuTurnsMinBlocks = 6;
 inline bool sfu_turns_by_length(const FwdParams& p) {
   return p.has_block_mask && int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) >= kSfuTurnsMinBlocks;

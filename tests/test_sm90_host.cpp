@@ -8,7 +8,8 @@
 //   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory;
 // - the dense kernels' split last round (TailSplit, plan_tail, tail_slot): every key block of the split tiles is run by
 //   exactly one CTA, and a tile's merging piece finds every other piece of it;
-// - d64 dense's split into two kernels (d64_split_rows).
+// - d64 dense's split into two kernels (d64_split_rows);
+// - d128 block-sparse's kernel with SFU turns for long lists (sfu_turns_by_length).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -240,6 +241,28 @@ TEST(Sm90Instantiation, TwoRingChoice) {
   EXPECT_TRUE(use_two_rings(params(64, 200000, 128, 128, 64), kH100));  // 4 x 1564 ints of schedules still fit
   EXPECT_FALSE(use_two_rings(params(64, int64_t(1) << 22, 128, 128, 64), kH100));
   EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 128, 64), 200000));
+}
+
+// d128 block-sparse masks whose lists hold at least 6 key blocks of 128 run on the instantiation with SFU turns
+// (shapes.h, sfu_turns_by_length; perf-log v59), counted from the lists' capacity as the two-ring rule does.
+TEST(Sm90Instantiation, D128SfuTurnsChoice) {
+  using flash::sm90::sfu_turns_by_length;
+  auto params = [](int32_t block_n, int32_t max_kv_blocks) {
+    flash::FwdParams p{};
+    p.head_dim = 128, p.seqlen_q = p.seqlen_k = 4096, p.window_left = p.window_right = -1;
+    p.has_block_mask = true;
+    p.block_mask.block_m = 128, p.block_mask.block_n = block_n, p.block_mask.max_kv_blocks = max_kv_blocks;
+    return p;
+  };
+  EXPECT_TRUE(sfu_turns_by_length(params(128, 6)));
+  EXPECT_TRUE(sfu_turns_by_length(params(128, 32)));
+  EXPECT_FALSE(sfu_turns_by_length(params(128, 5)));  // issue 7's 4k s = .1 (3 blocks) keeps the kernel without
+  EXPECT_FALSE(sfu_turns_by_length(params(128, 3)));
+  EXPECT_TRUE(sfu_turns_by_length(params(256, 3)));   // 3 mask blocks of 2 key blocks
+  EXPECT_FALSE(sfu_turns_by_length(params(256, 2)));
+  flash::FwdParams none = params(128, 32);
+  none.has_block_mask = false;  // (a problem without a block mask never reaches d128's block-sparse kernels)
+  EXPECT_FALSE(sfu_turns_by_length(none));
 }
 
 // The tail split (shapes.h): for grids and problem sizes around the standard grid's, when tail_split splits, every key

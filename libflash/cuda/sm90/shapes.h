@@ -305,9 +305,15 @@ inline TailSplit pair_split(const FwdParams& p, int grid) {
 // (smem_limit: the device's opt-in per block).
 inline constexpr int64_t kListedMaxWindow = 768;
 
+// The longest list a block mask can hold, in key blocks of 128 (0 without a mask): max_kv_blocks, the lists' capacity, is
+// what the host knows of their lengths. The host's choices by list length (use_two_rings, sfu_turns_by_length) read it.
+inline int64_t list_blocks_128(const FwdParams& p) {
+  return p.has_block_mask ? int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) : 0;
+}
+
 // Which block-sparse problems run on the two-ring instantiation: d64, mask blocks of 128 rows (a multiple of 128 keys),
-// lists of at least kTwoRingMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity, is what the host knows of
-// their lengths), when its four schedules fit (else the two-warpgroup kernel, which needs less shared memory, runs them).
+// lists of at least kTwoRingMinBlocks key blocks of 128 (list_blocks_128), when its four schedules fit (else the
+// two-warpgroup kernel, which needs less shared memory, runs them).
 // sm90_dev against the two-warpgroup kernel since v40 (a K/V loader per ring and a Q loader, s22-3): 3 blocks per list
 // (4k, s = 0.1) 2-3% slower, 6 (8k, 0.1) 4-6% faster, 8 (4k, 0.25) 2-3%, 13 (16k, 0.1) 11%, 16 (4k, 0.5) 7%,
 // 64 (16k, 0.5) 14%. (v39, one loader, s21-8: 8 blocks the same, 3 8% slower; the threshold was 12.) Since v49, 3
@@ -316,19 +322,19 @@ inline constexpr int64_t kListedMaxWindow = 768;
 inline constexpr int64_t kTwoRingMinBlocks = 6;
 inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (!p.has_block_mask || p.head_dim != 64 || p.block_mask.block_m != 128 || p.block_mask.block_n % 128 != 0) return false;
-  if (int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) < kTwoRingMinBlocks) return false;
+  if (list_blocks_128(p) < kTwoRingMinBlocks) return false;
   return kTwoRingShape.smem_bytes(true) + sparse_extra_bytes(p.seqlen_k, kTwoRingShape.block_n, p.block_mask.block_n, 2) <=
          smem_limit;
 }
 
 // Which d128 block-sparse problems run on the instantiation whose warpgroups take turns at the SFU (fwd_kernel.cuh,
-// SfuTurnsOn; perf-log v59): lists of at least kSfuTurnsMinBlocks key blocks of 128 (max_kv_blocks, the lists' capacity,
-// as use_two_rings). sm90_dev s33-5 and s33-8, against the kernel without them: 16-64 blocks +1.3-4.5%, 6 and 8 +0.6-3.9%;
+// SfuTurnsOn; perf-log v59): lists of at least kSfuTurnsMinBlocks key blocks of 128 (list_blocks_128, as
+// use_two_rings). sm90_dev s33-5 and s33-8, against the kernel without them: 16-64 blocks +1.3-4.5%, 6 and 8 +0.6-3.9%;
 // lists of 3 blocks (4k, s = .1) measured from 3.9% slower to 2.4% faster with them (s33-2 .. s33-4), so they keep the
 // kernel without.
 inline constexpr int64_t kSfuTurnsMinBlocks = 6;
 inline bool sfu_turns_by_length(const FwdParams& p) {
-  return p.has_block_mask && int64_t(p.block_mask.max_kv_blocks) * (p.block_mask.block_n / 128) >= kSfuTurnsMinBlocks;
+  return list_blocks_128(p) >= kSfuTurnsMinBlocks;
 }
 
 // d64 dense's two-kernel form (perf-log v53). Its 192-row tiles leave seqlen_q mod 192 real rows in each (batch, head)'s

@@ -528,13 +528,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // with the schedules by the scheduler warp: a warpgroup changing rings needs the position of its new one.
   [[maybe_unused]] __shared__ int ring_pos[2][2];
   // A split tile's piece (Work): whether this consumer warpgroup's piece finished last (thread 0's count, for the rest).
-  [[maybe_unused]] __shared__ int tail_last[K::kConsumers];
+  [[maybe_unused]] __shared__ int tail_last[K::kConsumers > 3 ? K::kConsumers : 3];
   [[maybe_unused]] __shared__ TailPlan tail_plan;  // dense: this CTA's share of the split round (written before __syncthreads)
   // Dense: each consumer warpgroup's current work item code (Work), written by its thread 0 at the tile's start and read
   // back by all its threads at the end, instead of one more register live across the loop: with it the 192-key kernel's
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
-  [[maybe_unused]] __shared__ int wg_code[K::kConsumers];
+  [[maybe_unused]] __shared__ int wg_code[K::kConsumers > 3 ? K::kConsumers : 3];
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
   [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];

@@ -249,6 +249,8 @@ const ProfCase kProfCases[] = {
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 4wg bn64", 64, 1024, 16, false, 0, 4, run_prof_k<Tr<64, 64, 6, 4, 1>>},
     {"d64 4wg bn64", 64, 16384, 1, false, 0, 4, run_prof_k<Tr<64, 64, 6, 4, 1>>},
+    {"d64 3wg bn64", 64, 16384, 1, false, 0, 3, run_prof_k<SfuTurns<Tr<64, 64, 6, 3, 1>, true, false>>},
+    {"d64 3wg seq", 64, 16384, 1, false, 0, 3, run_prof_k<SeqLoop<Tr<64, 128, 4, 3, 1>>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -357,8 +359,6 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
-    {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
@@ -367,9 +367,11 @@ const Candidate kCandidates[] = {
     // 120). Against three warpgroups on 64-key blocks and on the loop without S ahead (SeqLoop).
     {"d64  4wg bn64", 64, false, run_k<Tr<64, 64, 6, 4, 1>>},
     {"d64  4wg bn64 sfu turns", 64, false, run_k<SfuTurns<Tr<64, 64, 6, 4, 1>>>},
-    {"d64  4wg bn64 seq sfu turns", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 64, 6, 4, 1>>>>},
-    {"d64  4wg bn64 seq", 64, false, run_k<SeqLoop<Tr<64, 64, 6, 4, 1>>>},
     {"d64  3wg bn64 sfu turns", 64, false, run_k<Tr<64, 64, 6, 3, 1>>},
+    {"d64  3wg bn64", 64, false, run_k<SfuTurns<Tr<64, 64, 6, 3, 1>, true, false>>},
+    {"d64  4wg bn64 no turns", 64, false, run_k<SfuTurns<Tr<64, 64, 6, 4, 1>, false, false>>},
+    {"d64  4wg bn64 pin", 64, false, run_k<PinSoftmax<Tr<64, 64, 6, 4, 1>, 3>>},
+    {"d64  3wg seq no sfu turns", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 3, 1>>, true, false>>},
     {"d64  3wg seq", 64, false, run_k<SeqLoop<Tr<64, 128, 4, 3, 1>>>},
     // Session 33 (s33-2, perf-log v58): P's row sums by the tensor cores (a kRowSumMma Traits member, commit 9f7393d,
     // removed): each P V also multiplied P by a 128 x 8 block of ones (m64n8k16, the sums in its accumulator, rescaled with

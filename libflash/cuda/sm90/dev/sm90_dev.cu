@@ -183,8 +183,8 @@ template <class T>
 struct Profiled : T {
   static constexpr bool kProfile = true;
 };
-// Prof::kPerWg counters per consumer warpgroup (at most 4) and the producer's after them.
-constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 5;
+// Prof::kPerWg counters per consumer warpgroup (at most 3) and the producer's after them.
+constexpr int kProfCounters = flash::sm90::Prof::kPerWg * 4;
 unsigned long long* g_profile = nullptr;
 template <class K>
 int32_t run_prof_k(const FwdParams& p) {
@@ -222,11 +222,6 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// The loop without S one block ahead (Traits::kSeqLoop, perf-log v60): what four consumer warpgroups' 112 registers hold.
-template <class T>
-struct SeqLoop : T {
-  static constexpr bool kSeqLoop = true;
-};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -247,10 +242,6 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
-    {"d64 4wg bn64", 64, 1024, 16, false, 0, 4, run_prof_k<Tr<64, 64, 6, 4, 1>>},
-    {"d64 4wg bn64", 64, 16384, 1, false, 0, 4, run_prof_k<Tr<64, 64, 6, 4, 1>>},
-    {"d64 3wg bn64", 64, 16384, 1, false, 0, 3, run_prof_k<SfuTurns<Tr<64, 64, 6, 3, 1>, true, false>>},
-    {"d64 3wg seq", 64, 16384, 1, false, 0, 3, run_prof_k<SeqLoop<Tr<64, 128, 4, 3, 1>>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 causal", 128, 1024, 16, true, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -359,20 +350,15 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
+    {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 34 (perf-log v60): four consumer warpgroups (256-row tiles). 640 threads get 112 registers each: enough for
-    // 64-key blocks with S one block ahead (0 spills), not for 128-key ones even without (SeqLoop: 660 bytes of spills at
-    // 120). Against three warpgroups on 64-key blocks and on the loop without S ahead (SeqLoop).
-    {"d64  4wg bn64", 64, false, run_k<Tr<64, 64, 6, 4, 1>>},
-    {"d64  4wg bn64 sfu turns", 64, false, run_k<SfuTurns<Tr<64, 64, 6, 4, 1>>>},
-    {"d64  3wg bn64 sfu turns", 64, false, run_k<Tr<64, 64, 6, 3, 1>>},
-    {"d64  3wg bn64", 64, false, run_k<SfuTurns<Tr<64, 64, 6, 3, 1>, true, false>>},
-    {"d64  4wg bn64 no turns", 64, false, run_k<SfuTurns<Tr<64, 64, 6, 4, 1>, false, false>>},
-    {"d64  4wg bn64 pin", 64, false, run_k<PinSoftmax<Tr<64, 64, 6, 4, 1>, 3>>},
-    {"d64  3wg seq no sfu turns", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 3, 1>>, true, false>>},
-    {"d64  3wg seq", 64, false, run_k<SeqLoop<Tr<64, 128, 4, 3, 1>>>},
+    // Session 34 (s34-1/2, perf-log v60; commits 1239ac9, b357b96): four consumer warpgroups (256-row tiles; 112 registers
+    // each, enough only for 64-key blocks): 2% slower at 1k, 8-11% at 4k-16k, causal 1k 6%; at 64-key blocks the fourth
+    // warpgroup was worth 13-25% over three, but 64-key blocks cost three 26-27%. The loop without S one block ahead (a
+    // kSeqLoop Traits member: what 128-key blocks on four would need) 4-11% slower on three. Removed.
     // Session 33 (s33-2, perf-log v58): P's row sums by the tensor cores (a kRowSumMma Traits member, commit 9f7393d,
     // removed): each P V also multiplied P by a 128 x 8 block of ones (m64n8k16, the sums in its accumulator, rescaled with
     // O) instead of the softmax's FADDs and the epilogue's quad reduction: the pair 2.5-4% slower at 2k-16k, 1-2.5% at 1k.

@@ -206,10 +206,7 @@ struct Traits {
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;
-  static_assert(kConsumers == 2 || kConsumers == 3 || (kConsumers == 4 && !kSparse_), "consumer warpgroups");
-  // A warpgroup's own named barrier (the staging tile's, the tail split's): 4 + wg, or 5 + wg with four consumer
-  // warpgroups, whose products' turns take barriers 1-4 (dev: Traits<..., 4>, perf-log v60).
-  static constexpr int kWgBar = kConsumers == 4 ? 5 : 4;
+  static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -278,13 +275,8 @@ struct Traits {
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
-  // Four (dev, perf-log v60): 640 threads launch with 96 registers each (61440 in all), so 128 x 32 + 512 x 112.
-  static constexpr int kProducerRegs = kConsumers >= 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 4 ? 112 : kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
-  // The loop without S one block ahead (dev, perf-log v60): a turn issues P_{j-1} V_{j-1}, waits for it and issues S_j;
-  // the softmax of S_j then runs in S's registers while no product of this warpgroup is in flight. Live across the loop:
-  // S (kSRegs) and O (kORegs), or P and O -- what four consumer warpgroups' 112 registers hold at d64.
-  static constexpr bool kSeqLoop = false;
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
   // - d64 dense's rows (d64_split_rows; perf-log v53): the three-warpgroup dense instantiation, then the two-warpgroup
@@ -528,13 +520,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // with the schedules by the scheduler warp: a warpgroup changing rings needs the position of its new one.
   [[maybe_unused]] __shared__ int ring_pos[2][2];
   // A split tile's piece (Work): whether this consumer warpgroup's piece finished last (thread 0's count, for the rest).
-  [[maybe_unused]] __shared__ int tail_last[K::kConsumers > 3 ? K::kConsumers : 3];
+  [[maybe_unused]] __shared__ int tail_last[3];
   [[maybe_unused]] __shared__ TailPlan tail_plan;  // dense: this CTA's share of the split round (written before __syncthreads)
   // Dense: each consumer warpgroup's current work item code (Work), written by its thread 0 at the tile's start and read
   // back by all its threads at the end, instead of one more register live across the loop: with it the 192-key kernel's
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
-  [[maybe_unused]] __shared__ int wg_code[K::kConsumers > 3 ? K::kConsumers : 3];
+  [[maybe_unused]] __shared__ int wg_code[3];
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
   [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
@@ -1100,42 +1092,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               acc_o[4 * i + 2 * r + 1] *= c[r];
             }
         };
-        if constexpr (K::kSeqLoop) {
-          // Traits::kSeqLoop: one turn issues P_{j-1} V_{j-1}, waits for it and issues S_j; the softmax of S_j runs in
-          // S's registers with none of this warpgroup's products in flight, and O is rescaled after it.
-          for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            const int s = slot_of(it);
-            const uint32_t phase = phase_of(it);
-            mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
-            step(Prof::kStepWaitKV);
-            take_turn();
-            step(Prof::kStepTurn);
-            wg::fence();
-            issue_pv(s_prev);
-            wg::wait<0>();
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            wg::fence();
-            issue_s(s);
-            pass_turn();
-            step(Prof::kStepIssue);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            wg::wait<0>();  // S_j is ready
-            wg::fence_regs(acc_s);
-            step(Prof::kStepWaitS);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
-            mask(acc_s, n);
-            float corr[2];
-            if (softmax(acc_s, false, corr)) rescale_o(corr);
-            step(Prof::kStepSoftmax);
-            pack_p(acc_s, p_frag);  // P_j, the A operand of the next turn's P V
-            s_prev = s;
-            phase_prev = phase;
-            step(Prof::kStepTail);
-          }
-        } else
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
           const uint32_t phase = phase_of(it);
@@ -1167,7 +1123,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mask(sv, n);
           float corr[2];
           const bool rescale = softmax(sv, false, corr);
-          if constexpr (K::kPinSoftmax == 1) named_sync(K::kWgBar + wg, 128);
+          if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
           if constexpr (K::kPinSoftmax == 3) {
             const uint32_t now = static_cast<uint32_t>(clock());
             // Predicated rather than branched, so the read stays where it is in every lane.
@@ -1261,7 +1217,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           __stcg(dst + (kF4 - 1) * 128, make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]));
         }
         __threadfence();
-        named_sync(K::kWgBar + wg, 128);
+        named_sync(4 + wg, 128);
         const int g = int(gridDim.x), t = w.x - args.tail.whole;
         const int c_first = args.tail.cta_of(int64_t(t) * args.tail.blocks, g);
         const int c_last = args.tail.cta_of(int64_t(t + 1) * args.tail.blocks - 1, g);
@@ -1272,7 +1228,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if constexpr (K::kPdlSecondary) asm volatile("griddepcontrol.wait;\n" ::: "memory");
           tail_last[wg] = atomicAdd(args.tail_count + t * K::kConsumers + wg, 1) == c_last - c_first;
         }
-        named_sync(K::kWgBar + wg, 128);
+        named_sync(4 + wg, 128);
         write_out = tail_last[wg] != 0;
         if (write_out) {
           // Every piece's partial, this one's too (read back), merged in CTA order: the result does not depend on which
@@ -1326,7 +1282,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
-        named_sync(K::kWgBar + wg, 128);
+        named_sync(4 + wg, 128);
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -1361,7 +1317,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
-        named_sync(K::kWgBar + wg, 128);
+        named_sync(4 + wg, 128);
         if (tid == 0 && write_out && q_begin + rg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
           int c[4];
 #pragma unroll

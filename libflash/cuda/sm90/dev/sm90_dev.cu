@@ -222,12 +222,6 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// The loop without S one block ahead (Traits::kSeqLoop, perf-log v60/v61): a turn issues P_{j-1} V_{j-1}, waits for it
-// and issues S_j; the softmax of S_j follows with none of the warpgroup's products in flight.
-template <class T>
-struct SeqLoop : T {
-  static constexpr bool kSeqLoop = true;
-};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -248,8 +242,6 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
-    {"d64 2wg cudnn", 64, 1024, 16, true, 0, 2, run_prof_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 2, 1>>, false, true>>},
-    {"d64 2wg cudnn", 64, 16384, 1, false, 0, 2, run_prof_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 2, 1>>, false, true>>},
     {"d64 2wg rows", 64, 16384, 1, false, 0, 2, run_prof_k<Tr<64, 128, 4, 2, 1>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -364,14 +356,10 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 34 (s34-3, perf-log v61): cuDNN's d64 loop (ncu s32-3) on two warpgroups and 128-row tiles: no S ahead
-    // (S_j, wait, max, [SFU turn: exps], P_j V_j, wait), the SFU turns instead of the products' -- against the two-warpgroup
-    // dense kernel (d64's rows kernel, kRowsShape) and three warpgroups.
-    {"d64  2wg (rows kernel)", 64, false, run_k<Tr<64, 128, 4, 2, 1>>},
-    {"d64  2wg seq sfu turns (cudnn)", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 2, 1>>, false, true>>},
-    {"d64  2wg seq both turns", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 2, 1>>, true, true>>},
-    {"d64  2wg seq no turns", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 2, 1>>, false, false>>},
-    {"d64  3wg seq sfu turns", 64, false, run_k<SfuTurns<SeqLoop<Tr<64, 128, 4, 3, 1>>, false, true>>},
+    // Session 34 (s34-3, perf-log v61; commit b7a28ef): cuDNN's d64 loop (ncu s32-3: no S ahead -- S_j,
+    // wait, max, [SFU turn: exps], P_j V_j, wait -- with SFU turns instead of the products') on two warpgroups, a kSeqLoop
+    // Traits member: 10-19% slower than the two-warpgroup dense kernel (Tr<64, 128, 4, 2, 1>), itself 7-28% behind
+    // production; with both turns or none 5-14%; on three warpgroups 10-20% behind production. Removed.
     // Session 34 (s34-1/2, perf-log v60; commits 1239ac9, b357b96): four consumer warpgroups (256-row tiles; 112 registers
     // each, enough only for 64-key blocks): 2% slower at 1k, 8-11% at 4k-16k, causal 1k 6%; at 64-key blocks the fourth
     // warpgroup was worth 13-25% over three, but 64-key blocks cost three 26-27%. The loop without S one block ahead (a

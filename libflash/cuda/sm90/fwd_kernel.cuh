@@ -196,10 +196,6 @@ struct Traits {
   // more, which the producer gives for every block but a tile's last (it knows which is last when it loads the next),
   // and the stores' owner gives for the last.
   static constexpr bool kOStageInRing = kStoreO_ == 3;
-  // kOStageInRing with the slots swapped (dev, perf-log v62): warpgroup 0 stages in K_last's slot, which warpgroup 1's last
-  // S frees before its drain, and warpgroup 1 in V_last's, which warpgroup 0's last P V frees before warpgroup 1's own: so
-  // neither waits for the other's last P V.
-  static constexpr bool kOStageSwap = false;
   static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
   static constexpr bool kSparse = kSparse_;
   // The static order's last round split along the keys (shapes.h, TailSplit; use_split_kernel): instantiations of their
@@ -1167,10 +1163,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Drain: the last P V.
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
-        // Swapped staging (kOStageSwap): warpgroup 1's last S is done (its softmax ran), so K_last's slot may take
-        // warpgroup 0's O.
-        if constexpr (K::kOStageInRing && K::kOStageSwap)
-          if (wg == 1) named_arrive(7, 256);
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
@@ -1184,12 +1176,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kOStageInRing) {
           // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
           // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
-          // Swapped: warpgroup 1 stages in V_last's, once warpgroup 0's last P V no longer reads it.
-          if constexpr (K::kOStageSwap) {
-            if (wg == 0) named_arrive(8, 256);
-          } else if (wg == 1) {
-            named_arrive(7, 256);
-          }
+          if (wg == 1) named_arrive(7, 256);
           s_last = s_prev;
         }
         lap(Prof::kDrain);
@@ -1287,12 +1274,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // 64-row pages, within the slot's block_n x d); every tile has a last block (KeyBlocks' at_least_one). (A tile
       // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill:
       // perf-log v36.)
-      const uint32_t o_stage = K::kOStageInRing ? ((wg == 1) != K::kOStageSwap ? k_smem0 : v_smem0) + s_last * K::kKVBytes
+      const uint32_t o_stage = K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
                                : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
       if constexpr (K::kOStageInRing) {
-        if constexpr (K::kOStageSwap) named_sync(wg == 0 ? 7 : 8, 256);
-        else if (wg == 0) named_sync(7, 256);
+        if (wg == 0) named_sync(7, 256);
       } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
@@ -1351,7 +1337,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The slot's last arrival, once the store has read it (the stores' owner, thread 0).
           if (tid == 0) {
             wg::bulk_wait_read();
-            mbar_arrive((wg == 1) != K::kOStageSwap ? k_empty(s_last) : v_empty(s_last));
+            mbar_arrive(wg == 1 ? k_empty(s_last) : v_empty(s_last));
           }
         }
       }

@@ -222,11 +222,6 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// d256's O staged in the ring with the two warpgroups' slots swapped (Traits::kOStageSwap, perf-log v62).
-template <class T>
-struct OStageSwap : T {
-  static constexpr bool kOStageSwap = true;
-};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -257,8 +252,6 @@ const ProfCase kProfCases[] = {
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
-    {"d256 swap causal", 256, 1024, 16, true, 0, 2, run_prof_k<OStageSwap<Tr<256, 80, 2, 2, 3, false>>>},
-    {"d256 swap dense", 256, 1024, 16, false, 0, 2, run_prof_k<OStageSwap<Tr<256, 80, 2, 2, 3, false>>>},
     {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -426,9 +419,10 @@ const Candidate kCandidates[] = {
     // split kernel alone (0-0.4% faster). Not routed.
     // s33-6: SFU turns at d256 (40 exps a thread per 80-key block), SfuTurns<Tr<256, 80, 2, 2, 3>>: 0.5-1.5% slower;
     // without the pin as well 2-5% slower.
-    // Session 34 (s34-4, perf-log v62): O staged in the ring with the slots swapped (warpgroup 0 in K_last's, 1 in V_last's).
-    {"d256 swap", 256, false, run_k<OStageSwap<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 split swap", 256, false, run_k<OStageSwap<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>>},
+    // Session 34 (s34-4, perf-log v62; commit 4c69406): O staged in the ring with the slots swapped (warpgroup 0 in K_last's,
+    // freed by warpgroup 1's last S; 1 in V_last's, freed by 0's last P V; a kOStageSwap Traits member): the epilogue 1-1.5k
+    // cycles shorter, the next tile's Q wait as much longer; causal 1k-8k 0.6-1.5% faster, dense 1k 2.5% and 2k 1.2%
+    // slower. Removed.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

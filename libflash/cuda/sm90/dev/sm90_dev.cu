@@ -356,6 +356,11 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
+    // Session 34 (s34-6): with the SFU turns, ptxas puts the P V wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) inside the turn, after
+    // its BAR.SYNC and before the first exp (SASS s34-5), so a warpgroup holds the SFU turn while its P V finishes. The clock
+    // pin (v49/v50) keeps the wait after the softmax; at d64 it measured 1-2% slower before the SFU turns existed (s28-1).
+    {"d64  split sfu turns + pin", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
+    {"d64  3wg sfu turns + pin (whole)", 64, false, run_k<PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
     // Session 34 (s34-3, perf-log v61; commit b7a28ef): cuDNN's d64 loop (ncu s32-3: no S ahead -- S_j,
     // wait, max, [SFU turn: exps], P_j V_j, wait -- with SFU turns instead of the products') on two warpgroups, a kSeqLoop
     // Traits member: 10-19% slower than the two-warpgroup dense kernel (Tr<64, 128, 4, 2, 1>), itself 7-28% behind

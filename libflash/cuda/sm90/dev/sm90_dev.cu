@@ -358,9 +358,8 @@ const Candidate kCandidates[] = {
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
     // Session 34 (s34-6): with the SFU turns, ptxas puts the P V wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) inside the turn, after
     // its BAR.SYNC and before the first exp (SASS s34-5), so a warpgroup holds the SFU turn while its P V finishes. The clock
-    // pin (v49/v50) keeps the wait after the softmax; at d64 it measured 1-2% slower before the SFU turns existed (s28-1).
-    {"d64  split sfu turns + pin", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
-    {"d64  3wg sfu turns + pin (whole)", 64, false, run_k<PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>},
+    // pin (v49/v50) keeps the wait after the softmax (sass-overlap s34-6: 66 exps before it), and is 2-7% slower for it
+    // (run_rows<..., PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>>: dense 2k-16k 5-7%, causal 1k 2.3%, 16k 6.5%). Not kept.
     // Session 34 (s34-3, perf-log v61; commit b7a28ef): cuDNN's d64 loop (ncu s32-3: no S ahead -- S_j,
     // wait, max, [SFU turn: exps], P_j V_j, wait -- with SFU turns instead of the products') on two warpgroups, a kSeqLoop
     // Traits member: 10-19% slower than the two-warpgroup dense kernel (Tr<64, 128, 4, 2, 1>), itself 7-28% behind

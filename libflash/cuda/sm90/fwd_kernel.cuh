@@ -255,9 +255,6 @@ struct Traits {
   // (s32-7, commit a9acaf7; its single's list differs in length, so it cannot join), so only the three-warpgroup dense
   // kernel.
   static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
-  // With the SFU turns: the loop's P V wait before the warpgroup takes its turn, rather than where ptxas puts it (inside
-  // the turn, before the first exp: SASS s34-5). Dev (perf-log v63).
-  static constexpr bool kWaitPvBeforeSfu = false;
   static_assert(!(kSfuTurns && kTwoRings), "the two rings' warpgroups walk lists of different lengths");
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
@@ -998,7 +995,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if constexpr (K::kSfuTurns && K::kWaitPvBeforeSfu) wg::wait<0>();  // (no product in flight in the prologue)
         if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {

@@ -222,11 +222,6 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// The P V wait before the SFU turn (Traits::kWaitPvBeforeSfu, perf-log v63).
-template <class T>
-struct WaitPvBeforeSfu : T {
-  static constexpr bool kWaitPvBeforeSfu = true;
-};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -361,9 +356,8 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 34 (s34-7, perf-log v63): the P V wait before the SFU turn instead.
-    {"d64  split wait pv before sfu", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, WaitPvBeforeSfu<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  3wg wait pv before sfu (whole)", 64, false, run_k<WaitPvBeforeSfu<Tr<64, 128, 4, 3, 1>>>},
+    // Session 34 (s34-7, perf-log v63; commit 19ed955): the P V wait before the warpgroup takes its SFU turn (a
+    // kWaitPvBeforeSfu Traits member) instead: 1-2.6% slower, dense and causal 1k-16k. Removed.
     // Session 34 (s34-6): with the SFU turns, ptxas puts the P V wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) inside the turn, after
     // its BAR.SYNC and before the first exp (SASS s34-5), so a warpgroup holds the SFU turn while its P V finishes. The clock
     // pin (v49/v50) keeps the wait after the softmax (sass-overlap s34-6: 66 exps before it), and is 2-7% slower for it
@@ -465,7 +459,7 @@ const Candidate kCandidates[] = {
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs wait pv before sfu", 128, true, run_turns_by_length<WaitPvBeforeSfu<Tr<128, 128, 2, 2, 2, true>>>},
+    // s34-7 (perf-log v63): with the P V wait before the SFU turn (kWaitPvBeforeSfu), the turns' gain gone (as slow as none).
     // s33-8: the turns with the clock pin as well (v49's; within 1% either way without the turns, s28-2),
     // PinSoftmax<SfuTurnsOn<Tr<128, 128, 2, 2, 2, true>>, 3>: the turns' gain gone (1% slower than none).
     // Session 28 (s28-2): with the clock pin (PinSoftmax<Tr<128, 128, 2, 2, 2, true>, 3>), within 1% either way (not

@@ -228,8 +228,31 @@ template <class T>
 int32_t run_turns_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<T>(p);
 }
+// Q loaded as two 64-row halves, each warpgroup waiting only for its own (Traits::kQHalves; session 35): the one-Q-buffer
+// kernels (d256, d128's 192-key one), whose next Q loads only once this tile's last S is done, and whose tile start then
+// waits for that load (profile s27-1: 6-8k cycles from issue to landing at d256).
+template <class T>
+struct QHalves : T {
+  static constexpr bool kQHalves = true;
+  static_assert(T::kConsumers == 2 && !T::kSparse, "two consumer warpgroups, the dense producer");
+};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
+// Two rings of unequal depth (session 35): ring 0 (the pair's) S0 stages, ring 1 (the single's) S1 (Traits::kStages1,
+// ring_slot, ring_parity; Shape::stages1), over a two-ring T that fits (its own kStages replaced). Session 22 measured
+// such rings before the fixed roles and the clock pin (v40: 1-8% slower unprofiled, 8% faster per loop block profiled).
+template <class T, int S0, int S1>
+struct RingDepths : T {
+  static constexpr int kStages = S0;
+  static constexpr int kStages1 = S1;
+  static constexpr int kRingSlots = S0 + S1;
+  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring ? S0 + at % S1 : at % S0; }
+  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (ring ? at / S1 : at / S0) & 1; }
+  static constexpr flash::sm90::Shape kShape{T::kHeadDim, T::kBlockN, S0, T::kConsumers, T::kShape.store_o, S1};
+  static constexpr int kQStages = kShape.q_stages(true);
+  static constexpr int kSmemBytes = kShape.smem_bytes(true);
+  static_assert(T::kTwoRings && kSmemBytes <= 232448, "two rings in H100's shared memory");
+};
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -252,6 +275,8 @@ const ProfCase kProfCases[] = {
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
+    {"d256 qh dense", 256, 1024, 16, false, 0, 2, run_prof_k<QHalves<Tr<256, 80, 2, 2, 3, false>>>},
+    {"d256 qh causal", 256, 1024, 16, true, 0, 2, run_prof_k<QHalves<Tr<256, 80, 2, 2, 3, false>>>},
     {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -263,6 +288,8 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
+    {"d64 2ring 3/2 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<RingDepths<Tr<64, 128, 2, 3, 1, true>, 3, 2>>},
+    {"d64 2ring 3/2 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<RingDepths<Tr<64, 128, 2, 3, 1, true>, 3, 2>>},
     {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings, false>>},
@@ -410,6 +437,7 @@ const Candidate kCandidates[] = {
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
+    {"d128 bn192 split q halves", 128, false, run_k<QHalves<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>>},
     // s33-6: the long-range kernels with SFU turns (96 exps a thread per 192-key block; no pin there), SfuTurns<...> of
     // the two above: within 0.5% of them at 1k-16k, dense and causal.
     // Session 28: the pin at 192-key blocks (PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>) 1.5-2% slower; the tail
@@ -432,6 +460,9 @@ const Candidate kCandidates[] = {
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
+    // Session 35: Q in two 64-row halves, each warpgroup waiting for its own.
+    {"d256 q halves", 256, false, run_k<QHalves<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 split q halves", 256, false, run_k<QHalves<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>>},
     {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
@@ -441,6 +472,11 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    // Session 35: ring 0 (the pair's, whose two warpgroups drift apart: a slot comes free only when both have used it)
+    // deeper than ring 1, now that the rings' roles are fixed and the softmax pinned (v49).
+    {"d64  2 rings 3/2 1Q O tile", 64, true, run_k<RingDepths<Tr<64, 128, 2, 3, 1, true>, 3, 2>>},
+    {"d64  2 rings 3/2 2Q O in Q", 64, true, run_k<RingDepths<Tr<64, 128, 2, 3, 2, true>, 3, 2>>},
+    {"d64  2 rings 4/2 1Q O in Q", 64, true, run_k<RingDepths<Tr<64, 128, 2, 3, 2, true>, 4, 2>>},
     // Session 32 (s32-4): the two-warpgroup kernel with SFU turns (SfuTurns<Tr<64, 128, 4, 2, 1, true>>): 4k s = .1
     // equal, s = .5 +2.5%, 8k-16k +3-8%, still 2-6% behind the two-ring kernel; SFU turns alone 10-20% slower.
     // Session 33 (s33-1): the two-ring kernel with every 8th / 4th 8-column group of P on the FMA pipe 4-6% / 8-13% slower;

@@ -217,14 +217,9 @@ struct Traits {
   // differ in length; three warpgroups without it measured the same as with it, perf-log v24).
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
-  // Ring 1's stages: as many as ring 0's (dev/sm90_dev.cu's RingDepths gives it its own depth). Ring r's stage s is slot
-  // r * kStages + s.
-  static constexpr int kStages1 = kTwoRings ? kStages : 0;
-  static constexpr int kRingSlots = kStages + kStages1;
-  // Ring `ring`'s position `at` (blocks loaded into it before): its slot and the parity of the slot's phase (the loaders
-  // and the consumers).
+  static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
+  // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
-  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (at / kStages) & 1; }
   static constexpr bool kPingPong = !kTwoRings;
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
@@ -293,9 +288,6 @@ struct Traits {
       !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 ? kConsumers_ == 3 : kHeadDim_ == 128 && kBlockN_ == 128);
   static constexpr bool kPdlSecondary =
       !kSparse_ && (kHeadDim_ == 64 ? kConsumers_ == 2 : kHeadDim_ == 128 && kBlockN_ == 128 && kTailSplit_);
-  // Q loaded as two 64-row halves, each warpgroup's on a full barrier of its own (dev: sm90_dev's QHalves), so the
-  // warpgroup that starts a tile need not wait for the other's rows; the buffer is still released by both together.
-  static constexpr bool kQHalves = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -428,7 +420,7 @@ struct Tile {
     const int num_bh = p.heads_q * p.batch;
     int bh;
     if (p.window_right >= 0 && p.window_left < 0) {
-      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile(x, m_block, bh);
+      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups, a.l2_partial}.tile(x, m_block, bh);
     } else {
       m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
       bh = x / a.num_m_blocks;
@@ -518,7 +510,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // Block-sparse: two more, sched_empty per schedule slot. Two rings (Traits::kTwoRings): ring 1's stages follow ring
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
-  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0) + (K::kQHalves ? 2 : 0)];
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -557,14 +549,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
-  // kQHalves: the second half's full barrier (rows 64..127 of the Q buffer; q_full then counts rows 0..63).
-  [[maybe_unused]] auto q_full_hi = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + (K::kSparse ? 4 : 2) + slot); };
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
       mbar_init(q_full(slot), 1);
-      if constexpr (K::kQHalves) mbar_init(q_full_hi(slot), 1);
       mbar_init(q_empty(slot), 128 * K::kConsumers);
     }
     // Every producer lane that stores arrives on tile_full, and every consumer thread (and the loading
@@ -594,12 +583,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     setmaxnreg_dec<K::kProducerRegs>();
     // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at`
     // (slot at % kStages), once the consumers released the slot. Both producers below (dense, block-sparse).
-    // (stages: the ring's depth, kStages but for a two-ring kernel's ring 1 of its own depth, K::kStages1.)
     auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                       int n, int at, int h_kv, int b, int stages = K::kStages) {
+                       int n, int at, int h_kv, int b) {
       {
         const long long t0 = K::kProfile ? clock64() : 0;
-        mbar_wait(empty, ((at / stages) & 1) ^ 1);
+        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       mbar_arrive_expect_tx(full, K::kKVBytes);
@@ -607,7 +595,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
-        tma_load_4d(smem0 + (at % stages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -620,21 +608,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     auto load_q = [&](int tile_iter, int q_begin, int h, int b) {
       const int q_slot = tile_iter % K::kQStages;
       if constexpr (K::kProfile) q_issued[q_slot] = clock64();  // (released to the consumers by the arrive below)
-      int c[4];
-      if constexpr (K::kQHalves) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const uint32_t bar = half ? q_full_hi(q_slot) : q_full(q_slot);
-          mbar_arrive_expect_tx(bar, K::kQBytes / 2);
-#pragma unroll
-          for (int pg = 0; pg < kPages; ++pg) {
-            tma_coords(c, args.q_pos, pg * 64, q_begin + 64 * half, h, b);
-            tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128 + half * 64 * 128, &args.tq, bar, c[0], c[1], c[2], c[3]);
-          }
-        }
-        return;
-      }
       mbar_arrive_expect_tx(q_full(q_slot), K::kQBytes);
+      int c[4];
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
@@ -741,9 +716,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
               const int sl = K::ring_slot(ring, at);
               const uint32_t ring0 = ring * kStages * K::kKVBytes;
-              const int stages = K::kStages1 == kStages ? kStages : ring ? K::kStages1 : kStages;
-              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b, stages);
-              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b, stages);
+              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
             };
             // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
             const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
@@ -869,7 +843,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       else return i % kStages;
     };
     auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return K::ring_parity(i >> 30, i & 0x3fffffff);
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -901,8 +875,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);
       [[maybe_unused]] const long long q_wait0 = K::kProfile ? clock64() : 0;
-      if constexpr (K::kQHalves) mbar_wait(rg == 1 ? q_full_hi(q_slot) : q_full(q_slot), q_phase);  // this warpgroup's rows
-      else mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       if constexpr (K::kProfile)
         if (tid == 0) {
           // From the load's issue to the end of this wait: its latency where the wait waited (more than a probe's
@@ -1392,6 +1365,7 @@ struct LaunchOptions {
   // group of at least tail_grids x grid tiles.
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
+  bool causal_partial = false;  // a partial group before the last, which then holds only the tail (CausalOrder::partial)
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
@@ -1401,7 +1375,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   Args args{};
   args.p = p;
   if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-                                     p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kQHalves ? 64 : K::kBlockM, "q");
+                                     p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kBlockM, "q");
       st != FLASH_OK)
     return st;
   if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
@@ -1475,9 +1449,11 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
     const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
-    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids);
+    const CausalOrder order =
+        causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids, opt.causal_partial);
     args.l2_group = order.group;
     args.l2_full_groups = order.full_groups;
+    args.l2_partial = order.partial;
   }
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.

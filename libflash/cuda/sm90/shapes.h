@@ -20,24 +20,20 @@ struct Shape {
   // last key block in the K/V ring (warpgroup 1 in K's, warpgroup 0 in V's), held until the store has read them;
   // 0 direct stores.
   int store_o = 0;
-  // Two K/V rings (below): ring 1's stages, 0 for as many as ring 0's (`stages`; dev/sm90_dev.cu's RingDepths).
-  int stages1 = 0;
   constexpr int block_m() const { return 64 * consumers; }
   constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
   // K/V rings: block-sparse with three consumer warpgroups has two (fwd_kernel.cuh, Traits::kTwoRings): a 192-row tile
   // spans two 128-row mask blocks, whose lists differ; every other instantiation one.
   constexpr int rings(bool sparse) const { return sparse && consumers == 3 ? 2 : 1; }
-  // K/V slots in shared memory, both rings together (each slot a K and a V block).
-  constexpr int ring_slots(bool sparse) const { return stages + (rings(sparse) == 2 ? (stages1 > 0 ? stages1 : stages) : 0); }
   // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
   // schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * block_m() + 2 * ring_slots(sparse) * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
+    return (2 * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
                        o_stage_bytes() <= 232448
                ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * block_m() + 2 * ring_slots(sparse) * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
+    return (q_stages(sparse) * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
   }
 };
 
@@ -235,15 +231,24 @@ FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int
 // the CTAs working at one time share a few heads' K and V (each query block of a head reads them again) instead of
 // streaming 132 different ones from HBM. `full_groups` groups of exactly `group` pairs come first; the last group
 // takes the pairs left, so it can be made large enough that the very end is still longest-first over many tiles.
+// `partial` (> 0): a smaller group of that many pairs between the full ones and the last, which then holds just the
+// tail's pairs instead of the tail and a group's remainder (dev: LaunchOptions::causal_partial).
 struct CausalOrder {
   int num_bh, num_m_blocks, group, full_groups;
+  int partial = 0;
   // Work tile x -> query block m_block of (batch * heads + head) bh.
   FLASH_SM90_HD void tile(int x, int& m_block, int& bh) const {
     const int per_group = group * num_m_blocks;
-    int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // the last group
+    int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // past the full groups
     if (r < 0) {
       const int g = x / per_group;
       first = g * group, size = group, r = x - g * per_group;
+    } else if (partial > 0) {
+      if (r < partial * num_m_blocks) {
+        size = partial;
+      } else {
+        r -= partial * num_m_blocks, first += partial, size -= partial;  // the last group
+      }
     }
     m_block = num_m_blocks - 1 - r / size;
     bh = first + r % size;
@@ -255,10 +260,12 @@ struct CausalOrder {
 // least 4 x grid tiles, the rule before session 18, put 66 heads' K and V in flight at d256 1k, 66 MB for a 50 MB L2:
 // 390 MB read from DRAM where the dense twin reads 204 MB; perf-log v30.)
 inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t l2_budget,
-                                double tail_grids) {
+                                double tail_grids, bool partial = false) {
   const int64_t group = std::clamp<int64_t>(l2_budget / std::max<int64_t>(kv_bytes, 1), 1, num_bh);
   const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(tail_grids * grid / num_m_blocks)));
-  return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
+  const int64_t full = std::max<int64_t>(0, (num_bh - tail) / group);
+  const int64_t rest = partial && tail > 0 ? std::max<int64_t>(0, num_bh - tail - full * group) : 0;
+  return CausalOrder{int(num_bh), num_m_blocks, int(group), int(full), int(rest)};
 }
 
 // The query rows one launch covers, and its part in a programmatic dependent launch (PDL): launch (fwd_kernel.cuh) tiles

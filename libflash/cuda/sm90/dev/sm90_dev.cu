@@ -124,6 +124,16 @@ int32_t run_group(const FwdParams& p) {
   opt.tail_grids = TAIL_TENTHS / 10.0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
 }
+// Any instantiation K with the causal order's knobs (MB 0: production's budget), and a partial group before the last
+// (LaunchOptions::causal_partial, session 35), so the last group holds only the tail's pairs.
+template <class K, int MB, int TAIL_TENTHS, bool PARTIAL>
+int32_t run_order(const FwdParams& p) {
+  flash::sm90::LaunchOptions opt;
+  opt.l2_budget_mb = MB;
+  opt.tail_grids = TAIL_TENTHS / 10.0;
+  opt.causal_partial = PARTIAL;
+  return flash::sm90::launch<K>(p, opt);
+}
 // Without a workspace: no tile counter, so no memset before the launch and the static tile order even for causal and
 // block-sparse masks (what a caller gets who passes none: libflash then allocates one, so this is for measuring only).
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
@@ -228,31 +238,8 @@ template <class T>
 int32_t run_turns_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<T>(p);
 }
-// Q loaded as two 64-row halves, each warpgroup waiting only for its own (Traits::kQHalves; session 35): the one-Q-buffer
-// kernels (d256, d128's 192-key one), whose next Q loads only once this tile's last S is done, and whose tile start then
-// waits for that load (profile s27-1: 6-8k cycles from issue to landing at d256).
-template <class T>
-struct QHalves : T {
-  static constexpr bool kQHalves = true;
-  static_assert(T::kConsumers == 2 && !T::kSparse, "two consumer warpgroups, the dense producer");
-};
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
-// Two rings of unequal depth (session 35): ring 0 (the pair's) S0 stages, ring 1 (the single's) S1 (Traits::kStages1,
-// ring_slot, ring_parity; Shape::stages1), over a two-ring T that fits (its own kStages replaced). Session 22 measured
-// such rings before the fixed roles and the clock pin (v40: 1-8% slower unprofiled, 8% faster per loop block profiled).
-template <class T, int S0, int S1>
-struct RingDepths : T {
-  static constexpr int kStages = S0;
-  static constexpr int kStages1 = S1;
-  static constexpr int kRingSlots = S0 + S1;
-  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring ? S0 + at % S1 : at % S0; }
-  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (ring ? at / S1 : at / S0) & 1; }
-  static constexpr flash::sm90::Shape kShape{T::kHeadDim, T::kBlockN, S0, T::kConsumers, T::kShape.store_o, S1};
-  static constexpr int kQStages = kShape.q_stages(true);
-  static constexpr int kSmemBytes = kShape.smem_bytes(true);
-  static_assert(T::kTwoRings && kSmemBytes <= 232448, "two rings in H100's shared memory");
-};
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -275,8 +262,6 @@ const ProfCase kProfCases[] = {
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
-    {"d256 qh dense", 256, 1024, 16, false, 0, 2, run_prof_k<QHalves<Tr<256, 80, 2, 2, 3, false>>>},
-    {"d256 qh causal", 256, 1024, 16, true, 0, 2, run_prof_k<QHalves<Tr<256, 80, 2, 2, 3, false>>>},
     {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -288,8 +273,6 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
-    {"d64 2ring 3/2 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<RingDepths<Tr<64, 128, 2, 3, 1, true>, 3, 2>>},
-    {"d64 2ring 3/2 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<RingDepths<Tr<64, 128, 2, 3, 1, true>, 3, 2>>},
     {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
     {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings, false>>},
@@ -383,6 +366,9 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
+    // Session 35: the causal order with a partial group before the last, which then holds only the tail's 2 grids of
+    // tiles (at 1k d64 44 pairs instead of 112, d128 33 instead of 58, d256 33 instead of 48).
+    {"d64  3wg causal partial", 64, false, run_order<Tr<64, 128, 4, 3, 1>, 0, 20, true>},
     // Session 34 (s34-7, perf-log v63; commit 19ed955): the P V wait before the warpgroup takes its SFU turn (a
     // kWaitPvBeforeSfu Traits member) instead: 1-2.6% slower, dense and causal 1k-16k. Removed.
     // Session 34 (s34-6): with the SFU turns, ptxas puts the P V wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) inside the turn, after
@@ -427,6 +413,8 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
+    {"d128 causal partial", 128, false, run_order<Tr<128, 128, 2, 2, 1>, 0, 20, true>},
+    {"d128 causal partial t1", 128, false, run_order<Tr<128, 128, 2, 2, 1>, 0, 10, true>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -437,7 +425,6 @@ const Candidate kCandidates[] = {
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
-    {"d128 bn192 split q halves", 128, false, run_k<QHalves<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>>},
     // s33-6: the long-range kernels with SFU turns (96 exps a thread per 192-key block; no pin there), SfuTurns<...> of
     // the two above: within 0.5% of them at 1k-16k, dense and causal.
     // Session 28: the pin at 192-key blocks (PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>) 1.5-2% slower; the tail
@@ -457,12 +444,16 @@ const Candidate kCandidates[] = {
     // freed by warpgroup 1's last S; 1 in V_last's, freed by 0's last P V; a kOStageSwap Traits member): the epilogue 1-1.5k
     // cycles shorter, the next tile's Q wait as much longer; causal 1k-8k 0.6-1.5% faster, dense 1k 2.5% and 2k 1.2%
     // slower. Removed.
+    {"d256 causal partial", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 0, 20, true>},
+    {"d256 causal partial t1", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 0, 10, true>},
+    {"d256 causal partial t3", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 0, 30, true>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
-    // Session 35: Q in two 64-row halves, each warpgroup waiting for its own.
-    {"d256 q halves", 256, false, run_k<QHalves<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 split q halves", 256, false, run_k<QHalves<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>>},
+    // Session 35 (s35-1, perf-log v65; commit ef47aaa): Q loaded as two 64-row halves, each warpgroup waiting on a full
+    // barrier of its own (a kQHalves Traits member, 64-row Q boxes; the buffer still released by both): 1-2% slower at
+    // every dense and causal length, the split kernel alike; the tile start's Q wait unchanged in the profile (1377 against
+    // 1405 cycles at dense 1k): halving the bytes a warpgroup waits for does not shorten the load's latency. Removed.
     {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
 
     // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
@@ -472,11 +463,12 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 35: ring 0 (the pair's, whose two warpgroups drift apart: a slot comes free only when both have used it)
-    // deeper than ring 1, now that the rings' roles are fixed and the softmax pinned (v49).
-    {"d64  2 rings 3/2 1Q O tile", 64, true, run_k<RingDepths<Tr<64, 128, 2, 3, 1, true>, 3, 2>>},
-    {"d64  2 rings 3/2 2Q O in Q", 64, true, run_k<RingDepths<Tr<64, 128, 2, 3, 2, true>, 3, 2>>},
-    {"d64  2 rings 4/2 1Q O in Q", 64, true, run_k<RingDepths<Tr<64, 128, 2, 3, 2, true>, 4, 2>>},
+    // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
+    // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
+    // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape
+    // stages1): 2-15% slower at every density and length (16k s = .5: 5.11 / 5.17 / 5.17 against 4.93 / 4.95 ms; 4k s = .1
+    // .103 / .094 / .110 against .091 / .087). Profile (3/2, one Q buffer): the loop 3481 against 3577 cycles a block, its
+    // K/V waits 393 against 419, but the tile start's Q wait 2202 against 457. Removed.
     // Session 32 (s32-4): the two-warpgroup kernel with SFU turns (SfuTurns<Tr<64, 128, 4, 2, 1, true>>): 4k s = .1
     // equal, s = .5 +2.5%, 8k-16k +3-8%, still 2-6% behind the two-ring kernel; SFU turns alone 10-20% slower.
     // Session 33 (s33-1): the two-ring kernel with every 8th / 4th 8-column group of P on the FMA pipe 4-6% / 8-13% slower;

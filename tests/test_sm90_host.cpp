@@ -30,25 +30,20 @@ using flash::sm90::MaskBounds;
 // Every work tile maps to a distinct (query block, batch*head) and every pair is reached; inside a group the query
 // blocks come longest first (descending m_block); a group's pairs are consecutive; groups fit the L2 budget; the last
 // group holds at least tail_grids x grid tiles (or every pair).
-void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t budget, double tail_grids,
-                 bool partial = false) {
-  const CausalOrder o = causal_order(num_bh, num_m_blocks, grid, kv_bytes, budget, tail_grids, partial);
+void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t budget, double tail_grids) {
+  const CausalOrder o = causal_order(num_bh, num_m_blocks, grid, kv_bytes, budget, tail_grids);
   SCOPED_TRACE(::testing::Message() << "num_bh " << num_bh << " m_blocks " << num_m_blocks << " grid " << grid << " kv "
                                     << kv_bytes << " budget " << budget << " -> group " << o.group << " full "
-                                    << o.full_groups << " partial " << o.partial);
+                                    << o.full_groups);
   ASSERT_GE(o.group, 1);
   ASSERT_LE(int64_t(o.group), num_bh);
   if (o.group > 1) EXPECT_LE(int64_t(o.group) * kv_bytes, budget);
   if (int64_t(o.group + 1) <= num_bh) EXPECT_GT(int64_t(o.group + 1) * kv_bytes, budget);  // as many as fit
-  ASSERT_GE(o.partial, 0);
-  if (!partial) EXPECT_EQ(o.partial, 0);
-  EXPECT_LT(o.partial, o.group);  // a partial group is smaller than a full one
-  const int64_t last = num_bh - int64_t(o.full_groups) * o.group - o.partial;
+  const int64_t last = num_bh - int64_t(o.full_groups) * o.group;
   ASSERT_GE(last, 0);
   const int64_t want_tail = std::min<int64_t>(num_bh, int64_t(std::ceil(tail_grids * grid / num_m_blocks)));
-  if (o.full_groups > 0 || o.partial > 0) EXPECT_GE(last, want_tail);
+  if (o.full_groups > 0) EXPECT_GE(last, want_tail);
   if (o.full_groups > 0) EXPECT_LT(last, want_tail + o.group);  // no full group left in the tail that could stand alone
-  if (partial && want_tail > 0) EXPECT_EQ(last, want_tail) << "with a partial group the last holds just the tail";
 
   const int64_t tiles = num_bh * num_m_blocks;
   std::vector<uint8_t> seen(size_t(tiles), 0);
@@ -63,8 +58,7 @@ void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, i
     uint8_t& s = seen[size_t(int64_t(bh) * num_m_blocks + m)];
     ASSERT_EQ(s, 0) << "tile " << x << " repeats (m " << m << ", bh " << bh << ")";
     s = 1;
-    const int64_t full_pairs = int64_t(o.full_groups) * o.group;
-    const int group = bh < full_pairs ? int(bh / o.group) : bh < full_pairs + o.partial ? o.full_groups : o.full_groups + 1;
+    const int group = bh < int64_t(o.full_groups) * o.group ? bh / o.group : o.full_groups;
     if (group == prev_group) EXPECT_LE(m, prev_m) << "tile " << x << ": not longest first inside its group";
     else EXPECT_GT(group, prev_group) << "tile " << x << ": groups out of order";
     prev_m = m, prev_group = group;
@@ -81,7 +75,7 @@ TEST(Sm90CausalOrder, StandardGridShapes) {
       const int64_t num_bh = int64_t(16384 / n) * (2048 / d);
       const int m_blocks = (n + block_m - 1) / block_m;
       const int grid = int(std::min<int64_t>(num_bh * m_blocks, 132));
-      for (bool partial : {false, true}) check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3, 2.0, partial);
+      check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3, 2.0);
     }
 }
 
@@ -94,7 +88,7 @@ TEST(Sm90CausalOrder, RandomShapes) {
     const int64_t kv = 1 + int64_t(rng() % (64 << 20));
     const int64_t budget = (1 + int64_t(rng() % 64)) << 20;
     const double tail = double(rng() % 5);  // 0 (no tail rule) .. 4 grids
-    check_order(num_bh, m_blocks, grid, kv, budget, tail, i % 2 == 1);
+    check_order(num_bh, m_blocks, grid, kv, budget, tail);
     if (HasFatalFailure()) return;
   }
 }

@@ -420,7 +420,7 @@ struct Tile {
     const int num_bh = p.heads_q * p.batch;
     int bh;
     if (p.window_right >= 0 && p.window_left < 0) {
-      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups, a.l2_partial}.tile(x, m_block, bh);
+      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile(x, m_block, bh);
     } else {
       m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
       bh = x / a.num_m_blocks;
@@ -1365,7 +1365,6 @@ struct LaunchOptions {
   // group of at least tail_grids x grid tiles.
   int l2_budget_mb = 0;
   double tail_grids = 2.0;
-  bool causal_partial = false;  // a partial group before the last, which then holds only the tail (CausalOrder::partial)
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
@@ -1449,11 +1448,9 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
     const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
-    const CausalOrder order =
-        causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids, opt.causal_partial);
+    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids);
     args.l2_group = order.group;
     args.l2_full_groups = order.full_groups;
-    args.l2_partial = order.partial;
   }
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.

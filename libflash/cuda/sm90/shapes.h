@@ -231,24 +231,15 @@ FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int
 // the CTAs working at one time share a few heads' K and V (each query block of a head reads them again) instead of
 // streaming 132 different ones from HBM. `full_groups` groups of exactly `group` pairs come first; the last group
 // takes the pairs left, so it can be made large enough that the very end is still longest-first over many tiles.
-// `partial` (> 0): a smaller group of that many pairs between the full ones and the last, which then holds just the
-// tail's pairs instead of the tail and a group's remainder (dev: LaunchOptions::causal_partial).
 struct CausalOrder {
   int num_bh, num_m_blocks, group, full_groups;
-  int partial = 0;
   // Work tile x -> query block m_block of (batch * heads + head) bh.
   FLASH_SM90_HD void tile(int x, int& m_block, int& bh) const {
     const int per_group = group * num_m_blocks;
-    int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // past the full groups
+    int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // the last group
     if (r < 0) {
       const int g = x / per_group;
       first = g * group, size = group, r = x - g * per_group;
-    } else if (partial > 0) {
-      if (r < partial * num_m_blocks) {
-        size = partial;
-      } else {
-        r -= partial * num_m_blocks, first += partial, size -= partial;  // the last group
-      }
     }
     m_block = num_m_blocks - 1 - r / size;
     bh = first + r % size;
@@ -260,12 +251,10 @@ struct CausalOrder {
 // least 4 x grid tiles, the rule before session 18, put 66 heads' K and V in flight at d256 1k, 66 MB for a 50 MB L2:
 // 390 MB read from DRAM where the dense twin reads 204 MB; perf-log v30.)
 inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t l2_budget,
-                                double tail_grids, bool partial = false) {
+                                double tail_grids) {
   const int64_t group = std::clamp<int64_t>(l2_budget / std::max<int64_t>(kv_bytes, 1), 1, num_bh);
   const int64_t tail = std::min<int64_t>(num_bh, int64_t(std::ceil(tail_grids * grid / num_m_blocks)));
-  const int64_t full = std::max<int64_t>(0, (num_bh - tail) / group);
-  const int64_t rest = partial && tail > 0 ? std::max<int64_t>(0, num_bh - tail - full * group) : 0;
-  return CausalOrder{int(num_bh), num_m_blocks, int(group), int(full), int(rest)};
+  return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
 }
 
 // The query rows one launch covers, and its part in a programmatic dependent launch (PDL): launch (fwd_kernel.cuh) tiles

@@ -28,7 +28,6 @@ struct Args {
   unsigned long long* profile;  // Traits::kProfile only (dev/sm90_dev.cu): phase cycle counters, else null
   int32_t l2_group;      // causal-like order: (batch, head) pairs per group whose K and V fit in L2 together
   int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)
-  int32_t l2_partial;    // > 0: a group of that many pairs before the last (shapes.h, CausalOrder::partial)
   int32_t* tile_counter; // dynamic order (causal-like and block-sparse masks): tiles handed out so far,
                          // past the first gridDim.x; zeroed by launch in the workspace. nullptr: static
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none

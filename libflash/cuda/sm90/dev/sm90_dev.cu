@@ -124,16 +124,6 @@ int32_t run_group(const FwdParams& p) {
   opt.tail_grids = TAIL_TENTHS / 10.0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
 }
-// Any instantiation K with the causal order's knobs (MB 0: production's budget), and a partial group before the last
-// (LaunchOptions::causal_partial, session 35), so the last group holds only the tail's pairs.
-template <class K, int MB, int TAIL_TENTHS, bool PARTIAL>
-int32_t run_order(const FwdParams& p) {
-  flash::sm90::LaunchOptions opt;
-  opt.l2_budget_mb = MB;
-  opt.tail_grids = TAIL_TENTHS / 10.0;
-  opt.causal_partial = PARTIAL;
-  return flash::sm90::launch<K>(p, opt);
-}
 // Without a workspace: no tile counter, so no memset before the launch and the static tile order even for causal and
 // block-sparse masks (what a caller gets who passes none: libflash then allocates one, so this is for measuring only).
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
@@ -366,9 +356,11 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 35: the causal order with a partial group before the last, which then holds only the tail's 2 grids of
-    // tiles (at 1k d64 44 pairs instead of 112, d128 33 instead of 58, d256 33 instead of 48).
-    {"d64  3wg causal partial", 64, false, run_order<Tr<64, 128, 4, 3, 1>, 0, 20, true>},
+    // Session 35 (s35-3, perf-log "the causal order's partial group"; commit fd2fbd8): a partial group before the causal
+    // order's last, which then holds only the tail's 2 grids of tiles (at 1k d64 44 pairs instead of 112, d128 33 instead
+    // of 58, d256 33 instead of 48; CausalOrder::partial, LaunchOptions::causal_partial, a run_order launcher): d64 causal
+    // 1k +0.5%, 2k-16k 1.5-2% slower; d128 equal at 1k, 1-2% slower at 2k-16k; d256 1k +0.5%, 2k -1%, 4k -2.5%, 16k
+    // equal; with a 1-grid tail 2-7% slower, a 3-grid one (d256) within 1% but 16k +1.2%. Removed.
     // Session 34 (s34-7, perf-log v63; commit 19ed955): the P V wait before the warpgroup takes its SFU turn (a
     // kWaitPvBeforeSfu Traits member) instead: 1-2.6% slower, dense and causal 1k-16k. Removed.
     // Session 34 (s34-6): with the SFU turns, ptxas puts the P V wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) inside the turn, after
@@ -413,8 +405,6 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
-    {"d128 causal partial", 128, false, run_order<Tr<128, 128, 2, 2, 1>, 0, 20, true>},
-    {"d128 causal partial t1", 128, false, run_order<Tr<128, 128, 2, 2, 1>, 0, 10, true>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -444,9 +434,6 @@ const Candidate kCandidates[] = {
     // freed by warpgroup 1's last S; 1 in V_last's, freed by 0's last P V; a kOStageSwap Traits member): the epilogue 1-1.5k
     // cycles shorter, the next tile's Q wait as much longer; causal 1k-8k 0.6-1.5% faster, dense 1k 2.5% and 2k 1.2%
     // slower. Removed.
-    {"d256 causal partial", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 0, 20, true>},
-    {"d256 causal partial t1", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 0, 10, true>},
-    {"d256 causal partial t3", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 0, 30, true>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

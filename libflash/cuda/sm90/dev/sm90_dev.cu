@@ -359,8 +359,8 @@ const Candidate kCandidates[] = {
     // Session 35 (s35-3, perf-log "the causal order's partial group"; commit fd2fbd8): a partial group before the causal
     // order's last, which then holds only the tail's 2 grids of tiles (at 1k d64 44 pairs instead of 112, d128 33 instead
     // of 58, d256 33 instead of 48; CausalOrder::partial, LaunchOptions::causal_partial, a run_order launcher): d64 causal
-    // 1k +0.5%, 2k-16k 1.5-2% slower; d128 equal at 1k, 1-2% slower at 2k-16k; d256 1k +0.5%, 2k -1%, 4k -2.5%, 16k
-    // equal; with a 1-grid tail 2-7% slower, a 3-grid one (d256) within 1% but 16k +1.2%. Removed.
+    // 1k +0.5%, 2k-16k 1.3-1.8% slower; d128 equal at 1k, 1-2% slower at 2k-16k; d256 1k +0.5%, 2k -1.3%, 4k -3%, 16k
+    // equal; with a 1-grid tail 1-7% slower, a 3-grid one (d256) within 1% but 16k +1.2%. Removed.
     // Session 34 (s34-7, perf-log v63; commit 19ed955): the P V wait before the warpgroup takes its SFU turn (a
     // kWaitPvBeforeSfu Traits member) instead: 1-2.6% slower, dense and causal 1k-16k. Removed.
     // Session 34 (s34-6): with the SFU turns, ptxas puts the P V wait (WARPGROUP.DEPBAR.LE gsb0, 0x0) inside the turn, after
@@ -438,7 +438,7 @@ const Candidate kCandidates[] = {
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
     // Session 35 (s35-1, perf-log v65; commit ef47aaa): Q loaded as two 64-row halves, each warpgroup waiting on a full
-    // barrier of its own (a kQHalves Traits member, 64-row Q boxes; the buffer still released by both): 1-2% slower at
+    // barrier of its own (a kQHalves Traits member, 64-row Q boxes; the buffer still released by both): 0.5-3% slower at
     // every dense and causal length, the split kernel alike; the tile start's Q wait unchanged in the profile (1377 against
     // 1405 cycles at dense 1k): halving the bytes a warpgroup waits for does not shorten the load's latency. Removed.
     {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
@@ -453,7 +453,7 @@ const Candidate kCandidates[] = {
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape
-    // stages1): 2-15% slower at every density and length (16k s = .5: 5.11 / 5.17 / 5.17 against 4.93 / 4.95 ms; 4k s = .1
+    // stages1): 4-24% slower at every density and length (16k s = .5: 5.11 / 5.17 / 5.17 against 4.93 / 4.95 ms; 4k s = .1
     // .103 / .094 / .110 against .091 / .087). Profile (3/2, one Q buffer): the loop 3481 against 3577 cycles a block, its
     // K/V waits 393 against 419, but the tile start's Q wait 2202 against 457. Removed.
     // Session 32 (s32-4): the two-warpgroup kernel with SFU turns (SfuTurns<Tr<64, 128, 4, 2, 1, true>>): 4k s = .1

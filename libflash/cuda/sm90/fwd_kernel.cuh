@@ -806,7 +806,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
             if constexpr (K::kSeqTurn) {
               if constexpr (K::kOStageInRing)
-                if (j > 0) mbar_arrive(v_empty((it - 1) % kStages));
+                if (j > 0) {
+                  if constexpr (!K::kOStageSpare && !kKArriveFirst) mbar_arrive(k_empty((it - 1) % kStages));
+                  mbar_arrive(v_empty((it - 1) % kStages));
+                }
               load_v(n, it);
             } else {
               if (v_pending >= 0) {

@@ -195,19 +195,8 @@ struct Traits {
   // epilogue. The consumer loop is the same as for every other epilogue: a slot's empty barrier counts one arrival
   // more, which the producer gives for every block but a tile's last (it knows which is last when it loads the next),
   // and the stores' owner gives for the last.
-  static constexpr bool kOStageInRing = kStoreO_ == 3 || kStoreO_ == 4;
+  static constexpr bool kOStageInRing = kStoreO_ == 3;
   static_assert(!kOStageInRing || (kConsumers_ == 2 && !kSparse_), "O staged in the ring: two consumers, dense");
-  // kStoreO_ == 4 (dev, for a ring of one stage): warpgroup 1's O in V_last's slot, warpgroup 0's in a 64-row tile of its
-  // own after the ring (shapes.h o_stage_bytes). K_last's slot then takes no extra arrival and goes back after the last
-  // S, so the next tile's first K loads during the drain instead of behind the O store.
-  static constexpr bool kOStageSpare = kStoreO_ == 4;
-  // The loop's turn without S one block ahead of the softmax (dev; cuDNN's d256 order, ncu s35-2): a turn issues S_j and
-  // P_{j-1} V_{j-1} as the steady-state loop does, but the warpgroup then waits for both and runs the softmax of S_j in
-  // S's own registers -- no copy of S beside P_{j-1} -- while the other warpgroup's products run. Live across a turn:
-  // S, P and O (64 + 32 + 128 registers at d256 with 128-key blocks, where the overlapped loop needs 64 more). K_j is
-  // waited for before the turn, V_{j-1} inside it after S_j's issue, so a ring of one stage loses at most one load's
-  // latency past the other warpgroup's products.
-  static constexpr bool kSeqTurn = false;
   static constexpr bool kSparse = kSparse_;
   // The static order's last round split along the keys (shapes.h, TailSplit; use_split_kernel): instantiations of their
   // own, since the pieces' epilogue costs the kernel 1-3.5% wherever it is compiled in, splitting or not (sm90_dev
@@ -579,7 +568,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), warps + (K::kOStageInRing && !K::kOStageSpare ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -794,34 +783,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           auto load_v = [&](int n, int at) {
             load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, tile.b);
           };
-          // (Traits::kSeqTurn: V_j is consumed in the turn that issues S_{j+1}, before it, so V_j loads right after K_j.)
           int v_pending = -1, v_at = 0, j = 0;
           for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
-            // Block j-1 was not the tile's last: its slots' extra arrivals (Traits::kOStageInRing), each after this
-            // thread's own wait for the slot's previous phase (its K_{j-1} / V_{j-1} load), so they count toward block
-            // j-1's. A ring of one stage (dev) gives K's before this block's load, which waits on that very phase.
-            constexpr bool kKArriveFirst = K::kOStageInRing && !K::kOStageSpare && kStages == 1;
-            if constexpr (kKArriveFirst)
-              if (j > 0) mbar_arrive(k_empty((it - 1) % kStages));
             load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-            if constexpr (K::kSeqTurn) {
-              if constexpr (K::kOStageInRing)
-                if (j > 0) {
-                  if constexpr (!K::kOStageSpare && !kKArriveFirst) mbar_arrive(k_empty((it - 1) % kStages));
-                  mbar_arrive(v_empty((it - 1) % kStages));
-                }
-              load_v(n, it);
-            } else {
-              if (v_pending >= 0) {
-                load_v(v_pending, v_at);
-                if constexpr (K::kOStageInRing) {
-                  if constexpr (!K::kOStageSpare && !kKArriveFirst) mbar_arrive(k_empty(v_at % kStages));
-                  mbar_arrive(v_empty(v_at % kStages));
-                }
+            if (v_pending >= 0) {
+              load_v(v_pending, v_at);
+              if constexpr (K::kOStageInRing) {
+                // Block j-1 was not the tile's last: its slots' extra arrivals (Traits::kOStageInRing), each after this
+                // thread's own wait for the slot's previous phase, so they count toward block j-1's.
+                mbar_arrive(k_empty(v_at % kStages));
+                mbar_arrive(v_empty(v_at % kStages));
               }
-              v_pending = n;
-              v_at = it;
             }
+            v_pending = n;
+            v_at = it;
             if (j == kQAhead) start_tile(tile_iter + 1, next);
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
@@ -1117,46 +1092,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               acc_o[4 * i + 2 * r + 1] *= c[r];
             }
         };
-        if constexpr (K::kSeqTurn) {
-          // Traits::kSeqTurn: P_{j-1} V_{j-1} issued and waited for, then S_j issued, in one turn; the softmax of S_j runs
-          // in S's registers while the other warpgroup's products run. P and S are never in flight together.
-          for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            const int s = slot_of(it);
-            const uint32_t phase = phase_of(it);
-            mbar_wait(v_full(s_prev), phase_prev);  // V_{j-1} has landed
-            step(Prof::kStepWaitKV);
-            take_turn();
-            step(Prof::kStepTurn);
-            wg::fence();
-            issue_pv(s_prev);
-            wg::wait<0>();
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            mbar_wait(k_full(s), phase);  // K_j has landed
-            wg::fence();
-            issue_s(s);
-            pass_turn();
-            step(Prof::kStepIssue);
-            wg::wait<0>();  // S_j is ready
-            wg::fence_regs(acc_s);
-            step(Prof::kStepWaitS);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
-            mask(acc_s, n);
-            {
-              // O rescaled here, with no product in flight (a correction carried into the turn costs registers there).
-              float corr[2];
-              if (softmax(acc_s, false, corr)) rescale_o(corr);
-            }
-            step(Prof::kStepSoftmax);
-            pack_p(acc_s, p_frag);  // P_j, the A operand of the next turn's P V
-            s_prev = s;
-            phase_prev = phase;
-            step(Prof::kStepTail);
-          }
-        } else
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
           const uint32_t phase = phase_of(it);
@@ -1241,8 +1176,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kOStageInRing) {
           // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
           // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
-          // kOStageSpare: warpgroup 1 stages in V_last's slot, and 0 tells it.
-          if (wg == (K::kOStageSpare ? 0 : 1)) named_arrive(7, 256);
+          if (wg == 1) named_arrive(7, 256);
           s_last = s_prev;
         }
         lap(Prof::kDrain);
@@ -1340,19 +1274,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // 64-row pages, within the slot's block_n x d); every tile has a last block (KeyBlocks' at_least_one). (A tile
       // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill:
       // perf-log v36.)
-      const uint32_t o_stage = K::kOStageSpare   ? (wg == 1 ? v_smem0 + s_last * K::kKVBytes : o_stage0)
-                               : K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
-                               : K::kOStageInQ    ? q_wg
-                                                  : o_stage0 + wg * 64 * K::kHeadDim * 2;
+      const uint32_t o_stage = K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
+                               : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
-      if constexpr (K::kOStageSpare) {
-        if (wg == 1) {
-          named_sync(7, 256);
-        } else {  // its own tile: the previous tile's store must have read it
-          if (tid == 0) wg::bulk_wait_read();
-          named_sync(4 + wg, 128);
-        }
-      } else if constexpr (K::kOStageInRing) {
+      if constexpr (K::kOStageInRing) {
         if (wg == 0) named_sync(7, 256);
       } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
@@ -1410,9 +1335,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         else if constexpr (K::kOStageInQ) release_q();
         if constexpr (K::kOStageInRing) {
           // The slot's last arrival, once the store has read it (the stores' owner, thread 0).
-          if (tid == 0 && !(K::kOStageSpare && wg == 0)) {
+          if (tid == 0) {
             wg::bulk_wait_read();
-            mbar_arrive(wg == 1 && !K::kOStageSpare ? k_empty(s_last) : v_empty(s_last));
+            mbar_arrive(wg == 1 ? k_empty(s_last) : v_empty(s_last));
           }
         }
       }

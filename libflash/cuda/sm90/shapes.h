@@ -18,14 +18,10 @@ struct Shape {
   // O leaves through a shared staging tile and TMA stores: 1 a tile of its own after the K/V ring, 2 each
   // warpgroup's own rows of the Q buffer (Q then stays until the store has read them), 3 the slots of the tile's
   // last key block in the K/V ring (warpgroup 1 in K's, warpgroup 0 in V's), held until the store has read them;
-  // 4 (dev, for a ring of one stage) warpgroup 1's in the last block's V slot, warpgroup 0's in a 64-row tile of its own
-  // after the ring, so the last block's K slot goes back at once and the next tile's first K loads during the drain;
   // 0 direct stores.
   int store_o = 0;
   constexpr int block_m() const { return 64 * consumers; }
-  constexpr int o_stage_bytes() const {
-    return store_o == 1 ? block_m() * head_dim * 2 : store_o == 4 ? 64 * head_dim * 2 : 0;
-  }
+  constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
   // K/V rings: block-sparse with three consumer warpgroups has two (fwd_kernel.cuh, Traits::kTwoRings): a 192-row tile
   // spans two 128-row mask blocks, whose lists differ; every other instantiation one.
   constexpr int rings(bool sparse) const { return sparse && consumers == 3 ? 2 : 1; }

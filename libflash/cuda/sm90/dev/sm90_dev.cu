@@ -215,13 +215,6 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
-// The turn without S ahead of the softmax (Traits::kSeqTurn, session 36): cuDNN's d256 order, on 128-key blocks.
-template <class T>
-struct SeqTurn : T {
-  static constexpr bool kSeqTurn = true;
-  static constexpr bool kEarlyProbe = false;
-  static constexpr int kPinSoftmax = 0;
-};
 // Turns at the SFU (Traits::kSfuTurns; perf-log v56, production for d64's three-warpgroup dense kernel), on or off (ON),
 // with the products' turns (ping-pong) kept or dropped (PP false).
 template <class T, bool PP = true, bool ON = true>
@@ -259,9 +252,6 @@ const ProfCase kProfCases[] = {
     {"d256 dense", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 dense", 256, 16384, 1, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
     {"d256 causal", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 3, false>>},
-    {"d256 seq dense", 256, 1024, 16, false, 0, 2, run_prof_k<SeqTurn<Tr<256, 128, 1, 2, 4>>>},
-    {"d256 seq dense", 256, 16384, 1, false, 0, 2, run_prof_k<SeqTurn<Tr<256, 128, 1, 2, 4>>>},
-    {"d256 seq causal", 256, 1024, 16, true, 0, 2, run_prof_k<SeqTurn<Tr<256, 128, 1, 2, 4>>>},
     {"d256 direct", 256, 1024, 16, false, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d256 direct cau", 256, 1024, 16, true, 0, 2, run_prof_k<Tr<256, 80, 2, 2, 0, false>>},
     {"d128 dense b2", 128, 4096, 2, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -444,12 +434,15 @@ const Candidate kCandidates[] = {
     // freed by warpgroup 1's last S; 1 in V_last's, freed by 0's last P V; a kOStageSwap Traits member): the epilogue 1-1.5k
     // cycles shorter, the next tile's Q wait as much longer; causal 1k-8k 0.6-1.5% faster, dense 1k 2.5% and 2k 1.2%
     // slower. Removed.
-    // Session 36: cuDNN's d256 shape (ncu s35-2) -- 128-key blocks, a K/V ring of one stage, no S ahead (SeqTurn) --
-    // with O staged in the last block's K and V slots (store_o 3) or in V's and a tile of its own (4); and the turn
-    // alone on production's shape.
-    {"d256 seq bn128 st1 o4", 256, false, run_k<SeqTurn<Tr<256, 128, 1, 2, 4>>>},
-    {"d256 seq bn128 st1 o3", 256, false, run_k<SeqTurn<Tr<256, 128, 1, 2, 3>>>},
-    {"d256 seq bn80 (prod shape)", 256, false, run_k<SeqTurn<Tr<256, 80, 2, 2, 3>>>},
+    // Session 36 (s36-1/2, perf-log v66; commit 9f57fc5): cuDNN's d256 shape (ncu s35-2) -- 128-key blocks on a K/V ring
+    // of one stage (Q + K + V 192 KB), no S ahead: a turn issues P_{j-1} V_{j-1}, waits for it, issues S_j; the softmax runs
+    // in S's registers (a kSeqTurn Traits member, SeqTurn mixin) -- with O staged in V_last's slot and a 32 KB tile of its
+    // own (store_o 4, so K_last's slot goes back after the last S) or in K_last's and V_last's (3). Against production:
+    // dense 7-15% slower (1k .2451 against .2281 ms, 16k 3.409 against 2.967), causal 1k 2.3% (.1695 / .1657), 2k-16k
+    // 5-10%; store_o 3 1-2.5% behind 4; the sequential turn on production's shape (80 keys, 2 stages) 5-14% slower, so
+    // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
+    // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
+    // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

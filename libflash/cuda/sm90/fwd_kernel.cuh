@@ -113,38 +113,20 @@ __device__ __forceinline__ bool mbar_test2(uint32_t bar_a, uint32_t parity_a, ui
       : "memory");
   return both != 0;
 }
-// L2 eviction priorities for the TMA's loads and stores (the PTX cache-policy operand, .L2::cache_hint): the encodings
-// createpolicy.fractional.L2::evict_{first,last}.b64 gives for a fraction of 1.0, as constants. 0: no hint.
-inline constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
 // 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
-template <uint64_t kPolicy = 0>
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
-  if constexpr (kPolicy == 0)
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
-                 : "memory");
-  else
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2, %3, %4}], [%5], %6;\n" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src), "l"(kPolicy)
-                 : "memory");
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
 }
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
-template <uint64_t kPolicy = 0>
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
-  if constexpr (kPolicy == 0)
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-        "[%6];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-        : "memory");
-  else
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-        "%3, %4, %5}], [%6], %7;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(kPolicy)
-        : "memory");
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 }
 // Fetch a TMA descriptor (a __grid_constant__ kernel parameter) into its cache ahead of the first load that names it.
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
@@ -306,9 +288,6 @@ struct Traits {
       !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 ? kConsumers_ == 3 : kHeadDim_ == 128 && kBlockN_ == 128);
   static constexpr bool kPdlSecondary =
       !kSparse_ && (kHeadDim_ == 64 ? kConsumers_ == 2 : kHeadDim_ == 128 && kBlockN_ == 128 && kTailSplit_);
-  // L2 eviction priorities of the TMA's traffic (tma_load_4d / tma_store_4d; 0 none, else kEvictFirst / kEvictLast): K and
-  // V are read again by every query block of their head, Q once, O written once.
-  static constexpr uint64_t kL2HintKV = 0, kL2HintQ = 0, kL2HintO = 0;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -616,7 +595,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
-        tma_load_4d<K::kL2HintKV>(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -634,7 +613,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
-        tma_load_4d<K::kL2HintQ>(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+        tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
       }
     };
     // Dense: with two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block:
@@ -1344,7 +1323,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
             tma_coords(c, args.o_pos, pg * 64, q_begin + rg * 64, tile.h, tile.b);
-            tma_store_4d<K::kL2HintO>(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
+            tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();
           if constexpr (K::kOStageInQ && !kDeferQRelease) wg::bulk_wait_read();  // the store has read these Q rows

@@ -2,7 +2,8 @@
 // `ninja sm90_dev`). Instantiates candidate shapes of the kernel, checks each against the production
 // instantiation (which the test suite checks against the fp64 reference) on the same random inputs, and
 // times them on the standard grid (b*seqlen = 16384, h = 2048/d, bf16): median of CUDA-event timings
-// after warm-up, inputs rotated across 4 sets so L2 never holds a whole problem. One line per candidate.
+// after warm-up, inputs rotated across 4 sets so L2 never holds a whole problem (and no candidate runs on the set the
+// one before it just read). One line per candidate.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -215,14 +216,6 @@ template <class T, int PIN>
 struct PinSoftmax : T {
   static constexpr int kPinSoftmax = PIN;
 };
-// L2 eviction priorities of the TMA's traffic (Traits::kL2HintKV / Q / O; session 36): H 1 K and V evict_last, Q and O
-// evict_first; 2 K and V evict_last alone; 3 Q and O evict_first alone.
-template <class T, int H>
-struct L2Hints : T {
-  static constexpr uint64_t kL2HintKV = H == 1 || H == 2 ? flash::sm90::kEvictLast : 0;
-  static constexpr uint64_t kL2HintQ = H == 1 || H == 3 ? flash::sm90::kEvictFirst : 0;
-  static constexpr uint64_t kL2HintO = H == 1 || H == 3 ? flash::sm90::kEvictFirst : 0;
-};
 // Turns at the SFU (Traits::kSfuTurns; perf-log v56, production for d64's three-warpgroup dense kernel), on or off (ON),
 // with the products' turns (ping-pong) kept or dropped (PP false).
 template <class T, bool PP = true, bool ON = true>
@@ -359,10 +352,12 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    // Session 36: L2 eviction priorities (L2Hints: 1 K/V last + Q/O first, 2 K/V last, 3 Q/O first).
-    {"d64  split L2 hints 1", 64, false, run_rows<L2Hints<Tr<64, 128, 4, 2, 1>, 1>, true, L2Hints<Tr<64, 128, 4, 3, 1>, 1>>},
-    {"d64  split L2 hints 2", 64, false, run_rows<L2Hints<Tr<64, 128, 4, 2, 1>, 2>, true, L2Hints<Tr<64, 128, 4, 3, 1>, 2>>},
-    {"d64  split L2 hints 3", 64, false, run_rows<L2Hints<Tr<64, 128, 4, 2, 1>, 3>, true, L2Hints<Tr<64, 128, 4, 3, 1>, 3>>},
+    // Session 36 (s36-3/4, perf-log v67; commit 861dce5): L2 eviction priorities on the TMA's traffic (an L2Hints mixin
+    // over Traits kL2HintKV / Q / O, the .L2::cache_hint operand of tma_load_4d / tma_store_4d): 1 K and V evict_last,
+    // Q and O evict_first; 2 K and V evict_last alone; 3 Q and O evict_first alone, at d64 (both kernels of the pair), d128
+    // (128- and 192-key) and d256 (dense and split). With the input sets rotated per candidate (s36-4): no gain anywhere
+    // -- d256 causal 1k .1723 / .1731 / .1743 against .1732 / .1713 ms, dense and causal 2k-16k 0-1% slower, d64 causal
+    // 16k 1-4% slower. (s36-3's 2.5% at d256 causal 1k was the previous candidate's inputs left in L2.) Removed.
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
@@ -417,10 +412,6 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
-    {"d128 L2 hints 1", 128, false, run_k<L2Hints<Tr<128, 128, 2, 2, 1>, 1>>},
-    {"d128 L2 hints 2", 128, false, run_k<L2Hints<Tr<128, 128, 2, 2, 1>, 2>>},
-    {"d128 L2 hints 3", 128, false, run_k<L2Hints<Tr<128, 128, 2, 2, 1>, 3>>},
-    {"d128 bn192 ring L2 hints 1", 128, false, run_k<L2Hints<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 1>>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -459,10 +450,6 @@ const Candidate kCandidates[] = {
     // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
-    {"d256 L2 hints 1", 256, false, run_k<L2Hints<Tr<256, 80, 2, 2, 3>, 1>>},
-    {"d256 L2 hints 2", 256, false, run_k<L2Hints<Tr<256, 80, 2, 2, 3>, 2>>},
-    {"d256 L2 hints 3", 256, false, run_k<L2Hints<Tr<256, 80, 2, 2, 3>, 3>>},
-    {"d256 split L2 hints 1", 256, false, run_k<L2Hints<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 1>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

@@ -31,7 +31,8 @@
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
 #   sass-d64 / sass-d128 / sass-d256 / sass-long  a dense kernel's SASS, and where its spills sit
-#   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels
+#   sass-dev-rings  where the spills sit in each of sm90_dev's two-ring kernels (scripts/sass_marks.py)
+#   sass-marks  the same for the sm90_dev kernels whose mangled name holds $SASS_NAME
 #   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
 #   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py)
@@ -330,11 +331,16 @@ for phase in "$@"; do
       # Where the spills sit in every sm90_dev kernel with two rings (block-sparse, three consumers; perf-log v40): one line
       # per LDL/STL, HGMMA group end, barrier and setmaxnreg, numbered from the function's start.
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
-      cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev | awk '
-        /Function :/ { f = $3; keep = (f ~ /ELb1ELi3E/); n = 0; if (keep) print "=== " f; next }
-        keep { n++; if ($0 ~ /LDL|STL|USETMAXREG|HGMMA.*gsb0|BAR.SYNC|BAR.ARV|EXIT|SYNCS.ARRIVE/) { sub(/\/\*[0-9a-f]*\*\//, ""); gsub(/ +/, " "); print n ": " $0 } }
-      ' > "$OUT/sass-dev-rings-marks.txt"
-      awk '/===/ { f = $2 } /LDL|STL/ { c[f]++ } END { for (k in c) print c[k], k }' "$OUT/sass-dev-rings-marks.txt"
+      cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev > /tmp/sass-dev.txt 2>&1
+      python3 scripts/sass_marks.py /tmp/sass-dev.txt ELb1ELi3E > "$OUT/sass-dev-rings-marks.txt"
+      grep -B1 "LDL/STL" "$OUT/sass-dev-rings-marks.txt"
+      ;;
+    sass-marks)
+      # The same for every sm90_dev kernel whose mangled name holds $SASS_NAME (e.g. a mixin's name; session 36).
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev > /tmp/sass-dev.txt 2>&1
+      python3 scripts/sass_marks.py /tmp/sass-dev.txt "${SASS_NAME:-}" > "$OUT/sass-marks.txt"
+      grep -B1 "LDL/STL" "$OUT/sass-marks.txt"
       ;;
     interleaved)
       # libflash (sm90) against cuDNN and FA2 timed interleaved in one process on the same tensors (scripts/interleaved_peers.py):

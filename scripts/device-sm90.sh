@@ -327,20 +327,15 @@ for phase in "$@"; do
       grep -n "LDL\|STL\|USETMAXREG\|HGMMA.*gsb0\|BAR.SYNC\|BAR.ARV\|EXIT\|MUFU.EX2" "$OUT/sass-d64-rings.txt" | awk -F'/\\*' '{print $1 $2}' | head -300 > "$OUT/sass-d64-rings-marks.txt"
       grep -n "LDL\|STL\|USETMAXREG" "$OUT/sass-d64-rings.txt" | head -60
       ;;
-    sass-dev-rings)
-      # Where the spills sit in every sm90_dev kernel with two rings (block-sparse, three consumers; perf-log v40): one line
-      # per LDL/STL, HGMMA group end, barrier and setmaxnreg, numbered from the function's start.
+    sass-dev-rings|sass-marks)
+      # Where the spills sit (scripts/sass_marks.py: one line per LDL/STL, HGMMA group, wait, barrier, mbarrier operation,
+      # branch and setmaxnreg, with its address) in every sm90_dev kernel with two rings (block-sparse, three consumers;
+      # perf-log v40), or in those whose mangled name holds $SASS_NAME (sass-marks; e.g. a mixin's name).
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev > /tmp/sass-dev.txt 2>&1
-      python3 scripts/sass_marks.py /tmp/sass-dev.txt ELb1ELi3E > "$OUT/sass-dev-rings-marks.txt"
-      grep -B1 "LDL/STL" "$OUT/sass-dev-rings-marks.txt"
-      ;;
-    sass-marks)
-      # The same for every sm90_dev kernel whose mangled name holds $SASS_NAME (e.g. a mixin's name; session 36).
-      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
-      cuobjdump -sass $BUILD/libflash/cuda/sm90/sm90_dev > /tmp/sass-dev.txt 2>&1
-      python3 scripts/sass_marks.py /tmp/sass-dev.txt "${SASS_NAME:-}" > "$OUT/sass-marks.txt"
-      grep -B1 "LDL/STL" "$OUT/sass-marks.txt"
+      name=$([[ $phase == sass-dev-rings ]] && echo ELb1ELi3E || echo "${SASS_NAME:-}")
+      python3 scripts/sass_marks.py /tmp/sass-dev.txt "$name" > "$OUT/$phase-marks.txt"
+      grep -B1 "LDL/STL" "$OUT/$phase-marks.txt"
       ;;
     interleaved)
       # libflash (sm90) against cuDNN and FA2 timed interleaved in one process on the same tensors (scripts/interleaved_peers.py):

@@ -227,6 +227,11 @@ struct Traits {
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
   static constexpr bool kRescaleInTurn = !kTwoRings;
+  // Dev (perf-log v68): the turn handed on as soon as S_j's wgmmas are issued, before O's rescale and P_{j-1} V_{j-1}'s
+  // issue. A wgmma's issue waits for the tensor cores (dev/wgmma_issue.cu: one warpgroup alone takes ~340 cycles to issue
+  // d64's 12, the first P V one waiting for S to run), so a turn held to the end of the issue leaves the next warpgroup to
+  // start its own only when the queue is nearly empty: ping-pong without softmaxes kept the tensor cores 81% busy.
+  static constexpr bool kPassAfterS = false;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
@@ -1101,12 +1106,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
+          if constexpr (K::kPassAfterS) pass_turn();
           if constexpr (K::kRescaleInTurn) {
             if (rescale_prev) rescale_o(corr_prev);
             wg::fence();  // O's registers were written since the last fence
           }
           issue_pv(s_prev);
-          pass_turn();
+          if constexpr (!K::kPassAfterS) pass_turn();
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
           if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
           step(Prof::kStepIssue);

@@ -227,11 +227,13 @@ struct Traits {
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
   static constexpr bool kRescaleInTurn = !kTwoRings;
-  // Dev (perf-log v68): the turn handed on as soon as S_j's wgmmas are issued, before O's rescale and P_{j-1} V_{j-1}'s
-  // issue. A wgmma's issue waits for the tensor cores (dev/wgmma_issue.cu: one warpgroup alone takes ~340 cycles to issue
-  // d64's 12, the first P V one waiting for S to run), so a turn held to the end of the issue leaves the next warpgroup to
-  // start its own only when the queue is nearly empty: ping-pong without softmaxes kept the tensor cores 81% busy.
-  static constexpr bool kPassAfterS = false;
+  // Dev (perf-log v68): a turn issues P_{j-1} V_{j-1} first and S_j behind it, then waits for both; the softmax of S_j
+  // follows with no product in flight (O rescaled and P packed right after it). A wgmma's issue waits for the tensor cores
+  // (dev/wgmma_issue.cu: an m64n64k16 with A from registers cannot issue while more than ~6 are queued, and behind S_j's
+  // four it waits for them to run), so in production's order (S_j, then P_{j-1} V_{j-1}) a turn is held ~550 cycles at
+  // d64; with P V first the S wgmmas queue behind it at once. In the driver's products-only loop on three warpgroups,
+  // turns kept the tensor cores 81% busy in production's order and 88% with P V first.
+  static constexpr bool kPvFirst = false;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
@@ -1102,17 +1104,49 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t phase = phase_of(it);
           if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
+          if constexpr (K::kPvFirst) {  // (dev, Traits::kPvFirst)
+            take_turn();
+            step(Prof::kStepTurn);
+            wg::fence();
+            issue_pv(s_prev);
+            issue_s(s);
+            pass_turn();
+            if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
+            step(Prof::kStepIssue);
+            wg::wait<0>();
+            step(Prof::kStepWaitS);
+            wg::fence_regs(acc_s);
+            wg::fence_regs(acc_o);
+            wg::fence_regs(p_frag);
+            __syncwarp();
+            if (lane == 0) {
+              mbar_arrive(k_empty(s));
+              mbar_arrive(v_empty(s_prev));
+            }
+            float sv[K::kSRegs];
+#pragma unroll
+            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+            mask(sv, n);
+            float corr[2];
+            const bool rescale = softmax(sv, false, corr);
+            step(Prof::kStepSoftmax);
+            if (rescale) rescale_o(corr);
+            pack_p(sv, p_frag);
+            s_prev = s;
+            phase_prev = phase;
+            step(Prof::kStepTail);
+            continue;
+          }
           take_turn();
           step(Prof::kStepTurn);
           wg::fence();
           issue_s(s);
-          if constexpr (K::kPassAfterS) pass_turn();
           if constexpr (K::kRescaleInTurn) {
             if (rescale_prev) rescale_o(corr_prev);
             wg::fence();  // O's registers were written since the last fence
           }
           issue_pv(s_prev);
-          if constexpr (!K::kPassAfterS) pass_turn();
+          pass_turn();
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
           if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
           step(Prof::kStepIssue);

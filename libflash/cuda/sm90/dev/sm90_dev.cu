@@ -223,10 +223,10 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// The turn handed on once S_j is issued, before P_{j-1} V_{j-1} (Traits::kPassAfterS; perf-log v68).
+// A turn issuing P_{j-1} V_{j-1} first and S_j behind it (Traits::kPvFirst; perf-log v68).
 template <class T, bool ON = true>
-struct PassAfterS : T {
-  static constexpr bool kPassAfterS = ON;
+struct PvFirst : T {
+  static constexpr bool kPvFirst = ON;
 };
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
@@ -248,6 +248,8 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
+    {"d64 pvfirst dense", 64, 16384, 1, false, 0, 3, run_prof_k<PvFirst<Tr<64, 128, 4, 3, 1, false>>>},
+    {"d64 pvfirst causal", 64, 1024, 16, true, 0, 3, run_prof_k<PvFirst<Tr<64, 128, 4, 3, 1, false>>>},
     {"d64 2wg rows", 64, 16384, 1, false, 0, 2, run_prof_k<Tr<64, 128, 4, 2, 1>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -363,7 +365,10 @@ const Candidate kCandidates[] = {
     // (128- and 192-key) and d256 (dense and split). With the input sets rotated per candidate (s36-4): no gain anywhere
     // -- d256 causal 1k .1723 / .1731 / .1743 against .1732 / .1713 ms, dense and causal 2k-16k 0-1% slower, d64 causal
     // 16k 1-4% slower. (s36-3's 2.5% at d256 causal 1k was the previous candidate's inputs left in L2.) Removed.
-    {"d64  split pass after S", 64, false, run_rows<PassAfterS<Tr<64, 128, 4, 2, 1>>, true, PassAfterS<Tr<64, 128, 4, 3, 1>>>},
+    // Session 37 (s37-2, perf-log v68; commit a1f59af): the turn handed on once S_j is issued, before O's rescale and P_{j-1}
+    // V_{j-1} (a kPassAfterS Traits member, PassAfterS mixin): d64 2.5-5% slower, dense and causal 1k-16k; d128 within 1%
+    // (causal 1k-2k 1% slower), d256 within 1% (causal 1k 1.5% slower). Removed.
+    {"d64  split pv first", 64, false, run_rows<PvFirst<Tr<64, 128, 4, 2, 1>>, true, PvFirst<Tr<64, 128, 4, 3, 1>>>},
     {"d64  split (prod third)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
@@ -419,7 +424,7 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
-    {"d128 pass after S", 128, false, run_k<PassAfterS<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 pv first", 128, false, run_k<PvFirst<Tr<128, 128, 2, 2, 1>>>},
     {"d128 (prod third)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
@@ -459,7 +464,7 @@ const Candidate kCandidates[] = {
     // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
-    {"d256 pass after S", 256, false, run_k<PassAfterS<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 pv first", 256, false, run_k<PvFirst<Tr<256, 80, 2, 2, 3>>>},
     {"d256 (prod third)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},

@@ -233,7 +233,10 @@ struct Traits {
   // four it waits for them to run), so in production's order (S_j, then P_{j-1} V_{j-1}) a turn is held ~550 cycles at
   // d64; with P V first the S wgmmas queue behind it at once. In the driver's products-only loop on three warpgroups,
   // turns kept the tensor cores 81% busy in production's order and 88% with P V first.
-  static constexpr bool kPvFirst = false;
+  // 0 off, 1 on, 2 on with a clock pin (kPinSoftmax 3's) after P's pack, so the softmax, O's rescale and the pack end
+  // before the next block's waits and turn (the profiled build, whose clock reads sit there, ran 1.6-4% faster than
+  // production's profiled build; the unprofiled one 4-9% slower than production, s37-3).
+  static constexpr int kPvFirst = 0;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
@@ -536,7 +539,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   [[maybe_unused]] __shared__ int wg_code[3];
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
-  [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
+  [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 || K::kPvFirst == 2 ? K::kThreads / 32 : 1];
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -1132,6 +1135,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             step(Prof::kStepSoftmax);
             if (rescale) rescale_o(corr);
             pack_p(sv, p_frag);
+            if constexpr (K::kPvFirst == 2) {
+              const uint32_t now = static_cast<uint32_t>(clock());
+              asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
+                               static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
+                           "r"(now), "r"(lane));
+            }
             s_prev = s;
             phase_prev = phase;
             step(Prof::kStepTail);

@@ -224,9 +224,9 @@ struct SfuTurns : T {
   static constexpr bool kPingPong = PP;
 };
 // A turn issuing P_{j-1} V_{j-1} first and S_j behind it (Traits::kPvFirst; perf-log v68).
-template <class T, bool ON = true>
+template <class T, int ON = 1>
 struct PvFirst : T {
-  static constexpr bool kPvFirst = ON;
+  static constexpr int kPvFirst = ON;
 };
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
@@ -368,6 +368,7 @@ const Candidate kCandidates[] = {
     // Session 37 (s37-2, perf-log v68; commit a1f59af): the turn handed on once S_j is issued, before O's rescale and P_{j-1}
     // V_{j-1} (a kPassAfterS Traits member, PassAfterS mixin): d64 2.5-5% slower, dense and causal 1k-16k; d128 within 1%
     // (causal 1k-2k 1% slower), d256 within 1% (causal 1k 1.5% slower). Removed.
+    {"d64  split pv first pinned", 64, false, run_rows<PvFirst<Tr<64, 128, 4, 2, 1>, 2>, true, PvFirst<Tr<64, 128, 4, 3, 1>, 2>>},
     {"d64  split pv first", 64, false, run_rows<PvFirst<Tr<64, 128, 4, 2, 1>>, true, PvFirst<Tr<64, 128, 4, 3, 1>>>},
     {"d64  split (prod third)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
@@ -424,7 +425,7 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
-    {"d128 pv first", 128, false, run_k<PvFirst<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 pv first pinned", 128, false, run_k<PvFirst<Tr<128, 128, 2, 2, 1>, 2>>},
     {"d128 (prod third)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
@@ -464,7 +465,7 @@ const Candidate kCandidates[] = {
     // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
-    {"d256 pv first", 256, false, run_k<PvFirst<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 pv first pinned", 256, false, run_k<PvFirst<Tr<256, 80, 2, 2, 3>, 2>>},
     {"d256 (prod third)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},

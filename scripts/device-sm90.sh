@@ -36,6 +36,7 @@
 #   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
 #   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py)
+#   wgmma-issue  dev/wgmma_issue.cu: a d64 loop block's wgmma issue timed on 1-3 warpgroups, orders and turns (v68)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -336,6 +337,12 @@ for phase in "$@"; do
       name=$([[ $phase == sass-dev-rings ]] && echo ELb1ELi3E || echo "${SASS_NAME:-}")
       python3 scripts/sass_marks.py /tmp/sass-dev.txt "$name" > "$OUT/$phase-marks.txt"
       grep -B1 "LDL/STL" "$OUT/$phase-marks.txt"
+      ;;
+    wgmma-issue)
+      # How long a warpgroup takes to issue a loop block's wgmmas (perf-log v68): nvcc alone, no CMake.
+      nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -Ilibflash libflash/cuda/sm90/dev/wgmma_issue.cu \
+        -o $BUILD/wgmma_issue > "$OUT/wgmma-issue-build.log" 2>&1 || { tail -20 "$OUT/wgmma-issue-build.log"; exit 1; }
+      $BUILD/wgmma_issue 4096 2>&1 | tee "$OUT/wgmma-issue.txt"
       ;;
     interleaved)
       # libflash (sm90) against cuDNN and FA2 timed interleaved in one process on the same tensors (scripts/interleaved_peers.py):

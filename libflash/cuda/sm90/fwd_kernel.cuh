@@ -227,16 +227,6 @@ struct Traits {
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
   static constexpr bool kRescaleInTurn = !kTwoRings;
-  // Dev (perf-log v68): a turn issues P_{j-1} V_{j-1} first and S_j behind it, then waits for both; the softmax of S_j
-  // follows with no product in flight (O rescaled and P packed right after it). A wgmma's issue waits for the tensor cores
-  // (dev/wgmma_issue.cu: an m64n64k16 with A from registers cannot issue while more than ~6 are queued, and behind S_j's
-  // four it waits for them to run), so in production's order (S_j, then P_{j-1} V_{j-1}) a turn is held ~550 cycles at
-  // d64; with P V first the S wgmmas queue behind it at once. In the driver's products-only loop on three warpgroups,
-  // turns kept the tensor cores 81% busy in production's order and 88% with P V first.
-  // 0 off, 1 on, 2 on with a clock pin (kPinSoftmax 3's) after P's pack, so the softmax, O's rescale and the pack end
-  // before the next block's waits and turn (the profiled build, whose clock reads sit there, ran 1.6-4% faster than
-  // production's profiled build; the unprofiled one 4-9% slower than production, s37-3).
-  static constexpr int kPvFirst = 0;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
@@ -539,7 +529,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   [[maybe_unused]] __shared__ int wg_code[3];
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
-  [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 || K::kPvFirst == 2 ? K::kThreads / 32 : 1];
+  [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
   constexpr int kTileSlots = K::kSparse ? 2 : K::kQStages;
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t q_smem = smem;
@@ -1107,45 +1097,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t phase = phase_of(it);
           if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
-          if constexpr (K::kPvFirst) {  // (dev, Traits::kPvFirst)
-            take_turn();
-            step(Prof::kStepTurn);
-            wg::fence();
-            issue_pv(s_prev);
-            issue_s(s);
-            pass_turn();
-            if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
-            step(Prof::kStepIssue);
-            wg::wait<0>();
-            step(Prof::kStepWaitS);
-            wg::fence_regs(acc_s);
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) {
-              mbar_arrive(k_empty(s));
-              mbar_arrive(v_empty(s_prev));
-            }
-            float sv[K::kSRegs];
-#pragma unroll
-            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-            mask(sv, n);
-            float corr[2];
-            const bool rescale = softmax(sv, false, corr);
-            step(Prof::kStepSoftmax);
-            if (rescale) rescale_o(corr);
-            pack_p(sv, p_frag);
-            if constexpr (K::kPvFirst == 2) {
-              const uint32_t now = static_cast<uint32_t>(clock());
-              asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
-                               static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
-                           "r"(now), "r"(lane));
-            }
-            s_prev = s;
-            phase_prev = phase;
-            step(Prof::kStepTail);
-            continue;
-          }
           take_turn();
           step(Prof::kStepTurn);
           wg::fence();

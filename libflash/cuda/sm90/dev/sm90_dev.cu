@@ -223,11 +223,6 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// A turn issuing P_{j-1} V_{j-1} first and S_j behind it (Traits::kPvFirst; perf-log v68).
-template <class T, int ON = 1>
-struct PvFirst : T {
-  static constexpr int kPvFirst = ON;
-};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -248,8 +243,6 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
-    {"d64 pvfirst dense", 64, 16384, 1, false, 0, 3, run_prof_k<PvFirst<Tr<64, 128, 4, 3, 1, false>>>},
-    {"d64 pvfirst causal", 64, 1024, 16, true, 0, 3, run_prof_k<PvFirst<Tr<64, 128, 4, 3, 1, false>>>},
     {"d64 2wg rows", 64, 16384, 1, false, 0, 2, run_prof_k<Tr<64, 128, 4, 2, 1>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -365,12 +358,14 @@ const Candidate kCandidates[] = {
     // (128- and 192-key) and d256 (dense and split). With the input sets rotated per candidate (s36-4): no gain anywhere
     // -- d256 causal 1k .1723 / .1731 / .1743 against .1732 / .1713 ms, dense and causal 2k-16k 0-1% slower, d64 causal
     // 16k 1-4% slower. (s36-3's 2.5% at d256 causal 1k was the previous candidate's inputs left in L2.) Removed.
-    // Session 37 (s37-2, perf-log v68; commit a1f59af): the turn handed on once S_j is issued, before O's rescale and P_{j-1}
-    // V_{j-1} (a kPassAfterS Traits member, PassAfterS mixin): d64 2.5-5% slower, dense and causal 1k-16k; d128 within 1%
-    // (causal 1k-2k 1% slower), d256 within 1% (causal 1k 1.5% slower). Removed.
-    {"d64  split pv first pinned", 64, false, run_rows<PvFirst<Tr<64, 128, 4, 2, 1>, 2>, true, PvFirst<Tr<64, 128, 4, 3, 1>, 2>>},
-    {"d64  split pv first", 64, false, run_rows<PvFirst<Tr<64, 128, 4, 2, 1>>, true, PvFirst<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  split (prod third)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    // Session 37 (perf-log v68; dev/wgmma_issue.cu found a turn's wgmma issue waiting for the tensor cores). s37-2 (commit
+    // a1f59af): the turn handed on once S_j is issued, before O's rescale and P_{j-1} V_{j-1} (a kPassAfterS Traits member,
+    // PassAfterS mixin): d64 2.5-5% slower, dense and causal 1k-16k; d128 and d256 0-2% slower (causal 1k 1-2%).
+    // s37-3/4 (commit 247cba5): a turn issuing P_{j-1} V_{j-1} first and S_j behind it, then waiting for both, the softmax
+    // after with no product in flight (a kPvFirst Traits member, PvFirst mixin): d64 4-9% slower, d128 and d256 2-7%;
+    // with a clock pin after P's pack (kPvFirst 2) d64 2-6%, d128 1.6-6%, d256 2-5% slower -- though its profiled build
+    // (s37-3) ran 1.6% faster per block at d64 dense 16k and 3.9% per tile at causal 1k than production's profiled build.
+    // The softmax overlapping the warpgroup's own P V is worth more than a shorter turn. Both removed.
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
@@ -425,8 +420,6 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
-    {"d128 pv first pinned", 128, false, run_k<PvFirst<Tr<128, 128, 2, 2, 1>, 2>>},
-    {"d128 (prod third)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -465,8 +458,6 @@ const Candidate kCandidates[] = {
     // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
-    {"d256 pv first pinned", 256, false, run_k<PvFirst<Tr<256, 80, 2, 2, 3>, 2>>},
-    {"d256 (prod third)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

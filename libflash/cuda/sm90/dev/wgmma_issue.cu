@@ -2,15 +2,19 @@
 //
 // The profiles of the forward (Prof's kStepIssue) put ~550 cycles a block on issuing d64's 12 wgmmas (4 x m64n128k16 for
 // S = Q K^T, 8 x m64n64k16 for P V) -- about what the tensor cores take to run them (512 cycles at 2048 MACs a clock), so
-// "async" wgmmas behave as if each waited for the one before. Is that the tensor pipe's queue, or the way the issue is
-// written? The SASS of production (ncu s32-3) recomputes every descriptor on the uniform datapath right before its HGMMA
-// (UIADD3, ULOP3, USHF, ULOP3, UMOV into the same UR pair), and cuDNN's stalls sit on the UMOV that overwrites the UR pair
-// the previous HGMMA named. This driver times one block's issue, S wait and P V wait on 1-3 warpgroups (no producer,
-// operands already in shared memory, one CTA per SM on every SM), for three ways of forming the descriptors:
-//   inline  wg::desc(address) per wgmma, the base address changing with the ring slot (production's form)
-//   add     the slot's base descriptor formed once, each wgmma's by adding its offset >> 4 to it
-//   hoisted the 12 descriptors formed once before the loop (one ring slot): nothing to compute per block
-// and with the warpgroups issuing at once or taking turns (named barriers, the forward's ping-pong).
+// "async" wgmmas behave as if each waited for the one before. This driver times one loop block's issue, S wait and P V
+// wait on 1-3 warpgroups (no producer, operands already in shared memory, one CTA on every SM), with the descriptors
+// formed three ways (inline: wg::desc per wgmma, as production; add: the slot's base descriptor plus offset >> 4; hoisted:
+// all formed before the loop), in four orders (S then P V, P V then S, either alone), and with the warpgroups issuing at
+// once or taking turns (named barriers, the forward's ping-pong) handed on at the end of the issue, after S's, or at once.
+// What it found (s37-1/2, perf-log v68):
+//   - the descriptors' form makes no difference (one warpgroup: 342 / 341 / 343 cycles to issue);
+//   - four m64n128k16 with both operands in shared memory issue in ~20 cycles; eight m64n64k16 with A from registers
+//     take ~136 (about six can wait in the queue), and behind S's four they wait for S to run (S then P V: 342 cycles);
+//     S behind P V queues at once (P V then S: 260);
+//   - without softmaxes three warpgroups issuing freely keep the tensor cores 100% busy; taking turns handed on at the
+//     end of the issue 81%, after S's wgmmas 90%, at once 95%; P V first with turns 88%.
+// In the forward none of these orders was faster (v68): the turn's length is not what the loop loses.
 //
 // Build (device): nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -Ilibflash \
 //                   libflash/cuda/sm90/dev/wgmma_issue.cu -o build-h100/wgmma_issue
@@ -200,7 +204,7 @@ int main(int argc, char** argv) {
   cudaMalloc(&d_out, sizeof(Out) * sms * 3);
   cudaMalloc(&d_sink, sizeof(float) * 384);
   std::printf("wgmma issue timing: d64 loop block (4 x m64n128k16 SS + 8 x m64n64k16 RS), %d blocks, %d CTAs\n", blocks, sms);
-  // The descriptors' form (s36... first call, v68): inline, add and hoisted issue alike; only inline from here.
+  // The descriptors' form (s37-1, v68): inline, add and hoisted issue alike; only inline for the orders and turns.
   run<kInline, false>("S+PV", sms, 1, blocks, d_out, d_sink);
   run<kAdd, false>("S+PV add", sms, 1, blocks, d_out, d_sink);
   run<kHoisted, false>("S+PV hoisted", sms, 1, blocks, d_out, d_sink);

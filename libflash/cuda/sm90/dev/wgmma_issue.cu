@@ -134,6 +134,7 @@ __global__ void __launch_bounds__(384, 1) issue_kernel(int blocks, int consumers
     }
     const uint32_t t1 = static_cast<uint32_t>(clock());
     if constexpr (kPass == 0) pass();
+    // "waitS" is the first commit group's wait and "waitPV" the second's: with kOrder 1 they are P V's and S's.
     wg::wait<1>();
     wg::fence_regs(acc_s);
     const uint32_t t2 = static_cast<uint32_t>(clock());

@@ -340,6 +340,7 @@ for phase in "$@"; do
       ;;
     wgmma-issue)
       # How long a warpgroup takes to issue a loop block's wgmmas (perf-log v68): nvcc alone, no CMake.
+      mkdir -p $BUILD
       nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -Ilibflash libflash/cuda/sm90/dev/wgmma_issue.cu \
         -o $BUILD/wgmma_issue > "$OUT/wgmma-issue-build.log" 2>&1 || { tail -20 "$OUT/wgmma-issue-build.log"; exit 1; }
       $BUILD/wgmma_issue 4096 2>&1 | tee "$OUT/wgmma-issue.txt"

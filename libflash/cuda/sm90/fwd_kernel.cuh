@@ -276,6 +276,9 @@ struct Traits {
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
+  // CTAs resident per SM: the launch bounds ask ptxas for registers that let this many share an SM, and the persistent
+  // grid has this many per SM. 1 in every production instantiation.
+  static constexpr int kCtasPerSm = 1;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -498,7 +501,7 @@ struct Prof {
 
 // ---- The kernel -------------------------------------------------------------------------------------
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
+__global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const __grid_constant__ Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
@@ -1440,7 +1443,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
-  const int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
+  const int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id) * K::kCtasPerSm);
   {
     // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
     // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with

@@ -223,6 +223,17 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
+// Two CTAs per SM (session 38): launch bounds for two CTAs of kThreads (80 registers at launch: 65536 / 768, in 8s),
+// the producer down to PROD and the consumers up to CONS from the CTA's pool (384 x 80 = 128 x PROD + 256 x CONS at
+// most), and a persistent grid of two CTAs per SM. Shared memory must fit twice (<= ~113 KB each).
+template <class T, int PROD = 24, int CONS = 104>
+struct TwoPerSm : T {
+  static constexpr int kCtasPerSm = 2;
+  static constexpr int kProducerRegs = PROD;
+  static constexpr int kConsumerRegs = CONS;
+  static_assert(128 * PROD + 256 * CONS <= 384 * 80, "the CTA's register pool");
+  static_assert(T::kSmemBytes <= 112 * 1024, "two CTAs' shared memory");
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -371,6 +382,10 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
+    // Session 38: two CTAs per SM, each two warpgroups on 128-row tiles of 64-key blocks (TwoPerSm), so that one CTA's
+    // tile boundaries (a fifth of a causal 1k tile, profile s26-1) overlap the other's loop.
+    {"d64  2wg bn64 2/SM", 64, false, run_k<TwoPerSm<Tr<64, 64, 3, 2, 1>>>},
+    {"d64  2wg bn64 1/SM", 64, false, run_k<Tr<64, 64, 3, 2, 1>>},
     // Session 35 (s35-3, perf-log "the causal order's partial group"; commit fd2fbd8): a partial group before the causal
     // order's last, which then holds only the tail's 2 grids of tiles (at 1k d64 44 pairs instead of 112, d128 33 instead
     // of 58, d256 33 instead of 48; CausalOrder::partial, LaunchOptions::causal_partial, a run_order launcher): d64 causal
@@ -474,6 +489,9 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    // Session 38: two CTAs per SM (TwoPerSm), two warpgroups each on 128-row tiles of 64-key blocks.
+    {"d64  bs 2wg bn64 2/SM", 64, true, run_k<TwoPerSm<Tr<64, 64, 3, 2, 1, true>>>},
+    {"d64  bs 2wg bn64 1/SM", 64, true, run_k<Tr<64, 64, 3, 2, 1, true>>},
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape

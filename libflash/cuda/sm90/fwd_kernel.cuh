@@ -279,6 +279,9 @@ struct Traits {
   // CTAs resident per SM: the launch bounds ask ptxas for registers that let this many share an SM, and the persistent
   // grid has this many per SM. 1 in every production instantiation.
   static constexpr int kCtasPerSm = 1;
+  // The element mask decided per warp first (dev, session 38): a warp whose rows see all of a cut block, or none of it,
+  // takes one vote instead of a compare and a select per element.
+  static constexpr bool kWarpMaskSkip = false;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -951,6 +954,33 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
         if (!blocks.needs_mask(n)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
+        if constexpr (K::kWarpMaskSkip) {
+          // The rows' visible columns [lo_rel, hi_rel) of this thread's (8 i + e); then one vote per warp: a warp
+          // whose 16 rows all see the whole block (diagonal blocks: the warps below the diagonal) skips the compares,
+          // and one whose rows see none of it (above the diagonal) sets -inf without them.
+          int lo_rel[2], hi_rel[2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int64_t diag = q_begin + rg * 64 + row_in_wg + 8 * r + p.diag_offset;
+            const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
+            int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
+            hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+            lo_rel[r] = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
+            hi_rel[r] = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
+          }
+          constexpr int kLastCol = kBlockN - 7;  // this thread's last column, relative to col0
+          if (__all_sync(0xffffffffu, max(lo_rel[0], lo_rel[1]) <= 0 && min(hi_rel[0], hi_rel[1]) > kLastCol)) return;
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+#pragma unroll
+            for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int col = 8 * i + e;
+                if (p.window_left < 0 ? col >= hi_rel[r] : col < lo_rel[r] || col >= hi_rel[r]) sv[4 * i + 2 * r + e] = kNegInf;
+              }
+          return;
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int64_t diag = q_begin + rg * 64 + row_in_wg + 8 * r + p.diag_offset;

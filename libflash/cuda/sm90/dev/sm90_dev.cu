@@ -234,6 +234,11 @@ struct TwoPerSm : T {
   static_assert(128 * PROD + 256 * CONS <= 384 * 80, "the CTA's register pool");
   static_assert(T::kSmemBytes <= 112 * 1024, "two CTAs' shared memory");
 };
+// The element mask decided per warp first (Traits::kWarpMaskSkip, session 38).
+template <class T, bool ON = true>
+struct WarpMaskSkip : T {
+  static constexpr bool kWarpMaskSkip = ON;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -384,8 +389,7 @@ const Candidate kCandidates[] = {
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
     // Session 38: two CTAs per SM, each two warpgroups on 128-row tiles of 64-key blocks (TwoPerSm), so that one CTA's
     // tile boundaries (a fifth of a causal 1k tile, profile s26-1) overlap the other's loop.
-    {"d64  2wg bn64 2/SM", 64, false, run_k<TwoPerSm<Tr<64, 64, 3, 2, 1>>>},
-    {"d64  2wg bn64 1/SM", 64, false, run_k<Tr<64, 64, 3, 2, 1>>},
+    {"d64  split warp mask", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, WarpMaskSkip<Tr<64, 128, 4, 3, 1>>>},
     // Session 35 (s35-3, perf-log "the causal order's partial group"; commit fd2fbd8): a partial group before the causal
     // order's last, which then holds only the tail's 2 grids of tiles (at 1k d64 44 pairs instead of 112, d128 33 instead
     // of 58, d256 33 instead of 48; CausalOrder::partial, LaunchOptions::causal_partial, a run_order launcher): d64 causal
@@ -424,6 +428,7 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 warp mask", 128, false, run_k<WarpMaskSkip<Tr<128, 128, 2, 2, 1>>>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -455,6 +460,7 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
+    {"d256 warp mask", 256, false, run_k<WarpMaskSkip<Tr<256, 80, 2, 2, 3>>>},
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.
@@ -490,8 +496,6 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     // Session 38: two CTAs per SM (TwoPerSm), two warpgroups each on 128-row tiles of 64-key blocks.
-    {"d64  bs 2wg bn64 2/SM", 64, true, run_k<TwoPerSm<Tr<64, 64, 3, 2, 1, true>>>},
-    {"d64  bs 2wg bn64 1/SM", 64, true, run_k<Tr<64, 64, 3, 2, 1, true>>},
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape

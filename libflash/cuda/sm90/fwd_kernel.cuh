@@ -970,15 +970,26 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
           }
           constexpr int kLastCol = kBlockN - 7;  // this thread's last column, relative to col0
           if (max(lo_rel[0], lo_rel[1]) <= 0 && min(hi_rel[0], hi_rel[1]) > kLastCol) return;
+          // (The window test outside the element loops: inside, s38-3, ptxas branched round every element.)
+          if (p.window_left < 0) {
 #pragma unroll
-          for (int r = 0; r < 2; ++r)
+            for (int r = 0; r < 2; ++r)
 #pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
+              for (int i = 0; i < kBlockN / 8; ++i)
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = 8 * i + e;
-                if (p.window_left < 0 ? col >= hi_rel[r] : col < lo_rel[r] || col >= hi_rel[r]) sv[4 * i + 2 * r + e] = kNegInf;
-              }
+                for (int e = 0; e < 2; ++e)
+                  if (8 * i + e >= hi_rel[r]) sv[4 * i + 2 * r + e] = kNegInf;
+          } else {
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+#pragma unroll
+              for (int i = 0; i < kBlockN / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const int col = 8 * i + e;
+                  if (col < lo_rel[r] || col >= hi_rel[r]) sv[4 * i + 2 * r + e] = kNegInf;
+                }
+          }
           return;
         }
 #pragma unroll

@@ -276,12 +276,6 @@ struct Traits {
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
-  // CTAs resident per SM: the launch bounds ask ptxas for registers that let this many share an SM, and the persistent
-  // grid has this many per SM. 1 in every production instantiation.
-  static constexpr int kCtasPerSm = 1;
-  // The element mask decided per warp first (dev, session 38): a warp whose rows see all of a cut block, or none of it,
-  // takes one vote instead of a compare and a select per element.
-  static constexpr bool kWarpMaskSkip = false;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -488,7 +482,9 @@ struct Prof {
   enum : int { kWaitTile, kWaitQ, kPrologue, kLoop, kDrain, kEpilogue, kTiles, kBlocks };
   // One loop block: K_j / V_{j-1} full waits, the wait for the turn, the issue, wait<1> (S_j), the copy + mask +
   // softmax, wait<0> (P_{j-1} V_{j-1}), rescale + pack.
-  enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail, kPerWg = 16 };
+  enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail };
+  // The prologue's two waits, K_0's full barrier and the turn (taken out of kPrologue).
+  enum : int { kProWaitK = 16, kProTurn, kPerWg };
   // The producer's counters, and (written by the consumers' thread 0) Q's load as the tile start sees it: from the
   // producer's issue to the wait's end, summed over the tiles whose Q wait did wait (and their count), and over all.
   enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal, kQLandedSum, kQLandedCount, kQReadySum };
@@ -504,7 +500,7 @@ struct Prof {
 
 // ---- The kernel -------------------------------------------------------------------------------------
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const __grid_constant__ Args args) {
+__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
@@ -954,44 +950,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
       auto mask = [&](float (&sv)[K::kSRegs], int n) {
         if (!blocks.needs_mask(n)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
-        if constexpr (K::kWarpMaskSkip) {
-          // The rows' visible columns [lo_rel, hi_rel) of this thread's (8 i + e): a thread whose two rows see the whole
-          // block (diagonal blocks: the warps below the diagonal) skips the compares. (A warp vote there, s38-2, made
-          // every kernel 5-30% slower.)
-          int lo_rel[2], hi_rel[2];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int64_t diag = q_begin + rg * 64 + row_in_wg + 8 * r + p.diag_offset;
-            const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
-            int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
-            hi = hi > p.seqlen_k ? p.seqlen_k : hi;
-            lo_rel[r] = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
-            hi_rel[r] = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
-          }
-          constexpr int kLastCol = kBlockN - 7;  // this thread's last column, relative to col0
-          if (max(lo_rel[0], lo_rel[1]) <= 0 && min(hi_rel[0], hi_rel[1]) > kLastCol) return;
-          // (The window test outside the element loops: inside, s38-3, ptxas branched round every element.)
-          if (p.window_left < 0) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-              for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                  if (8 * i + e >= hi_rel[r]) sv[4 * i + 2 * r + e] = kNegInf;
-          } else {
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-#pragma unroll
-              for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const int col = 8 * i + e;
-                  if (col < lo_rel[r] || col >= hi_rel[r]) sv[4 * i + 2 * r + e] = kNegInf;
-                }
-          }
-          return;
-        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int64_t diag = q_begin + rg * 64 + row_in_wg + 8 * r + p.diag_offset;
@@ -1099,7 +1057,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
         mbar_wait(k_full(s_prev), phase_prev);
+        lap(Prof::kProWaitK);
         take_turn();
+        lap(Prof::kProTurn);
         wg::fence();
         issue_s(s_prev);
         pass_turn();
@@ -1484,7 +1444,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
-  const int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id) * K::kCtasPerSm);
+  const int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
   {
     // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
     // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with

@@ -223,22 +223,6 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
-// Two CTAs per SM (session 38): launch bounds for two CTAs of kThreads (80 registers at launch: 65536 / 768, in 8s),
-// the producer down to PROD and the consumers up to CONS from the CTA's pool (384 x 80 = 128 x PROD + 256 x CONS at
-// most), and a persistent grid of two CTAs per SM. Shared memory must fit twice (<= ~113 KB each).
-template <class T, int PROD = 24, int CONS = 104>
-struct TwoPerSm : T {
-  static constexpr int kCtasPerSm = 2;
-  static constexpr int kProducerRegs = PROD;
-  static constexpr int kConsumerRegs = CONS;
-  static_assert(128 * PROD + 256 * CONS <= 384 * 80, "the CTA's register pool");
-  static_assert(T::kSmemBytes <= 112 * 1024, "two CTAs' shared memory");
-};
-// The element mask decided per warp first (Traits::kWarpMaskSkip, session 38).
-template <class T, bool ON = true>
-struct WarpMaskSkip : T {
-  static constexpr bool kWarpMaskSkip = ON;
-};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -387,9 +371,17 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    // Session 38: two CTAs per SM, each two warpgroups on 128-row tiles of 64-key blocks (TwoPerSm), so that one CTA's
-    // tile boundaries (a fifth of a causal 1k tile, profile s26-1) overlap the other's loop.
-    {"d64  split warp mask", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, WarpMaskSkip<Tr<64, 128, 4, 3, 1>>>},
+    // Session 38 (s38-1, perf-log v69; commit 28af72d): two CTAs per SM (a kCtasPerSm Traits member in the launch bounds
+    // and the persistent grid; a TwoPerSm mixin: producer 24, consumers 104 registers from 80 at launch, 3 stages of
+    // 64-key blocks, 97 KB each), two warpgroups on 128-row tiles, so that one CTA's tile boundaries overlap the other's
+    // loop: 7-12% faster than the same shape on one CTA per SM, but that shape is 25-43% behind production (causal 1k
+    // .2465 against .2291 ms, dense 16k 5.83 against 4.06; d64 block-sparse 4k s = .1 .190 against the two-ring .175 of
+    // dense, 16k s = .5 .673 against .582). At 104 registers ptxas waits after every P V wgmma (gsb0) and spills P.
+    // s38-2 .. s38-4 (perf-log v70; commits c5be974, 2d103dc, e48cdc1): the element mask skipped by a thread (or a warp,
+    // by vote) whose rows see all of a cut block (a kWarpMaskSkip Traits member): with the vote 5-30% slower at every
+    // head dim and length; without it, the window test inside the element loops, ptxas branched round every element
+    // (30% slower); fixed, d64 and d128 causal within 1% of production (1k .2363 against .2336 / .2363 ms), d256 3-5%
+    // slower (52 B of spills). The mask is not where a causal tile's prologue goes. Removed.
     // Session 35 (s35-3, perf-log "the causal order's partial group"; commit fd2fbd8): a partial group before the causal
     // order's last, which then holds only the tail's 2 grids of tiles (at 1k d64 44 pairs instead of 112, d128 33 instead
     // of 58, d256 33 instead of 48; CausalOrder::partial, LaunchOptions::causal_partial, a run_order launcher): d64 causal
@@ -428,7 +420,6 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 warp mask", 128, false, run_k<WarpMaskSkip<Tr<128, 128, 2, 2, 1>>>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -460,7 +451,6 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 warp mask", 256, false, run_k<WarpMaskSkip<Tr<256, 80, 2, 2, 3>>>},
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.
@@ -495,7 +485,6 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 38: two CTAs per SM (TwoPerSm), two warpgroups each on 128-row tiles of 64-key blocks.
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape
@@ -715,6 +704,8 @@ int main(int argc, char** argv) {
     const double lb = blocks > tiles ? 1.0 / (blocks - tiles) : 0.0;
     std::printf("  loop block: waitKV %.0f turn %.0f issue %.0f waitS %.0f softmax %.0f waitPV %.0f tail %.0f\n", st[0] * lb,
                 st[1] * lb, st[2] * lb, st[3] * lb, st[4] * lb, st[5] * lb, st[6] * lb);
+    std::printf("  prologue: waitK0 %.0f turn %.0f (not in prolog)\n", double(h[W * 0 + 16] + h[W * 1 + 16] + (pc.consumers > 2 ? h[W * 2 + 16] : 0)) * per,
+                double(h[W * 0 + 17] + h[W * 1 + 17] + (pc.consumers > 2 ? h[W * 2 + 17] : 0)) * per);
     // Q's load at the tile start, from the producer's issue (Prof::kQLandedSum ..): where the wait waited, its latency.
     const double waited = double(pp[4]), starts = tiles;  // (one start per warpgroup and tile)
     std::printf("  tile start: Q waited at %.0f%% of starts, issue -> landed %.0f cycles there; issue -> ready %.0f mean\n",

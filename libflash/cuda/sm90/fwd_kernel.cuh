@@ -276,6 +276,10 @@ struct Traits {
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
+  // The tile's decode (Tile: its query block, head and batch, up to six integer divisions) done once by the producer
+  // and published beside its index, instead of by every consumer thread at the tile start (dev, session 38). Not with
+  // the tail split, whose work codes the consumers decode themselves.
+  static constexpr bool kTileInSmem = false;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -415,6 +419,7 @@ struct KeyBlocks {
 // Otherwise one (batch, head)'s query blocks are consecutive, so CTAs side by side share K and V in L2.
 struct Tile {
   int m_block, b, h;
+  __device__ Tile(int m, int b_, int h_) : m_block(m), b(b_), h(h_) {}
   __device__ Tile(const Args& a, int x) {
     const FwdParams& p = a.p;
     const int num_bh = p.heads_q * p.batch;
@@ -483,8 +488,9 @@ struct Prof {
   // One loop block: K_j / V_{j-1} full waits, the wait for the turn, the issue, wait<1> (S_j), the copy + mask +
   // softmax, wait<0> (P_{j-1} V_{j-1}), rescale + pack.
   enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail };
-  // The prologue's two waits, K_0's full barrier and the turn (taken out of kPrologue).
-  enum : int { kProWaitK = 16, kProTurn, kPerWg };
+  // The prologue's two waits, K_0's full barrier and the turn, and the tile's setup before them (from the Q wait's end:
+  // the tile's decode, its key range, O zeroed), all taken out of kPrologue.
+  enum : int { kProWaitK = 16, kProTurn, kProSetup, kPerWg };
   // The producer's counters, and (written by the consumers' thread 0) Q's load as the tile start sees it: from the
   // producer's issue to the wait's end, summed over the tiles whose Q wait did wait (and their count), and over all.
   enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal, kQLandedSum, kQLandedCount, kQReadySum };
@@ -516,6 +522,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
+  [[maybe_unused]] __shared__ int tile_mhb[2][3];  // Traits::kTileInSmem: the tile's m_block, h, b beside its index
   // The profiled builds: when each Q buffer's load was issued (clock64, the producer's), for the tile start's Prof.
   [[maybe_unused]] __shared__ long long q_issued[2];
   // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
@@ -662,6 +669,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             } else {
               blocks.build_schedule(p, tile.b, tile.h, q_begin, sched, sched_bits, lane);
             }
+            if constexpr (K::kTileInSmem)
+              if (lane == 0) tile_mhb[slot][0] = tile.m_block, tile_mhb[slot][1] = tile.h, tile_mhb[slot][2] = tile.b;
           }
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
@@ -760,10 +769,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
+          if constexpr (K::kTileInSmem) {
+            static_assert(!K::kTailSplit, "the tail split's consumers decode their work codes");
+            if (is_work<false>(args, x)) {
+              const Tile tile(args, x);
+              tile_mhb[q_slot][0] = tile.m_block, tile_mhb[q_slot][1] = tile.h, tile_mhb[q_slot][2] = tile.b;
+              mbar_arrive(tile_full(q_slot));
+              load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
+            } else {
+              mbar_arrive(tile_full(q_slot));
+            }
+          } else {
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
             const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
             load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
+          }
           }
         };
         // The first tile of either order (a split tail needs more tiles than CTAs), or a pair's secondary's first piece.
@@ -874,6 +895,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int t_slot = tile_iter % kTileSlots;
       mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[t_slot];  // a work item's code (Work)
+      [[maybe_unused]] int mhb[3];
+      if constexpr (K::kTileInSmem) mhb[0] = tile_mhb[t_slot][0], mhb[1] = tile_mhb[t_slot][1], mhb[2] = tile_mhb[t_slot][2];
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);
       [[maybe_unused]] const long long q_wait0 = K::kProfile ? clock64() : 0;
@@ -893,7 +916,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
       if (K::kTailSplit && tid == 0) wg_code[wg] = x;
-      const Tile tile(args, work.x);
+      const Tile tile = K::kTileInSmem ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
       // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
@@ -1056,6 +1079,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Prologue: S_0 and its softmax.
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
+        lap(Prof::kProSetup);
         mbar_wait(k_full(s_prev), phase_prev);
         lap(Prof::kProWaitK);
         take_turn();

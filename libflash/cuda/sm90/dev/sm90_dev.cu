@@ -223,6 +223,11 @@ struct SfuTurns : T {
   static constexpr bool kSfuTurns = ON;
   static constexpr bool kPingPong = PP;
 };
+// The tile decoded once by the producer (Traits::kTileInSmem, session 38).
+template <class T, bool ON = true>
+struct TileInSmem : T {
+  static constexpr bool kTileInSmem = ON;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -243,6 +248,7 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
+    {"d64 causal tis", 64, 1024, 16, true, 0, 3, run_prof_k<TileInSmem<Tr<64, 128, 4, 3, 1, false>>>},
     {"d64 2wg rows", 64, 16384, 1, false, 0, 2, run_prof_k<Tr<64, 128, 4, 2, 1>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -377,6 +383,7 @@ const Candidate kCandidates[] = {
     // loop: 7-12% faster than the same shape on one CTA per SM, but that shape is 25-43% behind production (causal 1k
     // .2465 against .2291 ms, dense 16k 5.83 against 4.06; d64 block-sparse 4k s = .1 .190 against the two-ring .175 of
     // dense, 16k s = .5 .673 against .582). At 104 registers ptxas waits after every P V wgmma (gsb0) and spills P.
+    {"d64  split tile in smem", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, TileInSmem<Tr<64, 128, 4, 3, 1>>>},
     // s38-2 .. s38-4 (perf-log v70; commits c5be974, 2d103dc, e48cdc1): the element mask skipped by a thread (or a warp,
     // by vote) whose rows see all of a cut block (a kWarpMaskSkip Traits member): with the vote 5-30% slower at every
     // head dim and length; without it, the window test inside the element loops, ptxas branched round every element
@@ -420,6 +427,7 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 tile in smem", 128, false, run_k<TileInSmem<Tr<128, 128, 2, 2, 1>>>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -451,6 +459,7 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
+    {"d256 tile in smem", 256, false, run_k<TileInSmem<Tr<256, 80, 2, 2, 3>>>},
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.
@@ -485,6 +494,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 2wg tile in smem", 64, true, run_k<TileInSmem<Tr<64, 128, 4, 2, 1, true>>>},
+    {"d64  bs 2 rings tile in smem", 64, true, run_k<TileInSmem<Tr<64, 128, 2, 3, 1, true>>>},
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape
@@ -704,8 +715,9 @@ int main(int argc, char** argv) {
     const double lb = blocks > tiles ? 1.0 / (blocks - tiles) : 0.0;
     std::printf("  loop block: waitKV %.0f turn %.0f issue %.0f waitS %.0f softmax %.0f waitPV %.0f tail %.0f\n", st[0] * lb,
                 st[1] * lb, st[2] * lb, st[3] * lb, st[4] * lb, st[5] * lb, st[6] * lb);
-    std::printf("  prologue: waitK0 %.0f turn %.0f (not in prolog)\n", double(h[W * 0 + 16] + h[W * 1 + 16] + (pc.consumers > 2 ? h[W * 2 + 16] : 0)) * per,
-                double(h[W * 0 + 17] + h[W * 1 + 17] + (pc.consumers > 2 ? h[W * 2 + 17] : 0)) * per);
+    auto wsum = [&](int i) { return double(h[W * 0 + i] + h[W * 1 + i] + (pc.consumers > 2 ? h[W * 2 + i] : 0)) * per; };
+    std::printf("  prologue: setup %.0f waitK0 %.0f turn %.0f (not in prolog)\n", wsum(flash::sm90::Prof::kProSetup),
+                wsum(flash::sm90::Prof::kProWaitK), wsum(flash::sm90::Prof::kProTurn));
     // Q's load at the tile start, from the producer's issue (Prof::kQLandedSum ..): where the wait waited, its latency.
     const double waited = double(pp[4]), starts = tiles;  // (one start per warpgroup and tile)
     std::printf("  tile start: Q waited at %.0f%% of starts, issue -> landed %.0f cycles there; issue -> ready %.0f mean\n",

@@ -248,7 +248,6 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
-    {"d64 causal tis", 64, 1024, 16, true, 0, 3, run_prof_k<TileInSmem<Tr<64, 128, 4, 3, 1, false>>>},
     {"d64 2wg rows", 64, 16384, 1, false, 0, 2, run_prof_k<Tr<64, 128, 4, 2, 1>>},
     {"d128 dense", 128, 1024, 16, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
     {"d128 dense", 128, 16384, 1, false, 0, 2, run_prof_k<Tr<128, 128, 2, 2, 1, false>>},
@@ -383,7 +382,10 @@ const Candidate kCandidates[] = {
     // loop: 7-12% faster than the same shape on one CTA per SM, but that shape is 25-43% behind production (causal 1k
     // .2465 against .2291 ms, dense 16k 5.83 against 4.06; d64 block-sparse 4k s = .1 .190 against the two-ring .175 of
     // dense, 16k s = .5 .673 against .582). At 104 registers ptxas waits after every P V wgmma (gsb0) and spills P.
-    {"d64  split tile in smem", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, TileInSmem<Tr<64, 128, 4, 3, 1>>>},
+    // s38-5 (perf-log v71): the tile decoded by the producer (TileInSmem: Traits::kTileInSmem, production for the two-ring
+    // kernel since) at d64 dense and causal: dense 2k-16k 0.5-1% slower, causal 1k .2264 against .2277 / .2294 ms, 2k-16k
+    // 0-1% slower; at d128 (TileInSmem<Tr<128, 128, 2, 2, 1>>) causal 1k-4k 0.6-2% faster, dense within 0.5%; at d256
+    // (TileInSmem<Tr<256, 80, 2, 2, 3>>) within 0.6% everywhere. Not taken there.
     // s38-2 .. s38-4 (perf-log v70; commits c5be974, 2d103dc, e48cdc1): the element mask skipped by a thread (or a warp,
     // by vote) whose rows see all of a cut block (a kWarpMaskSkip Traits member): with the vote 5-30% slower at every
     // head dim and length; without it, the window test inside the element loops, ptxas branched round every element
@@ -427,7 +429,6 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 tile in smem", 128, false, run_k<TileInSmem<Tr<128, 128, 2, 2, 1>>>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -459,7 +460,6 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 tile in smem", 256, false, run_k<TileInSmem<Tr<256, 80, 2, 2, 3>>>},
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.
@@ -494,8 +494,9 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2wg tile in smem", 64, true, run_k<TileInSmem<Tr<64, 128, 4, 2, 1, true>>>},
-    {"d64  bs 2 rings tile in smem", 64, true, run_k<TileInSmem<Tr<64, 128, 2, 3, 1, true>>>},
+    // s38-5 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
+    // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower: not taken.
+    {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape

@@ -278,7 +278,7 @@ struct Traits {
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
   // The tile's decode (Tile: its query block, head and batch, up to six integer divisions) done once by the producer
   // and published beside its index, instead of by every consumer thread at the tile start (perf-log v71). The two-ring
-  // kernel: 1-2% faster at 8k-16k, every density (sm90_dev s38-5). Elsewhere it halved the tile start's setup in the
+  // kernel: 1-2% faster at 8k-16k, every density (sm90_dev s38-6). Elsewhere it halved the tile start's setup in the
   // profile (d64 causal 1k 1206 -> 609 cycles) for no gain in time (d64 dense 0.5-1% slower, causal 1k +0.6-1.3%, d128 and
   // d256 within 1%, the two-warpgroup block-sparse kernel -1 to +3%). Not with the tail split, whose work codes the
   // consumers decode themselves.
@@ -898,7 +898,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int t_slot = tile_iter % kTileSlots;
       mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
       const int x = tile_ids[t_slot];  // a work item's code (Work)
-      [[maybe_unused]] int mhb[3];
+      [[maybe_unused]] int mhb[3] = {0, 0, 0};
       if constexpr (K::kTileInSmem) mhb[0] = tile_mhb[t_slot][0], mhb[1] = tile_mhb[t_slot][1], mhb[2] = tile_mhb[t_slot][2];
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(Prof::kWaitTile);

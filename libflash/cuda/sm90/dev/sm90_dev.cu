@@ -382,7 +382,7 @@ const Candidate kCandidates[] = {
     // loop: 7-12% faster than the same shape on one CTA per SM, but that shape is 25-43% behind production (causal 1k
     // .2465 against .2291 ms, dense 16k 5.83 against 4.06; d64 block-sparse 4k s = .1 .190 against the two-ring .175 of
     // dense, 16k s = .5 .673 against .582). At 104 registers ptxas waits after every P V wgmma (gsb0) and spills P.
-    // s38-5 (perf-log v71): the tile decoded by the producer (TileInSmem: Traits::kTileInSmem, production for the two-ring
+    // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem: Traits::kTileInSmem, production for the two-ring
     // kernel since) at d64 dense and causal: dense 2k-16k 0.5-1% slower, causal 1k .2264 against .2277 / .2294 ms, 2k-16k
     // 0-1% slower; at d128 (TileInSmem<Tr<128, 128, 2, 2, 1>>) causal 1k-4k 0.6-2% faster, dense within 0.5%; at d256
     // (TileInSmem<Tr<256, 80, 2, 2, 3>>) within 0.6% everywhere. Not taken there.
@@ -494,7 +494,7 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // s38-5 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
+    // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
     // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower: not taken.
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed

@@ -772,22 +772,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
-          if constexpr (K::kTileInSmem) {
+          if constexpr (K::kTileInSmem) {  // (no dense instantiation has it: v71 measured no gain there)
             static_assert(!K::kTailSplit, "the tail split's consumers decode their work codes");
             if (is_work<false>(args, x)) {
               const Tile tile(args, x);
               tile_mhb[q_slot][0] = tile.m_block, tile_mhb[q_slot][1] = tile.h, tile_mhb[q_slot][2] = tile.b;
-              mbar_arrive(tile_full(q_slot));
-              load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
-            } else {
-              mbar_arrive(tile_full(q_slot));
             }
-          } else {
+          }
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
             const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
             load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
-          }
           }
         };
         // The first tile of either order (a split tail needs more tiles than CTAs), or a pair's secondary's first piece.

@@ -20,6 +20,7 @@
 #   build-dev  configure and build sm90_dev alone
 #   dev-dNNN / prof-NAME  sm90_dev's head-dim-NNN candidates on the dense and causal problems / the profile cases named NAME
 #   dev-causal / dev-sparse  the same on the causal problems / issue 7's block-sparse grid only
+#   dev-partial  d64 causal with and without each head's first seqlen_q mod 192 rows (the partial tiles' cost)
 #   dev-listed  the same on d64's causal, dense 1k and sliding-window problems (the listed kernel, perf-log v37)
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
@@ -226,6 +227,11 @@ for phase in "$@"; do
       # sm90_dev's block-sparse candidates on issue 7's mask grid only (no profile section).
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 300 $BUILD/libflash/cuda/sm90/sm90_dev 20 sparse 2>&1 | tee "$OUT/sm90-dev-sparse.txt"
+      ;;
+    dev-partial)
+      # d64 causal with and without each head's first seqlen_q mod 192 rows (+192): what the partial tiles cost.
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 200 $BUILD/libflash/cuda/sm90/sm90_dev 30 partial 2>&1 | tee "$OUT/sm90-dev-partial.txt"
       ;;
     dev-listed)
       # d64's short-tile problems (causal 1k-16k, dense 1k, windows (w, 0) at 4k/16k) on each d64 candidate.

@@ -39,6 +39,7 @@ struct Problem {
   bool causal;
   double density;  // block-sparse: fraction of 128 x 128 blocks kept per query block (0: no block mask)
   int window = -1;  // >= 0: the sliding window (window, 0) (causal then ignored)
+  int nq = 0;       // seqlen_q when it differs from seqlen_k (n); the rows are the last nq of n (bottom-right causal)
 };
 
 void* g_workspace = nullptr;  // the dynamic tile order's counter (causal, block-sparse), or the tail split's counters and partials
@@ -87,6 +88,7 @@ FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o, con
   p.window_left = pr.window, p.window_right = pr.causal || pr.window >= 0 ? 0 : -1;
   p.diag_offset = 0;
   p.is_causal = pr.causal && pr.window < 0, p.has_window = pr.causal || pr.window >= 0;
+  if (pr.nq > 0) p.seqlen_q = pr.nq;  // (Q and O keep n rows a batch: their strides above)
   p.has_block_mask = pr.density > 0;
   if (p.has_block_mask) p.block_mask = bm;
   p.device_id = 0, p.stream = nullptr;
@@ -536,6 +538,8 @@ int main(int argc, char** argv) {
   const bool causal_only = argc > 2 && std::strcmp(argv[2], "causal") == 0;  // the causal problems, no profile
   const bool sparse_only = argc > 2 && std::strcmp(argv[2], "sparse") == 0;  // the mask grid, no profile
   const bool listed_only = argc > 2 && std::strcmp(argv[2], "listed") == 0;  // d64 causal and windows, no profile
+  // "partial": d64 causal with and without a head's first seqlen_q mod 192 rows (what the partial tiles cost).
+  const bool partial_only = argc > 2 && std::strcmp(argv[2], "partial") == 0;
   // "dNNN": head dim NNN's candidates on the standard grid's dense and causal problems (8k added), no profile.
   const int only_d = argc > 2 && argv[2][0] == 'd' && std::atoi(argv[2] + 1) > 0 ? std::atoi(argv[2] + 1) : 0;
   constexpr int kSets = 4;
@@ -584,6 +588,11 @@ int main(int argc, char** argv) {
     for (int n : {4096, 16384}) problems.push_back({0, n, 16384 / n, false, 0.0, w});
   for (int n : {4096, 8192, 16384})
     for (double s : {0.0, 0.1, 0.25, 0.5}) problems.push_back({0, n, 2, false, s});
+  if (partial_only) {
+    problems.clear();
+    for (int n : {1024, 2048, 4096})
+      for (int cut : {0, n % 192, 192 + n % 192}) problems.push_back({0, n, 16384 / n, true, 0.0, -1, n - cut});
+  }
 
   std::printf("%-30s %-7s %6s %5s %9s %8s %10s %9s\n", "candidate", "mask", "seqlen", "batch", "ms", "TFLOP/s", "max|d|/max",
               "time/dense");
@@ -614,6 +623,7 @@ int main(int argc, char** argv) {
     for (const Candidate& c : kCandidates) {
       if (c.sparse != sparse) continue;
       if (listed_only && c.d != 64) continue;
+      if (partial_only && (c.d != 64 || std::strstr(c.name, "(prod") == nullptr)) continue;
       if (only_d && c.d != only_d) continue;
       // The mask grid's dense reference: the production dense kernels only.
       if (!sparse && base.batch == 2 && !only_d && std::strstr(c.name, "(prod)") == nullptr) continue;
@@ -658,6 +668,7 @@ int main(int argc, char** argv) {
       std::sort(e.t.begin(), e.t.end());
       const double ms = e.t[e.t.size() / 2];
       double frac = pr.causal ? 0.5 : 1.0;
+      if (pr.nq > 0) frac = (double(pr.n) * pr.n / 2 - double(pr.n - pr.nq) * (pr.n - pr.nq) / 2) / (double(pr.n) * pr.n);
       if (pr.window >= 0) {  // keys per row: min(i, w) + 1
         const double w = std::min(pr.window, pr.n - 1);
         frac = ((w + 1) * pr.n - w * (w + 1) / 2) / (double(pr.n) * pr.n);
@@ -670,6 +681,7 @@ int main(int argc, char** argv) {
       if (sparse) std::snprintf(mask, sizeof mask, "bs%.2f", pr.density);
       double& ref = dense_ms[{pr.d, pr.n}];
       if (!sparse && pr.batch == 2) ref = ms;
+      if (pr.nq > 0) std::snprintf(mask, sizeof mask, "cq%d", pr.nq);
       std::printf("%-30s %-7s %6d %5d %9.4f %8.1f %10.2e", e.c->name, mask, pr.n, pr.batch, ms, flops / ms / 1e9, e.err);
       if (sparse && ref > 0) std::printf(" %9.3f", ms / ref);
       std::printf("\n");
@@ -679,7 +691,7 @@ int main(int argc, char** argv) {
 
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase
   // (averaged over warpgroups and tiles), the loop's cycles per key block, and the producer's waits.
-  if (causal_only || sparse_only || listed_only || only_d) return 0;
+  if (causal_only || sparse_only || listed_only || only_d || partial_only) return 0;
   CK(cudaMalloc(&g_profile, kProfCounters * sizeof(unsigned long long)));
   std::printf("\nprofile (SM cycles per tile, mean over consumer warpgroups)\n%-14s %6s %5s %8s %7s %7s %8s %8s %7s %8s %8s %8s %7s %7s %8s\n",
               "problem", "seqlen", "ms", "tiles", "blk/t", "wTile", "wQ", "prolog", "loop", "drain", "epilog", "sum",

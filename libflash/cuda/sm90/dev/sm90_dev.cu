@@ -88,7 +88,8 @@ FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o, con
   p.window_left = pr.window, p.window_right = pr.causal || pr.window >= 0 ? 0 : -1;
   p.diag_offset = 0;
   p.is_causal = pr.causal && pr.window < 0, p.has_window = pr.causal || pr.window >= 0;
-  if (pr.nq > 0) p.seqlen_q = pr.nq;  // (Q and O keep n rows a batch: their strides above)
+  // (Q and O keep n rows a batch: their strides above.) Bottom-right: query i sees keys j <= i + n - nq.
+  if (pr.nq > 0) p.seqlen_q = pr.nq, p.diag_offset = pr.n - pr.nq;
   p.has_block_mask = pr.density > 0;
   if (p.has_block_mask) p.block_mask = bm;
   p.device_id = 0, p.stream = nullptr;

@@ -277,12 +277,14 @@ struct Traits {
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
   // The tile's decode (Tile: its query block, head and batch, up to six integer divisions) done once by the producer
-  // and published beside its index, instead of by every consumer thread at the tile start (perf-log v71). The two-ring
-  // kernel: 1-2% faster at 8k-16k, every density (sm90_dev s38-6). Elsewhere it halved the tile start's setup in the
-  // profile (d64 causal 1k 1206 -> 609 cycles) for no gain in time (d64 dense 0.5-1% slower, causal 1k +0.6-1.3%, d128 and
-  // d256 within 1%, the two-warpgroup block-sparse kernel -1 to +3%). Not with the tail split, whose work codes the
+  // (the block-sparse scheduler warp) and published beside its index, instead of by every consumer thread at the tile
+  // start (perf-log v71, v72). The block-sparse instantiations but d256's (whose 24-register producer was not measured
+  // with it): the two-ring kernel 1-2% faster at 8k-16k (sm90_dev s38-6), d128 block-sparse 2-4% at 8k-16k and the d64
+  // two-warpgroup one on d64's windows 1-4% (s39-4). In the dense kernels it halved the tile start's setup in the profile
+  // (d64 causal 1k 1206 -> 609 cycles) for no gain in time (d64 dense 0.5-1% slower, causal 1k +0.6-1.3%, d128 and d256
+  // within 1%): there the setup overlaps the other warpgroups' products. Not with the tail split, whose work codes the
   // consumers decode themselves.
-  static constexpr bool kTileInSmem = kTwoRings;
+  static constexpr bool kTileInSmem = kSparse && kHeadDim_ < 256;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.

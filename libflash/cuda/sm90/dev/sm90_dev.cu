@@ -504,11 +504,12 @@ const Candidate kCandidates[] = {
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
     // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower: not taken.
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
-    // Session 39: the tile decoded by the producer on the two-warpgroup kernel, which production runs on lists of < 6
-    // blocks (4k s = .1) and, listed, on d64's windows of <= 768 keys; and on d128 block-sparse.
-    {"d64  bs 2wg tile in smem", 64, true, run_k<TileInSmem<Tr<64, 128, 4, 2, 1, true>>>},
-    {"d64  listed s38", 64, false, run_k<Tr<64, 128, 4, 2, 1, true>>},
-    {"d64  listed tile in smem", 64, false, run_k<TileInSmem<Tr<64, 128, 4, 2, 1, true>>>},
+    // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
+    // which runs lists of < 6 blocks (4k s = .1: 0.3-3% faster) and, listed, d64's windows of <= 768 keys (1-4%); the
+    // "s38" candidates are the kernels without it.
+    {"d64  bs 2wg s38 (no tile in smem)", 64, true, run_k<TileInSmem<Tr<64, 128, 4, 2, 1, true>, false>>},
+    {"d64  listed", 64, false, run_k<Tr<64, 128, 4, 2, 1, true>>},
+    {"d64  listed s38 (no tile in smem)", 64, false, run_k<TileInSmem<Tr<64, 128, 4, 2, 1, true>, false>>},
     // Session 35 (s35-1, perf-log v64; commit ef47aaa): rings of unequal depth again (s22-2/4 had them before the fixed
     // roles and the clock pin), ring 0 (the pair's) deeper: 3/2 with one Q buffer and the O tile, 3/2 with two Q buffers and
     // O staged in Q, 4/2 with one Q buffer and O in Q (a RingDepths mixin over Traits kStages1 / ring_parity, Shape
@@ -533,7 +534,9 @@ const Candidate kCandidates[] = {
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
-    {"d128 bs tile in smem", 128, true, run_turns_by_length<TileInSmem<Tr<128, 128, 2, 2, 2, true>>>},
+    // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
+    // 2-4% faster. The candidate below is the kernel without it.
+    {"d128 bs s38 (no tile in smem)", 128, true, run_turns_by_length<TileInSmem<Tr<128, 128, 2, 2, 2, true>, false>>},
     // s34-7 (perf-log v63): with the P V wait before the SFU turn (kWaitPvBeforeSfu), the turns' gain gone (as slow as none).
     // s33-8: the turns with the clock pin as well (v49's; within 1% either way without the turns, s28-2),
     // PinSoftmax<SfuTurnsOn<Tr<128, 128, 2, 2, 2, true>>, 3>: the turns' gain gone (1% slower than none).

@@ -252,7 +252,8 @@ const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
-    // Without each head's first 64 (cq960) and 256 rows (cq768): what the short tiles at the end of each group cost.
+    // Bottom-right causal without each head's first 64 (cq960) and 256 rows (cq768): what the partial tile (64 real rows,
+    // one key block) and the 2-block tile after it cost (s39-3).
     {"d64 causal cq960", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>, 960},
     {"d64 causal cq768", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>, 768},
     {"d64 2wg rows", 64, 16384, 1, false, 0, 2, run_prof_k<Tr<64, 128, 4, 2, 1>>},
@@ -502,7 +503,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
-    // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower: not taken.
+    // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower (where production
+    // runs the two-ring kernel): taken in session 39 (v72), below.
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
     // which runs lists of < 6 blocks (4k s = .1: 0.3-3% faster) and, listed, d64's windows of <= 768 keys (1-4%); the

@@ -284,6 +284,8 @@ struct Traits {
   // (d64 causal 1k 1206 -> 609 cycles) for no gain in time (d64 dense 0.5-1% slower, causal 1k +0.6-1.3%, d128 and d256
   // within 1%): there the setup overlaps the other warpgroups' products. Not with the tail split, whose work codes the
   // consumers decode themselves.
+  // (Only the block-sparse scheduler writes the decode: the dense producer's form, measured in session 38, is in commit
+  // b6ce965.)
   static constexpr bool kTileInSmem = kSparse && kHeadDim_ < 256;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
@@ -515,6 +517,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
+  static_assert(!K::kTileInSmem || K::kSparse, "only the block-sparse scheduler publishes the tile's decode");
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
@@ -774,13 +777,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
-          if constexpr (K::kTileInSmem) {  // (no dense instantiation has it: v71 measured no gain there)
-            static_assert(!K::kTailSplit, "the tail split's consumers decode their work codes");
-            if (is_work<false>(args, x)) {
-              const Tile tile(args, x);
-              tile_mhb[q_slot][0] = tile.m_block, tile_mhb[q_slot][1] = tile.h, tile_mhb[q_slot][2] = tile.b;
-            }
-          }
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
             const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);

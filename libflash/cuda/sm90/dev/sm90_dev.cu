@@ -393,7 +393,8 @@ const Candidate kCandidates[] = {
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem: Traits::kTileInSmem, production for the two-ring
     // kernel since) at d64 dense and causal: dense 2k-16k 0.5-1% slower, causal 1k .2264 against .2277 / .2294 ms, 2k-16k
     // 0-1% slower; at d128 (TileInSmem<Tr<128, 128, 2, 2, 1>>) causal 1k-4k 0.6-2% faster, dense within 0.5%; at d256
-    // (TileInSmem<Tr<256, 80, 2, 2, 3>>) within 0.6% everywhere. Not taken there.
+    // (TileInSmem<Tr<256, 80, 2, 2, 3>>) within 0.6% everywhere. Not taken there; the dense producer's form was removed in
+    // session 39 (commit b6ce965 has it), so TileInSmem now takes block-sparse instantiations only.
     // s38-2 .. s38-4 (perf-log v70; commits c5be974, 2d103dc, e48cdc1): the element mask skipped by a thread (or a warp,
     // by vote) whose rows see all of a cut block (a kWarpMaskSkip Traits member): with the vote 5-30% slower at every
     // head dim and length; without it, the window test inside the element loops, ptxas branched round every element

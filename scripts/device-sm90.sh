@@ -28,6 +28,7 @@
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
 #   sass-dev  where each sm90_dev kernel's softmax sits against the P V wait
 #   ncu-l2   DRAM bytes and L2 hit rate of the causal 1k problems (and d256 dense 1k)
+#   ncu-src  per-instruction stall samples of the d64 two-ring and dense kernels at 8k (scripts/ncu_src_summary.py)
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
@@ -310,6 +311,21 @@ for phase in "$@"; do
         --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
         $B run $A > "$OUT/ncu-d64bs-source.csv" 2>&1
       echo "ncu source: exit $? $(wc -c < "$OUT/ncu-d64bs-source.csv") bytes"; head -c 600 "$OUT/ncu-d64bs-source.csv"
+      ;;
+    ncu-src)
+      # Per-instruction stall samples (ncu's source page, SASS) of the d64 two-ring block-sparse kernel on issue 7's 8k
+      # s = .5 problem and of the d64 dense kernel on the same shape, gzipped for scripts/ncu_src_summary.py (session 40).
+      B=$BUILD/cli/fa-bench
+      for cfg in "rings block-sparse:0.5:128" "dense none"; do
+        set -- $cfg
+        A="--dtype bf16 --head-dim 64 --heads 32 --batch 2 --seqlen 8192 --algo sm90 --mask $2 --warmup 2 --reps 1 --no-progress"
+        timeout 240 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+          --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
+          $B run $A > "$OUT/ncu-src-$1.csv" 2>&1
+        echo "ncu source $1: exit $? $(wc -c < "$OUT/ncu-src-$1.csv") bytes"
+        python3 scripts/ncu_src_summary.py "$OUT/ncu-src-$1.csv" | head -80
+        gzip -f "$OUT/ncu-src-$1.csv"
+      done
       ;;
     sass-long)
       # The d128 192-key-block kernel's SASS: its LDL/STL against USETMAXREG (consumers above the dealloc, producer below),

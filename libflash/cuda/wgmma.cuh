@@ -20,6 +20,14 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead) {
          (uint64_t(1) << 62);
 }
 
+// The descriptor of the operand `bytes` (a multiple of 16) after the one d describes, with the same offsets and swizzle:
+// only the start address field (bits 0-13, address >> 4) moves. Shared addresses stay under 256 KB, so the field
+// never carries into the bits above it and a 32-bit add of bytes >> 4 to the low word is exact -- where desc() of the
+// summed address re-masks and re-shifts it (three integer instructions per operand and k-step, perf-log v73).
+__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (bytes >> 4));
+}
+
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>  // wait until at most N committed wgmma groups of this warpgroup are pending

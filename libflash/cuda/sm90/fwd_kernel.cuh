@@ -299,6 +299,11 @@ struct Traits {
       !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 ? kConsumers_ == 3 : kHeadDim_ == 128 && kBlockN_ == 128);
   static constexpr bool kPdlSecondary =
       !kSparse_ && (kHeadDim_ == 64 ? kConsumers_ == 2 : kHeadDim_ == 128 && kBlockN_ == 128 && kTailSplit_);
+  // The k-steps' shared-memory descriptors made from one per operand and block (wg::desc_plus: a 32-bit add of the
+  // step's offset) instead of each from its own address (wg::desc: mask, shift and or per operand and step). Session 40's
+  // source-level profile (ncu, d64 8k): the two-ring kernel spent ~100 integer instructions a block on them before its
+  // first S wgmma, the ping-pong kernels ~50 uniform ones between the wgmmas of a turn (perf-log v73).
+  static constexpr bool kDescPlus = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -945,11 +950,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // S = Q K_j^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
       auto issue_s = [&](int s) {
         const uint32_t k_s = k_smem0 + s * K::kKVBytes;
+        [[maybe_unused]] const uint64_t da0 = wg::desc(q_wg, 16), db0 = wg::desc(k_s, 16);  // kDescPlus
 #pragma unroll
         for (int kk = 0; kk < K::kHeadDim / 16; ++kk)
         {
-          const uint64_t da = wg::desc(q_wg + (kk / 4) * kBlockM * 128 + (kk % 4) * 32, 16);
-          const uint64_t db = wg::desc(k_s + (kk / 4) * kBlockN * 128 + (kk % 4) * 32, 16);
+          const uint32_t oa = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, ob = (kk / 4) * kBlockN * 128 + (kk % 4) * 32;
+          const uint64_t da = K::kDescPlus ? wg::desc_plus(da0, oa) : wg::desc(q_wg + oa, 16);
+          const uint64_t db = K::kDescPlus ? wg::desc_plus(db0, ob) : wg::desc(k_s + ob, 16);
           if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
           else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
         }
@@ -959,9 +966,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // (the N direction) kBlockN * 128 bytes apart.
       auto issue_pv = [&](int s) {
         const uint32_t v_s = v_smem0 + s * K::kKVBytes;
+        [[maybe_unused]] const uint64_t dv0 = wg::desc(v_s, kBlockN * 128);  // kDescPlus
 #pragma unroll
         for (int kc = 0; kc < kBlockN / 16; ++kc)
-          wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
+          wg::RS<K::kHeadDim, 1, K::kDType>::mma(
+              acc_o, p_frag[kc], K::kDescPlus ? wg::desc_plus(dv0, kc * 2048) : wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
       // Element mask, only where the block crosses the sequence end or a window edge. (Deciding that per

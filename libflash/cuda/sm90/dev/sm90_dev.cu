@@ -231,6 +231,11 @@ template <class T, bool ON = true>
 struct TileInSmem : T {
   static constexpr bool kTileInSmem = ON;
 };
+// The k-steps' descriptors made from one per operand and block (Traits::kDescPlus, session 40, perf-log v73).
+template <class T, bool ON = true>
+struct DescPlus : T {
+  static constexpr bool kDescPlus = ON;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -379,6 +384,8 @@ const Candidate kCandidates[] = {
     // with a clock pin after P's pack (kPvFirst 2) d64 2-6%, d128 1.6-6%, d256 2-5% slower -- though its profiled build
     // (s37-3) ran 1.6% faster per block at d64 dense 16k and 3.9% per tile at causal 1k than production's profiled build.
     // The softmax overlapping the warpgroup's own P V is worth more than a shorter turn. Both removed.
+    // Session 40 (perf-log v73): the descriptors from one per operand and block (DescPlus), both kernels of the pair.
+    {"d64  split desc+", 64, false, run_rows<DescPlus<Tr<64, 128, 4, 2, 1>>, true, DescPlus<Tr<64, 128, 4, 3, 1>>>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
@@ -449,6 +456,7 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
+    {"d128 desc+", 128, false, run_k<DescPlus<Tr<128, 128, 2, 2, 1>>>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -487,6 +495,7 @@ const Candidate kCandidates[] = {
     // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
+    {"d256 desc+", 256, false, run_k<DescPlus<Tr<256, 80, 2, 2, 3>>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
@@ -506,6 +515,8 @@ const Candidate kCandidates[] = {
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
     // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower (where production
     // runs the two-ring kernel): taken in session 39 (v72), below.
+    {"d64  bs 2 rings desc+", 64, true, run_k<DescPlus<TwoRings>>},
+    {"d64  bs 2wg desc+", 64, true, run_k<DescPlus<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
     // which runs lists of < 6 blocks (4k s = .1: 0.3-3% faster) and, listed, d64's windows of <= 768 keys (1-4%); the
@@ -536,6 +547,7 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs desc+", 128, true, run_turns_by_length<DescPlus<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
     // 2-4% faster. The candidate below is the kernel without it.

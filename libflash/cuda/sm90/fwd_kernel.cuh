@@ -304,6 +304,9 @@ struct Traits {
   // source-level profile (ncu, d64 8k): the two-ring kernel spent ~100 integer instructions a block on them before its
   // first S wgmma, the ping-pong kernels ~50 uniform ones between the wgmmas of a turn (perf-log v73).
   static constexpr bool kDescPlus = false;
+  // dev (session 40): the two-ring consumers' ring position, ring and row group broadcast from lane 0 at the tile start,
+  // so that ptxas may keep what derives from them (slots, descriptors) in uniform registers.
+  static constexpr bool kUniformIt = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -933,6 +936,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           ring = wg == single ? 1 : 0;
         }
         it = ring_pos[t_slot][ring] | ring << 30;
+        if constexpr (K::kUniformIt) {  // dev (session 40): the same in every lane, said so to ptxas by a broadcast
+          it = __shfl_sync(0xffffffffu, it, 0);
+          ring = __shfl_sync(0xffffffffu, ring, 0);
+          rg = __shfl_sync(0xffffffffu, rg, 0);
+        }
       }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,

@@ -236,6 +236,10 @@ template <class T, bool ON = true>
 struct DescPlus : T {
   static constexpr bool kDescPlus = ON;
 };
+template <class T, bool ON = true>
+struct UniformIt : T {
+  static constexpr bool kUniformIt = ON;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -517,6 +521,9 @@ const Candidate kCandidates[] = {
     // runs the two-ring kernel): taken in session 39 (v72), below.
     {"d64  bs 2 rings desc+", 64, true, run_k<DescPlus<TwoRings>>},
     {"d64  bs 2wg desc+", 64, true, run_k<DescPlus<Tr<64, 128, 4, 2, 1, true>>>},
+    {"d64  bs 2 rings desc+ again", 64, true, run_k<DescPlus<TwoRings>>},
+    {"d64  bs 2 rings desc+ uniform", 64, true, run_k<UniformIt<DescPlus<TwoRings>>>},
+    {"d64  bs 2 rings uniform", 64, true, run_k<UniformIt<TwoRings>>},
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
     // which runs lists of < 6 blocks (4k s = .1: 0.3-3% faster) and, listed, d64's windows of <= 768 keys (1-4%); the

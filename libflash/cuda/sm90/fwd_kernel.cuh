@@ -300,13 +300,16 @@ struct Traits {
   static constexpr bool kPdlSecondary =
       !kSparse_ && (kHeadDim_ == 64 ? kConsumers_ == 2 : kHeadDim_ == 128 && kBlockN_ == 128 && kTailSplit_);
   // The k-steps' shared-memory descriptors made from one per operand and block (wg::desc_plus: a 32-bit add of the
-  // step's offset) instead of each from its own address (wg::desc: mask, shift and or per operand and step). Session 40's
-  // source-level profile (ncu, d64 8k): the two-ring kernel spent ~100 integer instructions a block on them before its
-  // first S wgmma, the ping-pong kernels ~50 uniform ones between the wgmmas of a turn (perf-log v73).
-  static constexpr bool kDescPlus = false;
-  // dev (session 40): the two-ring consumers' ring position, ring and row group broadcast from lane 0 at the tile start,
-  // so that ptxas may keep what derives from them (slots, descriptors) in uniform registers.
-  static constexpr bool kUniformIt = false;
+  // step's offset) instead of each from its own address (wg::desc: mask, shift and or per operand and step), and (kUniformIt)
+  // the two-ring consumers' ring position, ring and row group broadcast from lane 0 at the tile start, so that ptxas
+  // knows them warp-uniform. Session 40's source-level profile (ncu, d64 8k s = .5) found the two-ring loop spending ~100
+  // integer instructions a block before its first S wgmma, the descriptors built in vector registers and moved to uniform
+  // ones one by one (its ring position is read from shared memory, so ptxas could not prove it uniform). Both together:
+  // the two-ring kernel 4-10% faster (sm90_dev s40-3: 16k s = .5 4.660 against 5.213 / 5.190 ms, 8k 1.184 against
+  // 1.279 / 1.276; perf-log v73). The ping-pong kernels build their descriptors in uniform registers already, between a
+  // turn's wgmmas; there kDescPlus measured 0.5-2% slower (d64 dense and causal, d128, d256; s40-2/3), so they keep desc().
+  static constexpr bool kDescPlus = kTwoRings;
+  static constexpr bool kUniformIt = kTwoRings;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -936,7 +939,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           ring = wg == single ? 1 : 0;
         }
         it = ring_pos[t_slot][ring] | ring << 30;
-        if constexpr (K::kUniformIt) {  // dev (session 40): the same in every lane, said so to ptxas by a broadcast
+        if constexpr (K::kUniformIt) {  // the same in every lane, said so to ptxas by a broadcast (perf-log v73)
           it = __shfl_sync(0xffffffffu, it, 0);
           ring = __shfl_sync(0xffffffffu, ring, 0);
           rg = __shfl_sync(0xffffffffu, rg, 0);

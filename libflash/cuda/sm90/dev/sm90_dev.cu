@@ -388,8 +388,9 @@ const Candidate kCandidates[] = {
     // with a clock pin after P's pack (kPvFirst 2) d64 2-6%, d128 1.6-6%, d256 2-5% slower -- though its profiled build
     // (s37-3) ran 1.6% faster per block at d64 dense 16k and 3.9% per tile at causal 1k than production's profiled build.
     // The softmax overlapping the warpgroup's own P V is worth more than a shorter turn. Both removed.
-    // Session 40 (perf-log v73): the descriptors from one per operand and block (DescPlus), both kernels of the pair.
-    {"d64  split desc+", 64, false, run_rows<DescPlus<Tr<64, 128, 4, 2, 1>>, true, DescPlus<Tr<64, 128, 4, 3, 1>>>},
+    // Session 40 (s40-2, perf-log v73): the k-steps' descriptors from one per operand and block (DescPlus) in both kernels
+    // of the pair, run_rows<DescPlus<Tr<64, 128, 4, 2, 1>>, true, DescPlus<Tr<64, 128, 4, 3, 1>>>: 1-2% slower, dense and
+    // causal 1k-16k (16k dense 4.227 against 4.156 / 4.147 ms). Not kept.
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
@@ -460,7 +461,7 @@ const Candidate kCandidates[] = {
     // 0.2-1% slower, the secondary launched plainly (run_pair<..., 1>) 0.3-1% slower; the primary alone (..., 2) 1k
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
-    {"d128 desc+", 128, false, run_k<DescPlus<Tr<128, 128, 2, 2, 1>>>},
+    // Session 40 (s40-3, v73): DescPlus<Tr<128, 128, 2, 2, 1>> 0.3-1.6% slower, dense and causal 1k-16k. Not kept.
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -499,7 +500,7 @@ const Candidate kCandidates[] = {
     // the turn costs more than 128-key blocks gain (+1.2% at causal 1k, seq against seq). Profile (dense 1k): 5962 cycles
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
-    {"d256 desc+", 256, false, run_k<DescPlus<Tr<256, 80, 2, 2, 3>>>},
+    // Session 40 (s40-3, v73): DescPlus<Tr<256, 80, 2, 2, 3>> within 1% (0.2-1.6% slower but at dense 16k). Not kept.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
@@ -519,11 +520,13 @@ const Candidate kCandidates[] = {
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
     // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower (where production
     // runs the two-ring kernel): taken in session 39 (v72), below.
-    {"d64  bs 2 rings desc+", 64, true, run_k<DescPlus<TwoRings>>},
-    {"d64  bs 2wg desc+", 64, true, run_k<DescPlus<Tr<64, 128, 4, 2, 1, true>>>},
-    {"d64  bs 2 rings desc+ again", 64, true, run_k<DescPlus<TwoRings>>},
-    {"d64  bs 2 rings desc+ uniform", 64, true, run_k<UniformIt<DescPlus<TwoRings>>>},
-    {"d64  bs 2 rings uniform", 64, true, run_k<UniformIt<TwoRings>>},
+    // Session 40 (s40-2/3, perf-log v73): the two-ring kernel with its descriptors from one per operand and block
+    // (DescPlus) and its ring position, ring and row group broadcast from lane 0 (UniformIt), production since: 16k s = .5
+    // 4.660 against 5.213 / 5.190 ms, 8k 1.184 against 1.279 / 1.276, 4k .324 against .347 / .344; DescPlus alone 2-6%
+    // faster, UniformIt alone 0-6%. The s39 candidate below is the kernel without both. On the two-warpgroup kernel
+    // DescPlus<Tr<64, 128, 4, 2, 1, true>> was within 1% (s40-2). d128 block-sparse with it (DescPlus<...> under
+    // run_turns_by_length) 0-1% slower. Not kept there.
+    {"d64  bs 2 rings s39 (no desc+, uniform)", 64, true, run_k<UniformIt<DescPlus<TwoRings, false>, false>>},
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
     // which runs lists of < 6 blocks (4k s = .1: 0.3-3% faster) and, listed, d64's windows of <= 768 keys (1-4%); the
@@ -554,7 +557,6 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs desc+", 128, true, run_turns_by_length<DescPlus<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
     // 2-4% faster. The candidate below is the kernel without it.

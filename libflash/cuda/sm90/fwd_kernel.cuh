@@ -310,6 +310,7 @@ struct Traits {
   // turn's wgmmas; there kDescPlus measured 0.5-2% slower (d64 dense and causal, d128, d256; s40-2/3), so they keep desc().
   static constexpr bool kDescPlus = kTwoRings;
   static constexpr bool kUniformIt = kTwoRings;
+  static constexpr bool kUniformWg = false;  // dev (session 40), at the kernel's start
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -578,7 +579,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
 
-  const int warpgroup = threadIdx.x / 128;
+  // kUniformWg (dev, session 40): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform (what
+  // derives from it -- the Q rows' address, the barriers' ids -- may then live in uniform registers).
+  const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
       mbar_init(q_full(slot), 1);

@@ -240,6 +240,10 @@ template <class T, bool ON = true>
 struct UniformIt : T {
   static constexpr bool kUniformIt = ON;
 };
+template <class T, bool ON = true>
+struct UniformWg : T {
+  static constexpr bool kUniformWg = ON;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -391,6 +395,7 @@ const Candidate kCandidates[] = {
     // Session 40 (s40-2, perf-log v73): the k-steps' descriptors from one per operand and block (DescPlus) in both kernels
     // of the pair, run_rows<DescPlus<Tr<64, 128, 4, 2, 1>>, true, DescPlus<Tr<64, 128, 4, 3, 1>>>: 1-2% slower, dense and
     // causal 1k-16k (16k dense 4.227 against 4.156 / 4.147 ms). Not kept.
+    {"d64  split uniform wg", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>>, true, UniformWg<Tr<64, 128, 4, 3, 1>>>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
@@ -462,6 +467,7 @@ const Candidate kCandidates[] = {
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
     // Session 40 (s40-3, v73): DescPlus<Tr<128, 128, 2, 2, 1>> 0.3-1.6% slower, dense and causal 1k-16k. Not kept.
+    {"d128 uniform wg", 128, false, run_k<UniformWg<Tr<128, 128, 2, 2, 1>>>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -501,6 +507,7 @@ const Candidate kCandidates[] = {
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
     // Session 40 (s40-3, v73): DescPlus<Tr<256, 80, 2, 2, 3>> within 1% (0.2-1.6% slower but at dense 16k). Not kept.
+    {"d256 uniform wg", 256, false, run_k<UniformWg<Tr<256, 80, 2, 2, 3>>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
@@ -526,6 +533,8 @@ const Candidate kCandidates[] = {
     // faster, UniformIt alone 0-6%. The s39 candidate below is the kernel without both. On the two-warpgroup kernel
     // DescPlus<Tr<64, 128, 4, 2, 1, true>> was within 1% (s40-2). d128 block-sparse with it (DescPlus<...> under
     // run_turns_by_length) 0-1% slower. Not kept there.
+    {"d64  bs 2 rings uniform wg", 64, true, run_k<UniformWg<TwoRings>>},
+    {"d64  bs 2wg uniform wg", 64, true, run_k<UniformWg<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 2 rings s39 (no desc+, uniform)", 64, true, run_k<UniformIt<DescPlus<TwoRings, false>, false>>},
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
@@ -557,6 +566,7 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs uniform wg", 128, true, run_turns_by_length<UniformWg<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
     // 2-4% faster. The candidate below is the kernel without it.

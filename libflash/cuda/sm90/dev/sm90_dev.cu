@@ -370,6 +370,10 @@ const ProfCase kProfCases[] = {
 // The candidates below are the production kernels, each timed twice: the list to start the next comparison from. Candidates are timed in
 // interleaved rounds since s18-2: timed one after the other, the same kernel measured 1-15% slower first than
 // again (runs s15-5, s18-1).
+// Session 40: s40-1 ncu's source page of the two-ring and dense d64 loops (device-sm90.sh ncu-src); s40-2/3 the k-steps'
+// descriptors from one per operand and block (DescPlus) and the two-ring ring position broadcast from lane 0 (UniformIt):
+// both production for the two-ring kernel since (v73), DescPlus 0-2% slower elsewhere; s40-5 the warpgroup index
+// broadcast (UniformWg).
 // Session 28 pruned the list to the production kernels and this session's candidates; the references it dropped (each
 // measured against production in its session: the s24 kernels without the in-turn rescale, d128 bn192 without the early
 // probe, the listed kernel on dense problems, session 27's rotating-ring pins) are in git history (commit b489dbe).
@@ -395,6 +399,8 @@ const Candidate kCandidates[] = {
     // Session 40 (s40-2, perf-log v73): the k-steps' descriptors from one per operand and block (DescPlus) in both kernels
     // of the pair, run_rows<DescPlus<Tr<64, 128, 4, 2, 1>>, true, DescPlus<Tr<64, 128, 4, 3, 1>>>: 1-2% slower, dense and
     // causal 1k-16k (16k dense 4.227 against 4.156 / 4.147 ms). Not kept.
+    // Session 40 (s40-5, perf-log "the warpgroup index broadcast"): UniformWg (Traits::kUniformWg) 0-1.2% faster in one
+    // round, dense and causal; not taken without a second.
     {"d64  split uniform wg", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>>, true, UniformWg<Tr<64, 128, 4, 3, 1>>>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
@@ -467,6 +473,7 @@ const Candidate kCandidates[] = {
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
     // Session 40 (s40-3, v73): DescPlus<Tr<128, 128, 2, 2, 1>> 0.3-1.6% slower, dense and causal 1k-16k. Not kept.
+    // s40-5: UniformWg 0-0.8% faster dense, causal 1k equal (one round).
     {"d128 uniform wg", 128, false, run_k<UniformWg<Tr<128, 128, 2, 2, 1>>>},
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
@@ -507,6 +514,7 @@ const Candidate kCandidates[] = {
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
     // Session 40 (s40-3, v73): DescPlus<Tr<256, 80, 2, 2, 3>> within 1% (0.2-1.6% slower but at dense 16k). Not kept.
+    // (s40-5 did not time d256's.)
     {"d256 uniform wg", 256, false, run_k<UniformWg<Tr<256, 80, 2, 2, 3>>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
@@ -533,6 +541,7 @@ const Candidate kCandidates[] = {
     // faster, UniformIt alone 0-6%. The s39 candidate below is the kernel without both. On the two-warpgroup kernel
     // DescPlus<Tr<64, 128, 4, 2, 1, true>> was within 1% (s40-2). d128 block-sparse with it (DescPlus<...> under
     // run_turns_by_length) 0-1% slower. Not kept there.
+    // s40-5: UniformWg on the v73 two-ring kernel 0.5-1% slower; on the two-warpgroup one within 1%.
     {"d64  bs 2 rings uniform wg", 64, true, run_k<UniformWg<TwoRings>>},
     {"d64  bs 2wg uniform wg", 64, true, run_k<UniformWg<Tr<64, 128, 4, 2, 1, true>>>},
     {"d64  bs 2 rings s39 (no desc+, uniform)", 64, true, run_k<UniformIt<DescPlus<TwoRings, false>, false>>},

@@ -307,7 +307,7 @@ struct Traits {
   // ones one by one (its ring position is read from shared memory, so ptxas could not prove it uniform). Both together:
   // the two-ring kernel 4-10% faster (sm90_dev s40-3: 16k s = .5 4.660 against 5.213 / 5.190 ms, 8k 1.184 against
   // 1.279 / 1.276; perf-log v73). The ping-pong kernels build their descriptors in uniform registers already, between a
-  // turn's wgmmas; there kDescPlus measured 0.5-2% slower (d64 dense and causal, d128, d256; s40-2/3), so they keep desc().
+  // turn's wgmmas; there kDescPlus measured 0-2% slower (d64 dense and causal, d128, d256; s40-2/3), so they keep desc().
   static constexpr bool kDescPlus = kTwoRings;
   static constexpr bool kUniformIt = kTwoRings;
   static constexpr bool kUniformWg = false;  // dev (session 40), at the kernel's start

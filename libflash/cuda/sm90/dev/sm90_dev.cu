@@ -236,10 +236,12 @@ template <class T, bool ON = true>
 struct DescPlus : T {
   static constexpr bool kDescPlus = ON;
 };
+// The two-ring consumers' ring position, ring and row group broadcast from lane 0 (Traits::kUniformIt, session 40, v73).
 template <class T, bool ON = true>
 struct UniformIt : T {
   static constexpr bool kUniformIt = ON;
 };
+// The warpgroup index broadcast from lane 0 at the kernel's start (Traits::kUniformWg, dev, session 40).
 template <class T, bool ON = true>
 struct UniformWg : T {
   static constexpr bool kUniformWg = ON;

@@ -28,7 +28,7 @@
 #   racecheck-repro  racecheck on a minimal mbarrier hand-over (dev/racecheck_mbarrier.cu)
 #   sass-dev  where each sm90_dev kernel's softmax sits against the P V wait
 #   ncu-l2   DRAM bytes and L2 hit rate of the causal 1k problems (and d256 dense 1k)
-#   ncu-src  per-instruction stall samples of the d64 two-ring and dense kernels at 8k (scripts/ncu_src_summary.py)
+#   ncu-src  per-instruction stall samples of the problems in $NCU_SRC (default: d64 two-ring and dense at 8k)
 #   ncu-d64  stall reasons, SASS and per-instruction stall samples of the d64 block-sparse kernel
 #   ncu-sparse  Nsight Compute on a d128 4k block-sparse problem (s = 0.1) and its dense twin
 #   prof    clock64 phase profile of the sm90 forward's tiles (sm90_dev profile)
@@ -57,6 +57,7 @@ sanitize_tests() {
   done
 }
 for phase in "$@"; do
+  phase_start=$(date +%s)
   case "$phase" in
     build)
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/nvidia-smi.csv" 2>&1
@@ -313,18 +314,19 @@ for phase in "$@"; do
       echo "ncu source: exit $? $(wc -c < "$OUT/ncu-d64bs-source.csv") bytes"; head -c 600 "$OUT/ncu-d64bs-source.csv"
       ;;
     ncu-src)
-      # Per-instruction stall samples (ncu's source page, SASS) of the d64 two-ring block-sparse kernel on issue 7's 8k
-      # s = .5 problem and of the d64 dense kernel on the same shape, gzipped for scripts/ncu_src_summary.py (session 40).
+      # Per-instruction stall samples (ncu's source page, SASS), gzipped for scripts/ncu_src_summary.py (session 40).
+      # $NCU_SRC: space-separated NAME:D:SEQLEN:BATCH:MASK (fa-bench's --mask); the default is session 40's pair, the d64
+      # two-ring kernel on issue 7's 8k s = .5 problem and the d64 dense kernel on the same shape.
       B=$BUILD/cli/fa-bench
-      for cfg in "rings block-sparse:0.5:128" "dense none"; do
-        set -- $cfg
-        A="--dtype bf16 --head-dim 64 --heads 32 --batch 2 --seqlen 8192 --algo sm90 --mask $2 --warmup 2 --reps 1 --no-progress"
+      for cfg in ${NCU_SRC:-rings:64:8192:2:block-sparse:0.5:128 dense:64:8192:2:none}; do
+        IFS=: read -r name d n b mask <<< "$cfg"
+        A="--dtype bf16 --head-dim $d --heads $((2048 / d)) --batch $b --seqlen $n --algo sm90 --mask $mask --warmup 2 --reps 1 --no-progress"
         timeout 240 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
           --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
-          $B run $A > "$OUT/ncu-src-$1.csv" 2>&1
-        echo "ncu source $1: exit $? $(wc -c < "$OUT/ncu-src-$1.csv") bytes"
-        python3 scripts/ncu_src_summary.py "$OUT/ncu-src-$1.csv" | head -80
-        gzip -f "$OUT/ncu-src-$1.csv"
+          $B run $A > "$OUT/ncu-src-$name.csv" 2>&1
+        echo "ncu source $name ($A): exit $? $(wc -c < "$OUT/ncu-src-$name.csv") bytes"
+        python3 scripts/ncu_src_summary.py "$OUT/ncu-src-$name.csv" | head -80
+        gzip -f "$OUT/ncu-src-$name.csv"
       done
       ;;
     sass-long)
@@ -425,9 +427,14 @@ for phase in "$@"; do
         --section SourceCounters --section WarpStateStats --page source --print-source sass --csv \
         $BUILD/cli/fa-bench run $A > "$OUT/ncu-ours-$P-source.csv" 2>&1
       echo "ours source: exit $? $(wc -c < "$OUT/ncu-ours-$P-source.csv") bytes"
+      for f in "$OUT/ncu-cudnn-$P-source.csv" "$OUT/ncu-ours-$P-source.csv"; do
+        python3 scripts/ncu_src_summary.py "$f" --top 30 | head -70
+        gzip -f "$f"
+      done
       ;;
     pack)
       tar czf /tmp/out.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/out.tgz "$OUT/results.tgz"
       ;;
   esac
+  echo "== phase $phase: $(( $(date +%s) - phase_start )) s"
 done

@@ -211,7 +211,7 @@ TEST(Sm90Instantiation, D64RowSplit) {
   }
 }
 
-// d64 block-sparse masks of 128-row blocks with lists of at least 6 key blocks run on the two-ring instantiation
+// d64 block-sparse masks of 128-row blocks with lists of at least 3 key blocks (of 128) run on the two-ring instantiation
 // (shapes.h, use_two_rings; perf-log v39, v40), when it fits; everything else on the others.
 TEST(Sm90Instantiation, TwoRingChoice) {
   using flash::sm90::use_two_rings;
@@ -225,9 +225,10 @@ TEST(Sm90Instantiation, TwoRingChoice) {
     return p;
   };
   EXPECT_TRUE(use_two_rings(params(64, 16384, 128, 128, 64), kH100));
-  EXPECT_TRUE(use_two_rings(params(64, 4096, 128, 128, 6), kH100));
-  EXPECT_FALSE(use_two_rings(params(64, 4096, 128, 128, 5), kH100));  // short lists: the two-warpgroup kernel
-  EXPECT_TRUE(use_two_rings(params(64, 4096, 128, 256, 3), kH100));    // 3 mask blocks of 2 key blocks
+  EXPECT_TRUE(use_two_rings(params(64, 4096, 128, 128, 3), kH100));
+  EXPECT_FALSE(use_two_rings(params(64, 4096, 128, 128, 2), kH100));  // short lists: the two-warpgroup kernel
+  EXPECT_TRUE(use_two_rings(params(64, 4096, 128, 256, 2), kH100));    // 2 mask blocks of 2 key blocks
+  EXPECT_FALSE(use_two_rings(params(64, 4096, 128, 256, 1), kH100));
   EXPECT_FALSE(use_two_rings(params(64, 16384, 64, 64, 64), kH100));   // 64-row blocks
   EXPECT_FALSE(use_two_rings(params(64, 16384, 256, 128, 64), kH100));  // 256-row blocks
   EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 64, 64), kH100));   // 64-key blocks

@@ -310,7 +310,12 @@ struct Traits {
   // turn's wgmmas; there kDescPlus measured 0-2% slower (d64 dense and causal, d128, d256; s40-2/3), so they keep desc().
   static constexpr bool kDescPlus = kTwoRings;
   static constexpr bool kUniformIt = kTwoRings;
-  static constexpr bool kUniformWg = false;  // dev (session 40), at the kernel's start
+  // kUniformWg: the warpgroup index broadcast from lane 0 at the kernel's start (CUTLASS's way of telling ptxas a value is
+  // warp-uniform), so that what derives from it -- each S descriptor's Q address, the turns' barrier ids -- may live in
+  // uniform registers. sm90_dev, two rounds (s40-5, s41-2): d64 dense and causal (both kernels of the pair) 0-1.2% faster,
+  // 1k dense +1.2% both times; d256 dense +0.4-1.4%, causal -0.1 to +0.9% (s41-2); d128 -1.9 to +0.7% and the block-sparse
+  // kernels 0.5-2.6% slower, so not there (perf-log v74). Not measured with the tail split.
+  static constexpr bool kUniformWg = !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 || kHeadDim_ == 256);
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -579,8 +584,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
 
-  // kUniformWg (dev, session 40): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform (what
-  // derives from it -- the Q rows' address, the barriers' ids -- may then live in uniform registers).
+  // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {

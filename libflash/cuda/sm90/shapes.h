@@ -318,8 +318,11 @@ inline int64_t list_blocks_128(const FwdParams& p) {
 // (4k, s = 0.1) 2-3% slower, 6 (8k, 0.1) 4-6% faster, 8 (4k, 0.25) 2-3%, 13 (16k, 0.1) 11%, 16 (4k, 0.5) 7%,
 // 64 (16k, 0.5) 14%. (v39, one loader, s21-8: 8 blocks the same, 3 8% slower; the threshold was 12.) Since v49, 3
 // blocks measured 0-2% faster on two rings in sm90_dev (s27-3, s27-5, s28-1), but with the threshold at 3 fa-bench's
-// interleaved masks (s30-4) put 4k s = 0.1 at .165 of dense against .163 (s28): no gain, so it stays at 6.
-inline constexpr int64_t kTwoRingMinBlocks = 6;
+// interleaved masks (s30-4) put 4k s = 0.1 at .165 of dense against .163 (s28): no gain, so it stayed at 6. Since v73
+// (the two-ring loop 4-10% faster, the two-warpgroup kernel unchanged) 3 blocks measured 0-2% (s40-3) and 2-4% (s41-2:
+// .0857 / .0850 against .0893 / .0876 ms) faster on two rings: the threshold is 3 (perf-log v74). Lists of 1 or 2
+// blocks (seqlen_k <= 2.5k at s = .1) were not measured and stay on two warpgroups.
+inline constexpr int64_t kTwoRingMinBlocks = 3;
 inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (!p.has_block_mask || p.head_dim != 64 || p.block_mask.block_m != 128 || p.block_mask.block_n % 128 != 0) return false;
   if (list_blocks_128(p) < kTwoRingMinBlocks) return false;

@@ -241,7 +241,8 @@ template <class T, bool ON = true>
 struct UniformIt : T {
   static constexpr bool kUniformIt = ON;
 };
-// The warpgroup index broadcast from lane 0 at the kernel's start (Traits::kUniformWg, dev, session 40).
+// The warpgroup index broadcast from lane 0 at the kernel's start (Traits::kUniformWg: production for d64 and d256 dense
+// since session 41, perf-log v74).
 template <class T, bool ON = true>
 struct UniformWg : T {
   static constexpr bool kUniformWg = ON;
@@ -401,9 +402,9 @@ const Candidate kCandidates[] = {
     // Session 40 (s40-2, perf-log v73): the k-steps' descriptors from one per operand and block (DescPlus) in both kernels
     // of the pair, run_rows<DescPlus<Tr<64, 128, 4, 2, 1>>, true, DescPlus<Tr<64, 128, 4, 3, 1>>>: 1-2% slower, dense and
     // causal 1k-16k (16k dense 4.227 against 4.156 / 4.147 ms). Not kept.
-    // Session 40 (s40-5, perf-log "the warpgroup index broadcast"): UniformWg (Traits::kUniformWg) 0-1.2% faster in one
-    // round, dense and causal; not taken without a second.
-    {"d64  split uniform wg", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>>, true, UniformWg<Tr<64, 128, 4, 3, 1>>>},
+    // Sessions 40-41 (s40-5, s41-2, perf-log v74): UniformWg (Traits::kUniformWg) 0-1.2% faster in two rounds, dense and
+    // causal (1k dense +1.2% both times): production since. The pair without it, as the reference:
+    {"d64  split s40 (no uniform wg)", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>, false>, true, UniformWg<Tr<64, 128, 4, 3, 1>, false>>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
@@ -475,8 +476,8 @@ const Candidate kCandidates[] = {
     // .2284 against the pair's .2528 ms, the pieces alone (..., 3) 32 / 43 / 54 us at 1k / 2k / 4k (runs of 4, 8, 17
     // key blocks; a whole tile 15 / 29 / 57 us): the pieces' kernel has a fixed ~20 us of its own.
     // Session 40 (s40-3, v73): DescPlus<Tr<128, 128, 2, 2, 1>> 0.3-1.6% slower, dense and causal 1k-16k. Not kept.
-    // s40-5: UniformWg 0-0.8% faster dense, causal 1k equal (one round).
-    {"d128 uniform wg", 128, false, run_k<UniformWg<Tr<128, 128, 2, 2, 1>>>},
+    // UniformWg<Tr<128, 128, 2, 2, 1>>: s40-5 0-0.8% faster dense, causal 1k equal; s41-2 1k dense 1.9% and causal 0.9%
+    // slower, 4k-16k 0.3-0.7% faster. Not taken at d128 (perf-log v74); removed.
     {"d128 pair", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, flash::sm90::kPairMargin>},
     {"d128 pair m2 (all three)", 128, false, run_pair<Tr<128, 128, 2, 2, 1>, Tr<128, 128, 2, 2, 1, false, true>, 2>},
     {"d128 s27 (no pin)", 128, false, run_k<PinSoftmax<Tr<128, 128, 2, 2, 1>, 0>>},
@@ -516,8 +517,9 @@ const Candidate kCandidates[] = {
     // a 128-key block against 3154 an 80-key one (46.6 against 39.4 a key); the K/V waits of the one-stage ring 600-750,
     // the P V wait inside the turn. 128-key blocks with S ahead need 288 registers. Removed.
     // Session 40 (s40-3, v73): DescPlus<Tr<256, 80, 2, 2, 3>> within 1% (0.2-1.6% slower but at dense 16k). Not kept.
-    // (s40-5 did not time d256's.)
-    {"d256 uniform wg", 256, false, run_k<UniformWg<Tr<256, 80, 2, 2, 3>>>},
+    // Session 41 (s41-2, perf-log v74): UniformWg<Tr<256, 80, 2, 2, 3>> dense +0.4-1.4%, causal -0.1 to +0.9%: production
+    // (not with the tail split) since. The dense kernel without it, as the reference:
+    {"d256 s40 (no uniform wg)", 256, false, run_k<UniformWg<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
@@ -527,8 +529,9 @@ const Candidate kCandidates[] = {
     // 1405 cycles at dense 1k): halving the bytes a warpgroup waits for does not shorten the load's latency. Removed.
     {"d256 split s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>, 0>>},
 
-    // d64 block-sparse: two warpgroups on one ring (production below 6 key blocks per list), and since session 21 three
-    // on two K/V rings (Traits::kTwoRings; production from 6 blocks, shapes.h use_two_rings). The two-warpgroup kernel
+    // d64 block-sparse: two warpgroups on one ring (production below 3 key blocks per list since session 41, 6 before),
+    // and since session 21 three on two K/V rings (Traits::kTwoRings; production from 3 blocks, shapes.h use_two_rings;
+    // sm90_dev times both kernels at every density). The two-warpgroup kernel
     // with the clock pin: 2-4% slower (s27-2).
     {"d64  bs 2wg (prod)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
@@ -543,9 +546,8 @@ const Candidate kCandidates[] = {
     // faster, UniformIt alone 0-6%. The s39 candidate below is the kernel without both. On the two-warpgroup kernel
     // DescPlus<Tr<64, 128, 4, 2, 1, true>> was within 1% (s40-2). d128 block-sparse with it (DescPlus<...> under
     // run_turns_by_length) 0-1% slower. Not kept there.
-    // s40-5: UniformWg on the v73 two-ring kernel 0.5-1% slower; on the two-warpgroup one within 1%.
-    {"d64  bs 2 rings uniform wg", 64, true, run_k<UniformWg<TwoRings>>},
-    {"d64  bs 2wg uniform wg", 64, true, run_k<UniformWg<Tr<64, 128, 4, 2, 1, true>>>},
+    // UniformWg on the v73 two-ring kernel 0.5-1% slower (s40-5) and 0.5-1.3% (s41-2); on the two-warpgroup one within
+    // 1% both times. Removed.
     {"d64  bs 2 rings s39 (no desc+, uniform)", 64, true, run_k<UniformIt<DescPlus<TwoRings, false>, false>>},
     {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
@@ -577,7 +579,7 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs uniform wg", 128, true, run_turns_by_length<UniformWg<Tr<128, 128, 2, 2, 2, true>>>},
+    // (UniformWg on it: 0.5-1% slower in s40-5, 0.9-2.6% in s41-2. Removed.)
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
     // 2-4% faster. The candidate below is the kernel without it.

@@ -130,7 +130,7 @@ for phase in "$@"; do
         timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $BUILD/tests/flash_gpu_tests --gtest_brief=1 \
           --gtest_filter='Random/GpuSweep.MatchesReference/sm90_1:Random/GpuSweep.MatchesReference/sm90_2:Random/GpuSweep.MatchesReference/sm90_3:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm90:Algorithms/GpuEdges.SlidingWindows/sm90:Algorithms/GpuEdges.TilesThatSeeNoKey/sm90' \
           > "$OUT/sanitizer-$tool.log" 2>&1
-        echo "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$OUT/sanitizer-$tool.log") clean summaries)"
+        echo "compute-sanitizer $tool: exit $? ($(grep -cE 'ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards' "$OUT/sanitizer-$tool.log") clean summaries)"
         tail -2 "$OUT/sanitizer-$tool.log"
       done
       ;;

@@ -2,9 +2,13 @@
 """Summarise ncu's source page (--page source --print-source sass --csv, optionally gzipped): where a kernel's warp stall
 samples fall, by stall reason, by opcode and by instruction (the top ones, with their leading reasons and executions).
 
-    python3 scripts/ncu_src_summary.py ncu-src-rings.csv[.gz] [--top 40]
+    python3 scripts/ncu_src_summary.py ncu-src-rings.csv[.gz] [--top 40] [--regions 0.003]
 
-Used on the d64 two-ring and dense kernels (scripts/device-sm90.sh ncu-src; perf-log, session 40)."""
+Used on the d64 two-ring and dense kernels (scripts/device-sm90.sh ncu-src; perf-log, session 40). --regions also
+lists runs of consecutive instructions with equal execution counts (a tile's prologue, a loop body, ...) holding at
+least that share of the samples, each with its cycles per warp and execution: the run's instructions executed over its
+own "selected" samples share (a warp issues when selected), split by stall reason. Normalising by the whole kernel's
+selected share instead mixes in the producer's spin loops, which issue without progress (perf-log, session 41)."""
 import argparse, csv, gzip, io, re, sys
 from collections import defaultdict
 
@@ -40,6 +44,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("path")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--regions", type=float, default=None, metavar="SHARE")
     a = ap.parse_args()
     rows = rows_of(a.path)
     reasons = [k for k in rows[0] if k.startswith("stall_") and "(Not Issued)" not in k]
@@ -64,6 +69,30 @@ def main():
         lead = sorted(((num(r, k), k[6:]) for k in reasons), reverse=True)[:2]
         why = " ".join(f"{k}:{v / smp:.0%}" for v, k in lead if v > 0) if smp else ""
         print(f"  {i:5d} {smp / total:6.2%} {num(r, 'Instructions Executed'):10.0f}  {why:28s} {r['Source'].strip()[:90]}")
+    if a.regions is not None:
+        print_regions(rows, reasons, total, a.regions)
+
+
+def print_regions(rows, reasons, total, share):
+    sel_key = next(k for k in reasons if k.startswith("stall_selected"))
+    runs, start = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or num(rows[i], "Instructions Executed") != num(rows[start], "Instructions Executed"):
+            runs.append((start, i - 1))
+            start = i
+    print(f"regions with >= {share:.1%} of the samples (first, last index, executions, share, cycles per warp and execution, by reason):")
+    for a, b in runs:
+        reg = rows[a : b + 1]
+        smp = sum(num(r, "Warp Stall Sampling (All Samples)") for r in reg)
+        ex = num(rows[a], "Instructions Executed")
+        if smp < share * total or ex == 0:
+            continue
+        sel = sum(num(r, sel_key) for r in reg)
+        scale = sum(num(r, "Instructions Executed") for r in reg) / sel / ex if sel else 0.0
+        by = sorted(((sum(num(r, k) for r in reg) * scale, k[6:]) for k in reasons), reverse=True)
+        cyc = sum(v for v, _ in by)
+        lead = ", ".join(f"{k} {v:.0f}" for v, k in by[:4] if v >= 1)
+        print(f"  {a:5d}-{b:5d} {ex:10.0f} {smp / total:6.2%} {cyc:8.0f}  ({lead})  {reg[0]['Source'].strip()[:50]}")
 
 
 if __name__ == "__main__":

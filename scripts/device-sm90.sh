@@ -39,6 +39,9 @@
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
 #   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py)
 #   wgmma-issue  dev/wgmma_issue.cu: a d64 loop block's wgmma issue timed on 1-3 warpgroups, orders and turns (v68)
+#   diag-rounds  d64 4k: fa-bench at 64 and 60 heads x batch (11 and 10 tile rounds), ncu duration/clock/L2 per kernel
+#   diag-l2bw  d64 3840 keys, dense and block-sparse, on 132 and 66 CTAs under ncu: is the two-ring kernel L2-bound
+#   diag-ctas  issue 9's short problems ($DIAG_PROBLEMS) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -327,6 +330,65 @@ for phase in "$@"; do
         echo "ncu source $name ($A): exit $? $(wc -c < "$OUT/ncu-src-$name.csv") bytes"
         python3 scripts/ncu_src_summary.py "$OUT/ncu-src-$name.csv" | head -80
         gzip -f "$OUT/ncu-src-$name.csv"
+      done
+      ;;
+    diag-rounds)
+      # Issue 7's d64 4k cells (session 42): are they the tile rounds or the kernel's rate? fa-bench on 64 heads x batch
+      # (1408 two-ring tiles: 11 rounds on 132 SMs) against 60 (1320: 10 rounds exactly), and ncu's duration, SM clock,
+      # L2 throughput and bytes of the dense pair and the block-sparse kernels at free clocks (the two-ring kernel loads
+      # two K/V rings per 192-row tile: twice dense's L2 -> SMEM bytes per query row).
+      B=$BUILD/cli/fa-bench
+      for h in ${DIAG_HEADS-32 30}; do
+        timeout 200 $B run --dtype bf16 --head-dim 64 --heads $h --batch 2 --seqlen 4096 --algo sm90 \
+          --mask "none;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" --warmup 5 --reps 30 --no-progress \
+          --json "$OUT/fa-bench-rounds-h$h.json" > "$OUT/fa-bench-rounds-h$h.txt" 2>&1
+        echo "fa-bench d64 4k heads $h: exit $?"; grep -E "sm90" "$OUT/fa-bench-rounds-h$h.txt"
+      done
+      M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__m_xbar2l1tex_read_bytes.sum"
+      for clk in ${DIAG_CLOCKS-none base}; do
+        for mask in none block-sparse:0.5:128 block-sparse:0.25:128 block-sparse:0.1:128; do
+          # (dense: two kernels a call, the pair; block-sparse: one)
+          [ $mask = none ] && skip="--launch-skip 4 --launch-count 2" || skip="--launch-skip 2 --launch-count 1"
+          timeout 120 ncu --clock-control $clk --kernel-name regex:fwd_kernel $skip --metrics "$M" \
+            $B run --dtype bf16 --head-dim 64 --heads 32 --batch 2 --seqlen 4096 --algo sm90 --mask $mask --warmup 3 --reps 1 \
+            --no-progress > "$OUT/ncu-rounds-$clk-${mask%%:128}.txt" 2>&1
+          echo "== ncu $clk $mask: exit $?"
+          grep -E "fwd_kernel|gpu__|sm__|lts__|dram__|l1tex__" "$OUT/ncu-rounds-$clk-${mask%%:128}.txt" | sed -E 's/^ +//' | cut -c1-150
+        done
+      done
+      ;;
+    diag-l2bw)
+      # Is the two-ring kernel bound by L2 -> SM bandwidth (session 42)? d64 at 3840 keys, 66 heads x batch (1320 tiles of
+      # 192 rows: whole rounds, no rows kernel) on 132 CTAs and on 66 (half the L2 load, the same per-SM one): cycles, clock,
+      # L2 throughput of the dense kernel and the block-sparse ones (30 key blocks: lists of 15, 8 and 3).
+      B=$BUILD/cli/fa-bench
+      M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
+      for ctas in 132 66; do
+        for mask in none block-sparse:0.5:128 block-sparse:0.25:128 block-sparse:0.1:128; do
+          f="$OUT/ncu-l2bw-$ctas-$(echo ${mask%%:128} | tr -c 'a-z0-9.\n' '_').txt"
+          LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+            --metrics "$M" $B run --dtype bf16 --head-dim 64 --heads 33 --batch 2 --seqlen 3840 --algo sm90 --mask $mask \
+            --warmup 3 --reps 1 --no-progress > "$f" 2>&1
+          echo "== ncu ctas $ctas $mask: exit $?"
+          grep -E "fwd_kernel|gpu__|sm__|lts__|l1tex__" "$f" | sed -E 's/^ +//' | cut -c1-150
+        done
+      done
+      ;;
+    diag-ctas)
+      # The same question for issue 9's short problems (session 42): per-tile cycles on 132 CTAs against 66 (half the
+      # L2 and DRAM load, the same per-SM one). $DIAG_PROBLEMS: NAME:D:SEQLEN:HEADS:BATCH:MASK (fa-bench's --mask).
+      B=$BUILD/cli/fa-bench
+      M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
+      for cfg in ${DIAG_PROBLEMS:-d128n1k:128:1024:33:8:none d128n2k:128:2048:33:4:none d64c1k:64:1024:32:16:causal d256c1k:256:1024:8:16:causal d64n1k:64:1024:32:16:none}; do
+        IFS=: read -r name d n h b mask <<< "$cfg"
+        for ctas in 132 66; do
+          f="$OUT/ncu-ctas-$name-$ctas.txt"
+          LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 4 --launch-count 2 \
+            --metrics "$M" $B run --dtype bf16 --head-dim $d --heads $h --batch $b --seqlen $n --algo sm90 --mask $mask \
+            --warmup 5 --reps 1 --no-progress > "$f" 2>&1
+          echo "== ncu $name ctas $ctas: exit $?"
+          grep -E "fwd_kernel|gpu__|sm__|lts__|dram__|l1tex__" "$f" | sed -E 's/^ +//;s/\(Args\).*//' | cut -c1-110
+        done
       done
       ;;
     sass-long)

@@ -247,6 +247,16 @@ template <class T, bool ON = true>
 struct UniformWg : T {
   static constexpr bool kUniformWg = ON;
 };
+// Ring 1's K/V loads left out (Traits::kDevSkipRing1, session 42; the results are wrong by design): 1 in odd CTAs (the
+// traffic a cluster pair's multicast of ring 1 would save), 2 in every CTA.
+template <class T, int SKIP>
+struct SkipRing1 : T {
+  static constexpr int kDevSkipRing1 = SKIP;
+};
+template <class T>
+struct SkipKVOdd : T {
+  static constexpr bool kDevSkipKVOdd = true;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -464,6 +474,7 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 skip kv odd", 128, false, run_k<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>},  // (session 42, see d256's)
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -520,6 +531,9 @@ const Candidate kCandidates[] = {
     // Session 41 (s41-2, perf-log v74): UniformWg<Tr<256, 80, 2, 2, 3>> dense +0.4-1.4%, causal -0.1 to +0.9%: production
     // (not with the tail split) since. The dense kernel without it, as the reference:
     {"d256 s40 (no uniform wg)", 256, false, run_k<UniformWg<Tr<256, 80, 2, 2, 3>, false>>},
+    // Session 42: K and V loads left out in odd CTAs (SkipKVOdd; wrong results by design): what a cluster pair's multicast
+    // could save where L2 is busiest (ncu s42-4: causal 1k at 84% of L2's peak, 13% less time per tile on 66 CTAs).
+    {"d256 skip kv odd", 256, false, run_k<SkipKVOdd<Tr<256, 80, 2, 2, 3>>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
@@ -537,6 +551,11 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    // Session 42: the two-ring kernel's L2 traffic (ncu s42-3: L2 at 52-64% of peak against dense's 20%, and 6-17% less
+    // time per tile on 66 CTAs than on 132). Ring 1's loads left out in odd CTAs (what multicast to a pair would save)
+    // and in all; the results are wrong by design (the check's error column), only the times count.
+    {"d64  bs 2 rings skip ring 1 odd", 64, true, run_k<SkipRing1<TwoRings, 1>>},
+    {"d64  bs 2 rings skip ring 1 all", 64, true, run_k<SkipRing1<TwoRings, 2>>},
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
     // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower (where production
     // runs the two-ring kernel): taken in session 39 (v72), below.

@@ -420,6 +420,7 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
+    {"d64  3wg skip kv odd", 64, false, run_k<SkipKVOdd<Tr<64, 128, 4, 3, 1>>>},  // (session 42, see d256's)
     // Session 38 (s38-1, perf-log v69; commit 28af72d): two CTAs per SM (a kCtasPerSm Traits member in the launch bounds
     // and the persistent grid; a TwoPerSm mixin: producer 24, consumers 104 registers from 80 at launch, 3 stages of
     // 64-key blocks, 97 KB each), two warpgroups on 128-row tiles, so that one CTA's tile boundaries overlap the other's

@@ -324,6 +324,9 @@ struct Traits {
   // Dev only, the same for the one-ring kernels: every K/V load left out in odd CTAs (what multicast of K and V to a
   // cluster pair of tiles with the same key blocks would save; wrong results by design).
   static constexpr bool kDevSkipKVOdd = false;
+  // Dev only: every K/V load takes key block 0 of its head (L2-hot: no DRAM reads past the first; the same L2 -> SMEM
+  // bytes and issue as production; wrong results by design). Against kDevSkipKVOdd it tells DRAM's share from L2's.
+  static constexpr bool kDevKVHot = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -643,7 +646,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       int c[4];
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
-        tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
+        tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
         tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };

@@ -327,6 +327,9 @@ struct Traits {
   // Dev only: every K/V load takes key block 0 of its head (L2-hot: no DRAM reads past the first; the same L2 -> SMEM
   // bytes and issue as production; wrong results by design). Against kDevSkipKVOdd it tells DRAM's share from L2's.
   static constexpr bool kDevKVHot = false;
+  // Dev only: O rescaled after every block but a tile's first, moved max or not, so that the two above (whose repeated or
+  // stale K never moves the max) are timed against production doing the same work.
+  static constexpr bool kDevAlwaysRescale = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -1064,7 +1067,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           max_new[r] = fmaxf(row_max[r], m);
           max_moved |= max_new[r] != row_max[r];
         }
-        const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
+        const bool rescale = !first && (K::kDevAlwaysRescale || __any_sync(0xffffffffu, max_moved));
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
         if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");

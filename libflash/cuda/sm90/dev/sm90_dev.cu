@@ -261,6 +261,10 @@ template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
 };
+template <class T>
+struct AlwaysRescale : T {
+  static constexpr bool kDevAlwaysRescale = true;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -481,6 +485,9 @@ const Candidate kCandidates[] = {
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 skip kv odd", 128, false, run_k<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>},  // (session 42, see d256's)
     {"d128 kv hot", 128, false, run_k<KVHot<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 always rescale", 128, false, run_k<AlwaysRescale<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 ar skip kv odd", 128, false, run_k<AlwaysRescale<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>>},
+    {"d128 ar kv hot", 128, false, run_k<AlwaysRescale<KVHot<Tr<128, 128, 2, 2, 1>>>>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -541,6 +548,9 @@ const Candidate kCandidates[] = {
     // could save where L2 is busiest (ncu s42-4: causal 1k at 84% of L2's peak, 13% less time per tile on 66 CTAs).
     {"d256 skip kv odd", 256, false, run_k<SkipKVOdd<Tr<256, 80, 2, 2, 3>>>},
     {"d256 kv hot", 256, false, run_k<KVHot<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 always rescale", 256, false, run_k<AlwaysRescale<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 ar skip kv odd", 256, false, run_k<AlwaysRescale<SkipKVOdd<Tr<256, 80, 2, 2, 3>>>>},
+    {"d256 ar kv hot", 256, false, run_k<AlwaysRescale<KVHot<Tr<256, 80, 2, 2, 3>>>>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

@@ -488,6 +488,8 @@ const Candidate kCandidates[] = {
     {"d128 always rescale", 128, false, run_k<AlwaysRescale<Tr<128, 128, 2, 2, 1>>>},
     {"d128 ar skip kv odd", 128, false, run_k<AlwaysRescale<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>>},
     {"d128 ar kv hot", 128, false, run_k<AlwaysRescale<KVHot<Tr<128, 128, 2, 2, 1>>>>},
+    {"d128 group 6MB", 128, false, run_group<128, 128, 2, 2, 1, 6, 20>},
+    {"d128 group 10MB", 128, false, run_group<128, 128, 2, 2, 1, 10, 20>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -551,6 +553,11 @@ const Candidate kCandidates[] = {
     {"d256 always rescale", 256, false, run_k<AlwaysRescale<Tr<256, 80, 2, 2, 3>>>},
     {"d256 ar skip kv odd", 256, false, run_k<AlwaysRescale<SkipKVOdd<Tr<256, 80, 2, 2, 3>>>>},
     {"d256 ar kv hot", 256, false, run_k<AlwaysRescale<KVHot<Tr<256, 80, 2, 2, 3>>>>},
+    // Session 42: the causal order's L2 budget again (v30, s18-2: 8 and 24 MB within 1-3% of 16), now that the hot and
+    // skipped K/V above put DRAM's share of causal 1k-2k at 5-9% (production: L2 / 3, 16.7 MB).
+    {"d256 group 6MB", 256, false, run_group<256, 80, 2, 2, 3, 6, 20>},
+    {"d256 group 10MB", 256, false, run_group<256, 80, 2, 2, 3, 10, 20>},
+    {"d256 group 12MB", 256, false, run_group<256, 80, 2, 2, 3, 12, 20>},
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},

@@ -42,6 +42,7 @@
 #   diag-rounds  d64 4k: fa-bench at 64 and 60 heads x batch (11 and 10 tile rounds), ncu duration/clock/L2 per kernel
 #   diag-l2bw  d64 3840 keys, dense and block-sparse, on 132 and 66 CTAs under ncu: is the two-ring kernel L2-bound
 #   diag-ctas  issue 9's short problems ($DIAG_PROBLEMS) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
+#   diag-stalls  the two-ring kernel's warp states on 132 and 66 CTAs (d64 3840 keys, s = .1 and .5)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -388,6 +389,22 @@ for phase in "$@"; do
             --warmup 5 --reps 1 --no-progress > "$f" 2>&1
           echo "== ncu $name ctas $ctas: exit $?"
           grep -E "fwd_kernel|gpu__|sm__|lts__|dram__|l1tex__" "$f" | sed -E 's/^ +//;s/\(Args\).*//' | cut -c1-110
+        done
+      done
+      ;;
+    diag-stalls)
+      # What the two-ring kernel waits on more with 132 CTAs than with 66 (session 42: 6-17% more cycles a tile, not its
+      # K/V bytes): ncu's warp state statistics of d64 3840 keys, 66 heads x batch, s = .1 and .5, on 132 and 66 CTAs.
+      B=$BUILD/cli/fa-bench
+      for mask in block-sparse:0.1:128 block-sparse:0.5:128; do
+        for ctas in 132 66; do
+          f="$OUT/ncu-stalls-$ctas-$(echo ${mask%%:128} | tr -c 'a-z0-9.\n' '_').txt"
+          LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
+            --section WarpStateStats --section InstructionStats --metrics sm__cycles_elapsed.max,smsp__inst_executed.sum \
+            $B run --dtype bf16 --head-dim 64 --heads 33 --batch 2 --seqlen 3840 --algo sm90 --mask $mask \
+            --warmup 3 --reps 1 --no-progress > "$f" 2>&1
+          echo "== ncu stalls ctas $ctas $mask: exit $?"
+          grep -E "Stall|Warp Cycles|cycles_elapsed|inst_executed" "$f" | sed -E 's/^ +//' | cut -c1-120
         done
       done
       ;;

@@ -400,11 +400,11 @@ for phase in "$@"; do
         for ctas in 132 66; do
           f="$OUT/ncu-stalls-$ctas-$(echo ${mask%%:128} | tr -c 'a-z0-9.\n' '_').txt"
           LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
-            --section WarpStateStats --section InstructionStats --metrics sm__cycles_elapsed.max,smsp__inst_executed.sum \
+            --metrics "sm__cycles_elapsed.max,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
             $B run --dtype bf16 --head-dim 64 --heads 33 --batch 2 --seqlen 3840 --algo sm90 --mask $mask \
             --warmup 3 --reps 1 --no-progress > "$f" 2>&1
           echo "== ncu stalls ctas $ctas $mask: exit $?"
-          grep -E "Stall|Warp Cycles|cycles_elapsed|inst_executed" "$f" | sed -E 's/^ +//' | cut -c1-120
+          grep -E "stalled|cycles_elapsed|inst_executed" "$f" | sed -E 's/^ +//;s/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//' | awk '$NF+0 >= 0.05 || /cycles|inst/' | cut -c1-100
         done
       done
       ;;

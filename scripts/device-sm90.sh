@@ -43,6 +43,7 @@
 #   diag-l2bw  d64 3840 keys, dense and block-sparse, on 132 and 66 CTAs under ncu: is the two-ring kernel L2-bound
 #   diag-ctas  issue 9's short problems ($DIAG_PROBLEMS) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
 #   diag-stalls  the two-ring kernel's warp states on 132 and 66 CTAs (d64 3840 keys, s = .1 and .5)
+#   diag-fixed  d64 3840 keys on 5-20 whole rounds, dense and block-sparse: a launch's fixed cost (intercept)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -407,6 +408,16 @@ for phase in "$@"; do
           grep -E "stalled|cycles_elapsed|inst_executed" "$f" | sed -E 's/^ +//;s/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//' | awk '$NF+0 >= 0.05 || /cycles|inst/' | cut -c1-100
         done
       done
+      ;;
+    diag-fixed)
+      # A launch's fixed cost (ramp and tail) against its per-round cost (session 42): d64 at 3840 keys, 66 heads x batch
+      # per batch step, 1..4 batch steps = 5, 10, 15, 20 rounds of whole 192-row tiles on 132 CTAs; the intercept of time
+      # against rounds is what a launch costs beyond its tiles, dense and block-sparse.
+      B=$BUILD/cli/fa-bench
+      timeout 200 $B run --dtype bf16 --head-dim 64 --heads 33 --batch 1,2,3,4 --seqlen 3840 --algo sm90 \
+        --mask "none;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" --warmup 10 --reps 50 --no-progress \
+        --json "$OUT/fa-bench-fixed.json" > "$OUT/fa-bench-fixed.txt" 2>&1
+      echo "fa-bench fixed: exit $?"; grep sm90 "$OUT/fa-bench-fixed.txt"
       ;;
     sass-long)
       # The d128 192-key-block kernel's SASS: its LDL/STL against USETMAXREG (consumers above the dealloc, producer below),

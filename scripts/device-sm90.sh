@@ -414,10 +414,12 @@ for phase in "$@"; do
       # per batch step, 1..4 batch steps = 5, 10, 15, 20 rounds of whole 192-row tiles on 132 CTAs; the intercept of time
       # against rounds is what a launch costs beyond its tiles, dense and block-sparse.
       B=$BUILD/cli/fa-bench
-      timeout 200 $B run --dtype bf16 --head-dim 64 --heads 33 --batch 1,2,3,4 --seqlen 3840 --algo sm90 \
-        --mask "none;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" --warmup 10 --reps 50 --no-progress \
-        --json "$OUT/fa-bench-fixed.json" > "$OUT/fa-bench-fixed.txt" 2>&1
-      echo "fa-bench fixed: exit $?"; grep sm90 "$OUT/fa-bench-fixed.txt"
+      for b in 1 2 3 4; do
+        timeout 200 $B run --dtype bf16 --head-dim 64 --heads 33 --batch $b --seqlen 3840 --algo sm90 \
+          --mask "none;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" --warmup 10 --reps 50 --no-progress \
+          --json "$OUT/fa-bench-fixed-b$b.json" > "$OUT/fa-bench-fixed-b$b.txt" 2>&1
+        echo "fa-bench fixed batch $b: exit $?"; grep sm90 "$OUT/fa-bench-fixed-b$b.txt"
+      done
       ;;
     sass-long)
       # The d128 192-key-block kernel's SASS: its LDL/STL against USETMAXREG (consumers above the dealloc, producer below),

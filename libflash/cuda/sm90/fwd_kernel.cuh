@@ -316,19 +316,15 @@ struct Traits {
   // 1k dense +1.2% both times; d256 dense +0.4-1.4%, causal -0.1 to +0.9% (s41-2); d128 -1.9 to +0.7% and the block-sparse
   // kernels 0.5-2.6% slower, so not there (perf-log v74). Not measured with the tail split.
   static constexpr bool kUniformWg = !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 || kHeadDim_ == 256);
-  // Dev only (sm90_dev's SkipRing1, session 42; wrong results by design): ring 1's K/V loads left out -- 1 in odd CTAs, 2 in
-  // every CTA -- the slot's full barrier arrived on without bytes, so its consumers read stale data. What the two-ring
-  // kernel would gain if ring 1's L2 -> SMEM traffic were shared by a pair of CTAs (TMA multicast in a cluster of two:
-  // tiles 2p and 2p + 1 both load the list of mask row block 3p + 1 on ring 1) or gone, without the pairing's cost.
-  static constexpr int kDevSkipRing1 = 0;
-  // Dev only, the same for the one-ring kernels: every K/V load left out in odd CTAs (what multicast of K and V to a
-  // cluster pair of tiles with the same key blocks would save; wrong results by design).
+  // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
+  // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
+  //  - kDevSkipKVOdd: every K/V load left out in odd CTAs (the slot's full barrier arrived on without bytes): half the
+  //    L2 -> SMEM bytes and the DRAM re-reads gone, the upper bound of multicasting K and V to a cluster pair.
+  //  - kDevKVHot: every K/V load takes key block 0 of its head: the same L2 -> SMEM bytes and issue, no DRAM reads.
+  //  - kDevAlwaysRescale: O rescaled after every block but a tile's first, moved max or not. The two above never move
+  //    the max (stale or repeated K), so production skips rescales they do not: time them all with it.
   static constexpr bool kDevSkipKVOdd = false;
-  // Dev only: every K/V load takes key block 0 of its head (L2-hot: no DRAM reads past the first; the same L2 -> SMEM
-  // bytes and issue as production; wrong results by design). Against kDevSkipKVOdd it tells DRAM's share from L2's.
   static constexpr bool kDevKVHot = false;
-  // Dev only: O rescaled after every block but a tile's first, moved max or not, so that the two above (whose repeated or
-  // stale K never moves the max) are timed against production doing the same work.
   static constexpr bool kDevAlwaysRescale = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
@@ -773,13 +769,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
               const int sl = K::ring_slot(ring, at);
               const uint32_t ring0 = ring * kStages * K::kKVBytes;
-              if constexpr (K::kDevSkipRing1 > 0) {
-                if (ring == 1 && (K::kDevSkipRing1 == 2 || (blockIdx.x & 1))) {
-                  mbar_wait(v ? v_empty(sl) : k_empty(sl), ((at / kStages) & 1) ^ 1);
-                  mbar_arrive(v ? v_full(sl) : k_full(sl));
-                  return;
-                }
-              }
               if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
               else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
             };

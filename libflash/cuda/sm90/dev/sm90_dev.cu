@@ -247,12 +247,8 @@ template <class T, bool ON = true>
 struct UniformWg : T {
   static constexpr bool kUniformWg = ON;
 };
-// Ring 1's K/V loads left out (Traits::kDevSkipRing1, session 42; the results are wrong by design): 1 in odd CTAs (the
-// traffic a cluster pair's multicast of ring 1 would save), 2 in every CTA.
-template <class T, int SKIP>
-struct SkipRing1 : T {
-  static constexpr int kDevSkipRing1 = SKIP;
-};
+// The memory probes (Traits::kDevSkipKVOdd, kDevKVHot, kDevAlwaysRescale; session 42): K/V loads left out in odd CTAs,
+// every K/V load from key block 0, O rescaled after every block. Wrong results by design (the check column).
 template <class T>
 struct SkipKVOdd : T {
   static constexpr bool kDevSkipKVOdd = true;
@@ -428,7 +424,8 @@ const Candidate kCandidates[] = {
     // Session 32 (s32-4, perf-log v56): SFU turns alone (no products' turns; SfuTurns<Tr<64, 128, 4, 3, 1>, false>) 5-15%
     // slower; on two warpgroups (SfuTurns<Tr<64, 128, 4, 2, 1>>) 1-4% slower, alone 1-3% slower.
     {"d64  3wg sfu turns (whole)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    {"d64  3wg skip kv odd", 64, false, run_k<SkipKVOdd<Tr<64, 128, 4, 3, 1>>>},  // (session 42, see d256's)
+    // Session 42 (s42-6): K/V loads left out in odd CTAs, SkipKVOdd<Tr<64, 128, 4, 3, 1>> (without AlwaysRescale, so an
+    // upper bound): dense 0-0.5%, causal 1-1.8% faster (1k .2238 against .2266 ms) -- K and V's bytes are not d64's limit.
     // Session 38 (s38-1, perf-log v69; commit 28af72d): two CTAs per SM (a kCtasPerSm Traits member in the launch bounds
     // and the persistent grid; a TwoPerSm mixin: producer 24, consumers 104 registers from 80 at launch, 3 stages of
     // 64-key blocks, 97 KB each), two warpgroups on 128-row tiles, so that one CTA's tile boundaries overlap the other's
@@ -483,13 +480,11 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 skip kv odd", 128, false, run_k<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>},  // (session 42, see d256's)
-    {"d128 kv hot", 128, false, run_k<KVHot<Tr<128, 128, 2, 2, 1>>>},
+    // The memory probes (session 42, see d256's): causal 1k .1550 (skip) / .1533 (hot) against .1622 ms, 2k .2447 / .2484
+    // against .2533; dense 1k .2284 / .2275 against .2322, 2k .4303 / .4335 against .4340.
     {"d128 always rescale", 128, false, run_k<AlwaysRescale<Tr<128, 128, 2, 2, 1>>>},
     {"d128 ar skip kv odd", 128, false, run_k<AlwaysRescale<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>>},
     {"d128 ar kv hot", 128, false, run_k<AlwaysRescale<KVHot<Tr<128, 128, 2, 2, 1>>>>},
-    {"d128 group 6MB", 128, false, run_group<128, 128, 2, 2, 1, 6, 20>},
-    {"d128 group 10MB", 128, false, run_group<128, 128, 2, 2, 1, 10, 20>},
     // Session 33 (s33-2): the SFU turns (v56) on d128's two warpgroups, whose softmaxes overlap where the products (~1000
     // cycles a block) are shorter than a softmax (~1450): SfuTurns<Tr<128, 128, 2, 2, 1>> within 1% either way, dense and
     // causal 1k-16k, not kept (the block-sparse kernel takes them on long lists, below).
@@ -548,16 +543,15 @@ const Candidate kCandidates[] = {
     {"d256 s40 (no uniform wg)", 256, false, run_k<UniformWg<Tr<256, 80, 2, 2, 3>, false>>},
     // Session 42: K and V loads left out in odd CTAs (SkipKVOdd; wrong results by design): what a cluster pair's multicast
     // could save where L2 is busiest (ncu s42-4: causal 1k at 84% of L2's peak, 13% less time per tile on 66 CTAs).
-    {"d256 skip kv odd", 256, false, run_k<SkipKVOdd<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 kv hot", 256, false, run_k<KVHot<Tr<256, 80, 2, 2, 3>>>},
+    // The memory probes (s42-5, s42-7, s42-8; without AlwaysRescale the probes also skip the rescales production does, so only
+    // the "ar" forms compare): causal 1k .1522 (skip) and .1497 (hot) against .1651 ms, 2k .2275 / .2272 against .2452;
+    // dense 1k .2321 / .2381 against .2384.
     {"d256 always rescale", 256, false, run_k<AlwaysRescale<Tr<256, 80, 2, 2, 3>>>},
     {"d256 ar skip kv odd", 256, false, run_k<AlwaysRescale<SkipKVOdd<Tr<256, 80, 2, 2, 3>>>>},
     {"d256 ar kv hot", 256, false, run_k<AlwaysRescale<KVHot<Tr<256, 80, 2, 2, 3>>>>},
-    // Session 42: the causal order's L2 budget again (v30, s18-2: 8 and 24 MB within 1-3% of 16), now that the hot and
-    // skipped K/V above put DRAM's share of causal 1k-2k at 5-9% (production: L2 / 3, 16.7 MB).
-    {"d256 group 6MB", 256, false, run_group<256, 80, 2, 2, 3, 6, 20>},
-    {"d256 group 10MB", 256, false, run_group<256, 80, 2, 2, 3, 10, 20>},
-    {"d256 group 12MB", 256, false, run_group<256, 80, 2, 2, 3, 12, 20>},
+    // Session 42 (s42-9): the causal order's L2 budget again (v30, s18-2: 8 and 24 MB within 1-3% of 16), run_group<256,
+    // 80, 2, 2, 3, MB, 20> at 6 / 10 / 12 MB: causal 1k .1648 / .1636 / .1614 against .1659 / .1641 ms, 2k within 1%, 4k-8k
+    // 1-2.5% slower; d128 at 6 / 10 MB equal at 1k and 1-2% slower from 2k. Not kept.
     {"d256 s28-5 (no probe)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>>},
     {"d256 s27 (no pin)", 256, false, run_k<PinSoftmax<EarlyProbe<Tr<256, 80, 2, 2, 3>, false>, 0>>},
     {"d256 split (long prod)", 256, false, run_k<EarlyProbe<Tr<256, 80, 2, 2, 3, false, true>>>},
@@ -575,11 +569,10 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 42: the two-ring kernel's L2 traffic (ncu s42-3: L2 at 52-64% of peak against dense's 20%, and 6-17% less
-    // time per tile on 66 CTAs than on 132). Ring 1's loads left out in odd CTAs (what multicast to a pair would save)
-    // and in all; the results are wrong by design (the check's error column), only the times count.
-    {"d64  bs 2 rings skip ring 1 odd", 64, true, run_k<SkipRing1<TwoRings, 1>>},
-    {"d64  bs 2 rings skip ring 1 all", 64, true, run_k<SkipRing1<TwoRings, 2>>},
+    // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
+    // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
+    // L2 -> SMEM bytes): within 1% of production at 4k-16k, every density (4k s = .5 .3156 / .3180 against .3169 / .3165
+    // ms) -- its L2 traffic (52-64% of L2's peak) is not what it waits on. A kDevSkipRing1 Traits member; removed.
     // s38-6 (perf-log v71): the tile decoded by the producer (TileInSmem), production for the two-ring kernel since; on
     // the two-warpgroup one (TileInSmem<Tr<64, 128, 4, 2, 1, true>>) 4k s = .1 1-3% faster, 8k 1% slower (where production
     // runs the two-ring kernel): taken in session 39 (v72), below.

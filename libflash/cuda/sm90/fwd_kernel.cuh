@@ -326,6 +326,10 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
+  // Dev only (sm90_dev's RingTurns, session 42): the two-ring kernel's three warpgroups taking the dense kernel's turns
+  // (products and SFU, kPingPong / kSfuTurns set with it). A warpgroup whose list is shorter than the other ring's takes
+  // empty turns after its epilogue, so that every warpgroup takes as many turns per tile.
+  static constexpr bool kDevRingTurns = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -968,6 +972,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           rg = __shfl_sync(0xffffffffu, rg, 0);
         }
       }
+      // kDevRingTurns: the empty turns this warpgroup owes after its epilogue (its list against the other ring's), and
+      // whether the first of them is a product turn alone (an empty list: no block's turns at all).
+      [[maybe_unused]] int owed_turns = 0;
+      [[maybe_unused]] bool owed_lone = false;
+      if constexpr (K::kDevRingTurns) {
+        const int32_t* s0 = sched_base + (tile_iter & 1) * K::kRings * args.sched_stride;
+        const int c0 = s0[0], c1 = s0[args.sched_stride];
+        const int c_own = ring == 0 ? c0 : c1, c_max = max(c0, c1);
+        owed_turns = c_max - c_own;
+        owed_lone = c_own == 0 && c_max > 0;
+      }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
@@ -1409,6 +1424,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
       }
       lap(Prof::kEpilogue);
+      if constexpr (K::kDevRingTurns) {
+        // A block's turns are a product turn then an SFU turn, and a tile ends with the drain's product turn: owe them
+        // in that shape (P (S P)^k for an empty list, (S P)^k after a shorter one).
+        if (owed_lone) {
+          take_turn();
+          pass_turn();
+        }
+        for (int k = 0; k < owed_turns; ++k) {
+          if constexpr (K::kSfuTurns)
+            asm volatile("bar.sync %0, 256;\n\tbar.arrive %1, 256;\n" ::"r"(9 + wg), "r"(9 + (wg + 1) % K::kConsumers) : "memory");
+          take_turn();
+          pass_turn();
+        }
+      }
       if constexpr (K::kProfile)
         if (tid == 0) prof.add(Prof::kTiles, 1);
     }

@@ -261,6 +261,16 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
+// The two-ring kernel's warpgroups taking the dense kernel's turns (Traits::kDevRingTurns, session 42): products and SFU
+// (SFU false: products only), O rescaled in the turn, the clock pin PIN.
+template <class T, bool SFU = true, int PIN = 0>
+struct RingTurns : T {
+  static constexpr bool kDevRingTurns = true;
+  static constexpr bool kPingPong = true;
+  static constexpr bool kSfuTurns = SFU;
+  static constexpr bool kRescaleInTurn = true;
+  static constexpr int kPinSoftmax = PIN;
+};
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
 template <class T>
@@ -569,6 +579,10 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    // Session 42: the three warpgroups taking dense's turns, with empty turns owed where a list is shorter.
+    {"d64  bs 2 rings turns", 64, true, run_k<RingTurns<TwoRings>>},
+    {"d64  bs 2 rings turns pin", 64, true, run_k<RingTurns<TwoRings, true, 3>>},
+    {"d64  bs 2 rings turns no sfu", 64, true, run_k<RingTurns<TwoRings, false, 0>>},
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
     // L2 -> SMEM bytes): within 1% of production at 4k-16k, every density (4k s = .5 .3156 / .3180 against .3169 / .3165

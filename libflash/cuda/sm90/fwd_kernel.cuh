@@ -220,13 +220,19 @@ struct Traits {
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
-  static constexpr bool kPingPong = !kTwoRings;
+  // Two rings since session 42 (perf-log v75): the three warpgroups take the dense kernel's turns (products and SFU) in
+  // every tile whose two lists are of about equal length (kRingTurnsSlack: 8 x (longer - shorter) <= longer), a
+  // warpgroup with the shorter list taking empty turns after its epilogue so that every warpgroup takes as many turns;
+  // other tiles run their warpgroups free, as before. sm90_dev s42-12 (always turns): 4k s = .5 +2.9%, 8k-16k +1.4-4.9%.
+  static constexpr bool kRingTurns = kTwoRings;
+  static constexpr int kRingTurnsSlack = 8;  // 0: turns in every tile (dev)
+  static constexpr bool kPingPong = !kTwoRings || kRingTurns;
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
   // P V wait and the next turn (perf-log v45: sm90_dev s25-1, +1-4% at every head dim, dense and causal, 2k-16k, and the
   // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
   // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
-  static constexpr bool kRescaleInTurn = !kTwoRings;
+  static constexpr bool kRescaleInTurn = !kTwoRings || kRingTurns;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
@@ -243,7 +249,8 @@ struct Traits {
   //   slower (sm90_dev s28-1/2; v50) -- which the early probe (kEarlyProbe, v51) more than wins back there.
   // - Not where it measured slower: d64's three ping-pong warpgroups (1-2%), d128's 192-key blocks (1.5-2%), the
   //   block-sparse two-warpgroup kernels (d64 2-4% at s27-2, d128 within 1% either way).
-  static constexpr int kPinSoftmax = kTwoRings || (!kSparse_ && kConsumers_ == 2 && kBlockN_ <= 128) ? 3 : 0;
+  // (The two-ring kernel with turns (kRingTurns) leaves it out: 1-2.5% slower with it, sm90_dev s42-12.)
+  static constexpr int kPinSoftmax = (kTwoRings && !kRingTurns) || (!kSparse_ && kConsumers_ == 2 && kBlockN_ <= 128) ? 3 : 0;
   // Turns at the SFU (perf-log v56): the softmax's exponentials taken in turns round the consumer warpgroups (a second
   // named-barrier ring, 9 + wg, beside the products' ping-pong), after cuDNN's d64 kernel (ncu s32-3: its ping-pong
   // barrier brackets the exps, not the products). At d64 a 64 x 128 block's 64 exps per thread take 512 cycles of a
@@ -254,8 +261,8 @@ struct Traits {
   // alone (no ping-pong) 5-15% slower; two warpgroups (dense) 1-4% slower, the two-ring kernel's pair 3-5% slower
   // (s32-7, commit a9acaf7; its single's list differs in length, so it cannot join), so only the three-warpgroup dense
   // kernel.
-  static constexpr bool kSfuTurns = !kSparse_ && kConsumers_ == 3;
-  static_assert(!(kSfuTurns && kTwoRings), "the two rings' warpgroups walk lists of different lengths");
+  // (The two-ring kernel takes them with its products' turns, kRingTurns: the tiles whose lists are of about equal length.)
+  static constexpr bool kSfuTurns = (!kSparse_ && kConsumers_ == 3) || kRingTurns;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
@@ -326,10 +333,6 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
-  // Dev only (sm90_dev's RingTurns, session 42): the two-ring kernel's three warpgroups taking the dense kernel's turns
-  // (products and SFU, kPingPong / kSfuTurns set with it). A warpgroup whose list is shorter than the other ring's takes
-  // empty turns after its epilogue, so that every warpgroup takes as many turns per tile.
-  static constexpr bool kDevRingTurns = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -875,12 +878,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
     if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
-    // A turn at the tensor cores (ping-pong; two rings take none: the pair alone taking turns was 1-3% slower, s28-1).
+    // Two rings (kRingTurns): whether this tile's warpgroups take turns (their lists of about equal length), the same in
+    // every thread. Every other kernel takes them in every tile.
+    bool tile_turns = true;
+    // A turn at the tensor cores.
     auto take_turn = [&]() {
-      if constexpr (K::kPingPong) named_sync(1 + wg, 256);
+      if constexpr (K::kPingPong)
+        if (!K::kRingTurns || tile_turns) named_sync(1 + wg, 256);
     };
     auto pass_turn = [&]() {
-      if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+      if constexpr (K::kPingPong)
+        if (!K::kRingTurns || tile_turns) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
     if constexpr (K::kSfuTurns)
@@ -972,16 +980,18 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           rg = __shfl_sync(0xffffffffu, rg, 0);
         }
       }
-      // kDevRingTurns: the empty turns this warpgroup owes after its epilogue (its list against the other ring's), and
-      // whether the first of them is a product turn alone (an empty list: no block's turns at all).
+      // kRingTurns: whether the tile takes turns (both lists' lengths, read before the schedule is released: every
+      // thread reads the same), the empty turns this warpgroup then owes after its epilogue (its list against the
+      // other ring's), and whether the first of them is a product turn alone (an empty list: no block's turns at all).
       [[maybe_unused]] int owed_turns = 0;
       [[maybe_unused]] bool owed_lone = false;
-      if constexpr (K::kDevRingTurns) {
+      if constexpr (K::kRingTurns) {
         const int32_t* s0 = sched_base + (tile_iter & 1) * K::kRings * args.sched_stride;
         const int c0 = s0[0], c1 = s0[args.sched_stride];
-        const int c_own = ring == 0 ? c0 : c1, c_max = max(c0, c1);
-        owed_turns = c_max - c_own;
-        owed_lone = c_own == 0 && c_max > 0;
+        const int c_own = ring == 0 ? c0 : c1, c_max = max(c0, c1), c_min = min(c0, c1);
+        tile_turns = K::kRingTurnsSlack == 0 || K::kRingTurnsSlack * (c_max - c_min) <= c_max;
+        owed_turns = tile_turns ? c_max - c_own : 0;
+        owed_lone = tile_turns && c_own == 0 && c_max > 0;
       }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
@@ -1074,7 +1084,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && (K::kDevAlwaysRescale || __any_sync(0xffffffffu, max_moved));
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if constexpr (K::kSfuTurns)
+          if (!K::kRingTurns || tile_turns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
@@ -1099,7 +1110,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
         if constexpr (K::kSfuTurns)
-          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
+          if (!K::kRingTurns || tile_turns)
+            asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 
@@ -1424,7 +1436,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
       }
       lap(Prof::kEpilogue);
-      if constexpr (K::kDevRingTurns) {
+      if constexpr (K::kRingTurns) {
         // A block's turns are a product turn then an SFU turn, and a tile ends with the drain's product turn: owe them
         // in that shape (P (S P)^k for an empty list, (S P)^k after a shorter one).
         if (owed_lone) {

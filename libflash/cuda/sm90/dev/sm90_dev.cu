@@ -261,15 +261,19 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
-// The two-ring kernel's warpgroups taking the dense kernel's turns (Traits::kDevRingTurns, session 42): products and SFU
-// (SFU false: products only), O rescaled in the turn, the clock pin PIN.
-template <class T, bool SFU = true, int PIN = 0>
-struct RingTurns : T {
-  static constexpr bool kDevRingTurns = true;
-  static constexpr bool kPingPong = true;
-  static constexpr bool kSfuTurns = SFU;
-  static constexpr bool kRescaleInTurn = true;
-  static constexpr int kPinSoftmax = PIN;
+// The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on), or
+// with turns in every tile (SLACK 0; production takes them where 8 x (longer - shorter) <= longer, perf-log v75).
+template <class T>
+struct FreeRings : T {
+  static constexpr bool kRingTurns = false;
+  static constexpr bool kPingPong = false;
+  static constexpr bool kSfuTurns = false;
+  static constexpr bool kRescaleInTurn = false;
+  static constexpr int kPinSoftmax = 3;
+};
+template <class T, int SLACK>
+struct RingTurnsSlack : T {
+  static constexpr int kRingTurnsSlack = SLACK;
 };
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
@@ -317,9 +321,9 @@ const ProfCase kProfCases[] = {
     {"d64 2ring .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 2ring .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
-    {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
-    {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<TwoRings, false>>},
-    {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<TwoRings, false>>},
+    {"d64 2ring s26 .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<FixedRings<FreeRings<TwoRings>, false>>},
+    {"d64 2ring s26 .5 16k", 64, 16384, 2, false, 0.5, 3, run_prof_k<FixedRings<FreeRings<TwoRings>, false>>},
+    {"d64 2ring s26 .25", 64, 4096, 2, false, 0.25, 3, run_prof_k<FixedRings<FreeRings<TwoRings>, false>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -579,10 +583,14 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 42: the three warpgroups taking dense's turns, with empty turns owed where a list is shorter.
-    {"d64  bs 2 rings turns", 64, true, run_k<RingTurns<TwoRings>>},
-    {"d64  bs 2 rings turns pin", 64, true, run_k<RingTurns<TwoRings, true, 3>>},
-    {"d64  bs 2 rings turns no sfu", 64, true, run_k<RingTurns<TwoRings, false, 0>>},
+    // Session 42 (s42-12, perf-log v75): the three warpgroups taking dense's turns, products and SFU, O rescaled in the
+    // turn, no clock pin, with empty turns owed where a list is shorter (a kDevRingTurns Traits member then, in every
+    // tile): against production then (free, pinned) 4k s = .1 .0809 against .0809 / .0802 ms, s = .25 .1623 against .1649
+    // / .1632, s = .5 .3077 against .3174 / .3165; 8k +1.4 / +3.8 / +4.5%, 16k +3.2 / +3.9 / +4.9%. With the pin 1-2.5%
+    // slower than without, products' turns alone (no SFU turns) within 1% of free. Production since (in the tiles whose
+    // lists are of about equal length); "s41 (free)" is the kernel before, "always turns" takes them in every tile.
+    {"d64  bs 2 rings s41 (free)", 64, true, run_k<FreeRings<TwoRings>>},
+    {"d64  bs 2 rings always turns", 64, true, run_k<RingTurnsSlack<TwoRings, 0>>},
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
     // L2 -> SMEM bytes): within 1% of production at 4k-16k, every density (4k s = .5 .3156 / .3180 against .3169 / .3165
@@ -598,8 +606,8 @@ const Candidate kCandidates[] = {
     // run_turns_by_length) 0-1% slower. Not kept there.
     // UniformWg on the v73 two-ring kernel 0.5-1% slower (s40-5) and 0.5-1.3% (s41-2); on the two-warpgroup one within
     // 1% both times. Removed.
-    {"d64  bs 2 rings s39 (no desc+, uniform)", 64, true, run_k<UniformIt<DescPlus<TwoRings, false>, false>>},
-    {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<TwoRings, false>>},
+    {"d64  bs 2 rings s39 (no desc+, uniform)", 64, true, run_k<UniformIt<DescPlus<FreeRings<TwoRings>, false>, false>>},
+    {"d64  bs 2 rings s37 (no tile in smem)", 64, true, run_k<TileInSmem<FreeRings<TwoRings>, false>>},
     // Session 39 (s39-4, perf-log v72): the tile decoded by the producer on the two-warpgroup kernel too (production since),
     // which runs lists of < 6 blocks (4k s = .1: 0.3-3% faster) and, listed, d64's windows of <= 768 keys (1-4%); the
     // "s38" candidates are the kernels without it.

@@ -220,12 +220,13 @@ struct Traits {
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
   // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
-  // Two rings since session 42 (perf-log v75): the three warpgroups take the dense kernel's turns (products and SFU) in
-  // every tile whose two lists are of about equal length (kRingTurnsSlack: 8 x (longer - shorter) <= longer), a
-  // warpgroup with the shorter list taking empty turns after its epilogue so that every warpgroup takes as many turns;
-  // other tiles run their warpgroups free, as before. sm90_dev s42-12 (always turns): 4k s = .5 +2.9%, 8k-16k +1.4-4.9%.
+  // Two rings since session 42 (perf-log v75): the three warpgroups take the dense kernel's turns, products and SFU, the
+  // warpgroups of the shorter list taking empty turns after their epilogue, so that every warpgroup takes as many turns
+  // in every tile (sm90_dev s42-14, against the free warpgroups before: 4k s = .1 / .25 / .5 +0.8 / +1.4 / +3.4%, 8k +2.5
+  // / +4.1 / +4.3%, 16k +3.2 / +4.0 / +4.4%). Turns taken only in tiles whose lists are of about equal length, the others
+  // free (a run-time choice per tile), measured no faster than none (s42-14), like d128's SFU turns switched at run time
+  // (s33-3).
   static constexpr bool kRingTurns = kTwoRings;
-  static constexpr int kRingTurnsSlack = 8;  // 0: turns in every tile (dev)
   static constexpr bool kPingPong = !kTwoRings || kRingTurns;
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
@@ -878,17 +879,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Turns go round the warpgroups: wg syncs on barrier 1 + wg and hands over on the next one's.
     if constexpr (K::kPingPong)
       if (wg == K::kConsumers - 1) named_arrive(1, 256);
-    // Two rings (kRingTurns): whether this tile's warpgroups take turns (their lists of about equal length), the same in
-    // every thread. Every other kernel takes them in every tile.
-    bool tile_turns = true;
     // A turn at the tensor cores.
     auto take_turn = [&]() {
-      if constexpr (K::kPingPong)
-        if (!K::kRingTurns || tile_turns) named_sync(1 + wg, 256);
+      if constexpr (K::kPingPong) named_sync(1 + wg, 256);
     };
     auto pass_turn = [&]() {
-      if constexpr (K::kPingPong)
-        if (!K::kRingTurns || tile_turns) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+      if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
     if constexpr (K::kSfuTurns)
@@ -980,18 +976,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           rg = __shfl_sync(0xffffffffu, rg, 0);
         }
       }
-      // kRingTurns: whether the tile takes turns (both lists' lengths, read before the schedule is released: every
-      // thread reads the same), the empty turns this warpgroup then owes after its epilogue (its list against the
-      // other ring's), and whether the first of them is a product turn alone (an empty list: no block's turns at all).
+      // kRingTurns: the empty turns this warpgroup owes after its epilogue (its list against the other ring's: both
+      // lengths read before the schedule is released), and whether the first is a product turn alone (an empty list:
+      // no block's turns at all).
       [[maybe_unused]] int owed_turns = 0;
       [[maybe_unused]] bool owed_lone = false;
       if constexpr (K::kRingTurns) {
         const int32_t* s0 = sched_base + (tile_iter & 1) * K::kRings * args.sched_stride;
         const int c0 = s0[0], c1 = s0[args.sched_stride];
-        const int c_own = ring == 0 ? c0 : c1, c_max = max(c0, c1), c_min = min(c0, c1);
-        tile_turns = K::kRingTurnsSlack == 0 || K::kRingTurnsSlack * (c_max - c_min) <= c_max;
-        owed_turns = tile_turns ? c_max - c_own : 0;
-        owed_lone = tile_turns && c_own == 0 && c_max > 0;
+        const int c_own = ring == 0 ? c0 : c1, c_max = max(c0, c1);
+        owed_turns = c_max - c_own;
+        owed_lone = c_own == 0 && c_max > 0;
       }
       KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
@@ -1084,8 +1079,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const bool rescale = !first && (K::kDevAlwaysRescale || __any_sync(0xffffffffu, max_moved));
         // kSfuTurns: this warpgroup's turn at the SFU; `zero` (0, opaque to the compiler) holds its exps behind the wait.
         float zero = 0.f;
-        if constexpr (K::kSfuTurns)
-          if (!K::kRingTurns || tile_turns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
+        if constexpr (K::kSfuTurns) asm volatile("bar.sync %1, 256;\n\tmov.b32 %0, 0;\n" : "=f"(zero) : "r"(9 + wg) : "memory");
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           // A row with nothing visible yet keeps max -inf: subtract 0 so exp2(-inf - -inf) is never NaN.
@@ -1110,8 +1104,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         // The hand-over waits for both rows' sums, i.e. for every exp of the block.
         if constexpr (K::kSfuTurns)
-          if (!K::kRingTurns || tile_turns)
-            asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
+          asm volatile("bar.arrive %0, 256;\n" ::"r"(9 + (wg + 1) % K::kConsumers), "f"(row_sum[0]), "f"(row_sum[1]) : "memory");
         return rescale;
       };
 

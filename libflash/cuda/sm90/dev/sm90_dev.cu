@@ -40,6 +40,7 @@ struct Problem {
   double density;  // block-sparse: fraction of 128 x 128 blocks kept per query block (0: no block mask)
   int window = -1;  // >= 0: the sliding window (window, 0) (causal then ignored)
   int nq = 0;       // seqlen_q when it differs from seqlen_k (n); the rows are the last nq of n (bottom-right causal)
+  int skew = 0;     // block-sparse, > 0: odd query blocks keep 1 / skew as many key blocks (lists of unequal length)
 };
 
 void* g_workspace = nullptr;  // the dynamic tile order's counter (causal, block-sparse), or the tail split's counters and partials
@@ -50,11 +51,13 @@ int32_t* g_mask_idx = nullptr;  // kv_indices [num_q_blocks][per_row]
 // The same kind of pattern as fa-bench's block-sparse:DENSITY:128 -- round(density * key blocks) distinct
 // key blocks per query block, chosen at random, one pattern for every batch and head -- uploaded to the
 // device; returns the BlockMaskParams naming it.
-flash::BlockMaskParams upload_pattern(int n, double density, uint64_t seed) {
+flash::BlockMaskParams upload_pattern(int n, double density, uint64_t seed, int skew = 0) {
   const int blocks = (n + 127) / 128;
   int per_row = int(std::llround(density * blocks));
   per_row = std::min(std::max(per_row, 1), blocks);
   std::vector<int32_t> num(blocks, per_row), idx(size_t(blocks) * per_row), all(blocks);
+  if (skew > 0)  // odd query blocks: per_row / skew of their slots used (the rest of the row's indices ignored)
+    for (int qb = 1; qb < blocks; qb += 2) num[qb] = std::max(1, per_row / skew);
   std::mt19937_64 rng(seed ^ uint64_t(n) << 20 ^ uint64_t(density * 1000));
   for (int qb = 0; qb < blocks; ++qb) {
     for (int j = 0; j < blocks; ++j) all[j] = j;
@@ -261,8 +264,7 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
-// The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on), or
-// with turns in every tile (SLACK 0; production takes them where 8 x (longer - shorter) <= longer, perf-log v75).
+// The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
 struct FreeRings : T {
   static constexpr bool kRingTurns = false;
@@ -270,10 +272,6 @@ struct FreeRings : T {
   static constexpr bool kSfuTurns = false;
   static constexpr bool kRescaleInTurn = false;
   static constexpr int kPinSoftmax = 3;
-};
-template <class T, int SLACK>
-struct RingTurnsSlack : T {
-  static constexpr int kRingTurnsSlack = SLACK;
 };
 // d128 block-sparse as production runs it since session 33 (perf-log v59): lists of >= kSfuTurnsMinBlocks key blocks on the
 // instantiation with SFU turns (SfuTurnsOn), shorter ones on the one without.
@@ -584,13 +582,14 @@ const Candidate kCandidates[] = {
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     // Session 42 (s42-12, perf-log v75): the three warpgroups taking dense's turns, products and SFU, O rescaled in the
-    // turn, no clock pin, with empty turns owed where a list is shorter (a kDevRingTurns Traits member then, in every
-    // tile): against production then (free, pinned) 4k s = .1 .0809 against .0809 / .0802 ms, s = .25 .1623 against .1649
+    // turn, no clock pin, with empty turns owed where a list is shorter (a kDevRingTurns Traits member then): against
+    // production then (free, pinned) 4k s = .1 .0809 against .0809 / .0802 ms, s = .25 .1623 against .1649
     // / .1632, s = .5 .3077 against .3174 / .3165; 8k +1.4 / +3.8 / +4.5%, 16k +3.2 / +3.9 / +4.9%. With the pin 1-2.5%
-    // slower than without, products' turns alone (no SFU turns) within 1% of free. Production since (in the tiles whose
-    // lists are of about equal length); "s41 (free)" is the kernel before, "always turns" takes them in every tile.
+    // slower than without, products' turns alone (no SFU turns) within 1% of free. Production since; "s41 (free)" is the
+    // kernel before. s42-14: turns only in the tiles whose lists
+    // differ by no more than an eighth, the others free (a run-time choice: tile_turns around every barrier), no faster
+    // than free (8k s = .5 1.1587 / 1.1539 against 1.1660, always 1.1158 ms). Production takes them in every tile.
     {"d64  bs 2 rings s41 (free)", 64, true, run_k<FreeRings<TwoRings>>},
-    {"d64  bs 2 rings always turns", 64, true, run_k<RingTurnsSlack<TwoRings, 0>>},
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
     // L2 -> SMEM bytes): within 1% of production at 4k-16k, every density (4k s = .5 .3156 / .3180 against .3169 / .3165
@@ -707,6 +706,8 @@ int main(int argc, char** argv) {
     for (int n : {4096, 16384}) problems.push_back({0, n, 16384 / n, false, 0.0, w});
   for (int n : {4096, 8192, 16384})
     for (double s : {0.0, 0.1, 0.25, 0.5}) problems.push_back({0, n, 2, false, s});
+  // Lists of unequal length (session 42: the two-ring kernel's turns): odd query blocks keep a quarter as many.
+  for (int n : {4096, 16384}) problems.push_back({0, n, 2, false, 0.5, -1, 0, 4});
   if (partial_only) {
     problems.clear();
     for (int n : {1024, 2048, 4096})
@@ -738,7 +739,7 @@ int main(int argc, char** argv) {
       std::vector<float> t;
     };
     std::vector<Entry> entries;
-    const flash::BlockMaskParams bm = sparse ? upload_pattern(base.n, base.density, 7) : flash::BlockMaskParams{};
+    const flash::BlockMaskParams bm = sparse ? upload_pattern(base.n, base.density, 7, base.skew) : flash::BlockMaskParams{};
     for (const Candidate& c : kCandidates) {
       if (c.sparse != sparse) continue;
       if (listed_only && c.d != 64) continue;
@@ -798,7 +799,7 @@ int main(int argc, char** argv) {
       char mask[16];
       std::snprintf(mask, sizeof mask, "%s", sparse ? "" : pr.causal ? "causal" : "dense");
       if (pr.window >= 0) std::snprintf(mask, sizeof mask, "w%d", pr.window);
-      if (sparse) std::snprintf(mask, sizeof mask, "bs%.2f", pr.density);
+      if (sparse) std::snprintf(mask, sizeof mask, pr.skew > 0 ? "bs%.2fk%d" : "bs%.2f", pr.density, pr.skew);
       double& ref = dense_ms[{pr.d, pr.n}];
       if (!sparse && pr.batch == 2) ref = ms;
       if (pr.nq > 0) std::snprintf(mask, sizeof mask, "cq%d", pr.nq);

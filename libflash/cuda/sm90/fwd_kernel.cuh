@@ -20,7 +20,8 @@
 // a warpgroup, S_{j+1} and P_j V_j are issued together and the softmax of S_{j+1} runs while P_j V_j
 // does. K_j is released when S_j is done, V_j when P_j V_j is.
 // d64 block-sparse masks of 128-row blocks with long lists (shapes.h, use_two_rings) run three consumer warpgroups on
-// 192-row tiles instead, whose rows lie in two mask row blocks: one K/V ring per list, no ping-pong (Traits::kTwoRings).
+// 192-row tiles instead, whose rows lie in two mask row blocks: one K/V ring per list (Traits::kTwoRings), the three
+// warpgroups taking turns as d64's dense ones do, the shorter list's warpgroups with empty turns (Traits::kRingTurns).
 //
 // Hand-over of a tile's index and block-sparse schedule (plain shared stores by the producer, plain loads
 // by the consumers): through a "tile_full" mbarrier per tile slot (per Q buffer; block-sparse: per
@@ -231,8 +232,8 @@ struct Traits {
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
   // P V wait and the next turn (perf-log v45: sm90_dev s25-1, +1-4% at every head dim, dense and causal, 2k-16k, and the
-  // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). Not in the
-  // two-ring kernel, whose three warpgroups issue without turns: 5-10% slower there.
+  // block-sparse two-warpgroup kernels; at random inputs a warp's running max moves in most blocks up to 4k). The two-ring
+  // kernel's warpgroups, without turns before session 42, were 5-10% slower with it; with kRingTurns it is in the turn.
   static constexpr bool kRescaleInTurn = !kTwoRings || kRingTurns;
   // Two rings with fixed roles: warpgroups 0 and 1 always the pair (ring 0), 2 always the single (ring 1), the tile's
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
@@ -242,7 +243,7 @@ struct Traits {
   // alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0 and 1 (and with a
   // __syncwarp, s27-1), and before it with 3 (a clock read is an instruction it schedules nothing across, as in the
   // profiled builds), so with 3 a warpgroup's softmax overlaps its own P V instead of waiting for it.
-  // - The two-ring kernel, whose warpgroups take no turns, waited there for a P V queued behind the other warpgroups'
+  // - The two-ring kernel, whose warpgroups took no turns before session 42 (kRingTurns), waited there for a P V queued behind the other warpgroups'
   //   products: fixed rings with 3 run 3-8% faster than session 26's rotating rings at s = 0.1, 0-6% at s = 0.25, equal
   //   at s = 0.5 (v49).
   // - Two ping-pong warpgroups on blocks of <= 128 keys (d128's 128-key kernel, d256's two): 1.5-4% faster from 2k
@@ -262,7 +263,7 @@ struct Traits {
   // alone (no ping-pong) 5-15% slower; two warpgroups (dense) 1-4% slower, the two-ring kernel's pair 3-5% slower
   // (s32-7, commit a9acaf7; its single's list differs in length, so it cannot join), so only the three-warpgroup dense
   // kernel.
-  // (The two-ring kernel takes them with its products' turns, kRingTurns: the tiles whose lists are of about equal length.)
+  // (The two-ring kernel takes them with its products' turns since session 42: kRingTurns.)
   static constexpr bool kSfuTurns = (!kSparse_ && kConsumers_ == 3) || kRingTurns;
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.

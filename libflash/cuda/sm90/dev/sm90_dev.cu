@@ -588,7 +588,8 @@ const Candidate kCandidates[] = {
     // slower than without, products' turns alone (no SFU turns) within 1% of free. Production since; "s41 (free)" is the
     // kernel before. s42-14: turns only in the tiles whose lists
     // differ by no more than an eighth, the others free (a run-time choice: tile_turns around every barrier), no faster
-    // than free (8k s = .5 1.1587 / 1.1539 against 1.1660, always 1.1158 ms). Production takes them in every tile.
+    // than free (8k s = .5 1.1587 / 1.1539 against 1.1660, always 1.1158 ms). Production takes them in every tile. s42-15:
+    // on skewed lists ("bs0.50k4": odd query blocks keep a quarter as many) 4k equal to free, 16k 4.5-5.4% slower.
     {"d64  bs 2 rings s41 (free)", 64, true, run_k<FreeRings<TwoRings>>},
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its

@@ -40,8 +40,7 @@
 #   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py)
 #   wgmma-issue  dev/wgmma_issue.cu: a d64 loop block's wgmma issue timed on 1-3 warpgroups, orders and turns (v68)
 #   diag-rounds  d64 4k: fa-bench at 64 and 60 heads x batch (11 and 10 tile rounds), ncu duration/clock/L2 per kernel
-#   diag-l2bw  d64 3840 keys, dense and block-sparse, on 132 and 66 CTAs under ncu: is the two-ring kernel L2-bound
-#   diag-ctas  issue 9's short problems ($DIAG_PROBLEMS) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
+#   diag-ctas  $DIAG_PROBLEMS (default issue 9's short ones) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
 #   diag-stalls  the two-ring kernel's warp states on 132 and 66 CTAs (d64 3840 keys, s = .1 and .5)
 #   diag-fixed  d64 3840 keys on 5-20 whole rounds, dense and block-sparse: a launch's fixed cost (intercept)
 #   pack    everything in $OUT into results.tgz
@@ -359,26 +358,11 @@ for phase in "$@"; do
         done
       done
       ;;
-    diag-l2bw)
-      # Is the two-ring kernel bound by L2 -> SM bandwidth (session 42)? d64 at 3840 keys, 66 heads x batch (1320 tiles of
-      # 192 rows: whole rounds, no rows kernel) on 132 CTAs and on 66 (half the L2 load, the same per-SM one): cycles, clock,
-      # L2 throughput of the dense kernel and the block-sparse ones (30 key blocks: lists of 15, 8 and 3).
-      B=$BUILD/cli/fa-bench
-      M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
-      for ctas in 132 66; do
-        for mask in none block-sparse:0.5:128 block-sparse:0.25:128 block-sparse:0.1:128; do
-          f="$OUT/ncu-l2bw-$ctas-$(echo ${mask%%:128} | tr -c 'a-z0-9.\n' '_').txt"
-          LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
-            --metrics "$M" $B run --dtype bf16 --head-dim 64 --heads 33 --batch 2 --seqlen 3840 --algo sm90 --mask $mask \
-            --warmup 3 --reps 1 --no-progress > "$f" 2>&1
-          echo "== ncu ctas $ctas $mask: exit $?"
-          grep -E "fwd_kernel|gpu__|sm__|lts__|l1tex__" "$f" | sed -E 's/^ +//' | cut -c1-150
-        done
-      done
-      ;;
     diag-ctas)
-      # The same question for issue 9's short problems (session 42): per-tile cycles on 132 CTAs against 66 (half the
-      # L2 and DRAM load, the same per-SM one). $DIAG_PROBLEMS: NAME:D:SEQLEN:HEADS:BATCH:MASK (fa-bench's --mask).
+      # Per-tile cycles on 132 CTAs against 66 (half the L2 and DRAM load, the same per-SM one), with ncu's clock, L2 and
+      # DRAM throughput (session 42). $DIAG_PROBLEMS: NAME:D:SEQLEN:HEADS:BATCH:MASK (fa-bench's --mask); the default is
+      # issue 9's short problems. Session 42's two-ring run (s42-3) was d64 at 3840 keys, 33 heads x 2 (whole rounds):
+      # DIAG_PROBLEMS="n:64:3840:33:2:none s5:64:3840:33:2:block-sparse:0.5:128 ..."
       B=$BUILD/cli/fa-bench
       M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
       for cfg in ${DIAG_PROBLEMS:-d128n1k:128:1024:33:8:none d128n2k:128:2048:33:4:none d64c1k:64:1024:32:16:causal d256c1k:256:1024:8:16:causal d64n1k:64:1024:32:16:none}; do

@@ -243,9 +243,9 @@ struct Traits {
   // alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0 and 1 (and with a
   // __syncwarp, s27-1), and before it with 3 (a clock read is an instruction it schedules nothing across, as in the
   // profiled builds), so with 3 a warpgroup's softmax overlaps its own P V instead of waiting for it.
-  // - The two-ring kernel, whose warpgroups took no turns before session 42 (kRingTurns), waited there for a P V queued behind the other warpgroups'
-  //   products: fixed rings with 3 run 3-8% faster than session 26's rotating rings at s = 0.1, 0-6% at s = 0.25, equal
-  //   at s = 0.5 (v49).
+  // - The two-ring kernel, whose warpgroups took no turns before session 42 (kRingTurns), waited there for a P V queued
+  //   behind the other warpgroups' products: fixed rings with 3 ran 3-8% faster than session 26's rotating rings at
+  //   s = 0.1, 0-6% at s = 0.25, equal at s = 0.5 (v49).
   // - Two ping-pong warpgroups on blocks of <= 128 keys (d128's 128-key kernel, d256's two): 1.5-4% faster from 2k
   //   (d128 dense 16k 3.451 against 3.558 ms, d256 split 16k 3.009 against 3.133), within 1% at 1k, d256 causal 1k 1-2%
   //   slower (sm90_dev s28-1/2; v50) -- which the early probe (kEarlyProbe, v51) more than wins back there.

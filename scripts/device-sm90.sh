@@ -41,7 +41,7 @@
 #   wgmma-issue  dev/wgmma_issue.cu: a d64 loop block's wgmma issue timed on 1-3 warpgroups, orders and turns (v68)
 #   diag-rounds  d64 4k: fa-bench at 64 and 60 heads x batch (11 and 10 tile rounds), ncu duration/clock/L2 per kernel
 #   diag-ctas  $DIAG_PROBLEMS (default issue 9's short ones) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
-#   diag-stalls  the two-ring kernel's warp states on 132 and 66 CTAs (d64 3840 keys, s = .1 and .5)
+#   diag-stalls  the same with the warp stall ratios (default: the two-ring kernel at 3840 keys, s = .1 and .5)
 #   diag-fixed  d64 3840 keys on 5-20 whole rounds, dense and block-sparse: a launch's fixed cost (intercept)
 #   pack    everything in $OUT into results.tgz
 set -uo pipefail
@@ -358,38 +358,31 @@ for phase in "$@"; do
         done
       done
       ;;
-    diag-ctas)
-      # Per-tile cycles on 132 CTAs against 66 (half the L2 and DRAM load, the same per-SM one), with ncu's clock, L2 and
-      # DRAM throughput (session 42). $DIAG_PROBLEMS: NAME:D:SEQLEN:HEADS:BATCH:MASK (fa-bench's --mask); the default is
-      # issue 9's short problems. Session 42's two-ring run (s42-3) was d64 at 3840 keys, 33 heads x 2 (whole rounds):
-      # DIAG_PROBLEMS="n:64:3840:33:2:none s5:64:3840:33:2:block-sparse:0.5:128 ..."
+    diag-ctas|diag-stalls)
+      # Per-tile cycles on 132 CTAs against 66 (half the L2 and DRAM load, the same per-SM one), under ncu at free clocks
+      # (session 42). diag-ctas: the clock, L2 and DRAM throughput; diag-stalls: the warp stall ratios by reason (what
+      # the two-ring kernel waits on more on 132 CTAs). $DIAG_PROBLEMS: NAME:D:SEQLEN:HEADS:BATCH:MASK (fa-bench's --mask);
+      # diag-ctas defaults to issue 9's short problems, diag-stalls to the two-ring kernel at 3840 keys, 33 heads x 2
+      # (whole rounds), s = .1 and .5. Session 42's s42-3 was diag-ctas on
+      # DIAG_PROBLEMS="n:64:3840:33:2:none s5:64:3840:33:2:block-sparse:0.5:128 ...".
       B=$BUILD/cli/fa-bench
-      M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
-      for cfg in ${DIAG_PROBLEMS:-d128n1k:128:1024:33:8:none d128n2k:128:2048:33:4:none d64c1k:64:1024:32:16:causal d256c1k:256:1024:8:16:causal d64n1k:64:1024:32:16:none}; do
+      if [ $phase = diag-ctas ]; then
+        M="gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max,lts__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__m_xbar2l1tex_read_bytes.sum"
+        problems=${DIAG_PROBLEMS:-d128n1k:128:1024:33:8:none d128n2k:128:2048:33:4:none d64c1k:64:1024:32:16:causal d256c1k:256:1024:8:16:causal d64n1k:64:1024:32:16:none}
+      else
+        M="sm__cycles_elapsed.max,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+        problems=${DIAG_PROBLEMS:-s1:64:3840:33:2:block-sparse:0.1:128 s5:64:3840:33:2:block-sparse:0.5:128}
+      fi
+      for cfg in $problems; do
         IFS=: read -r name d n h b mask <<< "$cfg"
         for ctas in 132 66; do
-          f="$OUT/ncu-ctas-$name-$ctas.txt"
+          f="$OUT/ncu-$phase-$name-$ctas.txt"
           LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 4 --launch-count 2 \
             --metrics "$M" $B run --dtype bf16 --head-dim $d --heads $h --batch $b --seqlen $n --algo sm90 --mask $mask \
             --warmup 5 --reps 1 --no-progress > "$f" 2>&1
-          echo "== ncu $name ctas $ctas: exit $?"
-          grep -E "fwd_kernel|gpu__|sm__|lts__|dram__|l1tex__" "$f" | sed -E 's/^ +//;s/\(Args\).*//' | cut -c1-110
-        done
-      done
-      ;;
-    diag-stalls)
-      # What the two-ring kernel waits on more with 132 CTAs than with 66 (session 42: 6-17% more cycles a tile, not its
-      # K/V bytes): ncu's warp state statistics of d64 3840 keys, 66 heads x batch, s = .1 and .5, on 132 and 66 CTAs.
-      B=$BUILD/cli/fa-bench
-      for mask in block-sparse:0.1:128 block-sparse:0.5:128; do
-        for ctas in 132 66; do
-          f="$OUT/ncu-stalls-$ctas-$(echo ${mask%%:128} | tr -c 'a-z0-9.\n' '_').txt"
-          LIBFLASH_SM90_MAX_CTAS=$ctas timeout 120 ncu --clock-control none --kernel-name regex:fwd_kernel --launch-skip 2 --launch-count 1 \
-            --metrics "sm__cycles_elapsed.max,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-            $B run --dtype bf16 --head-dim 64 --heads 33 --batch 2 --seqlen 3840 --algo sm90 --mask $mask \
-            --warmup 3 --reps 1 --no-progress > "$f" 2>&1
-          echo "== ncu stalls ctas $ctas $mask: exit $?"
-          grep -E "stalled|cycles_elapsed|inst_executed" "$f" | sed -E 's/^ +//;s/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//' | awk '$NF+0 >= 0.05 || /cycles|inst/' | cut -c1-100
+          echo "== ncu $phase $name ctas $ctas: exit $?"
+          grep -E "fwd_kernel|gpu__|sm__|lts__|dram__|l1tex__|smsp__" "$f" | sed -E 's/^ +//;s/\(Args\).*//;s/smsp__average_warps_issue_stalled_//;s/_per_issue_active.ratio//' \
+            | awk '!/inst +[0-9.]+$/ || $NF+0 >= 0.05' | cut -c1-110
         done
       done
       ;;

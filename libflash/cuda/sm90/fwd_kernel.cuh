@@ -268,19 +268,6 @@ struct Traits {
   // Block-sparse producer threads that read each tile's index: the scheduler's, a Q loader and a K/V loader per ring
   // (perf-log v40). They and every consumer thread arrive on sched_empty.
   static constexpr int kLoaders = kTwoRings ? 2 : 1;
-  // Block-sparse K/V loads at a tile's start (dev, session 43). The loader issues V_{j-1} after K_{j+1}: in the loop K_{j+1}'s
-  // slot frees first (S_{j-1} is issued before P_{j-2} V_{j-2} in one turn). But the next tile's K_2 waits for its own
-  // S_0, while V_1's slot frees at this tile's last P V: issued behind K_2, V_1 waited for the next tile's S_0 too
-  // (profile s43-4: 4k s = .1, a loop block's K/V waits 765 cycles at d128, 1443 on two rings, against 320 at s = .5).
-  // kVEarly: V_1 right after V_0, before K_2 (one loader thread per ring). kSplitKV (one ring): K and V each from a
-  // loader thread of their own (thread 64 for V), so each load goes out when its own slot frees.
-  static constexpr bool kVEarly = false;
-  static constexpr bool kSplitKV = false;
-  // kPrefetchHeads (dev, session 43): the scheduler warp, idle most of a short-list tile, prefetches to L2 the K and V of
-  // the (batch, head) whose first tile the counter hands out one round (grid tiles) after this one, so that each key
-  // block's first reader finds it in L2 (profile s43-7: with K/V always L2-hot, 4k s = .1 tiles 6% (d128) and 13% (two
-  // rings) shorter, their loop blocks' K/V waits at s = .5's).
-  static constexpr bool kPrefetchHeads = false;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kPages = kHeadDim / 64;  // 64-column (128-byte) swizzle pages per row
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256, "tile shape");
@@ -309,11 +296,6 @@ struct Traits {
   // (Only the block-sparse scheduler writes the decode: the dense producer's form, measured in session 38, is in commit
   // b6ce965.)
   static constexpr bool kTileInSmem = kSparse && kHeadDim_ < 256;
-  // kSchedLead (block-sparse; dev, session 43): the scheduler warp's first schedule -- every CTA's first tile waits on it
-  // (sm90_dev profile s43-2: published 4.8k cycles after the scheduler's start at d128, 6.5k with two rings, where the
-  // dense first tile waits ~400) -- with the tile atomic asked after it instead of before, and two rings' lists loaded
-  // together (one memory round trip, not one per list).
-  static constexpr bool kSchedLead = false;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -416,56 +398,6 @@ struct KeyBlocks {
       return n;
     }
     return pos < sched[0] ? sched[1 + pos++] : -1;
-  }
-
-  // kSchedLead: a list's head -- its count and first 32 entries, loaded -- apart from its build, so that two lists' loads
-  // go out together (build_from then does what build_schedule does after its loads).
-  struct ListHead {
-    const int32_t* list = nullptr;
-    int32_t first = -1;
-    int count = 0;
-  };
-  __device__ __forceinline__ ListHead load_list(const FwdParams& p, int b, int h, int q_row, int lane) const {
-    ListHead l;
-    if (lo < hi && q_row < p.seqlen_q && p.has_block_mask) {
-      const BlockMaskParams& m = p.block_mask;
-      const int64_t qb = q_row / m.block_m;
-      l.list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      l.first = lane < m.max_kv_blocks ? l.list[int64_t(lane) * m.idx_stride] : -1;
-      const int count = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
-      l.count = count < 0 ? 0 : (count > m.max_kv_blocks ? m.max_kv_blocks : count);
-    }
-    return l;
-  }
-  __device__ void build_from(const FwdParams& p, const ListHead& l, int q_row, int32_t* out, uint32_t* bits, int lane) const {
-    __syncwarp();
-    int n_out = 0;
-    if (lo < hi && q_row < p.seqlen_q) {
-      const bool every_block = !p.has_block_mask;
-      const BlockMaskParams& m = p.block_mask;
-      int sub_per = 1;
-      if (!every_block) {
-        const int n_mask_blocks = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-        for (int w = lane; w <= n_mask_blocks / 32; w += 32) bits[w] = 0u;
-        __syncwarp();
-        for (int i = lane; i < l.count; i += 32) {
-          const int32_t kb = i < 32 ? l.first : l.list[int64_t(i) * m.idx_stride];
-          if (kb >= 0 && kb < n_mask_blocks) atomicOr(&bits[kb >> 5], 1u << (kb & 31));
-        }
-        __syncwarp();
-        sub_per = m.block_n / kBlockN;
-      }
-      for (int base = cursor; base >= n_lo; base -= 32) {
-        const int n = base - lane;
-        const int kb = n / sub_per;
-        const bool listed = n >= n_lo && (every_block || ((bits[kb >> 5] >> (kb & 31)) & 1u));
-        const uint32_t ballot = __ballot_sync(0xffffffffu, listed);
-        if (listed) out[1 + n_out + __popc(ballot & ((1u << lane) - 1u))] = n;
-        n_out += __popc(ballot);
-      }
-    }
-    if (lane == 0) out[0] = n_out;
-    __syncwarp();
   }
 
   // The scheduler warp (all 32 lanes): the schedule of the mask row block holding query row q_row into `out` (no
@@ -692,7 +624,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // ordered thread by thread.
     for (int slot = 0; slot < kTileSlots; ++slot) {
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
-      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + (K::kSplitKV ? 1 : 0) + 1);
+      if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + 1);
     }
     for (int s = 0; s < kSlots; ++s) {
       // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
@@ -784,11 +716,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // Ask for the tile after this one now, so the atomic's latency hides behind the build (its result is read
           // after the build: shuffled at once, it held every CTA's first schedule back by the atomic's round trip).
           int next = 0;
-          auto ask_next = [&]() {
-            if (lane == 0 && x < args.num_tiles)
-              next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
-          };
-          if (!K::kSchedLead || tile_iter > 0) ask_next();
+          if (lane == 0 && x < args.num_tiles)
+            next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(args.tile_counter, 1) : tile_of(tile_iter + 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
@@ -802,16 +731,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
               // single warpgroup's.
               const int single = single_wg(p, q_begin);
-              const int row0 = q_begin + (single == 2 ? 0 : 64), row1 = q_begin + 64 * single;
-              if constexpr (K::kSchedLead) {
-                const auto l0 = blocks.load_list(p, tile.b, tile.h, row0, lane);
-                const auto l1 = blocks.load_list(p, tile.b, tile.h, row1, lane);
-                blocks.build_from(p, l0, row0, sched, sched_bits, lane);
-                blocks.build_from(p, l1, row1, sched + args.sched_stride, sched_bits, lane);
-              } else {
-                blocks.build_schedule(p, tile.b, tile.h, row0, sched, sched_bits, lane);
-                blocks.build_schedule(p, tile.b, tile.h, row1, sched + args.sched_stride, sched_bits, lane);
-              }
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
                 ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
                 pos0 += sched[0], pos1 += sched[args.sched_stride];
@@ -825,24 +746,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (tile_iter == 0) sched_prof(Prof::kSchedFirst);
-          if (K::kSchedLead && tile_iter == 0) ask_next();  // (after the first schedule: nothing waits on it yet)
-          if constexpr (K::kPrefetchHeads) {
-            const int y = x + int(gridDim.x);
-            if (x < args.num_tiles && y < args.num_tiles && y % args.num_m_blocks == 0) {
-              const int bh = y / args.num_m_blocks, h_kv = (bh % p.heads_q) / p.head_ratio, b = bh / p.heads_q;
-              const char* kb = static_cast<const char*>(p.k) + 2 * (b * p.k_batch_stride + h_kv * p.k_head_stride);
-              const char* vb = static_cast<const char*>(p.v) + 2 * (b * p.v_batch_stride + h_kv * p.v_head_stride);
-              for (int r = lane; r < p.seqlen_k; r += 32) {
-                const char* kr = kb + 2 * int64_t(r) * p.k_row_stride;
-                const char* vr = vb + 2 * int64_t(r) * p.v_row_stride;
-#pragma unroll
-                for (int l = 0; l < K::kHeadDim * 2 / 128; ++l) {
-                  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(kr + 128 * l));
-                  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(vr + 128 * l));
-                }
-              }
-            }
-          }
           if (x >= args.num_tiles) break;  // the end marker is published
           next = __shfl_sync(0xffffffffu, next, 0);
           x = next;
@@ -867,7 +770,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
-      } else if (threadIdx.x == 0 || ((K::kTwoRings || K::kSplitKV) && threadIdx.x == 64)) {
+      } else if (threadIdx.x == 0 || (K::kTwoRings && threadIdx.x == 64)) {
         // The K/V loaders: lane 0 of warp 0 (two rings: ring 0's), and with two rings lane 0 of warp 2 (ring 1's), each
         // walking its own ring's schedule, so a ring whose warpgroups are ahead never waits behind the other ring's wait
         // for a free slot (one thread interleaving both rings was 1-2% slower: perf-log v40).
@@ -904,42 +807,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             const int c = sr[0];
             for (int j = 0; j < c; ++j) {
               load_ring(false, sr[1 + j], it + j);
-              if (j > 0 && !(K::kVEarly && j == 2)) load_ring(true, sr[j], it + j - 1);
-              if (K::kVEarly && j == 1) load_ring(true, sr[2], it + 1);  // V_1 before K_2
+              if (j > 0) load_ring(true, sr[j], it + j - 1);
             }
-            const int last = c > 0 && !(K::kVEarly && c == 2) ? sr[c] : -1;
+            const int last = c > 0 ? sr[c] : -1;
             mbar_arrive(sched_empty(slot));  // the schedule is read
             if (last >= 0) load_ring(true, last, it + c - 1);
             it += c;
           } else {
             KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
-            if constexpr (K::kSplitKV) {
-              // This thread's half: K (thread 0) or V (thread 64), each block as soon as its slot is free; the schedule
-              // released once its last entry is read.
-              const bool v = threadIdx.x == 64;
-              int n = blocks.next();
-              if (n < 0) mbar_arrive(sched_empty(slot));
-              while (n >= 0) {
-                const int n_next = blocks.next();
-                if (n_next < 0) mbar_arrive(sched_empty(slot));  // the schedule is read
-                if (v) load_kv(&args.tv, args.v_pos, v_smem0, v_full(it % kStages), v_empty(it % kStages), n, it, h_kv, tile.b);
-                else load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-                ++it;
-                n = n_next;
-              }
-              continue;
-            }
-            int v_pending = -1, v_at = 0, j = 0;
-            for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
+            int v_pending = -1, v_at = 0;
+            for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
               load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
               if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
-              if (K::kVEarly && j == 1) {  // V_1 before K_2
-                load_kv(&args.tv, args.v_pos, v_smem0, v_full(it % kStages), v_empty(it % kStages), n, it, h_kv, tile.b);
-                v_pending = -1;
-              } else {
-                v_pending = n;
-                v_at = it;
-              }
+              v_pending = n;
+              v_at = it;
             }
             mbar_arrive(sched_empty(slot));  // the schedule is read
             if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);

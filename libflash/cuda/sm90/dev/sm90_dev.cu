@@ -264,27 +264,6 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
-// The block-sparse scheduler's first schedule first (Traits::kSchedLead, session 43): the tile atomic asked after it, two
-// rings' lists loaded together.
-template <class T, bool ON = true>
-struct SchedLead : T {
-  static constexpr bool kSchedLead = ON;
-};
-// Block-sparse K/V loads at a tile's start (Traits::kVEarly, kSplitKV; session 43): V_1 before K_2, or K and V from
-// loader threads of their own (one ring).
-template <class T, bool ON = true>
-struct VEarly : T {
-  static constexpr bool kVEarly = ON;
-};
-template <class T, bool ON = true>
-struct SplitKV : T {
-  static constexpr bool kSplitKV = ON;
-};
-// The next round's first-tile heads' K and V prefetched to L2 by the scheduler warp (Traits::kPrefetchHeads, session 43).
-template <class T, bool ON = true>
-struct PrefetchHeads : T {
-  static constexpr bool kPrefetchHeads = ON;
-};
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
 struct FreeRings : T {
@@ -347,8 +326,6 @@ const ProfCase kProfCases[] = {
     // s43-7: K and V always from key block 0 (KVHot: L2 hits, no DRAM) -- do the short lists' K/V waits go with it?
     {"d64 2ring hot .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVHot<TwoRings>>},
     {"d128 bs0.1 hot b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVHot<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d64 2ring pf .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<PrefetchHeads<TwoRings>>},
-    {"d128 bs0.1 pf b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<PrefetchHeads<Tr<128, 128, 2, 2, 2, true>>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -617,12 +594,15 @@ const Candidate kCandidates[] = {
     // differ by no more than an eighth, the others free (a run-time choice: tile_turns around every barrier), no faster
     // than free (8k s = .5 1.1587 / 1.1539 against 1.1660, always 1.1158 ms). Production takes them in every tile. s42-15:
     // on skewed lists ("bs0.50k4": odd query blocks keep a quarter as many) 4k equal to free, 16k 4.5-5.4% slower.
-    // Session 43 (s43-5): a tile's V_1 before its K_2 (VEarly), K and V from loaders of their own (SplitKV, one ring).
-    {"d64  bs 2 rings v-early", 64, true, run_k<VEarly<TwoRings>>},
-    {"d64  bs 2 rings pf heads", 64, true, run_k<PrefetchHeads<TwoRings>>},
-    {"d64  bs 2wg pf heads", 64, true, run_k<PrefetchHeads<Tr<64, 128, 4, 2, 1, true>>>},
-    {"d64  bs 3wg 2 rings third", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2wg v-early", 64, true, run_k<VEarly<Tr<64, 128, 4, 2, 1, true>>>},
+    // Session 43 (perf-log "Measurement -- block-sparse tile starts and short lists"; commit 1121081 has the code),
+    // sm90_dev against production, none kept:
+    //  - s43-3 SchedLead (the tile atomic asked after the first schedule, two rings' lists loaded together): first schedule
+    //    published at 5.8k cycles against 6.5k (two rings), 5.0k against 4.8k (d128); times within the spread.
+    //  - s43-5/6 VEarly (a tile's V_1 loaded before its K_2): d128 4k s = .1 .0674 / .0663 against .0660 / .0656 / .0656
+    //    ms (40 reps), two rings 0-1% slower; SplitKV (one ring: K and V from loader threads of their own) 1-3% slower.
+    //  - s43-8 PrefetchHeads (the scheduler warp prefetching to L2, by prefetch.global.L2, the K and V of the head whose
+    //    first tile comes one round later): d128 4k s = .1 .0766 / .0746 against .0654 / .0652 / .0638 (15% slower), two
+    //    rings 1-5% slower; its profile's K/V waits fell only 5-20%.
     {"d64  bs 2 rings s41 (free)", 64, true, run_k<FreeRings<TwoRings>>},
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
@@ -670,9 +650,6 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs pf heads", 128, true, run_turns_by_length<PrefetchHeads<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs (prod third)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs pf heads again", 128, true, run_turns_by_length<PrefetchHeads<Tr<128, 128, 2, 2, 2, true>>>},
     // (UniformWg on it: 0.5-1% slower in s40-5, 0.9-2.6% in s41-2. Removed.)
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
@@ -901,8 +878,9 @@ int main(int argc, char** argv) {
       const double rest_blocks = blocks - tiles - first_blocks;
       double bar_wait = 0;
       for (int w = 0; w < pc.consumers; ++w) bar_wait += double(h[W * w + P::kWaitTileBar]);
-      std::printf("  first tile: wait %.0f per warpgroup (the other tiles' %.0f per tile, %.0f of it on tile_full); waitKV per loop block %.0f there, %.0f in the"
-                  " others\n", first_wait / (ctas * pc.consumers), ph[0] / std::max(1.0, tiles - ctas * pc.consumers),
+      std::printf("  first tile: wait %.0f per warpgroup (the other tiles' %.0f per tile, %.0f of it on tile_full); waitKV per"
+                  " loop block %.0f there, %.0f in the others\n",
+                  first_wait / (ctas * pc.consumers), ph[0] / std::max(1.0, tiles - ctas * pc.consumers),
                   bar_wait / std::max(1.0, tiles - ctas * pc.consumers),
                   first_blocks > 0 ? first_kv / first_blocks : 0.0, rest_blocks > 0 ? (st[0] - first_kv) / rest_blocks : 0.0);
       double wk = 0;
@@ -913,7 +891,8 @@ int main(int argc, char** argv) {
       if (owed > 0) std::printf("  owed turns: %.2f per tile, %.0f cycles per tile (not in wTile)\n", owed_n / tiles, owed / tiles);
       if (pp[P::kSchedFirst] > 0)
         std::printf("  scheduler: first schedule published at %.0f; per tile after it: slot wait %.0f, build %.0f\n",
-                    double(pp[P::kSchedFirst]) / ctas, double(pp[P::kSchedWaitEmpty]) / std::max(1.0, tiles / pc.consumers - ctas),
+                    double(pp[P::kSchedFirst]) / ctas,
+                    double(pp[P::kSchedWaitEmpty]) / std::max(1.0, tiles / pc.consumers - ctas),
                     double(pp[P::kSchedBuild]) / std::max(1.0, tiles / pc.consumers - ctas));
     }
     std::printf("  prologue: setup %.0f waitK0 %.0f turn %.0f (not in prolog)\n", wsum(flash::sm90::Prof::kProSetup),

@@ -532,14 +532,15 @@ struct Prof {
   // softmax, wait<0> (P_{j-1} V_{j-1}), rescale + pack.
   enum : int { kStepWaitKV = 8, kStepTurn, kStepIssue, kStepWaitS, kStepSoftmax, kStepWaitPV, kStepTail };
   // The prologue's two waits, K_0's full barrier and the turn, and the tile's setup before them (from the Q wait's end:
-  // the tile's decode, its key range, O zeroed), all taken out of kPrologue.
-  enum : int { kProWaitK = 16, kProTurn, kProSetup, kPerWg0 };
-  // The CTA's first tile apart (its start: from the consumers' own start), summed per warpgroup: the tile wait, its loop
-  // blocks' K/V waits, and its loop blocks.
-  // kWaitTileBar: of the other tiles' wait, the tile_full wait alone.
-  // kStepWaitK: of the loop blocks' K/V waits, K_j's alone (waited for first in the profiled builds).
-  // kOwed / kOwedTurns: kRingTurns' owed turns after the epilogue, their time (out of the next tile's wait) and count.
-  enum : int { kWaitTileFirst = kPerWg0, kStepWaitKVFirst, kBlocksFirst, kWaitTileBar, kStepWaitK, kOwed, kOwedTurns, kPerWg };
+  // the tile's decode, its key range, O zeroed), all taken out of kPrologue. Then (session 43) the CTA's first tile apart
+  // -- its wait from the consumers' own start (out of kWaitTile), its loop blocks' K/V waits and its loop blocks --; of
+  // the other tiles' wait, the tile_full wait alone; of the loop blocks' K/V waits, K_j's alone (waited for first in the
+  // profiled builds); kRingTurns' owed turns after the epilogue, their cycles (out of the next tile's wait) and count.
+  enum : int {
+    kProWaitK = 16, kProTurn, kProSetup,
+    kWaitTileFirst, kStepWaitKVFirst, kBlocksFirst, kWaitTileBar, kStepWaitK, kOwed, kOwedTurns,
+    kPerWg
+  };
   // The producer's counters, and (written by the consumers' thread 0) Q's load as the tile start sees it: from the
   // producer's issue to the wait's end, summed over the tiles whose Q wait did wait (and their count), and over all.
   enum : int { kProdWaitQSlot, kProdWaitRing, kProdTotal, kQLandedSum, kQLandedCount, kQReadySum };

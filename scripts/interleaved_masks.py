@@ -48,11 +48,15 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--seed", type=int, default=24301)
     ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
+    ap.add_argument("--flush", default="dirty", choices=["dirty", "clean"],
+                    help="dirty: L2 evicted by a 256 MB write (fa-bench's and triton's way; its dirty lines are written back "
+                         "during the call); clean: that write followed by a read of another 256 MB (ncu's state: clean L2)")
     ap.add_argument("--json")
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
     limits = {0.1: 0.15, 0.25: 0.30, 0.5: 0.55}
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    clean = torch.ones(256 << 20, dtype=torch.int8, device="cuda") if a.flush == "clean" else None
     rng = np.random.default_rng(a.seed)
     rows = []
     for d in a.hdims:
@@ -75,9 +79,9 @@ def main():
                 torch.cuda.synchronize()
                 if not torch.isfinite(o).all():
                     raise SystemExit("non-finite output at d=%d n=%d" % (d, n))
-                times = time_rounds({m: (lambda kw=kw: call(kw)) for m, (kw, _) in masks.items()}, a.reps, cache, a.sleep)
+                times = time_rounds({m: (lambda kw=kw: call(kw)) for m, (kw, _) in masks.items()}, a.reps, cache, a.sleep, clean)
             ms = {m: statistics.median(t) for m, t in times.items()}
-            row = dict(d=d, n=n, b=b, h=h, reps=a.reps, ms=ms, ms_min={m: min(t) for m, t in times.items()},
+            row = dict(d=d, n=n, b=b, h=h, reps=a.reps, flush=a.flush, ms=ms, ms_min={m: min(t) for m, t in times.items()},
                        density={m: s for m, (_, s) in masks.items() if s is not None})
             rows.append(row)
             cells = []

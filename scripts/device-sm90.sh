@@ -37,7 +37,9 @@
 #   sass-marks  the same for the sm90_dev kernels whose mangled name holds $SASS_NAME
 #   clocks  d128 dense 8k/16k twice each with the SM clock, power and clock event reasons sampled
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
-#   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py)
+#   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py;
+#           FLUSH=clean: L2 left clean before each call instead of holding the flush write's dirty lines)
+#   ncu-dram  sm90_dev's block-sparse production kernels under ncu at 4k (and 16k s = .1): DRAM bytes and throughput, L2
 #   wgmma-issue  dev/wgmma_issue.cu: a d64 loop block's wgmma issue timed on 1-3 warpgroups, orders and turns (v68)
 #   diag-rounds  d64 4k: fa-bench at 64 and 60 heads x batch (11 and 10 tile rounds), ncu duration/clock/L2 per kernel
 #   diag-ctas  $DIAG_PROBLEMS (default issue 9's short ones) on 132 and 66 CTAs under ncu: cycles, L2 and DRAM throughput
@@ -446,8 +448,18 @@ for phase in "$@"; do
       ;;
     masks-interleaved)
       # Issue 7's ratios with dense and every mask kind timed in alternating rounds (the power cap falls on all alike).
-      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 300 python3 scripts/interleaved_masks.py \
+      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 300 python3 scripts/interleaved_masks.py --flush "${FLUSH:-dirty}" \
         --json "$OUT/interleaved-masks.json" 2>&1 | tee "$OUT/interleaved-masks.txt" | tail -20
+      ;;
+    ncu-dram)
+      # Session 44 (s44-3): are the short lists' K and V read from DRAM more than once, and how near DRAM's peak do they run?
+      # One launch per candidate and round (reps 1), ncu's cache control (L2 flushed clean before each launch).
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      M="dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,gpu__time_duration.sum,sm__cycles_active.avg"
+      SM90_DEV_ONLY="3wg 2 rings" SM90_DEV_PROBLEMS="4096:0,4096:0.1,4096:0.25,4096:0.5,16384:0.1" timeout 400 \
+        ncu --clock-control none --kernel-name regex:fwd_kernel --metrics "$M" $BUILD/libflash/cuda/sm90/sm90_dev 1 sparse 2>&1 |
+        grep -v "==PROF==" > "$OUT/ncu-dram.txt"
+      echo "ncu-dram: exit $?"
       ;;
     clocks)
       # d128 dense 8k (batch 2) and 16k (batch 1) twice each, with nvidia-smi sampling the SM clock, power and the clock

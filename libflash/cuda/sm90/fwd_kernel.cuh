@@ -218,14 +218,9 @@ struct Traits {
   // differ in length; three warpgroups without it measured the same as with it, perf-log v24).
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
-  // Ring 1's stages: as many as ring 0's (dev/sm90_dev.cu's RingDepths gives it its own depth). Ring r's stage s is slot
-  // r * kStages + s.
-  static constexpr int kStages1 = kTwoRings ? kStages : 0;
-  static constexpr int kRingSlots = kStages + kStages1;
-  // Ring `ring`'s position `at` (blocks loaded into it before): its slot and the parity of the slot's phase (the loaders
-  // and the consumers).
+  static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
+  // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
-  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (at / kStages) & 1; }
   // Two rings since session 42 (perf-log v75): the three warpgroups take the dense kernel's turns, products and SFU, the
   // warpgroups of the shorter list taking empty turns after their epilogue, so that every warpgroup takes as many turns
   // in every tile (sm90_dev s42-14, against the free warpgroups before: 4k s = .1 / .25 / .5 +0.8 / +1.4 / +3.4%, 8k +2.5
@@ -340,10 +335,6 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
-  // Dev-only (sm90_dev's SelfReset, session 44): no memset of the tile counter before the launch; the CTA that finishes
-  // taking tiles last zeroes it (and its count of finished CTAs, the next int) for the next launch. Correct only for
-  // launches that never overlap and a counter zeroed once before the first: what the memset costs a short call.
-  static constexpr bool kDevSelfReset = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -566,15 +557,6 @@ struct Prof {
   __device__ void add(int i, long long v) { atomicAdd(out + i, static_cast<unsigned long long>(v)); }
 };
 
-// Traits::kDevSelfReset: called by one thread per CTA once its last tile atomic has returned.
-__device__ __forceinline__ void dev_self_reset(int32_t* counter) {
-  __threadfence();
-  if (atomicAdd(counter + 1, 1) == int(gridDim.x) - 1) {
-    atomicExch(counter, 0);
-    atomicExch(counter + 1, 0);
-  }
-}
-
 // ---- The kernel -------------------------------------------------------------------------------------
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
@@ -665,12 +647,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     setmaxnreg_dec<K::kProducerRegs>();
     // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at`
     // (slot at % kStages), once the consumers released the slot. Both producers below (dense, block-sparse).
-    // (stages: the ring's depth, kStages but for a two-ring kernel's ring 1 of its own depth, K::kStages1.)
     auto load_kv = [&](const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full, uint32_t empty,
-                       int n, int at, int h_kv, int b, int stages = K::kStages) {
+                       int n, int at, int h_kv, int b) {
       {
         const long long t0 = K::kProfile ? clock64() : 0;
-        mbar_wait(empty, ((at / stages) & 1) ^ 1);
+        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       if constexpr (K::kDevSkipKVOdd) {
@@ -684,7 +665,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
-        tma_load_4d(smem0 + (at % stages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -770,8 +751,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           next = __shfl_sync(0xffffffffu, next, 0);
           x = next;
         }
-        if constexpr (K::kDevSelfReset)
-          if (lane == 0 && args.tile_counter != nullptr) dev_self_reset(args.tile_counter);
       } else if (threadIdx.x == 96) {
         // The Q loader (lane 0 of warp 3): each tile's Q as soon as its buffer is free, so no K/V load waits behind a Q
         // buffer's release (loaded by the K/V loader after a tile's first blocks, v32's way, it was 1-5.5% slower at d64's
@@ -821,9 +800,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
               const int sl = K::ring_slot(ring, at);
               const uint32_t ring0 = ring * kStages * K::kKVBytes;
-              const int stages = K::kStages1 == kStages ? kStages : ring ? K::kStages1 : kStages;
-              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b, stages);
-              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b, stages);
+              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
             };
             // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
             const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
@@ -909,8 +887,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
           x = next;
         }
-        if constexpr (K::kDevSelfReset)
-          if (args.tile_counter != nullptr) dev_self_reset(args.tile_counter);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
       }
     }
@@ -951,7 +927,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       else return i % kStages;
     };
     auto phase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return K::ring_parity(i >> 30, i & 0x3fffffff);
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
@@ -1593,8 +1569,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
     args.tile_counter = reinterpret_cast<int32_t*>(at);
-    if (const cudaError_t e = K::kDevSelfReset ? cudaSuccess
-                                               : cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
         e != cudaSuccess)
       return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
   }

@@ -45,7 +45,6 @@ struct Problem {
 };
 
 void* g_workspace = nullptr;  // the dynamic tile order's counter (causal, block-sparse), or the tail split's counters and partials
-void* g_self_ws = nullptr;    // SelfReset's counter and finished-CTA count: zeroed once, then by the kernels themselves
 constexpr size_t kWorkspaceBytes = size_t(64) << 20;
 int32_t* g_mask_num = nullptr;  // block-sparse: kv_num_blocks [num_q_blocks], broadcast over batch and heads
 int32_t* g_mask_idx = nullptr;  // kv_indices [num_q_blocks][per_row]
@@ -283,43 +282,6 @@ int32_t run_turns_by_length(const FwdParams& p) {
 }
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
-// No memset of the tile counter before each launch (Traits::kDevSelfReset, session 44): the kernel's last CTA to finish
-// taking tiles zeroes it. On a workspace of its own (g_self_ws, zeroed once), since other kernels write the words after
-// the counter. Run through run_self (launch) or run_self_turns (d128 block-sparse's run_turns_by_length).
-template <class T>
-struct SelfReset : T {
-  static constexpr bool kDevSelfReset = true;
-};
-template <class K>
-int32_t run_self(const FwdParams& p) {
-  FwdParams q = p;
-  q.workspace = g_self_ws, q.workspace_size = 256;
-  return flash::sm90::launch<SelfReset<K>>(q);
-}
-template <class T>
-int32_t run_self_turns(const FwdParams& p) {
-  FwdParams q = p;
-  q.workspace = g_self_ws, q.workspace_size = 256;
-  return flash::sm90::sfu_turns_by_length(q) ? flash::sm90::launch<SelfReset<flash::sm90::SfuTurnsOn<T>>>(q)
-                                             : flash::sm90::launch<SelfReset<T>>(q);
-}
-// Two rings of unequal depth (sessions 35 and 44): ring 0 (the pair's) S0 stages, ring 1 (the single's) S1 (Traits::kStages1,
-// ring_slot, ring_parity; Shape::stages1), over a two-ring T that fits (its own kStages replaced).
-template <class T, int S0, int S1>
-struct RingDepths : T {
-  static constexpr int kStages = S0;
-  static constexpr int kStages1 = S1;
-  static constexpr int kRingSlots = S0 + S1;
-  __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring ? S0 + at % S1 : at % S0; }
-  __device__ __forceinline__ static uint32_t ring_parity(int ring, int at) { return (ring ? at / S1 : at / S0) & 1; }
-  static constexpr flash::sm90::Shape kShape{T::kHeadDim, T::kBlockN, S0, T::kConsumers, T::kShape.store_o, S1};
-  static constexpr int kQStages = kShape.q_stages(true);
-  static constexpr int kSmemBytes = kShape.smem_bytes(true);
-  static_assert(T::kTwoRings && kSmemBytes <= 232448, "two rings in H100's shared memory");
-};
-// The two-ring kernel with O staged in each warpgroup's rows of the Q buffer (store_o 2) instead of the O tile: the 24 KB
-// that buys ring 0 (or 1) a third stage.
-using TwoRingsOQ = Tr<64, 128, 2, 3, 2, true>;
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -365,10 +327,6 @@ const ProfCase kProfCases[] = {
     // s43-7: K and V always from key block 0 (KVHot: L2 hits, no DRAM) -- do the short lists' K/V waits go with it?
     {"d64 2ring hot .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVHot<TwoRings>>},
     {"d128 bs0.1 hot b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVHot<Tr<128, 128, 2, 2, 2, true>>>},
-    // s44: ring 0 three stages, O staged in Q.
-    {"d64 2ring oq .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<TwoRingsOQ>},
-    {"d64 2ring 3/2oq .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<RingDepths<TwoRingsOQ, 3, 2>>},
-    {"d64 2ring 3/2oq .5", 64, 4096, 2, false, 0.5, 3, run_prof_k<RingDepths<TwoRingsOQ, 3, 2>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -457,7 +415,6 @@ const Candidate kCandidates[] = {
     // d64 dense: since session 30 (v53) two kernels, whole 192-row tiles on three warpgroups and the rows left on two
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    {"d64  self-reset (causal: 3wg)", 64, false, run_self<Tr<64, 128, 4, 3, 1>>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     // Session 36 (s36-3/4, perf-log v67; commit 861dce5): L2 eviction priorities on the TMA's traffic (an L2Hints mixin
     // over Traits kL2HintKV / Q / O, the .L2::cache_hint operand of tma_load_4d / tma_store_4d): 1 K and V evict_last,
@@ -540,7 +497,6 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 self-reset", 128, false, run_self<Tr<128, 128, 2, 2, 1>>},
     // The memory probes (session 42, see d256's): causal 1k .1550 (skip) / .1533 (hot) against .1622 ms, 2k .2447 / .2484
     // against .2533; dense 1k .2284 / .2275 against .2322, 2k .4303 / .4335 against .4340.
     {"d128 always rescale", 128, false, run_k<AlwaysRescale<Tr<128, 128, 2, 2, 1>>>},
@@ -580,7 +536,6 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 self-reset", 256, false, run_self<Tr<256, 80, 2, 2, 3>>},
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.
@@ -649,12 +604,15 @@ const Candidate kCandidates[] = {
     //  - s43-8 PrefetchHeads (the scheduler warp prefetching to L2, by prefetch.global.L2, the K and V of the head whose
     //    first tile comes one round later): d128 4k s = .1 .0766 / .0746 against .0654 / .0652 / .0638 (15% slower), two
     //    rings 1-5% slower; its profile's K/V waits fell only 5-20%.
-    // Session 44: the rings' depths again, after v73 / v75 (v64 measured them 4-24% slower in session 35): O staged in Q
-    // (store_o 2) frees the O tile's 24 KB for a third stage in one ring.
-    {"d64  2 rings self-reset", 64, true, run_self<TwoRings>},
-    {"d64  2 rings O in Q", 64, true, run_k<TwoRingsOQ>},
-    {"d64  2 rings 3/2 O in Q", 64, true, run_k<RingDepths<TwoRingsOQ, 3, 2>>},
-    {"d64  2 rings 2/3 O in Q", 64, true, run_k<RingDepths<TwoRingsOQ, 2, 3>>},
+    // Session 44 (perf-log "Tried and not kept -- session 44"; commit b6bdd30 has the code), against production, none kept:
+    //  - s44-1 the rings' depths again after v73 / v75 (v64, session 35: 4-24% slower): O staged in Q (store_o 2, the O
+    //    tile's 24 KB freed) alone 0-2.5% slower; with ring 0 at three stages (RingDepths<.., 3, 2>: Traits kStages1,
+    //    ring_parity, Shape stages1) 3-7% slower at every cell (4k s = .1 .0889 against .0857 / .0829 ms), ring 1 at three
+    //    4-9%. Profile at 4k s = .1: the pair's K/V wait 1652 -> 705 cycles a loop block, but the turns' wait 205 -> 549 and
+    //    the drain 881 -> 1351 (the single's ring is now the laggard its turns wait on): the tile only 1.5% shorter.
+    //  - s44-5 the tile counter zeroed by the kernel's last CTA instead of a memset before the launch (kDevSelfReset, on a
+    //    workspace of its own): within the spread everywhere (d128 4k s = .1 .0661 against .0675 / .0662 ms; causal 1k-16k
+    //    within 0.5%).
     {"d64  bs 2 rings s41 (free)", 64, true, run_k<FreeRings<TwoRings>>},
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
@@ -702,7 +660,6 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs self-reset", 128, true, run_self_turns<Tr<128, 128, 2, 2, 2, true>>},
     // (UniformWg on it: 0.5-1% slower in s40-5, 0.9-2.6% in s41-2. Removed.)
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k
@@ -743,8 +700,6 @@ int main(int argc, char** argv) {
       }
   }
   CK(cudaMalloc(&g_workspace, kWorkspaceBytes));
-  CK(cudaMalloc(&g_self_ws, 256));
-  CK(cudaMemset(g_self_ws, 0, 256));
   CK(cudaMalloc(&g_mask_num, 4 * 1024));
   CK(cudaMalloc(&g_mask_idx, 4 * 1024 * 1024));
   CK(cudaMalloc(&o, elems * 2));

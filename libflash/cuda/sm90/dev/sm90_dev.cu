@@ -102,6 +102,18 @@ FwdParams make_params(const Problem& pr, void* q, void* k, void* v, void* o, con
 
 using Launch = int32_t (*)(const FwdParams&);
 
+// An environment variable's comma-separated items (none when it is unset or empty): the SM90_DEV_* filters.
+std::vector<std::string> env_list(const char* name) {
+  std::vector<std::string> items;
+  const char* v = std::getenv(name);
+  for (std::string rest = v ? v : ""; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (comma != 0) items.push_back(rest.substr(0, comma));
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return items;
+}
+
 struct Candidate {
   const char* name;
   int d;
@@ -604,7 +616,8 @@ const Candidate kCandidates[] = {
     //  - s43-8 PrefetchHeads (the scheduler warp prefetching to L2, by prefetch.global.L2, the K and V of the head whose
     //    first tile comes one round later): d128 4k s = .1 .0766 / .0746 against .0654 / .0652 / .0638 (15% slower), two
     //    rings 1-5% slower; its profile's K/V waits fell only 5-20%.
-    // Session 44 (perf-log "Tried and not kept -- session 44"; commit b6bdd30 has the code), against production, none kept:
+    // Session 44 (perf-log "short lists' DRAM traffic, deeper rings again, the counter's memset"; commit b6bdd30 has the
+    // code), against production, none kept:
     //  - s44-1 the rings' depths again after v73 / v75 (v64, session 35: 4-24% slower): O staged in Q (store_o 2, the O
     //    tile's 24 KB freed) alone 0-2.5% slower; with ring 0 at three stages (RingDepths<.., 3, 2>: Traits kStages1,
     //    ring_parity, Shape stages1) 3-7% slower at every cell (4k s = .1 .0889 against .0857 / .0829 ms), ring 1 at three
@@ -752,20 +765,19 @@ int main(int argc, char** argv) {
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   // SM90_DEV_PROBLEMS=N:S,...: only the problems of seqlen N and density S (0: the dense reference) and no skew -- e.g. for
   // ncu on a few launches.
-  if (const char* only = std::getenv("SM90_DEV_PROBLEMS"); only != nullptr && *only != 0)
+  if (const std::vector<std::string> only = env_list("SM90_DEV_PROBLEMS"); !only.empty())
     problems.erase(std::remove_if(problems.begin(), problems.end(),
                                   [&](const Problem& pr) {
-                                    for (const char* a = only; *a != 0;) {
-                                      const int n = std::atoi(a);
-                                      const char* colon = std::strchr(a, ':');
-                                      const double dens = colon ? std::atof(colon + 1) : 0.0;
-                                      if (pr.n == n && std::fabs(pr.density - dens) < 1e-6 && pr.skew == 0 && pr.window < 0) return false;
-                                      const char* e = std::strchr(a, ',');
-                                      a = e ? e + 1 : a + std::strlen(a);
+                                    for (const std::string& item : only) {
+                                      const size_t colon = item.find(':');
+                                      const double dens = colon == std::string::npos ? 0.0 : std::atof(item.c_str() + colon + 1);
+                                      if (pr.n == std::atoi(item.c_str()) && std::fabs(pr.density - dens) < 1e-6 && pr.skew == 0 && pr.window < 0)
+                                        return false;
                                     }
                                     return true;
                                   }),
                    problems.end());
+  const std::vector<std::string> only_candidates = env_list("SM90_DEV_ONLY");
   // Per problem: every candidate checked, then timed in interleaved rounds (one launch of each candidate per round),
   // so a drift of the clocks over the problem's runs (session 18's first call: the same kernel 5-12% faster when timed
   // later at 16k) falls on every candidate alike.
@@ -787,15 +799,10 @@ int main(int argc, char** argv) {
       if (only_d && c.d != only_d) continue;
       // SM90_DEV_ONLY=a,b: only the candidates whose name holds one of the comma-separated substrings, and the production
       // ones ("(prod": the check's reference and the time / dense denominator).
-      if (const char* only = std::getenv("SM90_DEV_ONLY"); only != nullptr && *only != 0 && std::strstr(c.name, "(prod") == nullptr) {
-        bool hit = false;
-        for (const char *a = only, *e; *a != 0 && !hit; a = *e ? e + 1 : e) {
-          e = std::strchr(a, ',');
-          if (e == nullptr) e = a + std::strlen(a);
-          hit = std::string(c.name).find(std::string(a, size_t(e - a))) != std::string::npos;
-        }
-        if (!hit) continue;
-      }
+      if (!only_candidates.empty() && std::strstr(c.name, "(prod") == nullptr &&
+          std::none_of(only_candidates.begin(), only_candidates.end(),
+                       [&](const std::string& sub) { return std::strstr(c.name, sub.c_str()) != nullptr; }))
+        continue;
       // The mask grid's dense reference: the production dense kernels only.
       if (!sparse && base.batch == 2 && !only_d && std::strstr(c.name, "(prod)") == nullptr) continue;
       Problem pr = base;

@@ -1,7 +1,8 @@
 """Issue 7's ratios with every mask kind timed interleaved in one process, on the same tensors.
 
     PYTHONPATH=bindings/python LIBFLASH_PATH=build-h100/libflash.so \
-        python3 scripts/interleaved_masks.py [--hdims 64,128] [--seqlens 4096,8192,16384] [--reps 30] [--json out.json]
+        python3 scripts/interleaved_masks.py [--hdims 64,128] [--seqlens 4096,8192,16384] [--reps 30]
+        [--flush dirty|clean] [--json out.json]
 
 Why: fa-bench times each (mask, seqlen) in its own burst of back-to-back launches, the masks one after the other, and
 the H100's power cap moves a burst's median by up to 10% (session 22, s22-12). Issue 7's figures are ratios of two such
@@ -9,6 +10,8 @@ bursts (block-sparse time / dense time), so a ratio carries the two bursts' cloc
 every round times each mask once, in alternating order, so a change of clocks falls on all of them alike (the method of
 scripts/interleaved_peers.py for issue 9). Each call is preceded by a 256 MB write that evicts L2 (as fa-bench's flush)
 and by a sleep kernel that keeps the GPU busy while Python launches it, so the events bracket the attention alone.
+--flush clean also reads a second 256 MB after that write, so L2 holds no dirty lines whose write-back would share
+DRAM with the call (ncu's state; session 44: d128 4k s = .1 .154 dirty, .149 clean).
 
 Problems (fa-bench's masks phase): batch 2, heads 2048 / d, bf16, forward, algorithm sm90. Masks: none, causal
 (bottom-right), window (256, 0), and random block-sparse maps of 128 x 128 blocks at densities 0.1, 0.25, 0.5, built

@@ -294,19 +294,6 @@ int32_t run_turns_by_length(const FwdParams& p) {
 }
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
-// Session 45: the two-ring tiles shifted 64 rows where seqlen_q mod 192 is 64 (each head's first and last tiles then
-// hold the pair's 128 real rows instead of the last tile the single's 64), with (ENDS) those short tiles after every
-// middle one (LaunchOptions::sparse_shift, ends_last).
-template <class T, int MODE>
-struct TileShift : T {
-  static constexpr int kDevTileShift = MODE;
-};
-template <class K, bool ENDS>
-int32_t run_shift(const FwdParams& p) {
-  flash::sm90::LaunchOptions o;
-  o.sparse_shift = p.seqlen_q % 192 == 64 ? 64 : 0;
-  return flash::sm90::launch<TileShift<K, ENDS ? 2 : 1>>(p, o);
-}
 struct ProfCase {
   const char* name;
   int d, n, batch;
@@ -319,8 +306,7 @@ struct ProfCase {
 const ProfCase kProfCases[] = {
     {"d64 dense", 64, 1024, 16, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 dense", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
-    {"d64 dense st2", 64, 16384, 1, false, 0, 3, run_prof_k<Tr<64, 128, 2, 3, 1, false>>},
-    {"d64 dense st2", 64, 4096, 2, false, 0, 3, run_prof_k<Tr<64, 128, 2, 3, 1, false>>},
+    // Issue 7's 4k grid (batch 2): the dense whole-tile kernel, and the two-ring kernel with every key block listed (s45-2).
     {"d64 dense b2", 64, 4096, 2, false, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
     {"d64 2ring 1.0", 64, 4096, 2, false, 1.0, 3, run_prof_k<Tr<64, 128, 2, 3, 1, true>>},
     {"d64 causal", 64, 1024, 16, true, 0, 3, run_prof_k<Tr<64, 128, 4, 3, 1, false>>},
@@ -445,10 +431,9 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    // Session 45 (s45-2): what a two-stage ring costs d64's three-warpgroup loop, against its four stages (the two-ring
-    // kernel has two per ring): the whole-tile kernel alone, no rows kernel behind it.
-    {"d64  3wg 4 stages", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
-    {"d64  3wg 2 stages", 64, false, run_k<Tr<64, 128, 2, 3, 1>>},
+    // Session 45 (s45-2): d64's three-warpgroup dense kernel on a two-stage ring (Tr<64, 128, 2, 3, 1>, the two-ring
+    // kernel's depth per ring) against its four stages, the whole-tile kernel alone: 4k 1.1364 against 1.1284 ms, 16k and
+    // causal within 0.3%; its loop's K/V wait the same (profile: 298 against 299 cycles a block). Removed.
     // Session 36 (s36-3/4, perf-log v67; commit 861dce5): L2 eviction priorities on the TMA's traffic (an L2Hints mixin
     // over Traits kL2HintKV / Q / O, the .L2::cache_hint operand of tma_load_4d / tma_store_4d): 1 K and V evict_last,
     // Q and O evict_first; 2 K and V evict_last alone; 3 Q and O evict_first alone, at d64 (both kernels of the pair), d128
@@ -648,8 +633,12 @@ const Candidate kCandidates[] = {
     //    workspace of its own): within the spread everywhere (d128 4k s = .1 .0661 against .0675 / .0662 ms; causal 1k-16k
     //    within 0.5%).
     {"d64  bs 2 rings s41 (free)", 64, true, run_k<FreeRings<TwoRings>>},
-    {"d64  bs 2 rings shift", 64, true, run_shift<TwoRings, false>},
-    {"d64  bs 2 rings shift ends", 64, true, run_shift<TwoRings, true>},
+    // Session 45 (s45-3/4, perf-log "the two-ring kernel at density 1, the tile shift"; commit 7fd72e8 has the code): the
+    // tiles shifted 64 rows where seqlen_q mod 192 is 64 (Traits kDevTileShift, LaunchOptions::sparse_shift), so each
+    // head's first and last tiles hold the pair's 128 real rows where its last held the single's 64, alone and with
+    // those short tiles handed out after every middle one: s45-3 0.3-3% faster at 4k, s45-4 (40 reps) within the spread
+    // of production's two copies (4k s = .1 .0840 / .0862 against .0840 / .0800 ms, s = .5 .3020 / .2964 against .3018 /
+    // .2970). Removed.
     // Session 42 (s42-5, perf-log "what K and V's bytes cost"; commit ba8fbbd): the two-ring kernel with ring 1's K/V loads
     // left out in odd CTAs (what multicasting the shared list to a cluster pair would save) and in every CTA (half its
     // L2 -> SMEM bytes): within 1% of production at 4k-16k, every density (4k s = .5 .3156 / .3180 against .3169 / .3165

@@ -113,6 +113,11 @@ std::vector<std::string> env_list(const char* name) {
   }
   return items;
 }
+// An SM90_DEV_PROBLEMS item "N:S": seqlen N and block density S (no ":S": 0, the dense problem).
+std::pair<int, double> problem_item(const std::string& item) {
+  const size_t colon = item.find(':');
+  return {std::atoi(item.c_str()), colon == std::string::npos ? 0.0 : std::atof(item.c_str() + colon + 1)};
+}
 
 struct Candidate {
   const char* name;
@@ -775,14 +780,11 @@ int main(int argc, char** argv) {
     problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch * pr.n != 16384 || pr.window >= 0 || pr.density > 0; }),
                    problems.end());
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
-  // SM90_DEV_PROBLEMS items whose density is none of the grid's (e.g. 4096:1, every key block listed) add that problem.
+  // An SM90_DEV_PROBLEMS item N:S (problem_item) whose density S is not on the grid (e.g. 4096:1, every key block listed)
+  // adds that problem to the mask grid.
   for (const std::string& item : env_list("SM90_DEV_PROBLEMS")) {
-    const size_t colon = item.find(':');
-    const double dens = colon == std::string::npos ? 0.0 : std::atof(item.c_str() + colon + 1);
-    if (dens > 0 && std::none_of(problems.begin(), problems.end(), [&](const Problem& pr) {
-          return pr.batch == 2 && pr.n == std::atoi(item.c_str()) && std::fabs(pr.density - dens) < 1e-6;
-        }))
-      problems.push_back({0, std::atoi(item.c_str()), 2, false, dens});
+    const auto [n, dens] = problem_item(item);
+    if (dens != 0.0 && dens != 0.1 && dens != 0.25 && dens != 0.5) problems.push_back({0, n, 2, false, dens});
   }
   // SM90_DEV_PROBLEMS=N:S,...: only the problems of seqlen N and density S (0: the dense reference) and no skew -- e.g. for
   // ncu on a few launches.
@@ -790,9 +792,8 @@ int main(int argc, char** argv) {
     problems.erase(std::remove_if(problems.begin(), problems.end(),
                                   [&](const Problem& pr) {
                                     for (const std::string& item : only) {
-                                      const size_t colon = item.find(':');
-                                      const double dens = colon == std::string::npos ? 0.0 : std::atof(item.c_str() + colon + 1);
-                                      if (pr.n == std::atoi(item.c_str()) && std::fabs(pr.density - dens) < 1e-6 && pr.skew == 0 && pr.window < 0)
+                                      const auto [n, dens] = problem_item(item);
+                                      if (pr.n == n && std::fabs(pr.density - dens) < 1e-6 && pr.skew == 0 && pr.window < 0)
                                         return false;
                                     }
                                     return true;

@@ -782,16 +782,17 @@ int main(int argc, char** argv) {
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   // An SM90_DEV_PROBLEMS item N:S (problem_item) whose density S is not on the grid (e.g. 4096:1, every key block listed)
   // adds that problem to the mask grid.
-  for (const std::string& item : env_list("SM90_DEV_PROBLEMS")) {
+  const std::vector<std::string> only_problems = env_list("SM90_DEV_PROBLEMS");
+  for (const std::string& item : only_problems) {
     const auto [n, dens] = problem_item(item);
     if (dens != 0.0 && dens != 0.1 && dens != 0.25 && dens != 0.5) problems.push_back({0, n, 2, false, dens});
   }
   // SM90_DEV_PROBLEMS=N:S,...: only the problems of seqlen N and density S (0: the dense reference) and no skew -- e.g. for
   // ncu on a few launches.
-  if (const std::vector<std::string> only = env_list("SM90_DEV_PROBLEMS"); !only.empty())
+  if (!only_problems.empty())
     problems.erase(std::remove_if(problems.begin(), problems.end(),
                                   [&](const Problem& pr) {
-                                    for (const std::string& item : only) {
+                                    for (const std::string& item : only_problems) {
                                       const auto [n, dens] = problem_item(item);
                                       if (pr.n == n && std::fabs(pr.density - dens) < 1e-6 && pr.skew == 0 && pr.window < 0)
                                         return false;

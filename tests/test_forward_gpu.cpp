@@ -154,6 +154,36 @@ TEST_P(GpuEdges, D64DenseRowSplits) {
   }
 }
 
+// d64 causal's first rows apart on sm90 (shapes.h, d64_causal_top_rows; perf-log v76): the first seqlen_q mod 192 rows
+// on the top-rows kernel, the rest as whole 192-row tiles on the three-warpgroup one, where that remainder is 1..64 below
+// 2048 rows (193, 232, 1000, 1024, 1984) and the top rows see at most 128 keys; not split: 128 (512), 1024 with 77 keys
+// more. Both alignments, seqlen_k below seqlen_q (bottom-right: the top rows see no key, O = 0 and LSE = -inf) and above
+// it, a one-sided window (-1, 37), GQA, both dtypes. Every algorithm runs the same cases.
+TEST_P(GpuEdges, D64CausalTopRows) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  struct Top {
+    int64_t sq, sk;
+    bool top_left, window;
+  };
+  const Top tops[] = {{193, 193, false, false},  {232, 260, false, false},  {1000, 1000, true, false},
+                      {1024, 1024, false, false}, {1024, 1080, false, false}, {1024, 1101, false, false},
+                      {1024, 900, false, false},  {1024, 2000, true, false},  {1984, 1984, false, false},
+                      {1024, 1024, false, true},  {512, 512, false, false}};
+  int n = 0;
+  for (const Top& t : tops) {
+    CaseSpec s = base(t.sq, t.sk, 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.batch = 1 + n % 2, s.heads_q = 3, s.heads_kv = n % 3 == 0 ? 1 : 3;
+    if (t.window) {
+      s.mask.window_left = -1, s.mask.window_right = 37;
+    } else {
+      s.mask.causal = 1;
+      if (t.top_left) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    }
+    ++n;
+    expect_ok(s);
+  }
+}
+
 // Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
 // use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
 // there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on
@@ -641,6 +671,32 @@ TEST(GpuSmallGrid, Sm90D64TwoKernels) {
     flash::FwdParams fp{};  // (what d64_split_rows reads: a dense problem)
     fp.head_dim = 64, fp.seqlen_q = int32_t(sq), fp.seqlen_k = int32_t(s.seqlen_k), fp.window_left = fp.window_right = -1;
     ASSERT_GE(flash::sm90::d64_split_rows(fp), 192) << s.describe();
+    expect_sm90_ok(s, rng);
+  }
+}
+
+// d64 causal's first rows apart (shapes.h, d64_causal_top_rows) behind a three-warpgroup kernel on a persistent grid of 2
+// CTAs: the top-rows kernel's CTAs, launched behind it with PDL, find free SMs at once, run beside it and finish long
+// before it; run_cuda copies the outputs back in stream order right behind the call, so this fails if their end let the
+// stream go on while the first kernel still wrote (top_rows_kernel's griddepcontrol.wait). 1024 (64 top rows, bottom-right)
+// and 1000 (40, top-left, GQA, 24 keys more).
+TEST(GpuSmallGrid, Sm90D64CausalTopRows) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  const ScopedMaxCtas env("2");
+  std::mt19937_64 rng(base_seed() ^ 0x70b);
+  const int64_t seqlen_qs[] = {1024, 1000};
+  int n = 0;
+  for (int64_t sq : seqlen_qs) {
+    CaseSpec s;
+    s.batch = 2, s.heads_q = 4, s.heads_kv = n == 1 ? 1 : 4, s.seqlen_q = sq, s.seqlen_k = sq + 24 * n, s.head_dim = 64;
+    s.mask.causal = 1;
+    if (n == 1) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+    flash::FwdParams fp{};  // (what d64_causal_top_rows reads)
+    fp.head_dim = 64, fp.seqlen_q = int32_t(sq), fp.seqlen_k = int32_t(s.seqlen_k), fp.window_left = -1, fp.window_right = 0;
+    fp.batch = int32_t(s.batch), fp.heads_q = int32_t(s.heads_q);
+    fp.diag_offset = s.mask.alignment == FLASH_ALIGN_TOP_LEFT ? 0 : s.seqlen_k - sq;
+    ASSERT_EQ(flash::sm90::d64_causal_top_rows(fp), sq % 192) << s.describe();
     expect_sm90_ok(s, rng);
   }
 }

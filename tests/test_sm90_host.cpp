@@ -8,7 +8,7 @@
 //   d64's short-tile problems, and never a problem whose schedules would not fit in shared memory;
 // - the dense kernels' split last round (TailSplit, plan_tail, tail_slot): every key block of the split tiles is run by
 //   exactly one CTA, and a tile's merging piece finds every other piece of it;
-// - d64 dense's split into two kernels (d64_split_rows);
+// - d64 dense's split into two kernels (d64_split_rows), d64 causal's first rows apart (d64_causal_top_rows);
 // - d128 block-sparse's kernel with SFU turns for long lists (sfu_turns_by_length).
 #include <gtest/gtest.h>
 
@@ -209,6 +209,68 @@ TEST(Sm90Instantiation, D64RowSplit) {
     EXPECT_LE(junk + 64, tiles3 * 192 - sq) << sq;
     if (sq > 64) EXPECT_LT(junk, 64) << sq;
   }
+}
+
+// d64 causal's first rows apart (d64_causal_top_rows; perf-log v76): under a right-edged mask without a left edge at d64,
+// below 2048 rows, the first seqlen_q mod 192 rows when that is 1..64 and those rows see at most 128 keys; the rest are
+// whole 192-row tiles. rows_view moves Q, O, LSE and the diagonal together.
+TEST(Sm90Instantiation, D64CausalTopRows) {
+  using flash::sm90::d64_causal_top_rows;
+  auto params = [](int d, int64_t sq, int64_t sk, int32_t left, int32_t right, int64_t diag) {
+    flash::FwdParams p{};
+    p.head_dim = d, p.seqlen_q = int32_t(sq), p.seqlen_k = int32_t(sk), p.window_left = left, p.window_right = right;
+    p.diag_offset = diag, p.batch = 2, p.heads_q = 16;
+    return p;
+  };
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1024, -1, 0, 0)), 64);    // 5 x 192 + 64
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1000, 1000, -1, 0, 0)), 40);
+  EXPECT_EQ(d64_causal_top_rows(params(64, 193, 193, -1, 0, 0)), 1);
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1984, 1984, -1, 0, 0)), 64);    // 10 x 192 + 64
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1088, -1, 0, 64)), 64);   // bottom-right, 64 keys more: 128 keys
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1089, -1, 0, 65)), 0);    // 129
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 900, -1, 0, -124)), 64);  // rows that see no key
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1024, -1, 37, 0)), 64);   // a right edge past the diagonal
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1024, -1, 65, 0)), 0);
+  EXPECT_EQ(d64_causal_top_rows(params(64, 2048, 2048, -1, 0, 0)), 0);     // 10 x 192 + 128
+  EXPECT_EQ(d64_causal_top_rows(params(64, 2176, 2176, -1, 0, 0)), 0);     // 11 x 192 + 64, from 2048 rows not split
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1152, 1152, -1, 0, 0)), 0);     // 6 x 192
+  EXPECT_EQ(d64_causal_top_rows(params(64, 64, 64, -1, 0, 0)), 0);         // one partial tile: nothing to split from
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1024, -1, -1, 0)), 0);    // dense (d64_split_rows)
+  EXPECT_EQ(d64_causal_top_rows(params(64, 1024, 1024, 100, 0, 0)), 0);    // a left edge
+  EXPECT_EQ(d64_causal_top_rows(params(128, 1024, 1024, -1, 0, 0)), 0);
+  {
+    flash::FwdParams p = params(64, 1024, 1024, -1, 0, 0);
+    p.has_block_mask = true;
+    EXPECT_EQ(d64_causal_top_rows(p), 0);
+    p = params(64, 1024, 1024, -1, 0, 0);
+    p.heads_q = 65536;  // the sm80 body's grid limit
+    EXPECT_EQ(d64_causal_top_rows(p), 0);
+  }
+  for (int64_t sq = 1; sq <= 2200; ++sq) {
+    const int64_t r = d64_causal_top_rows(params(64, sq, sq, -1, 0, 0));
+    if (r == 0) {
+      EXPECT_TRUE(sq < 192 || sq >= 2048 || sq % 192 == 0 || sq % 192 > 64) << sq;
+      continue;
+    }
+    EXPECT_GE(r, 1) << sq;
+    EXPECT_LE(r, 64) << sq;
+    EXPECT_EQ((sq - r) % 192, 0) << sq;  // the rest: whole 192-row tiles
+  }
+  // rows_view: rows [100, 300) of a bf16 problem (Q rows of 1024 elements, O rows of 2048) with an LSE.
+  flash::FwdParams p = params(64, 1000, 1100, -1, 0, 100);
+  p.dtype = flash::DType::BF16;
+  static char q[1], o[1];
+  static float lse[1];
+  p.q = q, p.o = o, p.lse = lse;
+  p.q_row_stride = 1024, p.o_row_stride = 2048, p.lse_row_stride = 1;
+  const flash::FwdParams v = flash::sm90::rows_view(p, 100, 300);
+  EXPECT_EQ(static_cast<const char*>(v.q) - q, 100 * 1024 * 2);
+  EXPECT_EQ(static_cast<char*>(v.o) - o, 100 * 2048 * 2);
+  EXPECT_EQ(v.lse - lse, 100);
+  EXPECT_EQ(v.seqlen_q, 200);
+  EXPECT_EQ(v.seqlen_k, 1100);
+  EXPECT_EQ(v.diag_offset, 200);  // the view's row 0 is row 100: it sees keys up to 100 + 100 + window_right
+  EXPECT_EQ(v.k, p.k);
 }
 
 // d64 block-sparse masks of 128-row blocks with lists of at least 3 key blocks (of 128) run on the two-ring instantiation

@@ -360,6 +360,39 @@ inline int64_t d64_split_rows(const FwdParams& p) {
   return 192 * (r <= 64 ? std::max<int64_t>(q - 1, 0) : q);
 }
 
+// d64 causal's first rows (perf-log v76). Under a right-edged mask without a left edge the 192-row tiles end at
+// seqlen_q, so the first r = seqlen_q mod 192 rows of every (batch, head) make a partial tile: one key block, 64 real
+// rows of 192, at a whole tile's fixed cost -- 512 of the standard grid's 3072 tiles at 1k, 6% of its time (sm90_dev
+// s39-3, s46-3). Where r is 1..64 and those rows see at most 128 keys, they run as a problem of their own (rows_view) on
+// a small sm80-bodied kernel (top_rows.cuh: 64 x 64 tiles, 4 warps), launched behind the three-warpgroup kernel with
+// PDL so that its CTAs take the SMs the first one's tail leaves; the three-warpgroup kernel runs rows [r, seqlen_q),
+// whole tiles. Measured (sm90_dev s46-2..4, against the three-warpgroup kernel on every row): 1k 2.2-3.0% faster; 4k
+// and 16k within 0.2% (there the partial tiles fill the tail anyway), hence the bound kTopRowsMaxSeqlen. The same rows
+// on the two-warpgroup sm90 kernel (128-row tiles, v55) gained under 1%; on the sm80 kernel without PDL 1%. 0: no split.
+inline constexpr int64_t kTopRowsMaxSeqlen = 2048;
+inline int64_t d64_causal_top_rows(const FwdParams& p) {
+  if (p.head_dim != 64 || p.has_block_mask || p.window_right < 0 || p.window_left >= 0) return 0;
+  if (p.seqlen_q < 192 || p.seqlen_q >= kTopRowsMaxSeqlen || p.batch > 65535 || p.heads_q > 65535) return 0;
+  const int64_t r = p.seqlen_q % 192;
+  if (r == 0 || r > 64) return 0;
+  // Row r - 1, the top rows' last, sees keys up to r - 1 + diag_offset + window_right.
+  if (r + p.diag_offset + p.window_right > 128) return 0;
+  return r;
+}
+
+// Rows [begin, end) of a problem as a problem of its own: Q, O and LSE from row begin, and the diagonal moved with them
+// so that every row keeps its keys (params.h: row i sees j against i + diag_offset).
+inline FwdParams rows_view(const FwdParams& p, int64_t begin, int64_t end) {
+  const int64_t bytes = p.dtype == DType::FP32 ? 4 : 2;
+  FwdParams s = p;
+  s.q = static_cast<const char*>(p.q) + begin * p.q_row_stride * bytes;
+  s.o = static_cast<char*>(p.o) + begin * p.o_row_stride * bytes;
+  if (p.lse != nullptr) s.lse = p.lse + begin * p.lse_row_stride;
+  s.seqlen_q = int32_t(end - begin);
+  s.diag_offset = p.diag_offset + begin;
+  return s;
+}
+
 // d128 problems with at least kLongMinKeys keys and no block mask or left window edge (dense and causal-like) run on the
 // 192-key-block instantiation (kLongShape).
 inline bool use_long_kernel(const FwdParams& p) {

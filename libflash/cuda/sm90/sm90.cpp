@@ -26,6 +26,8 @@ template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p, const Rows& rows = {});
+template <DType kDType>
+int32_t launch_top_rows(const FwdParams& p);  // top_rows.cuh
 
 namespace {
 
@@ -130,6 +132,14 @@ int32_t fwd_d64_split(const FwdParams& p, int64_t rows_a) {
   return rows(Rows{int32_t(rows_a), -1, Rows::kPdlSecondary});
 }
 
+// d64 causal's first rows apart (shapes.h, d64_causal_top_rows): rows [r, seqlen_q) on the three-warpgroup instantiation
+// (whole 192-row tiles, from the counter longest first), rows [0, r) on the top-rows kernel behind it with PDL.
+int32_t fwd_d64_causal_top(const FwdParams& p, int64_t r) {
+  if (int32_t st = fwd_dim<64, false>(rows_view(p, r, p.seqlen_q)); st != FLASH_OK) return st;
+  const FwdParams top = rows_view(p, 0, r);
+  return p.dtype == DType::BF16 ? launch_top_rows<DType::BF16>(top) : launch_top_rows<DType::FP16>(top);
+}
+
 // d128 dense on 128-key blocks with a last round worth splitting (shapes.h, pair_split): the whole rounds on the dense
 // instantiation, the last round's pieces on the split one behind it with PDL.
 int32_t fwd_d128_pair(const FwdParams& p, const TailSplit& t) {
@@ -158,6 +168,7 @@ int32_t fwd(const FwdParams& p) {
     return bf16 ? launch_fwd_split<256, DType::BF16>(p) : launch_fwd_split<256, DType::FP16>(p);
   const bool sparse = use_listed_kernel(p, smem_limit);
   if (const int64_t rows_a = d64_split_rows(p); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
+  if (const int64_t r = d64_causal_top_rows(p); !sparse && r > 0) return fwd_d64_causal_top(p, r);
   if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0) return fwd_d128_pair(p, t);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);

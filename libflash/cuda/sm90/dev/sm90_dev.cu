@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "libflash/cuda/sm90/fwd_kernel.cuh"
+#include "libflash/cuda/sm90/top_rows.cuh"
 
 using flash::DType;
 using flash::FwdParams;
@@ -166,14 +167,25 @@ template <class K>
 int32_t run_k(const FwdParams& p) {
   return flash::sm90::launch<K>(p);
 }
+// d64 causal's first rows apart (shapes.h, d64_causal_top_rows; perf-log v76; production since session 46): rows [r,
+// seqlen_q) on the three-warpgroup kernel, the first r on the top-rows kernel behind it with PDL. kRestAlone: the rest
+// alone (rows [0, r) left unwritten: the check fails by design), what the partial tiles cost.
+template <bool kRestAlone = false, class KA = Tr<64, 128, 4, 3, 1>>
+int32_t run_top(const FwdParams& p) {
+  const int64_t r = flash::sm90::d64_causal_top_rows(p);
+  if (r == 0) return flash::sm90::launch<KA>(p);
+  if (const int32_t st = flash::sm90::launch<KA>(flash::sm90::rows_view(p, r, p.seqlen_q)); st != 0 || kRestAlone) return st;
+  return flash::sm90::launch_top_rows<DType::BF16>(flash::sm90::rows_view(p, 0, r));
+}
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
 // rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
-// kernel) or plainly one after the other. Problems that do not split run on the three-warpgroup kernel whole.
+// kernel) or plainly one after the other. Problems that do not split run as run_top (d64 causal below 2048 rows in two
+// kernels, the rest on the three-warpgroup kernel whole).
 template <class KB, bool kPdl, class KA = Tr<64, 128, 4, 3, 1>>
 int32_t run_rows(const FwdParams& p) {
   using flash::sm90::Rows;
   const int64_t rows_a = flash::sm90::d64_split_rows(p);
-  if (rows_a < 0) return flash::sm90::launch<KA>(p);
+  if (rows_a < 0) return run_top<false, KA>(p);
   if (rows_a == 0) return flash::sm90::launch<KB>(p);
   flash::sm90::LaunchOptions oa, ob;
   oa.rows = Rows{0, int32_t(rows_a), kPdl ? Rows::kPdlPrimary : Rows::kNoPdl};
@@ -458,6 +470,16 @@ const Candidate kCandidates[] = {
     // causal 1k-16k (16k dense 4.227 against 4.156 / 4.147 ms). Not kept.
     // Sessions 40-41 (s40-5, s41-2, perf-log v74): UniformWg (Traits::kUniformWg) 0-1.2% faster in two rounds, dense and
     // causal (1k dense +1.2% both times): production since. The pair without it, as the reference:
+    // Session 46 (s46-1 .. s46-4, perf-log v76): d64 causal's first seqlen_q mod 192 rows (each head's partial tile) as a
+    // problem of their own on an sm80-bodied kernel. Without PDL, before or after the three-warpgroup kernel: 1k 0.8% with
+    // 64 x 64 tiles on 4 warps, 3% slower with production's sm80 shape (128 x 128), 2k-16k 0.3-1% slower. Behind it with
+    // PDL (run_top): 1k 2.2-3.0% faster in three runs, 2k (seqlen_q mod 192 = 128) 0-0.3% slower, 4k and 16k within 0.2%;
+    // 128 x 128 tiles 1% slower at 1k; only CTA 0 waiting for the primary (the others freeing their SMs at once) no
+    // different; the first 192 + 64 rows on it (64 x 64 or 64 x 128 tiles) 1-3% slower at 1k. The rest alone 5-5.5% faster
+    // at 1k, equal from 4k: what the partial tiles cost. Production since (below 2048 rows). The kernel before, and that
+    // upper bound:
+    {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
+    {"d64  causal rest alone (wrong)", 64, false, run_top<true>},
     {"d64  split s40 (no uniform wg)", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>, false>, true, UniformWg<Tr<64, 128, 4, 3, 1>, false>>},
     {"d64  split s31 (no sfu turns)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},
     {"d64  3wg whole (s29)", 64, false, run_k<SfuTurns<Tr<64, 128, 4, 3, 1>, true, false>>},

@@ -1,0 +1,49 @@
+// libflash/cuda/sm90/top_rows.cuh -- d64 causal's first rows (shapes.h, d64_causal_top_rows; perf-log v76): the rows
+// of a head's partial 192-row tile, as a view of the caller's problem (shapes.h, rows_view), on the sm80 forward's body
+// with 64 x 64 tiles on 4 warps (16 rows a warp). Those rows see one key block, so a CTA is a few microseconds of load
+// latency; launched behind the three-warpgroup kernel with programmatic stream serialisation, its CTAs start on the SMs
+// that kernel's tail leaves instead of behind its end. Compiled for sm_90a only, beside the sm90 kernels.
+#pragma once
+#include "../sm80/fwd_kernel.cuh"
+
+namespace flash::sm90 {
+
+template <DType kDType>
+using TopRowsTraits = sm80::Traits<64, 64, 64, 4, 1, kDType>;
+
+// A PDL secondary: each CTA ends no earlier than the kernel it was launched behind (griddepcontrol.wait, a no-op
+// without PDL), so whatever follows in the stream sees both kernels' outputs.
+template <class K>
+__global__ void __launch_bounds__(K::kThreads) top_rows_kernel(const __grid_constant__ FwdParams p) {
+  sm80::fwd_body<K, false>(p);
+  if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+template <DType kDType>
+int32_t launch_top_rows(const FwdParams& p) {
+  using K = TopRowsTraits<kDType>;
+  static_assert(K::kSmemBytes <= 48 * 1024, "no dynamic shared memory opt-in");
+  const int64_t ctas = int64_t{(p.seqlen_q + K::kBlockM - 1) / K::kBlockM} * p.heads_q * p.batch;
+  if (ctas > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90 top rows: ", ctas, " query blocks exceed one launch");
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(ctas));
+  cfg.blockDim = dim3(unsigned(K::kThreads));
+  cfg.dynamicSmemBytes = size_t(K::kSmemBytes);
+  cfg.stream = static_cast<cudaStream_t>(p.stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  // A runtime that refuses the attribute gets the plain launch: the same result, the kernels one after the other.
+  if (cudaLaunchKernelEx(&cfg, top_rows_kernel<K>, p) == cudaSuccess) return cuda::check_launch("sm90 top rows kernel (PDL)");
+  (void)cudaGetLastError();
+  top_rows_kernel<K><<<cfg.gridDim, cfg.blockDim, cfg.dynamicSmemBytes, cfg.stream>>>(p);
+  return cuda::check_launch("sm90 top rows kernel");
+}
+
+}  // namespace flash::sm90
+
+// One line per .cu file: FLASH_SM90_INSTANTIATE_TOP_ROWS(BF16).
+#define FLASH_SM90_INSTANTIATE_TOP_ROWS(DTYPE) \
+  template int32_t flash::sm90::launch_top_rows<flash::DType::DTYPE>(const flash::FwdParams&);

@@ -332,6 +332,12 @@ struct Traits {
   //  - kDevKVHot: every K/V load takes key block 0 of its head: the same L2 -> SMEM bytes and issue, no DRAM reads.
   //  - kDevAlwaysRescale: O rescaled after every block but a tile's first, moved max or not. The two above never move
   //    the max (stale or repeated K), so production skips rescales they do not: time them all with it.
+  // A tile's first block visible in its first half only (the diagonal block of a causal tile whose key end lies in a
+  // block's first half, or the sequence's end there), a run-time test per tile (KeyBlocks::hi): bit 1, S_0's mask,
+  // softmax and pack on those columns only (P's other half zero); bit 2, P_0 V_0 on the first half of V_0's rows. 0: off.
+  // (S_0 itself as an m64 n{kBlockN / 2} product, into acc_s's first half or an array of its own, made ptxas serialise
+  // every wgmma of the d64 kernel, C7511 / C7512 with spills: not built.)
+  static constexpr int kHalfDiag = 0;
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
@@ -1044,18 +1050,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       };
       // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
       // (the N direction) kBlockN * 128 bytes apart.
-      auto issue_pv = [&](int s) {
+      // (half: the block's first kBlockN / 2 keys only, kHalfDiag 2; a constant at every call.)
+      auto issue_pv = [&](int s, bool half) {
         const uint32_t v_s = v_smem0 + s * K::kKVBytes;
         [[maybe_unused]] const uint64_t dv0 = wg::desc(v_s, kBlockN * 128);  // kDescPlus
 #pragma unroll
-        for (int kc = 0; kc < kBlockN / 16; ++kc)
+        for (int kc = 0; kc < (half ? kBlockN / 32 : kBlockN / 16); ++kc)
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(
               acc_o, p_frag[kc], K::kDescPlus ? wg::desc_plus(dv0, kc * 2048) : wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
       // Element mask, only where the block crosses the sequence end or a window edge. (Deciding that per
       // warpgroup's 64 rows instead made d64's dense path 4-8% slower: perf-log v12, commit 2beb5a7.)
-      auto mask = [&](float (&sv)[K::kSRegs], int n) {
+      // (half: the block's first kBlockN / 2 columns only, kHalfDiag; likewise softmax and pack_p. A constant at every
+      // call, so each inlined copy has its own trip counts.)
+      auto mask = [&](float (&sv)[K::kSRegs], int n, bool half) {
+        const int cols = half ? kBlockN / 2 : kBlockN;
         if (!blocks.needs_mask(n)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
@@ -1070,13 +1080,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // instructions per element (perf-log v28: causal 1k +3-4% at d64, +2.5% at d128).
           if (p.window_left < 0) {
 #pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
+            for (int i = 0; i < cols / 8; ++i)
 #pragma unroll
               for (int e = 0; e < 2; ++e)
                 if (8 * i + e >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
           } else {
 #pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
+            for (int i = 0; i < cols / 8; ++i)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const int col = 8 * i + e;
@@ -1089,14 +1099,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
       // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
       // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
-      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {
+      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2], bool half) {
+        const int cols = half ? kBlockN / 2 : kBlockN;
         float max_new[2];
         bool max_moved = false;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float m = kNegInf;
 #pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
+          for (int i = 0; i < cols / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
           max_new[r] = fmaxf(row_max[r], m);
@@ -1113,7 +1124,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if constexpr (K::kSfuTurns) max_scaled += zero;
           float sum = 0.f;
 #pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i) {
+          for (int i = 0; i < cols / 8; ++i) {
             constexpr int kEvery = K::kPolyEvery > 0 ? K::kPolyEvery : 1;  // (no % by zero when off)
             const bool fma_pipe = K::kPolyEvery > 0 && i % kEvery == kEvery - 1;
             const float x0 = sv[4 * i + 2 * r] * scale_log2 - max_scaled;
@@ -1136,11 +1147,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
       // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
       // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
-      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4]) {
+      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4], bool half) {
+        const int cols = half ? kBlockN / 2 : kBlockN;
 #pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i)
+        for (int i = 0; i < cols / 8; ++i)
 #pragma unroll
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
+#pragma unroll
+        for (int i = cols / 16; i < kBlockN / 16; ++i) pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0u;
       };
       // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
       // (q_empty and sched_empty count them all), so each thread's own loads are ordered before the
@@ -1161,6 +1175,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       [[maybe_unused]] int s_last = 0;  // O staged in the ring: the last block's slot
       int n = blocks.next();
       if (n >= 0) {
+        // kHalfDiag: every row of the tile sees keys of this first block (its diagonal one) in the block's first half
+        // only, so S_0's second half would be masked whole.
+        const bool half = K::kHalfDiag > 0 && blocks.hi - n * kBlockN <= kBlockN / 2;
+        [[maybe_unused]] bool pv_half = (K::kHalfDiag & 2) && half;  // P_0 V_0 still to issue on half the keys
         // Prologue: S_0 and its softmax.
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
@@ -1177,11 +1195,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-        mask(acc_s, n);
-        {
+        if ((K::kHalfDiag & 1) && half) {
           float corr[2];
-          softmax(acc_s, true, corr);
-          pack_p(acc_s, p_frag);
+          mask(acc_s, n, true);
+          softmax(acc_s, true, corr, true);
+          pack_p(acc_s, p_frag, true);
+        } else {
+          float corr[2];
+          mask(acc_s, n, false);
+          softmax(acc_s, true, corr, false);
+          pack_p(acc_s, p_frag, false);
         }
         ++it;
         lap(Prof::kPrologue);
@@ -1223,8 +1246,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             if (rescale_prev) rescale_o(corr_prev);
             wg::fence();  // O's registers were written since the last fence
           }
-          issue_pv(s_prev);
+          if ((K::kHalfDiag & 2) && pv_half) issue_pv(s_prev, true);
+          else issue_pv(s_prev, false);
           pass_turn();
+          if constexpr ((K::kHalfDiag & 2) != 0) pv_half = false;
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
           if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
           step(Prof::kStepIssue);
@@ -1238,9 +1263,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float sv[K::kSRegs];
 #pragma unroll
           for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-          mask(sv, n);
+          mask(sv, n, false);
           float corr[2];
-          const bool rescale = softmax(sv, false, corr);
+          const bool rescale = softmax(sv, false, corr, false);
           if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
           if constexpr (K::kPinSoftmax == 3) {
             const uint32_t now = static_cast<uint32_t>(clock());
@@ -1262,7 +1287,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           } else if (rescale) {
             rescale_o(corr);
           }
-          pack_p(sv, p_frag);  // P_j, the A operand of the next turn's P V
+          pack_p(sv, p_frag, false);  // P_j, the A operand of the next turn's P V
           s_prev = s;
           phase_prev = phase;
           step(Prof::kStepTail);
@@ -1286,7 +1311,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
-        issue_pv(s_prev);
+        if ((K::kHalfDiag & 2) && pv_half) issue_pv(s_prev, true);  // a tile of one block
+        else issue_pv(s_prev, false);
         pass_turn();
         wg::wait<0>();
         wg::fence_regs(acc_o);

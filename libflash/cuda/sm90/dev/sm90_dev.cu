@@ -294,6 +294,12 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
+// A tile's first block visible in its first half only taken as a half block (Traits::kHalfDiag, session 47): bit 1 S_0's
+// mask, softmax and pack on half the columns; bit 2 P_0 V_0 on half V_0's rows.
+template <class T, int V>
+struct HalfDiag : T {
+  static constexpr int kHalfDiag = V;
+};
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
 struct FreeRings : T {
@@ -478,6 +484,9 @@ const Candidate kCandidates[] = {
     // different; the first 192 + 64 rows on it (64 x 64 or 64 x 128 tiles) 1-3% slower at 1k. The rest alone 5-5.5% faster
     // at 1k, equal from 4k: what the partial tiles cost. Production since (below 2048 rows). The kernel before, and that
     // upper bound:
+    // Session 47: the half diagonal block (HalfDiag) in the three-warpgroup kernel, with the top rows as production.
+    {"d64  causal half-diag softmax", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 1>>},
+    {"d64  causal half-diag softmax+pv", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 3>>},
     {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
     {"d64  causal rest alone (wrong)", 64, false, run_top<true>},
     {"d64  split s40 (no uniform wg)", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>, false>, true, UniformWg<Tr<64, 128, 4, 3, 1>, false>>},

@@ -184,6 +184,32 @@ TEST_P(GpuEdges, D64CausalTopRows) {
   }
 }
 
+// d64 tiles whose first (diagonal) key block the rows see none, half or all of (sm90's three-warpgroup kernel takes
+// S_0's softmax on only those columns, fwd_kernel.cuh Traits::kHalfDiag): causal with the diagonal at several offsets
+// into a 128-key block (both alignments, seqlen_k above and below seqlen_q), right window edges that end inside a block's
+// first half or past it, a left edge as well, and dense problems whose sequence end lies in a block's first half.
+TEST_P(GpuEdges, D64DiagonalHalfBlocks) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  struct Diag {
+    int64_t sq, sk;
+    int causal, top_left, wl, wr;
+  };
+  const Diag diags[] = {{2100, 2100, 1, 0, -1, -1}, {2100, 2117, 1, 0, -1, -1}, {2100, 2164, 1, 0, -1, -1},
+                        {700, 650, 1, 0, -1, -1},   {2100, 3000, 1, 1, -1, -1}, {2100, 2100, 0, 0, -1, 5},
+                        {2100, 2100, 0, 0, -1, 70}, {2100, 2100, 0, 0, 30, 40}, {1000, 1088, 0, 0, -1, -1},
+                        {1000, 1153, 0, 0, -1, -1}};
+  int n = 0;
+  for (const Diag& d : diags) {
+    CaseSpec s = base(d.sq, d.sk, 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.batch = 1 + n % 2, s.heads_q = 2, s.heads_kv = n % 3 == 0 ? 1 : 2;
+    s.mask.causal = d.causal;
+    if (d.top_left) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    s.mask.window_left = d.wl, s.mask.window_right = d.wr;
+    ++n;
+    expect_ok(s);
+  }
+}
+
 // Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
 // use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
 // there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on

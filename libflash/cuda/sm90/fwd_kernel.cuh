@@ -325,6 +325,15 @@ struct Traits {
   // 1k dense +1.2% both times; d256 dense +0.4-1.4%, causal -0.1 to +0.9% (s41-2); d128 -1.9 to +0.7% and the block-sparse
   // kernels 0.5-2.6% slower, so not there (perf-log v74). Not measured with the tail split.
   static constexpr bool kUniformWg = !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 || kHeadDim_ == 256);
+  // kHalfDiag: S_0's mask, softmax and pack (the prologue's) on only as many of the first block's columns as its rows can
+  // see -- none, half or all -- where that block is cut by the diagonal (a causal tile's first block is its diagonal one)
+  // or the sequence's end; P's other columns zero. 1: by the tile's key end (KeyBlocks::hi; at d64 causal 2 of the 5
+  // whole tiles a head end in a block's first half at 1k, 6 of 10 at 2k); 2: by each warpgroup's own 64 rows (at 1k 7 of
+  // the 15 warpgroup prologues see nothing of the block, 5 half). sm90_dev s47-1, 1 on d64's three warpgroups: causal 1k
+  // +0.5%, 2k +0.8%, 4k +0.4%, 16k +0.1%, output bit-identical (perf-log v77). Not built: S_0 itself as an m64
+  // n{kBlockN / 2} product (into acc_s's first half or an array of its own, ptxas serialised every wgmma of the kernel,
+  // C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5% slower, C7519).
+  static constexpr int kHalfDiag = !kSparse_ && kConsumers_ == 3 ? 1 : 0;
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
   //  - kDevSkipKVOdd: every K/V load left out in odd CTAs (the slot's full barrier arrived on without bytes): half the
@@ -332,12 +341,6 @@ struct Traits {
   //  - kDevKVHot: every K/V load takes key block 0 of its head: the same L2 -> SMEM bytes and issue, no DRAM reads.
   //  - kDevAlwaysRescale: O rescaled after every block but a tile's first, moved max or not. The two above never move
   //    the max (stale or repeated K), so production skips rescales they do not: time them all with it.
-  // A tile's first block visible in its first half only (the diagonal block of a causal tile whose key end lies in a
-  // block's first half, or the sequence's end there), a run-time test per tile (KeyBlocks::hi): bit 1, S_0's mask,
-  // softmax and pack on those columns only (P's other half zero); bit 2, P_0 V_0 on the first half of V_0's rows. 0: off.
-  // (S_0 itself as an m64 n{kBlockN / 2} product, into acc_s's first half or an array of its own, made ptxas serialise
-  // every wgmma of the d64 kernel, C7511 / C7512 with spills: not built.)
-  static constexpr int kHalfDiag = 0;
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
@@ -1050,22 +1053,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       };
       // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
       // (the N direction) kBlockN * 128 bytes apart.
-      // (half: the block's first kBlockN / 2 keys only, kHalfDiag 2; a constant at every call.)
-      auto issue_pv = [&](int s, bool half) {
+      auto issue_pv = [&](int s) {
         const uint32_t v_s = v_smem0 + s * K::kKVBytes;
         [[maybe_unused]] const uint64_t dv0 = wg::desc(v_s, kBlockN * 128);  // kDescPlus
 #pragma unroll
-        for (int kc = 0; kc < (half ? kBlockN / 32 : kBlockN / 16); ++kc)
+        for (int kc = 0; kc < kBlockN / 16; ++kc)
           wg::RS<K::kHeadDim, 1, K::kDType>::mma(
               acc_o, p_frag[kc], K::kDescPlus ? wg::desc_plus(dv0, kc * 2048) : wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
         wg::commit();
       };
       // Element mask, only where the block crosses the sequence end or a window edge. (Deciding that per
       // warpgroup's 64 rows instead made d64's dense path 4-8% slower: perf-log v12, commit 2beb5a7.)
-      // (half: the block's first kBlockN / 2 columns only, kHalfDiag; likewise softmax and pack_p. A constant at every
-      // call, so each inlined copy has its own trip counts.)
-      auto mask = [&](float (&sv)[K::kSRegs], int n, bool half) {
-        const int cols = half ? kBlockN / 2 : kBlockN;
+      // (cols: the block's first cols columns only, the others unused -- kHalfDiag's prologue; likewise softmax and pack_p.
+      // A constant at every call, so each inlined copy has its own trip counts.)
+      auto mask = [&](float (&sv)[K::kSRegs], int n, int cols) {
         if (!blocks.needs_mask(n)) return;
         const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
 #pragma unroll
@@ -1099,8 +1100,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // quad. Overwrites sv with P_j (fp32) and writes the O correction exp2((m - m') * scale_log2) to corr; returns whether
       // any row of the warp needs it (past the first blocks the running max rarely moves, and when it moved
       // in no row the correction is exactly 1: the O rescale is skipped, bit for bit the same).
-      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2], bool half) {
-        const int cols = half ? kBlockN / 2 : kBlockN;
+      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2], int cols) {
         float max_new[2];
         bool max_moved = false;
 #pragma unroll
@@ -1147,14 +1147,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
       // P in the input dtype: the accumulator of n8 tiles 2c and 2c+1 is the A fragment of k16 step c,
       // {row g cols 2t | row g+8 cols 2t | row g cols 8+2t | row g+8 cols 8+2t}.
-      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4], bool half) {
-        const int cols = half ? kBlockN / 2 : kBlockN;
+      auto pack_p = [&](const float (&sv)[K::kSRegs], uint32_t (&pf)[kBlockN / 16][4], int cols) {
 #pragma unroll
         for (int i = 0; i < cols / 8; ++i)
 #pragma unroll
           for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
 #pragma unroll
-        for (int i = cols / 16; i < kBlockN / 16; ++i) pf[i][0] = pf[i][1] = pf[i][2] = pf[i][3] = 0u;
+        for (int i = cols / 8; i < kBlockN / 8; ++i)  // (the columns not written above are zeros)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) pf[i / 2][(i % 2) * 2 + r] = 0u;
       };
       // Q_i's buffer and the slot's tile index (and schedule) back to the producer. Every thread arrives
       // (q_empty and sched_empty count them all), so each thread's own loads are ordered before the
@@ -1175,10 +1176,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       [[maybe_unused]] int s_last = 0;  // O staged in the ring: the last block's slot
       int n = blocks.next();
       if (n >= 0) {
-        // kHalfDiag: every row of the tile sees keys of this first block (its diagonal one) in the block's first half
-        // only, so S_0's second half would be masked whole.
-        const bool half = K::kHalfDiag > 0 && blocks.hi - n * kBlockN <= kBlockN / 2;
-        [[maybe_unused]] bool pv_half = (K::kHalfDiag & 2) && half;  // P_0 V_0 still to issue on half the keys
+        // kHalfDiag: how many of this first block's (the diagonal one's) columns the rows can see at most -- the tile's
+        // (1) or this warpgroup's 64 rows' (2): S_0's mask, softmax and pack then take none, half or all of them.
+        int vis = kBlockN;
+        if constexpr (K::kHalfDiag == 1) vis = blocks.hi - n * kBlockN;
+        if constexpr (K::kHalfDiag == 2) {
+          const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
+          int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+          hi = min(hi, int64_t(p.seqlen_k));
+          vis = int(max(min(hi - int64_t(n) * kBlockN, int64_t(kBlockN)), int64_t(0)));
+        }
         // Prologue: S_0 and its softmax.
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
@@ -1195,16 +1202,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-        if ((K::kHalfDiag & 1) && half) {
+        {
           float corr[2];
-          mask(acc_s, n, true);
-          softmax(acc_s, true, corr, true);
-          pack_p(acc_s, p_frag, true);
-        } else {
-          float corr[2];
-          mask(acc_s, n, false);
-          softmax(acc_s, true, corr, false);
-          pack_p(acc_s, p_frag, false);
+          if (K::kHalfDiag && vis <= 0) {  // nothing visible: P_0 = 0, the row max stays -inf (the SFU turn still taken)
+            softmax(acc_s, true, corr, 0);
+            pack_p(acc_s, p_frag, 0);
+          } else if (K::kHalfDiag && vis <= kBlockN / 2) {
+            mask(acc_s, n, kBlockN / 2);
+            softmax(acc_s, true, corr, kBlockN / 2);
+            pack_p(acc_s, p_frag, kBlockN / 2);
+          } else {
+            mask(acc_s, n, kBlockN);
+            softmax(acc_s, true, corr, kBlockN);
+            pack_p(acc_s, p_frag, kBlockN);
+          }
         }
         ++it;
         lap(Prof::kPrologue);
@@ -1246,10 +1257,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             if (rescale_prev) rescale_o(corr_prev);
             wg::fence();  // O's registers were written since the last fence
           }
-          if ((K::kHalfDiag & 2) && pv_half) issue_pv(s_prev, true);
-          else issue_pv(s_prev, false);
+          issue_pv(s_prev);
           pass_turn();
-          if constexpr ((K::kHalfDiag & 2) != 0) pv_half = false;
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
           if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
           step(Prof::kStepIssue);
@@ -1263,9 +1272,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           float sv[K::kSRegs];
 #pragma unroll
           for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-          mask(sv, n, false);
+          mask(sv, n, kBlockN);
           float corr[2];
-          const bool rescale = softmax(sv, false, corr, false);
+          const bool rescale = softmax(sv, false, corr, kBlockN);
           if constexpr (K::kPinSoftmax == 1) named_sync(4 + wg, 128);
           if constexpr (K::kPinSoftmax == 3) {
             const uint32_t now = static_cast<uint32_t>(clock());
@@ -1287,7 +1296,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           } else if (rescale) {
             rescale_o(corr);
           }
-          pack_p(sv, p_frag, false);  // P_j, the A operand of the next turn's P V
+          pack_p(sv, p_frag, kBlockN);  // P_j, the A operand of the next turn's P V
           s_prev = s;
           phase_prev = phase;
           step(Prof::kStepTail);
@@ -1311,8 +1320,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
-        if ((K::kHalfDiag & 2) && pv_half) issue_pv(s_prev, true);  // a tile of one block
-        else issue_pv(s_prev, false);
+        issue_pv(s_prev);
         pass_turn();
         wg::wait<0>();
         wg::fence_regs(acc_o);

@@ -327,13 +327,17 @@ struct Traits {
   static constexpr bool kUniformWg = !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 || kHeadDim_ == 256);
   // kHalfDiag: S_0's mask, softmax and pack (the prologue's) on only as many of the first block's columns as its rows can
   // see -- none, half or all -- where that block is cut by the diagonal (a causal tile's first block is its diagonal one)
-  // or the sequence's end; P's other columns zero. 1: by the tile's key end (KeyBlocks::hi; at d64 causal 2 of the 5
-  // whole tiles a head end in a block's first half at 1k, 6 of 10 at 2k); 2: by each warpgroup's own 64 rows (at 1k 7 of
-  // the 15 warpgroup prologues see nothing of the block, 5 half). sm90_dev s47-1, 1 on d64's three warpgroups: causal 1k
-  // +0.5%, 2k +0.8%, 4k +0.4%, 16k +0.1%, output bit-identical (perf-log v77). Not built: S_0 itself as an m64
-  // n{kBlockN / 2} product (into acc_s's first half or an array of its own, ptxas serialised every wgmma of the kernel,
-  // C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5% slower, C7519).
-  static constexpr int kHalfDiag = !kSparse_ && kConsumers_ == 3 ? 1 : 0;
+  // or the sequence's end; P's other columns zero, the row max of rows that see none still -inf. 1: by the tile's key end
+  // (KeyBlocks::hi; at d64 causal 2 of the 5 whole tiles a head end in a block's first half at 1k, 6 of 10 at 2k); 2: by
+  // each warpgroup's own 64 rows (at 1k 7 of a head's 15 warpgroup prologues see nothing of the block, 5 half). Output
+  // bit-identical. sm90_dev on d64's three warpgroups (perf-log v77): s47-1, 1 against none: causal 1k +0.5%, 2k +0.8%,
+  // 4k +0.4%, 16k +0.1%; s47-2, 1 against none 1k +2.4%, 2k +1.3%, 4k +1%, 16k 0, and 2 against 1 1k +0.9%, 2k +1%, 4k
+  // +0.8%, 16k 0. Production: 2 at d64 (three warpgroups). d256 (80-key blocks; 128-row tiles end 16 or 32 keys into a
+  // block in 2 of 5) 0.4-0.8% slower with 1 at 1k-4k, with 2 -0.6% at 1k to +0.5% at 16k: not there. Not built: S_0
+  // itself as an m64 n{kBlockN / 2} product (into acc_s's first half or an array of its own, ptxas serialised every wgmma
+  // of the kernel, C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5%
+  // slower, C7519).
+  static constexpr int kHalfDiag = !kSparse_ && kConsumers_ == 3 ? 2 : 0;
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
   //  - kDevSkipKVOdd: every K/V load left out in odd CTAs (the slot's full barrier arrived on without bytes): half the

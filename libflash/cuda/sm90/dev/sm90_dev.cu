@@ -294,8 +294,8 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
-// A tile's first block visible in its first half only taken as a half block (Traits::kHalfDiag: S_0's mask, softmax and
-// pack on half the columns; production for d64's three warpgroups since session 47, perf-log v77), on or off.
+// The prologue's mask, softmax and pack on the first block's visible columns only (Traits::kHalfDiag: 0 off, 1 by the
+// tile's key end, 2 by each warpgroup's rows; 2 production for d64's three warpgroups since session 47, perf-log v77).
 template <class T, int V = 1>
 struct HalfDiag : T {
   static constexpr int kHalfDiag = V;
@@ -484,11 +484,13 @@ const Candidate kCandidates[] = {
     // different; the first 192 + 64 rows on it (64 x 64 or 64 x 128 tiles) 1-3% slower at 1k. The rest alone 5-5.5% faster
     // at 1k, equal from 4k: what the partial tiles cost. Production since (below 2048 rows). The kernel before, and that
     // upper bound:
-    // Session 47 (s47-1, perf-log v77): the half diagonal block (HalfDiag) in the three-warpgroup kernel: causal 1k +0.5%,
-    // 2k +0.8%, 4k +0.4%, 16k +0.1%; with P_0 V_0 on half V_0's rows as well (a branch at the loop's P V issue) 1-5%
-    // slower. Production since; the kernel without it:
+    // Session 47 (s47-1, s47-2, perf-log v77): the prologue's softmax on the diagonal block's visible columns (HalfDiag)
+    // in the three-warpgroup kernel. By the tile's key end (1) against none: s47-1 causal 1k +0.5%, 2k +0.8%, 4k +0.4%;
+    // s47-2 1k +2.4%, 2k +1.3%, 4k +1%; by each warpgroup's rows (2) against 1: 1k +0.9%, 2k +1%, 4k +0.8%; 16k equal.
+    // With P_0 V_0 on half V_0's rows as well (a branch at the loop's P V issue) 1-5% slower. 2 production since; the
+    // kernel without it and with 1:
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},
-    {"d64  causal half-diag per wg", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 2>>},
+    {"d64  causal half-diag by tile", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
     {"d64  causal rest alone (wrong)", 64, false, run_top<true>},
     {"d64  split s40 (no uniform wg)", 64, false, run_rows<UniformWg<Tr<64, 128, 4, 2, 1>, false>, true, UniformWg<Tr<64, 128, 4, 3, 1>, false>>},
@@ -592,10 +594,9 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    // Session 47: the half diagonal block (HalfDiag bit 1; causal tiles of 128 rows end 16 or 32 keys into an 80-key block
-    // in two of every five).
-    {"d256 causal half-diag", 256, false, run_k<HalfDiag<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 causal half-diag per wg", 256, false, run_k<HalfDiag<Tr<256, 80, 2, 2, 3>, 2>>},
+    // Session 47 (s47-2): the prologue's softmax on the diagonal block's visible columns (HalfDiag; 128-row causal tiles
+    // end 16 or 32 keys into an 80-key block in two of every five): by the tile's key end 0.4-0.8% slower at 1k-4k, by
+    // each warpgroup's rows -0.6% at 1k to +0.5% at 16k. Not taken.
     // Session 31 (v54, s31-1): the pair as d128's (run_pair<Tr<256, 80, 2, 2, 3>, EarlyProbe<Tr<256, 80, 2, 2, 3, false,
     // true>>, M>): margin 6 (2k, 4k) 2k 3% slower, 4k equal; margin 2 (1k too) 1k 8% slower; 8k-16k equal to the
     // split kernel alone (0-0.4% faster). Not routed.

@@ -333,7 +333,8 @@ struct Traits {
   // bit-identical. sm90_dev on d64's three warpgroups (perf-log v77): s47-1, 1 against none: causal 1k +0.5%, 2k +0.8%,
   // 4k +0.4%, 16k +0.1%; s47-2, 1 against none 1k +2.4%, 2k +1.3%, 4k +1%, 16k 0, and 2 against 1 1k +0.9%, 2k +1%, 4k
   // +0.8%, 16k 0. Production: 2 at d64 (three warpgroups). d256 (80-key blocks; 128-row tiles end 16 or 32 keys into a
-  // block in 2 of 5) 0.4-0.8% slower with 1 at 1k-4k, with 2 -0.6% at 1k to +0.5% at 16k: not there. Not built: S_0
+  // block in 2 of 5) 0.4-0.8% slower with 1 at 1k-4k, with 2 -0.6% at 1k to +0.5% at 16k; d128 (128-key blocks: warpgroup
+  // 0 sees half the diagonal block in every causal tile) with 2 2.5-9% slower (s47-4): not there. Not built: S_0
   // itself as an m64 n{kBlockN / 2} product (into acc_s's first half or an array of its own, ptxas serialised every wgmma
   // of the kernel, C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5%
   // slower, C7519).

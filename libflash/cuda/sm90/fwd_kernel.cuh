@@ -50,6 +50,7 @@
 #include "../../error.h"
 #include "../../params.h"
 #include "../runtime.h"
+#include "pdl.cuh"
 #include "shapes.h"
 #include "tma.h"
 #include "../wgmma.cuh"
@@ -1665,20 +1666,10 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     }
   }
   if (opt.rows.pdl == Rows::kPdlSecondary && opt.pdl_attr) {
-    // Behind the primary with programmatic stream serialisation (shapes.h, Rows). A runtime that refuses the attribute
-    // gets the plain launch below: the same result, the two kernels one after the other.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(grid));
-    cfg.blockDim = dim3(unsigned(K::kThreads));
-    cfg.dynamicSmemBytes = size_t(smem_bytes);
-    cfg.stream = static_cast<cudaStream_t>(p.stream);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kernel, args) == cudaSuccess) return cuda::check_launch("sm90 fwd kernel (PDL)");
-    (void)cudaGetLastError();
+    // Behind the primary with programmatic stream serialisation (shapes.h, Rows); else the plain launch below.
+    if (launch_pdl_secondary(kernel, dim3(unsigned(grid)), dim3(unsigned(K::kThreads)), size_t(smem_bytes),
+                             static_cast<cudaStream_t>(p.stream), args))
+      return cuda::check_launch("sm90 fwd kernel (PDL)");
   }
   kernel<<<grid, K::kThreads, size_t(smem_bytes), static_cast<cudaStream_t>(p.stream)>>>(args);
   return cuda::check_launch("sm90 fwd kernel");

@@ -5,6 +5,7 @@
 // that kernel's tail leaves instead of behind its end. Compiled for sm_90a only, beside the sm90 kernels.
 #pragma once
 #include "../sm80/fwd_kernel.cuh"
+#include "pdl.cuh"
 
 namespace flash::sm90 {
 
@@ -25,20 +26,11 @@ int32_t launch_top_rows(const FwdParams& p) {
   static_assert(K::kSmemBytes <= 48 * 1024, "no dynamic shared memory opt-in");
   const int64_t ctas = int64_t{(p.seqlen_q + K::kBlockM - 1) / K::kBlockM} * p.heads_q * p.batch;
   if (ctas > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90 top rows: ", ctas, " query blocks exceed one launch");
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(ctas));
-  cfg.blockDim = dim3(unsigned(K::kThreads));
-  cfg.dynamicSmemBytes = size_t(K::kSmemBytes);
-  cfg.stream = static_cast<cudaStream_t>(p.stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  // A runtime that refuses the attribute gets the plain launch: the same result, the kernels one after the other.
-  if (cudaLaunchKernelEx(&cfg, top_rows_kernel<K>, p) == cudaSuccess) return cuda::check_launch("sm90 top rows kernel (PDL)");
-  (void)cudaGetLastError();
-  top_rows_kernel<K><<<cfg.gridDim, cfg.blockDim, cfg.dynamicSmemBytes, cfg.stream>>>(p);
+  const dim3 grid{unsigned(ctas)}, block{unsigned(K::kThreads)};
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (launch_pdl_secondary(top_rows_kernel<K>, grid, block, size_t(K::kSmemBytes), stream, p))
+    return cuda::check_launch("sm90 top rows kernel (PDL)");
+  top_rows_kernel<K><<<grid, block, size_t(K::kSmemBytes), stream>>>(p);
   return cuda::check_launch("sm90 top rows kernel");
 }
 

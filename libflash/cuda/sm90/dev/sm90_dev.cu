@@ -177,6 +177,82 @@ int32_t run_top(const FwdParams& p) {
   if (const int32_t st = flash::sm90::launch<KA>(flash::sm90::rows_view(p, r, p.seqlen_q)); st != 0 || kRestAlone) return st;
   return flash::sm90::launch_top_rows<DType::BF16>(flash::sm90::rows_view(p, 0, r));
 }
+// Session 48: d64 causal's top-rows kernel in the three-warpgroup kernel's tail ends ~5 us after it (s46: the rest alone
+// is 2.2% faster than the pair at 1k). Three changes to that tail, each alone and together:
+//  - TopPf (Traits::kTopPrefetch): the three-warpgroup kernel's producers, once the tiles run out, prefetch the top rows'
+//    Q, K and V to L2 (their bytes were last read long before, or never: Q), so the top kernel's loads hit L2;
+//  - kMinBlocks: the top kernel's launch bounds asking for 6 or 8 CTAs an SM (<= 80 / 64 registers) instead of 4 (126),
+//    so more of its latency-bound CTAs fit on the SMs the tail leaves;
+//  - run_top_first: the top kernel first, as the PDL primary (griddepcontrol.launch_dependents at its start), and the
+//    three-warpgroup kernel behind it as the secondary (TopSecondary): the top rows then take the whole GPU for one wave
+//    at the start instead of the tail's SMs (the counter zeroed before both: LaunchOptions::zero_counter off).
+template <class T>
+struct TopPf : T {
+  static constexpr bool kTopPrefetch = true;
+};
+template <class T>
+struct TopSecondary : T {
+  static constexpr bool kPdlPrimary = false;
+  static constexpr bool kPdlSecondary = true;
+};
+using TopK = flash::sm90::TopRowsTraits<DType::BF16>;
+// kMode 0: behind the previous kernel (PDL secondary, waits for its end at the exit); 1: the PDL primary.
+template <int kMinBlocks, int kMode>
+__global__ void __launch_bounds__(TopK::kThreads, kMinBlocks) dev_top_kernel(const __grid_constant__ FwdParams p) {
+  if constexpr (kMode == 1)
+    if (threadIdx.x == 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  flash::sm80::fwd_body<TopK, false>(p);
+  if constexpr (kMode == 0)
+    if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+template <int kMinBlocks, int kMode>
+int32_t launch_dev_top(const FwdParams& p) {
+  const dim3 grid{unsigned((p.seqlen_q + TopK::kBlockM - 1) / TopK::kBlockM * p.heads_q * p.batch)}, block{unsigned(TopK::kThreads)};
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (kMode == 1 || !flash::sm90::launch_pdl_secondary(dev_top_kernel<kMinBlocks, kMode>, grid, block, size_t(TopK::kSmemBytes), stream, p))
+    dev_top_kernel<kMinBlocks, kMode><<<grid, block, size_t(TopK::kSmemBytes), stream>>>(p);
+  return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+// The top rows' byte ranges per batch (rows [0, r) of Q; keys [0, r + diag_offset + window_right) of K and V), where the
+// layout keeps each range within twice its bytes (BSHD); else that tensor's range left out.
+flash::sm90::TopPrefetch top_prefetch_of(const FwdParams& p, int64_t r) {
+  flash::sm90::TopPrefetch t{};
+  const int64_t keys = std::min<int64_t>(p.seqlen_k, r + p.diag_offset + p.window_right);
+  const void* base[3] = {p.q, p.k, p.v};
+  const int64_t rows[3] = {r, keys, keys}, heads[3] = {p.heads_q, p.heads_kv, p.heads_kv};
+  const int64_t rs[3] = {p.q_row_stride, p.k_row_stride, p.v_row_stride}, hs[3] = {p.q_head_stride, p.k_head_stride, p.v_head_stride};
+  const int64_t bs[3] = {p.q_batch_stride, p.k_batch_stride, p.v_batch_stride};
+  for (int i = 0; i < 3; ++i) {
+    const int64_t span = ((rows[i] - 1) * rs[i] + (heads[i] - 1) * hs[i] + p.head_dim) * 2;
+    if (rows[i] <= 0 || span > 2 * rows[i] * heads[i] * p.head_dim * 2) continue;
+    t.base[i] = static_cast<const char*>(base[i]);
+    t.batch_stride[i] = bs[i] * 2;
+    t.bytes[i] = int32_t((span + 15) / 16 * 16);
+  }
+  t.batches = p.batch;
+  return t;
+}
+template <class KA, int kMinBlocks = 4, bool kPrefetch = false>
+int32_t run_top_tail(const FwdParams& p) {
+  const int64_t r = flash::sm90::d64_causal_top_rows(p);
+  if (r == 0) return flash::sm90::launch<KA>(p);
+  flash::sm90::LaunchOptions o;
+  if (kPrefetch) o.top_prefetch = top_prefetch_of(p, r);
+  if (const int32_t st = flash::sm90::launch<KA>(flash::sm90::rows_view(p, r, p.seqlen_q), o); st != 0) return st;
+  return launch_dev_top<kMinBlocks, 0>(flash::sm90::rows_view(p, 0, r));
+}
+template <class KA, int kMinBlocks = 4>
+int32_t run_top_first(const FwdParams& p) {
+  const int64_t r = flash::sm90::d64_causal_top_rows(p);
+  if (r == 0) return flash::sm90::launch<KA>(p);
+  const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
+  if (cudaMemsetAsync(reinterpret_cast<void*>(at), 0, 4, static_cast<cudaStream_t>(p.stream)) != cudaSuccess) return 1;
+  if (const int32_t st = launch_dev_top<kMinBlocks, 1>(flash::sm90::rows_view(p, 0, r)); st != 0) return st;
+  flash::sm90::LaunchOptions o;
+  o.zero_counter = false;
+  o.rows.pdl = flash::sm90::Rows::kPdlSecondary;
+  return flash::sm90::launch<TopSecondary<KA>>(flash::sm90::rows_view(p, r, p.seqlen_q), o);
+}
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
 // rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
 // kernel) or plainly one after the other. Problems that do not split run as run_top (d64 causal below 2048 rows in two
@@ -489,6 +565,14 @@ const Candidate kCandidates[] = {
     // s47-2 1k +2.4%, 2k +1.3%, 4k +1%; by each warpgroup's rows (2) against 1: 1k +0.9%, 2k +1%, 4k +0.8%; 16k equal.
     // With P_0 V_0 on half V_0's rows as well (a branch at the loop's P V issue) 1-5% slower. 2 production since; the
     // kernel without it and with 1:
+    // Session 48 (run_top_tail, run_top_first above): the top kernel's tail.
+    {"d64  top tail mb4 (= prod)", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 4>},
+    {"d64  top tail mb6", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 6>},
+    {"d64  top tail mb8", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 8>},
+    {"d64  top tail pf mb4", 64, false, run_top_tail<TopPf<Tr<64, 128, 4, 3, 1>>, 4, true>},
+    {"d64  top tail pf mb6", 64, false, run_top_tail<TopPf<Tr<64, 128, 4, 3, 1>>, 6, true>},
+    {"d64  top first mb4", 64, false, run_top_first<Tr<64, 128, 4, 3, 1>, 4>},
+    {"d64  top first mb6", 64, false, run_top_first<Tr<64, 128, 4, 3, 1>, 6>},
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},
     {"d64  causal half-diag by tile", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},

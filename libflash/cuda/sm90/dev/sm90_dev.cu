@@ -196,19 +196,22 @@ struct TopSecondary : T {
   static constexpr bool kPdlSecondary = true;
 };
 using TopK = flash::sm90::TopRowsTraits<DType::BF16>;
-// kMode 0: behind the previous kernel (PDL secondary, waits for its end at the exit); 1: the PDL primary.
+// kMode 0: behind the previous kernel (PDL secondary, waits for its end at the exit); 1: the PDL primary; 2: as 0 with
+// no work (rows [0, r) left unwritten: what the second kernel costs without its rows).
 template <int kMinBlocks, int kMode>
 __global__ void __launch_bounds__(TopK::kThreads, kMinBlocks) dev_top_kernel(const __grid_constant__ FwdParams p) {
   if constexpr (kMode == 1)
     if (threadIdx.x == 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  flash::sm80::fwd_body<TopK, false>(p);
-  if constexpr (kMode == 0)
+  if constexpr (kMode != 2) flash::sm80::fwd_body<TopK, false>(p);
+  if constexpr (kMode != 1)
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 template <int kMinBlocks, int kMode>
 int32_t launch_dev_top(const FwdParams& p) {
-  const dim3 grid{unsigned((p.seqlen_q + TopK::kBlockM - 1) / TopK::kBlockM * p.heads_q * p.batch)}, block{unsigned(TopK::kThreads)};
+  dim3 grid{unsigned((p.seqlen_q + TopK::kBlockM - 1) / TopK::kBlockM * p.heads_q * p.batch)};
+  const dim3 block{unsigned(TopK::kThreads)};
   const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (kMode == 2 && kMinBlocks == 1) grid = dim3(1);  // (one CTA)
   if (kMode == 1 || !flash::sm90::launch_pdl_secondary(dev_top_kernel<kMinBlocks, kMode>, grid, block, size_t(TopK::kSmemBytes), stream, p))
     dev_top_kernel<kMinBlocks, kMode><<<grid, block, size_t(TopK::kSmemBytes), stream>>>(p);
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
@@ -232,14 +235,14 @@ flash::sm90::TopPrefetch top_prefetch_of(const FwdParams& p, int64_t r) {
   t.batches = p.batch;
   return t;
 }
-template <class KA, int kMinBlocks = 4, bool kPrefetch = false>
+template <class KA, int kMinBlocks = 4, bool kPrefetch = false, int kMode = 0>
 int32_t run_top_tail(const FwdParams& p) {
   const int64_t r = flash::sm90::d64_causal_top_rows(p);
   if (r == 0) return flash::sm90::launch<KA>(p);
   flash::sm90::LaunchOptions o;
   if (kPrefetch) o.top_prefetch = top_prefetch_of(p, r);
   if (const int32_t st = flash::sm90::launch<KA>(flash::sm90::rows_view(p, r, p.seqlen_q), o); st != 0) return st;
-  return launch_dev_top<kMinBlocks, 0>(flash::sm90::rows_view(p, 0, r));
+  return launch_dev_top<kMinBlocks, kMode>(flash::sm90::rows_view(p, 0, r));
 }
 template <class KA, int kMinBlocks = 4>
 int32_t run_top_first(const FwdParams& p) {
@@ -571,6 +574,8 @@ const Candidate kCandidates[] = {
     {"d64  top tail mb8", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 8>},
     {"d64  top tail pf mb4", 64, false, run_top_tail<TopPf<Tr<64, 128, 4, 3, 1>>, 4, true>},
     {"d64  top tail pf mb6", 64, false, run_top_tail<TopPf<Tr<64, 128, 4, 3, 1>>, 6, true>},
+    {"d64  top tail empty (wrong)", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 4, false, 2>},
+    {"d64  top tail empty1 (wrong)", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 1, false, 2>},
     {"d64  top first mb4", 64, false, run_top_first<Tr<64, 128, 4, 3, 1>, 4>},
     {"d64  top first mb6", 64, false, run_top_first<Tr<64, 128, 4, 3, 1>, 6>},
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},

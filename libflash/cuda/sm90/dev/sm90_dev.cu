@@ -642,6 +642,14 @@ const Candidate kCandidates[] = {
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
     // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
     // slower: not kept.
+    // Session 48: the causal order's L2 budget at 1k-2k again (s42-9 had d256 1k 1.6-2.7% faster at 12 MB than
+    // production's third of L2, 4k-8k 1-2.5% slower): a length-dependent budget would take it where it pays.
+    {"d128 causal l2 8", 128, false, run_group<128, 128, 2, 2, 1, 8, 20>},
+    {"d128 causal l2 12", 128, false, run_group<128, 128, 2, 2, 1, 12, 20>},
+    {"d256 causal l2 8", 256, false, run_group<256, 80, 2, 2, 3, 8, 20>},
+    {"d256 causal l2 10", 256, false, run_group<256, 80, 2, 2, 3, 10, 20>},
+    {"d256 causal l2 12", 256, false, run_group<256, 80, 2, 2, 3, 12, 20>},
+    {"d256 causal l2 14", 256, false, run_group<256, 80, 2, 2, 3, 14, 20>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     // Session 47 (s47-4): the prologue's softmax by each warpgroup's rows (HalfDiag 2, perf-log v77) at d128, where a

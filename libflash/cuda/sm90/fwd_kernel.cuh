@@ -340,9 +340,6 @@ struct Traits {
   // of the kernel, C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5%
   // slower, C7519).
   static constexpr int kHalfDiag = !kSparse_ && kConsumers_ == 3 ? 2 : 0;
-  // kTopPrefetch (dev, session 48): once the dense producer's tiles run out, it prefetches its share of args.top_prefetch's
-  // byte ranges (d64 causal's top rows, for the top-rows kernel behind it) to L2.
-  static constexpr bool kTopPrefetch = false;
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
   //  - kDevSkipKVOdd: every K/V load left out in odd CTAs (the slot's full barrier arrived on without bytes): half the
@@ -904,22 +901,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (v_pending >= 0) load_v(v_pending, v_at);
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
           x = next;
-        }
-        if constexpr (K::kTopPrefetch) {
-          // This CTA's share of the ranges, in 32 KB pieces (cp.async.bulk.prefetch: 16-byte multiples and alignment).
-          const TopPrefetch& t = args.top_prefetch;
-          constexpr int kPiece = 32 << 10;
-          int pieces[3], total = 0;
-#pragma unroll
-          for (int i = 0; i < 3; ++i) pieces[i] = (t.bytes[i] + kPiece - 1) / kPiece, total += pieces[i];
-          for (int c = int(blockIdx.x); c < total * t.batches; c += int(gridDim.x)) {
-            const int b = c / total;
-            int k = c % total, i = 0;
-            while (i < 2 && k >= pieces[i]) k -= pieces[i++];
-            const char* at = t.base[i] + b * t.batch_stride[i] + int64_t(k) * kPiece;
-            const uint32_t bytes = uint32_t(min(kPiece, t.bytes[i] - k * kPiece));
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(bytes) : "memory");
-          }
         }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
       }
@@ -1564,8 +1545,6 @@ struct LaunchOptions {
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
-  bool zero_counter = true;  // dev: false when the caller zeroed the tile counter itself (a kernel before this one)
-  TopPrefetch top_prefetch{};  // Traits::kTopPrefetch (dev)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1610,7 +1589,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // failed with a CUDA error on the H100 (run s15-1), while Q's loads from boxes starting before row 0 read
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
-  args.top_prefetch = opt.top_prefetch;
   args.q_shift = part ? -opt.rows.begin
                 : opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
@@ -1631,10 +1609,9 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
     args.tile_counter = reinterpret_cast<int32_t*>(at);
-    if (opt.zero_counter)
-      if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
-          e != cudaSuccess)
-        return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+        e != cudaSuccess)
+      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

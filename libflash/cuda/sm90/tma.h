@@ -16,15 +16,6 @@ namespace flash::sm90 {
 struct TensorPos {
   int32_t seq, head, batch;  // dimension index (1..3) of each axis in the tensor map
 };
-// d64 causal's top rows (shapes.h, d64_causal_top_rows): byte ranges the three-warpgroup kernel's producer prefetches to L2
-// once its tiles run out, for the top-rows kernel behind it (Traits::kTopPrefetch, dev). Per tensor (Q, K, V) and batch,
-// bytes[i] from base[i] + b * batch_stride[i]; bytes[i] == 0: none.
-struct TopPrefetch {
-  const char* base[3];
-  int64_t batch_stride[3];
-  int32_t bytes[3];
-  int32_t batches;
-};
 struct Args {
   CUtensorMap tq, tk, tv;  // first: 64-byte aligned inside the parameter space
   CUtensorMap to;          // O, for the TMA-store epilogue (Traits::kTmaStoreO; 64-row boxes)
@@ -43,7 +34,6 @@ struct Args {
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
-  TopPrefetch top_prefetch;  // Traits::kTopPrefetch only
 };
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda

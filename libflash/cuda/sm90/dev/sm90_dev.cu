@@ -177,85 +177,6 @@ int32_t run_top(const FwdParams& p) {
   if (const int32_t st = flash::sm90::launch<KA>(flash::sm90::rows_view(p, r, p.seqlen_q)); st != 0 || kRestAlone) return st;
   return flash::sm90::launch_top_rows<DType::BF16>(flash::sm90::rows_view(p, 0, r));
 }
-// Session 48: d64 causal's top-rows kernel in the three-warpgroup kernel's tail ends ~5 us after it (s46: the rest alone
-// is 2.2% faster than the pair at 1k). Three changes to that tail, each alone and together:
-//  - TopPf (Traits::kTopPrefetch): the three-warpgroup kernel's producers, once the tiles run out, prefetch the top rows'
-//    Q, K and V to L2 (their bytes were last read long before, or never: Q), so the top kernel's loads hit L2;
-//  - kMinBlocks: the top kernel's launch bounds asking for 6 or 8 CTAs an SM (<= 80 / 64 registers) instead of 4 (126),
-//    so more of its latency-bound CTAs fit on the SMs the tail leaves;
-//  - run_top_first: the top kernel first, as the PDL primary (griddepcontrol.launch_dependents at its start), and the
-//    three-warpgroup kernel behind it as the secondary (TopSecondary): the top rows then take the whole GPU for one wave
-//    at the start instead of the tail's SMs (the counter zeroed before both: LaunchOptions::zero_counter off).
-template <class T>
-struct TopPf : T {
-  static constexpr bool kTopPrefetch = true;
-};
-template <class T>
-struct TopSecondary : T {
-  static constexpr bool kPdlPrimary = false;
-  static constexpr bool kPdlSecondary = true;
-};
-using TopK = flash::sm90::TopRowsTraits<DType::BF16>;
-// kMode 0: behind the previous kernel (PDL secondary, waits for its end at the exit); 1: the PDL primary; 2: as 0 with
-// no work (rows [0, r) left unwritten: what the second kernel costs without its rows).
-template <int kMinBlocks, int kMode>
-__global__ void __launch_bounds__(TopK::kThreads, kMinBlocks) dev_top_kernel(const __grid_constant__ FwdParams p) {
-  if constexpr (kMode == 1)
-    if (threadIdx.x == 0) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  if constexpr (kMode != 2) flash::sm80::fwd_body<TopK, false>(p);
-  if constexpr (kMode != 1)
-    if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-template <int kMinBlocks, int kMode>
-int32_t launch_dev_top(const FwdParams& p) {
-  dim3 grid{unsigned((p.seqlen_q + TopK::kBlockM - 1) / TopK::kBlockM * p.heads_q * p.batch)};
-  const dim3 block{unsigned(TopK::kThreads)};
-  const auto stream = static_cast<cudaStream_t>(p.stream);
-  if (kMode == 2 && kMinBlocks == 1) grid = dim3(1);  // (one CTA)
-  if (kMode == 1 || !flash::sm90::launch_pdl_secondary(dev_top_kernel<kMinBlocks, kMode>, grid, block, size_t(TopK::kSmemBytes), stream, p))
-    dev_top_kernel<kMinBlocks, kMode><<<grid, block, size_t(TopK::kSmemBytes), stream>>>(p);
-  return cudaGetLastError() == cudaSuccess ? 0 : 1;
-}
-// The top rows' byte ranges per batch (rows [0, r) of Q; keys [0, r + diag_offset + window_right) of K and V), where the
-// layout keeps each range within twice its bytes (BSHD); else that tensor's range left out.
-flash::sm90::TopPrefetch top_prefetch_of(const FwdParams& p, int64_t r) {
-  flash::sm90::TopPrefetch t{};
-  const int64_t keys = std::min<int64_t>(p.seqlen_k, r + p.diag_offset + p.window_right);
-  const void* base[3] = {p.q, p.k, p.v};
-  const int64_t rows[3] = {r, keys, keys}, heads[3] = {p.heads_q, p.heads_kv, p.heads_kv};
-  const int64_t rs[3] = {p.q_row_stride, p.k_row_stride, p.v_row_stride}, hs[3] = {p.q_head_stride, p.k_head_stride, p.v_head_stride};
-  const int64_t bs[3] = {p.q_batch_stride, p.k_batch_stride, p.v_batch_stride};
-  for (int i = 0; i < 3; ++i) {
-    const int64_t span = ((rows[i] - 1) * rs[i] + (heads[i] - 1) * hs[i] + p.head_dim) * 2;
-    if (rows[i] <= 0 || span > 2 * rows[i] * heads[i] * p.head_dim * 2) continue;
-    t.base[i] = static_cast<const char*>(base[i]);
-    t.batch_stride[i] = bs[i] * 2;
-    t.bytes[i] = int32_t((span + 15) / 16 * 16);
-  }
-  t.batches = p.batch;
-  return t;
-}
-template <class KA, int kMinBlocks = 4, bool kPrefetch = false, int kMode = 0>
-int32_t run_top_tail(const FwdParams& p) {
-  const int64_t r = flash::sm90::d64_causal_top_rows(p);
-  if (r == 0) return flash::sm90::launch<KA>(p);
-  flash::sm90::LaunchOptions o;
-  if (kPrefetch) o.top_prefetch = top_prefetch_of(p, r);
-  if (const int32_t st = flash::sm90::launch<KA>(flash::sm90::rows_view(p, r, p.seqlen_q), o); st != 0) return st;
-  return launch_dev_top<kMinBlocks, kMode>(flash::sm90::rows_view(p, 0, r));
-}
-template <class KA, int kMinBlocks = 4>
-int32_t run_top_first(const FwdParams& p) {
-  const int64_t r = flash::sm90::d64_causal_top_rows(p);
-  if (r == 0) return flash::sm90::launch<KA>(p);
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
-  if (cudaMemsetAsync(reinterpret_cast<void*>(at), 0, 4, static_cast<cudaStream_t>(p.stream)) != cudaSuccess) return 1;
-  if (const int32_t st = launch_dev_top<kMinBlocks, 1>(flash::sm90::rows_view(p, 0, r)); st != 0) return st;
-  flash::sm90::LaunchOptions o;
-  o.zero_counter = false;
-  o.rows.pdl = flash::sm90::Rows::kPdlSecondary;
-  return flash::sm90::launch<TopSecondary<KA>>(flash::sm90::rows_view(p, r, p.seqlen_q), o);
-}
 // d64 dense in two kernels (shapes.h, d64_split_rows; perf-log v53): rows [0, rows_a) on the three-warpgroup kernel, the
 // rest on KB (two warpgroups, 128-row tiles) launched behind it, with PDL (production, KB the dense two-warpgroup
 // kernel) or plainly one after the other. Problems that do not split run as run_top (d64 causal below 2048 rows in two
@@ -563,21 +484,18 @@ const Candidate kCandidates[] = {
     // different; the first 192 + 64 rows on it (64 x 64 or 64 x 128 tiles) 1-3% slower at 1k. The rest alone 5-5.5% faster
     // at 1k, equal from 4k: what the partial tiles cost. Production since (below 2048 rows). The kernel before, and that
     // upper bound:
+    // Session 48 (s48-1, s48-2, perf-log "the top-rows kernel's tail"; code in commit f0f8258): the top-rows kernel's
+    // ~4.4 us behind the three-warpgroup one at 1k. Its launch bounds at 6 or 8 CTAs an SM (80 / 64 registers, 104 / 300 B of
+    // spills) 1-3% slower; the top rows' Q, K and V prefetched to L2 by the three-warpgroup producers once the tiles run
+    // out (a kTopPrefetch Traits member, cp.async.bulk.prefetch.L2 in 32 KB pieces) 0-1.3% slower; the top kernel first,
+    // as the PDL primary, the three-warpgroup one behind it 1-2% slower. Split of the 4.4 us (60 reps, two runs): the pair
+    // .2167 ms, with an empty 512-CTA secondary .2130, an empty 1-CTA one .2110, the rest alone .2100 -- the second kernel
+    // ~1 us, its CTAs ~2 us, their work ~3.7 us (12.6 MB of Q and of K and V's first 64 rows, ~4 us of DRAM at full rate).
     // Session 47 (s47-1, s47-2, perf-log v77): the prologue's softmax on the diagonal block's visible columns (HalfDiag)
     // in the three-warpgroup kernel. By the tile's key end (1) against none: s47-1 causal 1k +0.5%, 2k +0.8%, 4k +0.4%;
     // s47-2 1k +2.4%, 2k +1.3%, 4k +1%; by each warpgroup's rows (2) against 1: 1k +0.9%, 2k +1%, 4k +0.8%; 16k equal.
     // With P_0 V_0 on half V_0's rows as well (a branch at the loop's P V issue) 1-5% slower. 2 production since; the
     // kernel without it and with 1:
-    // Session 48 (run_top_tail, run_top_first above): the top kernel's tail.
-    {"d64  top tail mb4 (= prod)", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 4>},
-    {"d64  top tail mb6", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 6>},
-    {"d64  top tail mb8", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 8>},
-    {"d64  top tail pf mb4", 64, false, run_top_tail<TopPf<Tr<64, 128, 4, 3, 1>>, 4, true>},
-    {"d64  top tail pf mb6", 64, false, run_top_tail<TopPf<Tr<64, 128, 4, 3, 1>>, 6, true>},
-    {"d64  top tail empty (wrong)", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 4, false, 2>},
-    {"d64  top tail empty1 (wrong)", 64, false, run_top_tail<Tr<64, 128, 4, 3, 1>, 1, false, 2>},
-    {"d64  top first mb4", 64, false, run_top_first<Tr<64, 128, 4, 3, 1>, 4>},
-    {"d64  top first mb6", 64, false, run_top_first<Tr<64, 128, 4, 3, 1>, 6>},
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},
     {"d64  causal half-diag by tile", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
@@ -642,16 +560,11 @@ const Candidate kCandidates[] = {
     // Session 28 (s28-1): the clock pin (v49) in the ping-pong kernels -- v24's pins (a barrier, a clock read ptxas
     // dropped) never moved the dense kernels' exps. At d64 (three warpgroups, PinSoftmax<Tr<64, 128, 4, 3, 1>, 3>) 1-2%
     // slower: not kept.
-    // Session 48: the causal order's L2 budget at 1k-2k again (s42-9 had d256 1k 1.6-2.7% faster at 12 MB than
-    // production's third of L2, 4k-8k 1-2.5% slower): a length-dependent budget would take it where it pays.
-    {"d128 causal l2 8", 128, false, run_group<128, 128, 2, 2, 1, 8, 20>},
-    {"d128 causal l2 12", 128, false, run_group<128, 128, 2, 2, 1, 12, 20>},
-    {"d256 causal l2 8", 256, false, run_group<256, 80, 2, 2, 3, 8, 20>},
-    {"d256 causal l2 10", 256, false, run_group<256, 80, 2, 2, 3, 10, 20>},
-    {"d256 causal l2 12", 256, false, run_group<256, 80, 2, 2, 3, 12, 20>},
-    {"d256 causal l2 14", 256, false, run_group<256, 80, 2, 2, 3, 14, 20>},
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 48 (s48-3, two runs of 50 reps): the causal order's L2 budget (run_group, MB) again at 1k-2k. d256 causal 1k
+    // 12 MB .1656 / .1657 against production's .1671 / .1678 / .1673 / .1665 ms (1% faster, as s42-9), 2k 0.7% slower, 8 /
+    // 10 / 14 MB within 0.5%; d128 causal 8 / 12 MB equal at 1k, 1% slower at 2k. Not taken: a 1k-only rule for 1%.
     // Session 47 (s47-4): the prologue's softmax by each warpgroup's rows (HalfDiag 2, perf-log v77) at d128, where a
     // causal 128-row tile's warpgroup 0 sees half of the diagonal block in every tile: 128-key blocks causal 1k 2.5%,
     // 2k 6%, 4k 7%, 16k 9% slower (HalfDiag<Tr<128, 128, 2, 2, 1>, 2>). Not taken.

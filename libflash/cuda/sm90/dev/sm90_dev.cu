@@ -150,6 +150,14 @@ int32_t run_group(const FwdParams& p) {
   opt.tail_grids = TAIL_TENTHS / 10.0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
 }
+// The same over any Traits class (s49: with TileInSmem).
+template <class K, int MB, int TAIL_TENTHS>
+int32_t run_group_k(const FwdParams& p) {
+  flash::sm90::LaunchOptions opt;
+  opt.l2_budget_mb = MB;
+  opt.tail_grids = TAIL_TENTHS / 10.0;
+  return flash::sm90::launch<K>(p, opt);
+}
 // Without a workspace: no tile counter, so no memset before the launch and the static tile order even for causal and
 // block-sparse masks (what a caller gets who passes none: libflash then allocates one, so this is for measuring only).
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
@@ -562,6 +570,7 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 tile in smem s49", 128, false, run_k<TileInSmem<Tr<128, 128, 2, 2, 1>>>},
     // Session 48 (s48-3, two runs of 50 reps): the causal order's L2 budget (run_group, MB) again at 1k-2k. d256 causal 1k
     // 12 MB .1656 / .1657 against production's .1671 / .1678 / .1673 / .1665 ms (1% faster, as s42-9), 2k 0.7% slower, 8 /
     // 10 / 14 MB within 0.5%; d128 causal 8 / 12 MB equal at 1k, 1% slower at 2k. Not taken: a 1k-only rule for 1%.
@@ -607,6 +616,8 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
+    {"d256 tile in smem s49", 256, false, run_k<TileInSmem<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 tile in smem 12MB s49", 256, false, run_group_k<TileInSmem<Tr<256, 80, 2, 2, 3>>, 12, 20>},
     // Session 47 (s47-2): the prologue's softmax on the diagonal block's visible columns (HalfDiag; 128-row causal tiles
     // end 16 or 32 keys into an 80-key block in two of every five): by the tile's key end 0.4-0.8% slower at 1k-4k, by
     // each warpgroup's rows -0.6% at 1k to +0.5% at 16k. Not taken.

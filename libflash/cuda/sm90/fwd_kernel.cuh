@@ -1573,13 +1573,21 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
         st != FLASH_OK)
       return st;
   // A part of the query rows (shapes.h, Rows; d64 dense's two-kernel form): tiles from row rows.begin (a negative shift),
-  // static order and no mask edges (dense problems only), no tail split.
+  // no mask edges, no tail split: dense problems in the static order, or block-sparse ones without a window (d64's
+  // block-sparse pair, shapes.h d64_sparse_split_rows), whose part starts on a mask block (the tiles' rows are absolute,
+  // so their lists are the mask's own) and takes its tiles from a counter of its own.
   const bool part = opt.rows.begin != 0 || opt.rows.end >= 0;
   const int64_t row_end = opt.rows.end >= 0 ? opt.rows.end : p.seqlen_q;
+  const bool sparse_part = K::kSparse && p.has_block_mask && p.window_left < 0 && p.window_right < 0 &&
+                           p.block_mask.block_m > 0 && opt.rows.begin % p.block_mask.block_m == 0;
   if (part && (opt.rows.begin < 0 || opt.rows.begin % 64 != 0 || opt.rows.begin >= row_end || row_end > p.seqlen_q ||
-               !tail_split_applies(p)))
+               !(tail_split_applies(p) || sparse_part)))
     return fail(FLASH_ERROR_INTERNAL, "sm90: query rows [", opt.rows.begin, ", ", row_end, ") of ", p.seqlen_q,
                 " cannot be a launch of their own");
+  // A PDL secondary must wait for its primary before it ends (Traits::kPdlSecondary), or what follows it in the stream
+  // could start before the primary's output is complete.
+  if (opt.rows.pdl == Rows::kPdlSecondary && !K::kPdlSecondary)
+    return fail(FLASH_ERROR_INTERNAL, "sm90: this instantiation cannot run behind another kernel with PDL");
   // A pair over the static order's tiles (shapes.h, Rows::pieces): dense problems, all rows, a workspace for the pieces.
   const bool pair = opt.rows.pieces.units > 0;
   if (pair && (part || !tail_split_applies(p) || p.workspace == nullptr || K::kConsumers != 2 ||
@@ -1611,12 +1619,17 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
-    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
+    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order. A block-sparse pair's
+    // secondary counts on the next int, zeroed with the primary's ahead of the primary, so that nothing stands between
+    // the two launches in the stream (kTileCounterBytes holds both).
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
-    args.tile_counter = reinterpret_cast<int32_t*>(at);
-    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
-        e != cudaSuccess)
-      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
+    const bool second = part && opt.rows.pdl == Rows::kPdlSecondary;
+    args.tile_counter = reinterpret_cast<int32_t*>(at) + (second ? 1 : 0);
+    const size_t counters = part && opt.rows.pdl == Rows::kPdlPrimary ? 2 : 1;
+    if (!second)
+      if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, counters * sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+          e != cudaSuccess)
+        return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

@@ -223,6 +223,25 @@ int32_t run_pair(const FwdParams& p) {
   if (const int32_t st = launch<KA>(p, oa); st != 0 || kPart == 2) return st;
   return launch<KB>(p, ob);
 }
+// PDL roles (Traits::kPdlPrimary / kPdlSecondary) set on an instantiation (s49: the block-sparse pair).
+template <class T, bool PRIMARY, bool SECONDARY>
+struct PdlRole : T {
+  static constexpr bool kPdlPrimary = PRIMARY;
+  static constexpr bool kPdlSecondary = SECONDARY;
+};
+// d64 block-sparse in two kernels (shapes.h, d64_sparse_split_rows; s49): rows [0, rows_a) on KA (the two-ring kernel),
+// the rest on KB (two warpgroups, 128-row tiles) behind it with PDL; problems that do not split run on KA whole.
+template <class KA = PdlRole<Tr<64, 128, 2, 3, 1, true>, true, false>, class KB = PdlRole<Tr<64, 128, 4, 2, 1, true>, false, true>>
+int32_t run_sparse_rows(const FwdParams& p) {
+  using flash::sm90::Rows;
+  const int64_t rows_a = flash::sm90::d64_sparse_split_rows(p);
+  if (rows_a <= 0) return flash::sm90::launch<KA>(p);
+  flash::sm90::LaunchOptions oa, ob;
+  oa.rows = Rows{0, int32_t(rows_a), Rows::kPdlPrimary};
+  ob.rows = Rows{int32_t(rows_a), -1, Rows::kPdlSecondary};
+  if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
+  return flash::sm90::launch<KB>(p, ob);
+}
 // The profiling variant (Traits::kProfile): clock64 phase counters.
 template <class T>
 struct Profiled : T {
@@ -671,6 +690,7 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs rows pair s49", 64, true, run_sparse_rows<>},
     // Session 42 (s42-12, perf-log v75): the three warpgroups taking dense's turns, products and SFU, O rescaled in the
     // turn, no clock pin, with empty turns owed where a list is shorter (a kDevRingTurns Traits member then): against
     // production then (free, pinned) 4k s = .1 .0809 against .0809 / .0802 ms, s = .25 .1623 against .1649

@@ -578,7 +578,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
-  static_assert(!K::kTileInSmem || K::kSparse || !K::kTailSplit, "the tail split's consumers decode their work codes");
+  static_assert(!K::kTileInSmem || K::kSparse, "only the block-sparse scheduler publishes the tile's decode");
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
@@ -857,11 +857,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
-          if constexpr (K::kTileInSmem)  // (dev: the dense producer's form, s38-6 and s49)
-            if (is_work<false>(args, x)) {
-              const Tile tile(args, x);
-              tile_mhb[q_slot][0] = tile.m_block, tile_mhb[q_slot][1] = tile.h, tile_mhb[q_slot][2] = tile.b;
-            }
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
             const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
@@ -1573,21 +1568,13 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
         st != FLASH_OK)
       return st;
   // A part of the query rows (shapes.h, Rows; d64 dense's two-kernel form): tiles from row rows.begin (a negative shift),
-  // no mask edges, no tail split: dense problems in the static order, or block-sparse ones without a window (d64's
-  // block-sparse pair, shapes.h d64_sparse_split_rows), whose part starts on a mask block (the tiles' rows are absolute,
-  // so their lists are the mask's own) and takes its tiles from a counter of its own.
+  // static order and no mask edges (dense problems only), no tail split.
   const bool part = opt.rows.begin != 0 || opt.rows.end >= 0;
   const int64_t row_end = opt.rows.end >= 0 ? opt.rows.end : p.seqlen_q;
-  const bool sparse_part = K::kSparse && p.has_block_mask && p.window_left < 0 && p.window_right < 0 &&
-                           p.block_mask.block_m > 0 && opt.rows.begin % p.block_mask.block_m == 0;
   if (part && (opt.rows.begin < 0 || opt.rows.begin % 64 != 0 || opt.rows.begin >= row_end || row_end > p.seqlen_q ||
-               !(tail_split_applies(p) || sparse_part)))
+               !tail_split_applies(p)))
     return fail(FLASH_ERROR_INTERNAL, "sm90: query rows [", opt.rows.begin, ", ", row_end, ") of ", p.seqlen_q,
                 " cannot be a launch of their own");
-  // A PDL secondary must wait for its primary before it ends (Traits::kPdlSecondary), or what follows it in the stream
-  // could start before the primary's output is complete.
-  if (opt.rows.pdl == Rows::kPdlSecondary && !K::kPdlSecondary)
-    return fail(FLASH_ERROR_INTERNAL, "sm90: this instantiation cannot run behind another kernel with PDL");
   // A pair over the static order's tiles (shapes.h, Rows::pieces): dense problems, all rows, a workspace for the pieces.
   const bool pair = opt.rows.pieces.units > 0;
   if (pair && (part || !tail_split_applies(p) || p.workspace == nullptr || K::kConsumers != 2 ||
@@ -1619,17 +1606,12 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
-    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order. A block-sparse pair's
-    // secondary counts on the next int, zeroed with the primary's ahead of the primary, so that nothing stands between
-    // the two launches in the stream (kTileCounterBytes holds both).
+    // The tile counter: an int at the workspace's first 4-byte boundary, zeroed in stream order.
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 3) & ~uintptr_t{3};
-    const bool second = part && opt.rows.pdl == Rows::kPdlSecondary;
-    args.tile_counter = reinterpret_cast<int32_t*>(at) + (second ? 1 : 0);
-    const size_t counters = part && opt.rows.pdl == Rows::kPdlPrimary ? 2 : 1;
-    if (!second)
-      if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, counters * sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
-          e != cudaSuccess)
-        return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
+    args.tile_counter = reinterpret_cast<int32_t*>(at);
+    if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+        e != cudaSuccess)
+      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

@@ -360,21 +360,6 @@ inline int64_t d64_split_rows(const FwdParams& p) {
   return 192 * (r <= 64 ? std::max<int64_t>(q - 1, 0) : q);
 }
 
-// d64 block-sparse in two kernels (session 49, dev): as d64_split_rows, the whole 192-row tiles on the two-ring kernel and
-// the rows left on the two-warpgroup block-sparse kernel behind it with PDL (128-row tiles), so that the last round is
-// not whole tiles on a part of the SMs (issue 7's 4k grid: 1344 whole tiles and 64 of one warpgroup's rows make 11
-// rounds on 132 SMs for ~10.4 of work). The split row is a multiple of 384, so the second kernel's tiles start on a
-// 128-row mask block. -1: no split.
-inline int64_t d64_sparse_split_rows(const FwdParams& p) {
-  if (p.head_dim != 64 || !p.has_block_mask || p.block_mask.block_m != 128 || p.window_left >= 0 || p.window_right >= 0)
-    return -1;
-  const int64_t q = p.seqlen_q / 192, r = p.seqlen_q % 192;
-  if (r == 0 || r > 128) return -1;
-  int64_t k = r <= 64 ? q - 1 : q;
-  k -= k & 1;
-  return k > 0 ? 192 * k : -1;
-}
-
 // d64 causal's first rows (perf-log v76). Under a right-edged mask without a left edge the 192-row tiles end at
 // seqlen_q, so the first r = seqlen_q mod 192 rows of every (batch, head) make a partial tile: one key block, 64 real
 // rows of 192, at a whole tile's fixed cost -- 512 of the standard grid's 3072 tiles at 1k, 6% of its time (sm90_dev

@@ -150,14 +150,6 @@ int32_t run_group(const FwdParams& p) {
   opt.tail_grids = TAIL_TENTHS / 10.0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
 }
-// The same over any Traits class (s49: with TileInSmem).
-template <class K, int MB, int TAIL_TENTHS>
-int32_t run_group_k(const FwdParams& p) {
-  flash::sm90::LaunchOptions opt;
-  opt.l2_budget_mb = MB;
-  opt.tail_grids = TAIL_TENTHS / 10.0;
-  return flash::sm90::launch<K>(p, opt);
-}
 // Without a workspace: no tile counter, so no memset before the launch and the static tile order even for causal and
 // block-sparse masks (what a caller gets who passes none: libflash then allocates one, so this is for measuring only).
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
@@ -222,25 +214,6 @@ int32_t run_pair(const FwdParams& p) {
   if (kPart == 3) return launch<KB>(p, ob);
   if (const int32_t st = launch<KA>(p, oa); st != 0 || kPart == 2) return st;
   return launch<KB>(p, ob);
-}
-// PDL roles (Traits::kPdlPrimary / kPdlSecondary) set on an instantiation (s49: the block-sparse pair).
-template <class T, bool PRIMARY, bool SECONDARY>
-struct PdlRole : T {
-  static constexpr bool kPdlPrimary = PRIMARY;
-  static constexpr bool kPdlSecondary = SECONDARY;
-};
-// d64 block-sparse in two kernels (shapes.h, d64_sparse_split_rows; s49): rows [0, rows_a) on KA (the two-ring kernel),
-// the rest on KB (two warpgroups, 128-row tiles) behind it with PDL; problems that do not split run on KA whole.
-template <class KA = PdlRole<Tr<64, 128, 2, 3, 1, true>, true, false>, class KB = PdlRole<Tr<64, 128, 4, 2, 1, true>, false, true>>
-int32_t run_sparse_rows(const FwdParams& p) {
-  using flash::sm90::Rows;
-  const int64_t rows_a = flash::sm90::d64_sparse_split_rows(p);
-  if (rows_a <= 0) return flash::sm90::launch<KA>(p);
-  flash::sm90::LaunchOptions oa, ob;
-  oa.rows = Rows{0, int32_t(rows_a), Rows::kPdlPrimary};
-  ob.rows = Rows{int32_t(rows_a), -1, Rows::kPdlSecondary};
-  if (const int32_t st = flash::sm90::launch<KA>(p, oa); st != 0) return st;
-  return flash::sm90::launch<KB>(p, ob);
 }
 // The profiling variant (Traits::kProfile): clock64 phase counters.
 template <class T>
@@ -589,7 +562,11 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 tile in smem s49", 128, false, run_k<TileInSmem<Tr<128, 128, 2, 2, 1>>>},
+    // Session 49 (s49-1, two runs of 50 reps; commit d510b37 has the code): the tile decoded by the dense producer again
+    // (TileInSmem<Tr<128, 128, 2, 2, 1>>, s38-6's form, with a kTileInSmem path in the dense producer's start_tile):
+    // causal 1k .1627 / .1579 against .1637-.1638 / .1584-.1585 ms (+0.3-0.6%), 2k +0.4-0.7%, 4k +0.3-0.4%, 8k-16k 0.1-0.3%
+    // slower; dense 1k-4k within 0.4% either way, 8k-16k 0.2-0.3% slower (ptxas: 24 / 32 B of spills against 20 / 24).
+    // Not taken: d128 causal 1k's ~0.5% does not need an instantiation of its own.
     // Session 48 (s48-3, two runs of 50 reps): the causal order's L2 budget (run_group, MB) again at 1k-2k. d256 causal 1k
     // 12 MB .1656 / .1657 against production's .1671 / .1678 / .1673 / .1665 ms (1% faster, as s42-9), 2k 0.7% slower, 8 /
     // 10 / 14 MB within 0.5%; d128 causal 8 / 12 MB equal at 1k, 1% slower at 2k. Not taken: a 1k-only rule for 1%.
@@ -635,8 +612,9 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 tile in smem s49", 256, false, run_k<TileInSmem<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 tile in smem 12MB s49", 256, false, run_group_k<TileInSmem<Tr<256, 80, 2, 2, 3>>, 12, 20>},
+    // Session 49 (s49-1): TileInSmem<Tr<256, 80, 2, 2, 3>> (the dense producer's decode, as d128's above): dense 1k
+    // 3.5% slower (.2305 / .2316 against .2223-.2238 ms), 2k 2%, 4k 1.2%, causal 1k 1-2%, 8k-16k within 0.5%; with the
+    // causal order's 12 MB budget as well (run_group over it) causal 1k 1-1.5% slower, 8k 2%. Not kept.
     // Session 47 (s47-2): the prologue's softmax on the diagonal block's visible columns (HalfDiag; 128-row causal tiles
     // end 16 or 32 keys into an 80-key block in two of every five): by the tile's key end 0.4-0.8% slower at 1k-4k, by
     // each warpgroup's rows -0.6% at 1k to +0.5% at 16k. Not taken.
@@ -690,7 +668,13 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs rows pair s49", 64, true, run_sparse_rows<>},
+    // Session 49 (s49-2/3, two runs of 40 reps; commit cc5a220 has the code): d64 block-sparse in two kernels, as d64
+    // dense (v53): the two-ring kernel on rows [0, 192 k) (k even, so the rest starts on a 128-row mask block) as the PDL
+    // primary, the two-warpgroup block-sparse kernel on the rest behind it (a PdlRole mixin; launch took block-sparse row
+    // parts, the secondary counting tiles on the workspace's second int, zeroed with the primary's). Against the two-ring
+    // kernel (two copies): 4k s = .1 .0883 / .0878 against .0829 / .0798 and .0820 / .0798 ms (6-10% slower), s = .25
+    // 2-4%, s = .5 0.5-2%, skewed 2-4%; 8k 0-1.5% slower; 16k within 0.5%. The second kernel's launch and its CTAs' first
+    // schedules cost more than the 11 -> ~10.8 rounds it saves (predicted +2%). Removed.
     // Session 42 (s42-12, perf-log v75): the three warpgroups taking dense's turns, products and SFU, O rescaled in the
     // turn, no clock pin, with empty turns owed where a list is shorter (a kDevRingTurns Traits member then): against
     // production then (free, pinned) 4k s = .1 .0809 against .0809 / .0802 ms, s = .25 .1623 against .1649

@@ -350,6 +350,10 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
+  // Dev (session 45, sm90_dev's TileShift): two rings with the tiles shifted 64 rows before row 0 where seqlen_q mod 192 is
+  // 64 (LaunchOptions::sparse_shift), so a head's first and last tiles hold the pair's 128 real rows where its last held
+  // the single's 64; 2 also hands out those short tiles after every middle one (sparse_tile).
+  static constexpr int kDevTileShift = 0;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -420,6 +424,7 @@ struct KeyBlocks {
   // key block, n_mask_blocks / 32 + 1 words) for the set. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
+  template <bool kNegRows = false>  // (Traits::kDevTileShift: q_row may be negative, a block of no rows)
   __device__ void build_schedule(const FwdParams& p, int b, int h, int q_row, int32_t* out, uint32_t* bits,
                                  int lane) const {
     // The readers of this buffer (tile i-2's schedule: the loading lane and the consumers) released it
@@ -428,7 +433,7 @@ struct KeyBlocks {
     // an empty key range stored its count with no warp barrier since: racecheck, perf-log v5.)
     __syncwarp();
     int n_out = 0;
-    if (lo < hi && q_row < p.seqlen_q) {
+    if (lo < hi && (!kNegRows || q_row >= 0) && q_row < p.seqlen_q) {
       // No block mask (a short-tile problem routed here, shapes.h use_listed_kernel): every block of the key range is
       // listed, so the schedule is the dense walk's.
       const bool every_block = !p.has_block_mask;
@@ -493,6 +498,30 @@ struct Tile {
   }
 };
 
+// The block-sparse producers' decode (the scheduler, the Q and K/V loaders): Tile's, or with Traits::kDevTileShift 2 (two
+// rings, tiles shifted by 64 rows so that each (batch, head)'s first and last tiles hold 128 real rows, the pair's; dev) every
+// middle tile first, head-major, then the first and last tiles of the heads in reverse order, the most recent heads'
+// first (their K and V still in L2): the short tiles fill the last round.
+template <class K>
+__device__ __forceinline__ Tile sparse_tile(const Args& a, int x) {
+  if constexpr (K::kDevTileShift != 2) {
+    return Tile(a, x);
+  } else {
+    const int num_bh = a.p.heads_q * a.p.batch, mid = a.num_m_blocks - 2;
+    if (a.q_shift != 64 || mid <= 0) return Tile(a, x);  // (not shifted: the plain order)
+    int m, bh;
+    if (x < num_bh * mid) {
+      bh = x / mid;
+      m = mid - x % mid;
+    } else {
+      const int y = x - num_bh * mid;
+      bh = num_bh - 1 - y / 2;
+      m = (y & 1) ? 0 : a.num_m_blocks - 1;
+    }
+    return Tile(m, bh / a.p.heads_q, bh % a.p.heads_q);
+  }
+}
+
 // Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
 // rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
 // Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
@@ -525,8 +554,11 @@ __device__ __forceinline__ Work decode_work(const Args& a, const TailPlan& plan,
 
 // Two rings (Traits::kTwoRings): the warpgroup (2 or 0) whose 64 rows lie in the other mask row block than the rest of
 // the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires).
+// (kNegRows, Traits::kDevTileShift: a tile may start 64 rows before row 0, whose first 64 rows then lie in no block.)
+template <bool kNegRows = false>
 __device__ __forceinline__ int single_wg(const FwdParams& p, int q_begin) {
-  return q_begin / p.block_mask.block_m == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
+  const int first = kNegRows && q_begin < 0 ? -1 : q_begin / p.block_mask.block_m;
+  return first == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
 }
 
 __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
@@ -739,16 +771,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
-            const Tile tile(args, x);
+            const Tile tile = sparse_tile<K>(args, x);
             const int q_begin = tile.m_block * kBlockM - args.q_shift;
             int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
             const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
             if constexpr (K::kTwoRings) {
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
               // single warpgroup's.
-              const int single = single_wg(p, q_begin);
-              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
-              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
+              const int single = single_wg<K::kDevTileShift != 0>(p, q_begin);
+              blocks.template build_schedule<K::kDevTileShift != 0>(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.template build_schedule<K::kDevTileShift != 0>(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
                 ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
                 pos0 += sched[0], pos1 += sched[args.sched_stride];
@@ -782,7 +814,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
-          const Tile tile(args, x);
+          const Tile tile = sparse_tile<K>(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
@@ -807,7 +839,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               if (threadIdx.x == 0) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
-          const Tile tile(args, x);
+          const Tile tile = sparse_tile<K>(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
           // V_j trails K_j by one block, as in the dense producer below (see there why).
@@ -1003,7 +1035,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
-        const int single = single_wg(p, q_begin);
+        const int single = single_wg<K::kDevTileShift != 0>(p, q_begin);
         if constexpr (K::kFixedRings) {
           ring = wg == 2 ? 1 : 0;
           rg = wg == 2 ? single : single == 0 ? wg + 1 : wg;
@@ -1545,6 +1577,8 @@ struct LaunchOptions {
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
+  // Two rings with Traits::kDevTileShift (dev, session 45): the tiles start sparse_shift (0 or 64) rows before row 0.
+  int sparse_shift = 0;
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1580,7 +1614,10 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (pair && (part || !tail_split_applies(p) || p.workspace == nullptr || K::kConsumers != 2 ||
                (opt.rows.pdl == Rows::kPdlPrimary ? !K::kPdlPrimary : !(opt.rows.pdl == Rows::kPdlSecondary && K::kTailSplit))))
     return fail(FLASH_ERROR_INTERNAL, "sm90: this instantiation cannot run its part of a split tail");
-  args.num_m_blocks = int32_t((row_end - opt.rows.begin + K::kBlockM - 1) / K::kBlockM);
+  const int sparse_shift = K::kTwoRings && K::kDevTileShift != 0 && !part && opt.sparse_shift == 64 && p.window_right < 0 &&
+                                   p.window_left < 0 && (K::kDevTileShift == 1 || (p.seqlen_q + 64 + K::kBlockM - 1) / K::kBlockM >= 3)
+                               ? 64 : 0;
+  args.num_m_blocks = int32_t((row_end - opt.rows.begin + sparse_shift + K::kBlockM - 1) / K::kBlockM);
   // Masks with a right edge (causal-like, windows): a row's key range grows with the row, so the tiles are
   // aligned to end at seqlen_q and the partial one comes first, where it has the fewest keys (d64's 192-row
   // tiles at 1k: 27 key blocks per head instead of 32). Block-sparse tiles stay aligned to the mask's blocks.
@@ -1590,6 +1627,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
   args.q_shift = part ? -opt.rows.begin
+                : sparse_shift > 0 ? sparse_shift
                 : opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");

@@ -443,12 +443,12 @@ for phase in "$@"; do
     interleaved)
       # libflash (sm90) against cuDNN and FA2 timed interleaved in one process on the same tensors (scripts/interleaved_peers.py):
       # the ratio with the power cap's drift taken out (session 22).
-      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 400 python3 scripts/interleaved_peers.py \
+      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 400 python3 scripts/interleaved_peers.py --icache "${ICACHE:-warm}" \
         --json "$OUT/interleaved-peers.json" 2>&1 | tee "$OUT/interleaved-peers.txt" | tail -40
       ;;
     masks-interleaved)
       # Issue 7's ratios with dense and every mask kind timed in alternating rounds (the power cap falls on all alike).
-      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 300 python3 scripts/interleaved_masks.py --flush "${FLUSH:-dirty}" \
+      PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 300 python3 scripts/interleaved_masks.py --flush "${FLUSH:-dirty}" --icache "${ICACHE:-warm}" \
         --json "$OUT/interleaved-masks.json" 2>&1 | tee "$OUT/interleaved-masks.txt" | tail -20
       ;;
     ncu-dram)

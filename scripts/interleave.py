@@ -2,19 +2,28 @@
 import torch
 
 
-def time_rounds(fns, reps, cache, sleep, clean=None):
+def time_rounds(fns, reps, cache, sleep, clean=None, icache="mixed"):
     """{name: [ms per round]} for fns, a {name: callable} dict. Each round calls every fn once, in list order on even
     rounds and reversed on odd ones, so a change of clocks falls on all alike. Each call is preceded by a write of
     `cache` (evicting L2, as triton's do_bench) and, with sleep > 0, by that many GPU cycles of torch.cuda._sleep,
     which keeps the GPU busy while Python launches the call: the CUDA events bracket the call alone. With `clean` (a
     second buffer of L2's size or more), that buffer is read after the write, so the call starts with L2 holding clean
     lines only (as under ncu's cache control) instead of the write's dirty ones, whose write-back to DRAM then overlaps
-    the call (session 44: what that costs the short block-sparse calls)."""
+    the call (session 44: what that costs the short block-sparse calls).
+
+    icache (session 50): "warm" calls each fn once more, untimed, right before its cache write, so that the timed call
+    finds its own code in the SMs' instruction caches -- as triton's do_bench (torch_sdpa.py, the anchors' figures) and
+    fa-bench time a function, repeated. "mixed", the rule before: a call finds the previous call's code there, its own
+    only where the alternation puts a fn twice in a row (the first and last of the list, at every round's turn). A launch
+    whose code is not cached measured up to 3% slower (sm90_dev s50-2/3: the d64 two-ring kernel at 4k s = .1, 2.3 us;
+    d64 causal 1k 1.4%, d128 0.1-0.3%)."""
     times = {name: [] for name in fns}
     order = list(fns)
     for r in range(reps):
         marks = []
         for name in (order if r % 2 == 0 else order[::-1]):
+            if icache == "warm":
+                fns[name]()
             cache.zero_()
             if clean is not None:
                 clean.sum(dtype=torch.int32)

@@ -50,6 +50,9 @@ def main():
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--seed", type=int, default=24301)
+    ap.add_argument("--icache", default="warm", choices=["warm", "mixed"],
+                    help="warm: each timed call right after an untimed one of the same fn (its code cached, as do_bench); "
+                         "mixed: the rule before session 50 (interleave.py)")
     ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
     ap.add_argument("--flush", default="dirty", choices=["dirty", "clean"],
                     help="dirty: L2 evicted by a 256 MB write (fa-bench's and triton's way; its dirty lines are written back "
@@ -82,9 +85,9 @@ def main():
                 torch.cuda.synchronize()
                 if not torch.isfinite(o).all():
                     raise SystemExit("non-finite output at d=%d n=%d" % (d, n))
-                times = time_rounds({m: (lambda kw=kw: call(kw)) for m, (kw, _) in masks.items()}, a.reps, cache, a.sleep, clean)
+                times = time_rounds({m: (lambda kw=kw: call(kw)) for m, (kw, _) in masks.items()}, a.reps, cache, a.sleep, clean, icache=a.icache)
             ms = {m: statistics.median(t) for m, t in times.items()}
-            row = dict(d=d, n=n, b=b, h=h, reps=a.reps, flush=a.flush, ms=ms, ms_min={m: min(t) for m, t in times.items()},
+            row = dict(d=d, n=n, b=b, h=h, reps=a.reps, flush=a.flush, icache=a.icache, ms=ms, ms_min={m: min(t) for m, t in times.items()},
                        density={m: s for m, (_, s) in masks.items() if s is not None})
             rows.append(row)
             cells = []

@@ -41,6 +41,9 @@ def main():
     ap.add_argument("--peers", default="cudnn,flash")
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--icache", default="warm", choices=["warm", "mixed"],
+                    help="warm: each timed call right after an untimed one of the same fn (its code cached, as do_bench); "
+                         "mixed: the rule before session 50 (interleave.py)")
     ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -75,9 +78,9 @@ def main():
                     lib()
                     torch.cuda.synchronize()
                     err = ((o_lib.float() - ref).abs().max() / ref.abs().max()).item()
-                    times = time_rounds(fns, a.reps, cache, a.sleep)
+                    times = time_rounds(fns, a.reps, cache, a.sleep, icache=a.icache)
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
-                row = dict(d=d, n=n, b=b, h=h, causal=causal, reps=a.reps, max_rel_err=err,
+                row = dict(d=d, n=n, b=b, h=h, causal=causal, reps=a.reps, icache=a.icache, max_rel_err=err,
                            ms={name: statistics.median(t) for name, t in times.items()})
                 row["tflops"] = {name: flops / ms / 1e9 for name, ms in row["ms"].items()}
                 rows.append(row)

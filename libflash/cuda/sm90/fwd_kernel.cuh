@@ -134,6 +134,33 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+// Cluster pairs (Traits::kDevClusterPair): a TMA load written to the same offset in every CTA of cta_mask, each CTA's
+// barrier at the same offset receiving the bytes; an arrive on the partner CTA's barrier at this CTA's offset; and the
+// whole cluster's barrier.
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                                      int c2, int c3, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_peer(uint32_t bar, uint32_t peer_rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(peer_rank)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync_all() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
@@ -354,6 +381,12 @@ struct Traits {
   // 64 (LaunchOptions::sparse_shift), so a head's first and last tiles hold the pair's 128 real rows where its last held
   // the single's 64; 2 also hands out those short tiles after every middle one (sparse_tile).
   static constexpr int kDevTileShift = 0;
+  // Dev (session 50, sm90_dev's ClusterPair): the dense static order on clusters of two CTAs whose tiles are a head's query
+  // blocks 2i and 2i + 1, so both stream the same K and V blocks: each CTA's producer loads half of every block (its
+  // pages) and multicasts it to both CTAs' rings; a slot is refilled once the consumers of both CTAs released it (each
+  // consumer warp arrives on its own CTA's empty barrier and its partner's). Needs an even number of query blocks per
+  // (batch, head), no mask, no tail split (launch checks).
+  static constexpr bool kDevClusterPair = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -619,7 +652,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // Block-sparse: two more, sched_empty per schedule slot. Two rings (Traits::kTwoRings): ring 1's stages follow ring
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
-  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
+  // Cluster pairs (Traits::kDevClusterPair): after those, per ring slot a "peer" barrier for K and for V, which the partner
+  // CTA's producer arrives on once its consumers have released the slot (peer_of).
+  __shared__ alignas(8) uint64_t bars[K::kDevClusterPair ? 8 + 6 * kSlots : 6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -659,6 +694,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
+  // A K or V empty barrier's peer (Traits::kDevClusterPair): k_empty(s) -> bars[8 + 4 kSlots + s], v_empty(s) -> the
+  // kSlots after those.
+  [[maybe_unused]] auto peer_of = [&](uint32_t empty) { return empty + 8 * (2 * kSlots + 4); };
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
@@ -681,6 +719,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(v_full(s), 1);
       mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
+      if constexpr (K::kDevClusterPair) {  // the partner's releases of the slot (its producer's arrive)
+        mbar_init(peer_of(k_empty(s)), 1);
+        mbar_init(peer_of(v_empty(s)), 1);
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
@@ -688,6 +730,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
   __syncthreads();
+  // A cluster pair: the partner's barriers are initialised before this CTA multicasts into its ring or arrives on them.
+  static_assert(!K::kDevClusterPair || (!K::kSparse && !K::kTailSplit && !K::kOStageInRing && K::kPages % 2 == 0),
+                "cluster pairs: dense, no tail split, O not staged in the ring, an even number of K/V pages");
+  if constexpr (K::kDevClusterPair) cluster_sync_all();
 
   if (warpgroup == 0) {
     // ================================ producer ================================
@@ -699,6 +745,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       {
         const long long t0 = K::kProfile ? clock64() : 0;
         mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+        if constexpr (K::kDevClusterPair) {
+          // The slot's previous use released here: tell the partner's producer, then wait for its word that the partner's
+          // consumers released their copy too (both CTAs walk the same blocks through the same slots). The multicast below
+          // writes both copies.
+          if (at >= kStages) mbar_arrive_peer(peer_of(empty), cluster_rank() ^ 1u);
+          mbar_wait(peer_of(empty), ((at / kStages) & 1) ^ 1);
+        }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       if constexpr (K::kDevSkipKVOdd) {
@@ -709,10 +762,21 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       }
       mbar_arrive_expect_tx(full, K::kKVBytes);
       int c[4];
+      if constexpr (K::kDevClusterPair) {
+        // This CTA's half of the block's pages, written to both CTAs' slots (the partner loads the other half).
 #pragma unroll
-      for (int pg = 0; pg < kPages; ++pg) {
-        tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
-        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        for (int i = 0; i < kPages / 2; ++i) {
+          const int pg = int(cluster_rank()) * (kPages / 2) + i;  // (read where needed: no register held across the loop)
+          tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
+          tma_load_4d_multicast(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3],
+                                uint16_t(3));
+        }
+      } else {
+#pragma unroll
+        for (int pg = 0; pg < kPages; ++pg) {
+          tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
+          tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        }
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -1562,6 +1626,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // in the stream sees both kernels' outputs. (At once in a launch without PDL.)
   if constexpr (K::kPdlSecondary)
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // A cluster pair: neither CTA exits while the other may still multicast into its ring or arrive on its barriers.
+  if constexpr (K::kDevClusterPair) cluster_sync_all();
 #endif
 }
 
@@ -1702,6 +1768,26 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
       args.tail.pieces_only = pair;
       args.tail_part = reinterpret_cast<float*>(base + tail_count_bytes(grid, K::kConsumers));
     }
+  }
+  if constexpr (K::kDevClusterPair) {
+    // Clusters of two CTAs on query blocks 2i and 2i + 1 of one (batch, head): the static order's rounds pair them when
+    // every (batch, head) has an even number of query blocks and the grid is even (Traits::kDevClusterPair).
+    if (part || pair || t.units > 0 || args.tile_counter != nullptr || p.has_block_mask || p.window_left >= 0 ||
+        p.window_right >= 0 || args.num_m_blocks % 2 != 0 || args.q_shift != 0)
+      return fail(FLASH_ERROR_UNSUPPORTED, "sm90: cluster pairs need a dense problem with an even number of query blocks");
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(grid - grid % 2));
+    cfg.blockDim = dim3(unsigned(K::kThreads));
+    cfg.dynamicSmemBytes = size_t(smem_bytes);
+    cfg.stream = static_cast<cudaStream_t>(p.stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args); e != cudaSuccess)
+      return cuda::status_from(e, "cudaLaunchKernelEx(sm90 fwd, cluster pairs)");
+    return cuda::check_launch("sm90 fwd kernel (cluster pairs)");
   }
   if (opt.rows.pdl == Rows::kPdlSecondary && opt.pdl_attr) {
     // Behind the primary with programmatic stream serialisation (shapes.h, Rows); else the plain launch below.

@@ -149,7 +149,7 @@ __device__ __forceinline__ void mbar_arrive_peer(uint32_t bar, uint32_t peer_ran
   asm volatile(
       "{\n.reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(peer_rank)
       : "memory");
 }
@@ -385,8 +385,11 @@ struct Traits {
   // blocks 2i and 2i + 1, so both stream the same K and V blocks: each CTA's producer loads half of every block (its
   // pages) and multicasts it to both CTAs' rings; a slot is refilled once the consumers of both CTAs released it (each
   // consumer warp arrives on its own CTA's empty barrier and its partner's). Needs an even number of query blocks per
-  // (batch, head), no mask, no tail split (launch checks).
-  static constexpr bool kDevClusterPair = false;
+  // (batch, head), no mask, no tail split (launch checks). 1: the producers forward their consumers' releases to each
+  // other (peer barriers); 2: each consumer warp arrives on both CTAs' empty barriers itself (one hop less); 3 (a probe):
+  // the clusters and their tile pairs alone, each CTA loading whole blocks for itself, no multicast; 4 (a probe): 3 without
+  // the cluster barriers at the start and end.
+  static constexpr int kDevClusterPair = 0;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -717,9 +720,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
-      mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
-      if constexpr (K::kDevClusterPair) {  // the partner's releases of the slot (its producer's arrive)
+      const uint32_t both = K::kDevClusterPair == 2 ? 2 : 1;  // (kDevClusterPair 2: the partner's consumer warps too)
+      mbar_init(k_empty(s), both * warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(v_empty(s), both * warps + (K::kOStageInRing ? 1 : 0));
+      if constexpr (K::kDevClusterPair == 1) {  // the partner's releases of the slot (its producer's arrive)
         mbar_init(peer_of(k_empty(s)), 1);
         mbar_init(peer_of(v_empty(s)), 1);
       }
@@ -733,7 +737,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // A cluster pair: the partner's barriers are initialised before this CTA multicasts into its ring or arrives on them.
   static_assert(!K::kDevClusterPair || (!K::kSparse && !K::kTailSplit && !K::kOStageInRing && K::kPages % 2 == 0),
                 "cluster pairs: dense, no tail split, O not staged in the ring, an even number of K/V pages");
-  if constexpr (K::kDevClusterPair) cluster_sync_all();
+  if constexpr (K::kDevClusterPair != 0 && K::kDevClusterPair != 4) cluster_sync_all();
 
   if (warpgroup == 0) {
     // ================================ producer ================================
@@ -745,7 +749,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       {
         const long long t0 = K::kProfile ? clock64() : 0;
         mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-        if constexpr (K::kDevClusterPair) {
+        if constexpr (K::kDevClusterPair == 1) {
           // The slot's previous use released here: tell the partner's producer, then wait for its word that the partner's
           // consumers released their copy too (both CTAs walk the same blocks through the same slots). The multicast below
           // writes both copies.
@@ -762,7 +766,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       }
       mbar_arrive_expect_tx(full, K::kKVBytes);
       int c[4];
-      if constexpr (K::kDevClusterPair) {
+      if constexpr (K::kDevClusterPair == 1 || K::kDevClusterPair == 2) {
         // This CTA's half of the block's pages, written to both CTAs' slots (the partner loads the other half).
 #pragma unroll
         for (int i = 0; i < kPages / 2; ++i) {
@@ -1019,6 +1023,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     };
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
+    };
+    // A K or V slot released by this warp (lane 0): to its own CTA's producer and, in a cluster pair of form 2
+    // (Traits::kDevClusterPair), to its partner's.
+    auto release_slot = [&](uint32_t bar) {
+      mbar_arrive(bar);
+      if constexpr (K::kDevClusterPair == 2) mbar_arrive_peer(bar, cluster_rank() ^ 1u);
     };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
     if constexpr (K::kSfuTurns)
@@ -1303,7 +1313,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
-        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) release_slot(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         {
           float corr[2];
           if (K::kHalfDiag && vis <= 0) {  // nothing visible: P_0 = 0, the row max stays -inf (the SFU turn still taken)
@@ -1367,7 +1377,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
           __syncwarp();
-          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
+          if (lane == 0) release_slot(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
           // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
           // serialise the wgmmas (C7513; perf-log).
@@ -1391,7 +1401,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (lane == 0) release_slot(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if constexpr (K::kRescaleInTurn) {
             rescale_prev = rescale;
             corr_prev[0] = corr[0], corr_prev[1] = corr[1];
@@ -1428,7 +1438,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) mbar_arrive(v_empty(s_prev));
+        if (lane == 0) release_slot(v_empty(s_prev));
         if constexpr (K::kOStageInRing) {
           // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
           // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
@@ -1627,7 +1637,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   if constexpr (K::kPdlSecondary)
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   // A cluster pair: neither CTA exits while the other may still multicast into its ring or arrive on its barriers.
-  if constexpr (K::kDevClusterPair) cluster_sync_all();
+  if constexpr (K::kDevClusterPair != 0 && K::kDevClusterPair != 4) cluster_sync_all();
 #endif
 }
 

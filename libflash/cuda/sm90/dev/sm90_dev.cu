@@ -302,9 +302,9 @@ struct TileShift : T {
   static constexpr int kDevTileShift = MODE;
 };
 // Session 50: the dense static order on clusters of two CTAs sharing each K/V block by TMA multicast (Traits::kDevClusterPair).
-template <class T>
+template <class T, int FORM = 1>
 struct ClusterPair : T {
-  static constexpr bool kDevClusterPair = true;
+  static constexpr int kDevClusterPair = FORM;
 };
 template <class K, bool ENDS>
 int32_t run_shift(const FwdParams& p) {
@@ -581,6 +581,9 @@ const Candidate kCandidates[] = {
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 cluster pair", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 cluster pair 2", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>, 2>>},
+    {"d128 cluster pair 3 (no mc)", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>, 3>>},
+    {"d128 cluster pair 4 (no sync)", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>, 4>>},
     // Session 49 (s49-1, two runs of 50 reps; commit d510b37 has the code): the tile decoded by the dense producer again
     // (TileInSmem<Tr<128, 128, 2, 2, 1>>, s38-6's form, with a kTileInSmem path in the dense producer's start_tile):
     // causal 1k .1627 / .1579 against .1637-.1638 / .1584-.1585 ms (+0.3-0.6%), 2k +0.4-0.7%, 4k +0.3-0.4%, 8k-16k 0.1-0.3%

@@ -134,33 +134,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
-// Cluster pairs (Traits::kDevClusterPair): a TMA load written to the same offset in every CTA of cta_mask, each CTA's
-// barrier at the same offset receiving the bytes; an arrive on the partner CTA's barrier at this CTA's offset; and the
-// whole cluster's barrier.
-__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                                      int c2, int c3, uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
-      "%4, %5}], [%6], %7;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_peer(uint32_t bar, uint32_t peer_rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-      "r"(peer_rank)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync_all() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs)); }
 template <int kRegs>
@@ -377,19 +350,6 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
-  // Dev (session 45, sm90_dev's TileShift): two rings with the tiles shifted 64 rows before row 0 where seqlen_q mod 192 is
-  // 64 (LaunchOptions::sparse_shift), so a head's first and last tiles hold the pair's 128 real rows where its last held
-  // the single's 64; 2 also hands out those short tiles after every middle one (sparse_tile).
-  static constexpr int kDevTileShift = 0;
-  // Dev (session 50, sm90_dev's ClusterPair): the dense static order on clusters of two CTAs whose tiles are a head's query
-  // blocks 2i and 2i + 1, so both stream the same K and V blocks: each CTA's producer loads half of every block (its
-  // pages) and multicasts it to both CTAs' rings; a slot is refilled once the consumers of both CTAs released it (each
-  // consumer warp arrives on its own CTA's empty barrier and its partner's). Needs an even number of query blocks per
-  // (batch, head), no mask, no tail split (launch checks). 1: the producers forward their consumers' releases to each
-  // other (peer barriers); 2: each consumer warp arrives on both CTAs' empty barriers itself (one hop less); 3 (a probe):
-  // the clusters and their tile pairs alone, each CTA loading whole blocks for itself, no multicast; 4 (a probe): 3 without
-  // the cluster barriers at the start and end.
-  static constexpr int kDevClusterPair = 0;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -460,7 +420,6 @@ struct KeyBlocks {
   // key block, n_mask_blocks / 32 + 1 words) for the set. The
   // lanes load 32 list entries at a time and compact the visited blocks with a ballot, so a tile's
   // schedule costs a few list loads' latency, not one per entry.
-  template <bool kNegRows = false>  // (Traits::kDevTileShift: q_row may be negative, a block of no rows)
   __device__ void build_schedule(const FwdParams& p, int b, int h, int q_row, int32_t* out, uint32_t* bits,
                                  int lane) const {
     // The readers of this buffer (tile i-2's schedule: the loading lane and the consumers) released it
@@ -469,7 +428,7 @@ struct KeyBlocks {
     // an empty key range stored its count with no warp barrier since: racecheck, perf-log v5.)
     __syncwarp();
     int n_out = 0;
-    if (lo < hi && (!kNegRows || q_row >= 0) && q_row < p.seqlen_q) {
+    if (lo < hi && q_row < p.seqlen_q) {
       // No block mask (a short-tile problem routed here, shapes.h use_listed_kernel): every block of the key range is
       // listed, so the schedule is the dense walk's.
       const bool every_block = !p.has_block_mask;
@@ -534,30 +493,6 @@ struct Tile {
   }
 };
 
-// The block-sparse producers' decode (the scheduler, the Q and K/V loaders): Tile's, or with Traits::kDevTileShift 2 (two
-// rings, tiles shifted by 64 rows so that each (batch, head)'s first and last tiles hold 128 real rows, the pair's; dev) every
-// middle tile first, head-major, then the first and last tiles of the heads in reverse order, the most recent heads'
-// first (their K and V still in L2): the short tiles fill the last round.
-template <class K>
-__device__ __forceinline__ Tile sparse_tile(const Args& a, int x) {
-  if constexpr (K::kDevTileShift != 2) {
-    return Tile(a, x);
-  } else {
-    const int num_bh = a.p.heads_q * a.p.batch, mid = a.num_m_blocks - 2;
-    if (a.q_shift != 64 || mid <= 0) return Tile(a, x);  // (not shifted: the plain order)
-    int m, bh;
-    if (x < num_bh * mid) {
-      bh = x / mid;
-      m = mid - x % mid;
-    } else {
-      const int y = x - num_bh * mid;
-      bh = num_bh - 1 - y / 2;
-      m = (y & 1) ? 0 : a.num_m_blocks - 1;
-    }
-    return Tile(m, bh / a.p.heads_q, bh % a.p.heads_q);
-  }
-}
-
 // Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
 // rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
 // Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
@@ -590,11 +525,8 @@ __device__ __forceinline__ Work decode_work(const Args& a, const TailPlan& plan,
 
 // Two rings (Traits::kTwoRings): the warpgroup (2 or 0) whose 64 rows lie in the other mask row block than the rest of
 // the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires).
-// (kNegRows, Traits::kDevTileShift: a tile may start 64 rows before row 0, whose first 64 rows then lie in no block.)
-template <bool kNegRows = false>
 __device__ __forceinline__ int single_wg(const FwdParams& p, int q_begin) {
-  const int first = kNegRows && q_begin < 0 ? -1 : q_begin / p.block_mask.block_m;
-  return first == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
+  return q_begin / p.block_mask.block_m == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
 }
 
 __device__ __forceinline__ void tma_coords(int (&c)[4], const TensorPos& pos, int col, int row, int head, int batch) {
@@ -655,9 +587,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // Block-sparse: two more, sched_empty per schedule slot. Two rings (Traits::kTwoRings): ring 1's stages follow ring
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
-  // Cluster pairs (Traits::kDevClusterPair): after those, per ring slot a "peer" barrier for K and for V, which the partner
-  // CTA's producer arrives on once its consumers have released the slot (peer_of).
-  __shared__ alignas(8) uint64_t bars[K::kDevClusterPair ? 8 + 6 * kSlots : 6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
+  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -697,9 +627,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
-  // A K or V empty barrier's peer (Traits::kDevClusterPair): k_empty(s) -> bars[8 + 4 kSlots + s], v_empty(s) -> the
-  // kSlots after those.
-  [[maybe_unused]] auto peer_of = [&](uint32_t empty) { return empty + 8 * (2 * kSlots + 4); };
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
@@ -720,13 +647,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
       mbar_init(k_full(s), 1);
       mbar_init(v_full(s), 1);
-      const uint32_t both = K::kDevClusterPair == 2 ? 2 : 1;  // (kDevClusterPair 2: the partner's consumer warps too)
-      mbar_init(k_empty(s), both * warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
-      mbar_init(v_empty(s), both * warps + (K::kOStageInRing ? 1 : 0));
-      if constexpr (K::kDevClusterPair == 1) {  // the partner's releases of the slot (its producer's arrive)
-        mbar_init(peer_of(k_empty(s)), 1);
-        mbar_init(peer_of(v_empty(s)), 1);
-      }
+      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
@@ -734,10 +656,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
   __syncthreads();
-  // A cluster pair: the partner's barriers are initialised before this CTA multicasts into its ring or arrives on them.
-  static_assert(!K::kDevClusterPair || (!K::kSparse && !K::kTailSplit && !K::kOStageInRing && K::kPages % 2 == 0),
-                "cluster pairs: dense, no tail split, O not staged in the ring, an even number of K/V pages");
-  if constexpr (K::kDevClusterPair != 0 && K::kDevClusterPair != 4) cluster_sync_all();
 
   if (warpgroup == 0) {
     // ================================ producer ================================
@@ -749,13 +667,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       {
         const long long t0 = K::kProfile ? clock64() : 0;
         mbar_wait(empty, ((at / kStages) & 1) ^ 1);
-        if constexpr (K::kDevClusterPair == 1) {
-          // The slot's previous use released here: tell the partner's producer, then wait for its word that the partner's
-          // consumers released their copy too (both CTAs walk the same blocks through the same slots). The multicast below
-          // writes both copies.
-          if (at >= kStages) mbar_arrive_peer(peer_of(empty), cluster_rank() ^ 1u);
-          mbar_wait(peer_of(empty), ((at / kStages) & 1) ^ 1);
-        }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       if constexpr (K::kDevSkipKVOdd) {
@@ -766,21 +677,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       }
       mbar_arrive_expect_tx(full, K::kKVBytes);
       int c[4];
-      if constexpr (K::kDevClusterPair == 1 || K::kDevClusterPair == 2) {
-        // This CTA's half of the block's pages, written to both CTAs' slots (the partner loads the other half).
 #pragma unroll
-        for (int i = 0; i < kPages / 2; ++i) {
-          const int pg = int(cluster_rank()) * (kPages / 2) + i;  // (read where needed: no register held across the loop)
-          tma_coords(c, pos, pg * 64, n * kBlockN, h_kv, b);
-          tma_load_4d_multicast(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3],
-                                uint16_t(3));
-        }
-      } else {
-#pragma unroll
-        for (int pg = 0; pg < kPages; ++pg) {
-          tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
-          tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
-        }
+      for (int pg = 0; pg < kPages; ++pg) {
+        tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -839,16 +739,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
-            const Tile tile = sparse_tile<K>(args, x);
+            const Tile tile(args, x);
             const int q_begin = tile.m_block * kBlockM - args.q_shift;
             int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
             const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
             if constexpr (K::kTwoRings) {
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
               // single warpgroup's.
-              const int single = single_wg<K::kDevTileShift != 0>(p, q_begin);
-              blocks.template build_schedule<K::kDevTileShift != 0>(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
-              blocks.template build_schedule<K::kDevTileShift != 0>(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
+              const int single = single_wg(p, q_begin);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
                 ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
                 pos0 += sched[0], pos1 += sched[args.sched_stride];
@@ -882,7 +782,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
-          const Tile tile = sparse_tile<K>(args, x);
+          const Tile tile(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
@@ -907,7 +807,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               if (threadIdx.x == 0) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
-          const Tile tile = sparse_tile<K>(args, x);
+          const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
           // V_j trails K_j by one block, as in the dense producer below (see there why).
@@ -1024,12 +924,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     auto pass_turn = [&]() {
       if constexpr (K::kPingPong) named_arrive(1 + (wg + 1) % K::kConsumers, 256);
     };
-    // A K or V slot released by this warp (lane 0): to its own CTA's producer and, in a cluster pair of form 2
-    // (Traits::kDevClusterPair), to its partner's.
-    auto release_slot = [&](uint32_t bar) {
-      mbar_arrive(bar);
-      if constexpr (K::kDevClusterPair == 2) mbar_arrive_peer(bar, cluster_rank() ^ 1u);
-    };
     // Turns at the SFU (Traits::kSfuTurns): barrier 9 + wg is "wg may run its exponentials"; warpgroup 0 goes first.
     if constexpr (K::kSfuTurns)
       if (wg == K::kConsumers - 1) named_arrive(9, 256);
@@ -1109,7 +1003,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
-        const int single = single_wg<K::kDevTileShift != 0>(p, q_begin);
+        const int single = single_wg(p, q_begin);
         if constexpr (K::kFixedRings) {
           ring = wg == 2 ? 1 : 0;
           rg = wg == 2 ? single : single == 0 ? wg + 1 : wg;
@@ -1313,7 +1207,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::wait<0>();
         wg::fence_regs(acc_s);
         __syncwarp();
-        if (lane == 0) release_slot(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
+        if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         {
           float corr[2];
           if (K::kHalfDiag && vis <= 0) {  // nothing visible: P_0 = 0, the row max stays -inf (the SFU turn still taken)
@@ -1377,7 +1271,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
           __syncwarp();
-          if (lane == 0) release_slot(k_empty(s));  // K_j's slot may be refilled
+          if (lane == 0) mbar_arrive(k_empty(s));  // K_j's slot may be refilled
           // While P_{j-1} V_{j-1} is in flight: the softmax works on a copy of S and keeps P in fp32; the
           // bf16 packing waits for wait<0>. Writing the accumulator registers or packing P here made ptxas
           // serialise the wgmmas (C7513; perf-log).
@@ -1401,7 +1295,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) release_slot(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if constexpr (K::kRescaleInTurn) {
             rescale_prev = rescale;
             corr_prev[0] = corr[0], corr_prev[1] = corr[1];
@@ -1438,7 +1332,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);
         __syncwarp();
-        if (lane == 0) release_slot(v_empty(s_prev));
+        if (lane == 0) mbar_arrive(v_empty(s_prev));
         if constexpr (K::kOStageInRing) {
           // Warpgroup 0 stages its O in V_last's slot: warpgroup 1 tells it when its last P V no longer reads it. (K_last's
           // needs no such word: warpgroup 0 passed the turn on to warpgroup 1's drain after its last S was done.)
@@ -1636,8 +1530,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // in the stream sees both kernels' outputs. (At once in a launch without PDL.)
   if constexpr (K::kPdlSecondary)
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  // A cluster pair: neither CTA exits while the other may still multicast into its ring or arrive on its barriers.
-  if constexpr (K::kDevClusterPair != 0 && K::kDevClusterPair != 4) cluster_sync_all();
 #endif
 }
 
@@ -1653,8 +1545,6 @@ struct LaunchOptions {
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
-  // Two rings with Traits::kDevTileShift (dev, session 45): the tiles start sparse_shift (0 or 64) rows before row 0.
-  int sparse_shift = 0;
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1690,10 +1580,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (pair && (part || !tail_split_applies(p) || p.workspace == nullptr || K::kConsumers != 2 ||
                (opt.rows.pdl == Rows::kPdlPrimary ? !K::kPdlPrimary : !(opt.rows.pdl == Rows::kPdlSecondary && K::kTailSplit))))
     return fail(FLASH_ERROR_INTERNAL, "sm90: this instantiation cannot run its part of a split tail");
-  const int sparse_shift = K::kTwoRings && K::kDevTileShift != 0 && !part && opt.sparse_shift == 64 && p.window_right < 0 &&
-                                   p.window_left < 0 && (K::kDevTileShift == 1 || (p.seqlen_q + 64 + K::kBlockM - 1) / K::kBlockM >= 3)
-                               ? 64 : 0;
-  args.num_m_blocks = int32_t((row_end - opt.rows.begin + sparse_shift + K::kBlockM - 1) / K::kBlockM);
+  args.num_m_blocks = int32_t((row_end - opt.rows.begin + K::kBlockM - 1) / K::kBlockM);
   // Masks with a right edge (causal-like, windows): a row's key range grows with the row, so the tiles are
   // aligned to end at seqlen_q and the partial one comes first, where it has the fewest keys (d64's 192-row
   // tiles at 1k: 27 key blocks per head instead of 32). Block-sparse tiles stay aligned to the mask's blocks.
@@ -1703,7 +1590,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // zeros as documented and whole-warpgroup shifts pass every test (runs s15-2/3).
   args.profile = opt.profile;
   args.q_shift = part ? -opt.rows.begin
-                : sparse_shift > 0 ? sparse_shift
                 : opt.align_end && !p.has_block_mask && p.window_right >= 0 ? (args.num_m_blocks * K::kBlockM - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
@@ -1778,26 +1664,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
       args.tail.pieces_only = pair;
       args.tail_part = reinterpret_cast<float*>(base + tail_count_bytes(grid, K::kConsumers));
     }
-  }
-  if constexpr (K::kDevClusterPair) {
-    // Clusters of two CTAs on query blocks 2i and 2i + 1 of one (batch, head): the static order's rounds pair them when
-    // every (batch, head) has an even number of query blocks and the grid is even (Traits::kDevClusterPair).
-    if (part || pair || t.units > 0 || args.tile_counter != nullptr || p.has_block_mask || p.window_left >= 0 ||
-        p.window_right >= 0 || args.num_m_blocks % 2 != 0 || args.q_shift != 0)
-      return fail(FLASH_ERROR_UNSUPPORTED, "sm90: cluster pairs need a dense problem with an even number of query blocks");
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(grid - grid % 2));
-    cfg.blockDim = dim3(unsigned(K::kThreads));
-    cfg.dynamicSmemBytes = size_t(smem_bytes);
-    cfg.stream = static_cast<cudaStream_t>(p.stream);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args); e != cudaSuccess)
-      return cuda::status_from(e, "cudaLaunchKernelEx(sm90 fwd, cluster pairs)");
-    return cuda::check_launch("sm90 fwd kernel (cluster pairs)");
   }
   if (opt.rows.pdl == Rows::kPdlSecondary && opt.pdl_attr) {
     // Behind the primary with programmatic stream serialisation (shapes.h, Rows); else the plain launch below.

@@ -294,24 +294,6 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
-// Sessions 45 and 50: the two-ring tiles shifted 64 rows where seqlen_q mod 192 is 64 (each head's first and last tiles
-// then hold the pair's 128 real rows instead of the last tile the single's 64), with (ENDS) those short tiles after every
-// middle one (Traits::kDevTileShift, LaunchOptions::sparse_shift, sparse_tile).
-template <class T, int MODE>
-struct TileShift : T {
-  static constexpr int kDevTileShift = MODE;
-};
-// Session 50: the dense static order on clusters of two CTAs sharing each K/V block by TMA multicast (Traits::kDevClusterPair).
-template <class T, int FORM = 1>
-struct ClusterPair : T {
-  static constexpr int kDevClusterPair = FORM;
-};
-template <class K, bool ENDS>
-int32_t run_shift(const FwdParams& p) {
-  flash::sm90::LaunchOptions o;
-  o.sparse_shift = p.seqlen_q % 192 == 64 ? 64 : 0;
-  return flash::sm90::launch<TileShift<K, ENDS ? 2 : 1>>(p, o);
-}
 // The prologue's mask, softmax and pack on the first block's visible columns only (Traits::kHalfDiag: 0 off, 1 by the
 // tile's key end, 2 by each warpgroup's rows; 2 production for d64's three warpgroups since session 47, perf-log v77).
 template <class T, int V = 1>
@@ -580,10 +562,15 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 cluster pair", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>>>},
-    {"d128 cluster pair 2", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>, 2>>},
-    {"d128 cluster pair 3 (no mc)", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>, 3>>},
-    {"d128 cluster pair 4 (no sync)", 128, false, run_k<ClusterPair<Tr<128, 128, 2, 2, 1>, 4>>},
+    // Session 50 (s50-6 .. s50-8, perf-log "the tile shift again, what a cold instruction cache costs, cluster pairs"; code
+    // in commit a175dba): the dense static order on clusters of two CTAs, query blocks 2i and 2i + 1 of a head, each CTA
+    // loading half of every K/V block and multicasting it to both (Traits::kDevClusterPair; d128 only: d64 has one page a
+    // block, d256 stages O in the ring). Paired against production, 1k / 2k / 16k: form 1 (the producers forward their
+    // consumers' releases through per-slot peer barriers) 1.037 / 1.007 / 1.006; form 2 (each consumer warp also arrives
+    // on the partner's empty barrier) 1.029 / 1.014 / 1.008; the same clusters without multicast 1.026 / 1.009 / 1.004,
+    // and without the start and end cluster barriers 1.007 / 1.002 / .999. With `.release.cluster` on the remote arrives
+    // forms 1 and 2 were 14-29% and 71-77% slower (s50-6/7). Multicast adds nothing over the clusters, which cost
+    // 0.4-2.6%: s42's skip-odd bound (1.6% at 1k) is not reached. Removed.
     // Session 49 (s49-1, two runs of 50 reps; commit d510b37 has the code): the tile decoded by the dense producer again
     // (TileInSmem<Tr<128, 128, 2, 2, 1>>, s38-6's form, with a kTileInSmem path in the dense producer's start_tile):
     // causal 1k .1627 / .1579 against .1637-.1638 / .1584-.1585 ms (+0.3-0.6%), 2k +0.4-0.7%, 4k +0.3-0.4%, 8k-16k 0.1-0.3%
@@ -690,8 +677,11 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2 rings shift", 64, true, run_shift<Tr<64, 128, 2, 3, 1, true>, false>},
-    {"d64  bs 2 rings shift ends", 64, true, run_shift<Tr<64, 128, 2, 3, 1, true>, true>},
+    // Session 50 (s50-1, perf-log "the tile shift again, what a cold instruction cache costs, cluster pairs"; code in
+    // commit ed1e0d9, session 45's 7fd72e8): the two-ring tile shift (TileShift 1) and with the short tiles last (2), timed
+    // in rotated rounds against the two-ring kernel's first copy (paired, two runs of 80 reps): 4k s = .1 1.012 / 1.004
+    // and 1.026 / 1.020, s = .25 .999 / 1.003 and .996 / .999, s = .5 1.002 / 1.000 and .993 / .990; 8k and 16k 0-0.5%
+    // slower. The ~2% a greedy simulation gave is not there. Removed again.
     // Session 49 (s49-2/3, two runs of 40 reps; commit cc5a220 has the code): d64 block-sparse in two kernels, as d64
     // dense (v53): the two-ring kernel on rows [0, 192 k) (k even, so the rest starts on a 128-row mask block) as the PDL
     // primary, the two-warpgroup block-sparse kernel on the rest behind it (a PdlRole mixin; launch took block-sparse row

@@ -2,7 +2,14 @@
 import torch
 
 
-def time_rounds(fns, reps, cache, sleep, clean=None, icache="mixed"):
+def add_icache_argument(ap):
+    """The scripts' --icache option (time_rounds' icache)."""
+    ap.add_argument("--icache", default="warm", choices=["warm", "mixed"],
+                    help="warm: each timed call right after an untimed one of the same fn (its code cached, as do_bench); "
+                         "mixed: the rule before session 50")
+
+
+def time_rounds(fns, reps, cache, sleep, clean=None, icache="warm"):
     """{name: [ms per round]} for fns, a {name: callable} dict. Each round calls every fn once, in list order on even
     rounds and reversed on odd ones, so a change of clocks falls on all alike. Each call is preceded by a write of
     `cache` (evicting L2, as triton's do_bench) and, with sleep > 0, by that many GPU cycles of torch.cuda._sleep,

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import libflash
-from interleave import time_rounds
+from interleave import add_icache_argument, time_rounds
 
 
 def ints(s):
@@ -50,9 +50,7 @@ def main():
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--seed", type=int, default=24301)
-    ap.add_argument("--icache", default="warm", choices=["warm", "mixed"],
-                    help="warm: each timed call right after an untimed one of the same fn (its code cached, as do_bench); "
-                         "mixed: the rule before session 50 (interleave.py)")
+    add_icache_argument(ap)
     ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
     ap.add_argument("--flush", default="dirty", choices=["dirty", "clean"],
                     help="dirty: L2 evicted by a 256 MB write (fa-bench's and triton's way; its dirty lines are written back "

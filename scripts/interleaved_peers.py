@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import libflash
-from interleave import time_rounds
+from interleave import add_icache_argument, time_rounds
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
@@ -41,9 +41,7 @@ def main():
     ap.add_argument("--peers", default="cudnn,flash")
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--icache", default="warm", choices=["warm", "mixed"],
-                    help="warm: each timed call right after an untimed one of the same fn (its code cached, as do_bench); "
-                         "mixed: the rule before session 50 (interleave.py)")
+    add_icache_argument(ap)
     ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
     ap.add_argument("--json")
     a = ap.parse_args()

@@ -794,7 +794,7 @@ __global__ void spin_kernel(long long cycles) {
 }
 
 // SM90_DEV_EVICT (session 50): before each timed launch of an even-numbered candidate of the problem (production's
-// first copy: "(prod)"), a kernel of ~260 KB of straight-line code on every SM, evicting the SMs' instruction caches,
+// first copy: "(prod)"), a kernel of 131 KB of code (ptxas caps the unroll) on every SM, evicting the SMs' instruction caches,
 // so that the odd one after it (its "again") shows what a launch whose code is already cached saves.
 __global__ void icache_evict_kernel(float* out, float seed) {
   float x = seed + float(threadIdx.x);

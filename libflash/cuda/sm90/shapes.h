@@ -234,14 +234,17 @@ FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int
 struct CausalOrder {
   int num_bh, num_m_blocks, group, full_groups;
   // Work tile x -> query block m_block of (batch * heads + head) bh.
-  FLASH_SM90_HD void tile(int x, int& m_block, int& bh) const {
+  // (zigzag, dev: the full groups' query blocks longest, shortest, second longest, ... -- sm90_dev's Zigzag, session 50.)
+  FLASH_SM90_HD void tile(int x, int& m_block, int& bh, bool zigzag = false) const {
     const int per_group = group * num_m_blocks;
     int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // the last group
+    bool full = false;
     if (r < 0) {
       const int g = x / per_group;
-      first = g * group, size = group, r = x - g * per_group;
+      first = g * group, size = group, r = x - g * per_group, full = true;
     }
-    m_block = num_m_blocks - 1 - r / size;
+    const int k = r / size;
+    m_block = zigzag && full ? ((k & 1) ? k / 2 : num_m_blocks - 1 - k / 2) : num_m_blocks - 1 - k;
     bh = first + r % size;
   }
 };

@@ -234,17 +234,14 @@ FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int
 struct CausalOrder {
   int num_bh, num_m_blocks, group, full_groups;
   // Work tile x -> query block m_block of (batch * heads + head) bh.
-  // (zigzag, dev: the full groups' query blocks longest, shortest, second longest, ... -- sm90_dev's Zigzag, session 50.)
-  FLASH_SM90_HD void tile(int x, int& m_block, int& bh, bool zigzag = false) const {
+  FLASH_SM90_HD void tile(int x, int& m_block, int& bh) const {
     const int per_group = group * num_m_blocks;
     int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // the last group
-    bool full = false;
     if (r < 0) {
       const int g = x / per_group;
-      first = g * group, size = group, r = x - g * per_group, full = true;
+      first = g * group, size = group, r = x - g * per_group;
     }
-    const int k = r / size;
-    m_block = zigzag && full ? ((k & 1) ? k / 2 : num_m_blocks - 1 - k / 2) : num_m_blocks - 1 - k;
+    m_block = num_m_blocks - 1 - r / size;
     bh = first + r % size;
   }
 };

@@ -294,19 +294,6 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
-// Session 50: the causal order's full groups decoded in a zigzag (Traits::kDevZigzag; CausalOrder::tile), optionally with a
-// last group of TAIL_TENTHS / 10 grids instead of 2 and an L2 budget of MB (0: production's).
-template <class T>
-struct Zigzag : T {
-  static constexpr bool kDevZigzag = true;
-};
-template <class K, int TAIL_TENTHS = 20, int MB = 0>
-int32_t run_order(const FwdParams& p) {
-  flash::sm90::LaunchOptions opt;
-  opt.tail_grids = TAIL_TENTHS / 10.0;
-  opt.l2_budget_mb = MB;
-  return flash::sm90::launch<K>(p, opt);
-}
 // The prologue's mask, softmax and pack on the first block's visible columns only (Traits::kHalfDiag: 0 off, 1 by the
 // tile's key end, 2 by each warpgroup's rows; 2 production for d64's three warpgroups since session 47, perf-log v77).
 template <class T, int V = 1>
@@ -575,8 +562,9 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 zigzag", 128, false, run_order<Zigzag<Tr<128, 128, 2, 2, 1>>>},
-    {"d128 zigzag tail1", 128, false, run_order<Zigzag<Tr<128, 128, 2, 2, 1>>, 10>},
+    // Session 50 (s50-10): the causal order's zigzag (see d256's) on the 128-key kernel: causal 1k 1.006, 2k .997, 4k .990,
+    // 16k .989 (production runs 8k-16k on the 192-key kernel); with a one-grid last group 1.005 / 1.013 / 1.011 / 1.019.
+    // Not kept: d128 causal 4k is already 1.08 of cuDNN, and 1k is slower.
     // Session 50 (s50-6 .. s50-8, perf-log "the tile shift again, what a cold instruction cache costs, cluster pairs"; code
     // in commit a175dba): the dense static order on clusters of two CTAs, query blocks 2i and 2i + 1 of a head, each CTA
     // loading half of every K/V block and multicasting it to both (Traits::kDevClusterPair; d128 only: d64 has one page a
@@ -636,9 +624,10 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 zigzag", 256, false, run_order<Zigzag<Tr<256, 80, 2, 2, 3>>>},
-    {"d256 zigzag tail1", 256, false, run_order<Zigzag<Tr<256, 80, 2, 2, 3>>, 10>},
-    {"d256 order 12MB", 256, false, run_order<Tr<256, 80, 2, 2, 3>, 20, 12>},
+    // Session 50 (s50-10, 40 reps, paired; code in commit 2956b67): the causal order's full groups decoded longest,
+    // shortest, second longest, ... (Traits::kDevZigzag), which a simulation gave the same makespan with ~18% fewer
+    // heads' K/V in flight: causal 1k 1.022, 2k 1.002, 4k 1.004, 16k .994; with a last group of one grid instead of two
+    // 1.007 / 1.016 / 1.030 / 1.026; the 12 MB L2 budget .997 / .995 / 1.016 / 1.001. Not kept.
     // Session 49 (s49-1): TileInSmem<Tr<256, 80, 2, 2, 3>> (the dense producer's decode, as d128's above): dense 1k
     // 3.5% slower (.2305 / .2316 against .2223-.2238 ms), 2k 2%, 4k 1.2%, causal 1k 1-2%, 8k-16k within 0.5%; with the
     // causal order's 12 MB budget as well (run_group over it) causal 1k 1-1.5% slower, 8k 2%. Not kept.

@@ -350,6 +350,9 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
+  // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
+  // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
+  static constexpr bool kDevCtaTimes = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -656,6 +659,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if constexpr (K::kPdlPrimary) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
   __syncthreads();
+  if constexpr (K::kDevCtaTimes)
+    if (threadIdx.x == 0) {
+      unsigned long long t0;
+      asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t0));
+      args.profile[2 * blockIdx.x] = t0;
+    }
 
   if (warpgroup == 0) {
     // ================================ producer ================================
@@ -1530,6 +1539,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // in the stream sees both kernels' outputs. (At once in a launch without PDL.)
   if constexpr (K::kPdlSecondary)
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if constexpr (K::kDevCtaTimes) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long t1;
+      asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t1));
+      args.profile[2 * blockIdx.x + 1] = t1;
+    }
+  }
 #endif
 }
 

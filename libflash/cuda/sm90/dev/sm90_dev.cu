@@ -294,6 +294,18 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
+// Session 50: each CTA's start and end (Traits::kDevCtaTimes; sm90_dev's "ctatimes" mode).
+template <class T>
+struct CtaTimes : T {
+  static constexpr bool kDevCtaTimes = true;
+};
+unsigned long long* g_cta_times = nullptr;
+template <class K>
+int32_t run_cta_times(const FwdParams& p) {
+  flash::sm90::LaunchOptions opt;
+  opt.profile = g_cta_times;
+  return flash::sm90::launch<CtaTimes<K>>(p, opt);
+}
 // The prologue's mask, softmax and pack on the first block's visible columns only (Traits::kHalfDiag: 0 off, 1 by the
 // tile's key end, 2 by each warpgroup's rows; 2 production for d64's three warpgroups since session 47, perf-log v77).
 template <class T, int V = 1>
@@ -889,7 +901,7 @@ int main(int argc, char** argv) {
   std::printf("%-30s %-7s %6s %5s %9s %8s %10s %9s %8s\n", "candidate", "mask", "seqlen", "batch", "ms", "TFLOP/s", "max|d|/max",
               "time/dense", "paired");
   std::map<std::pair<int, int>, double> dense_ms;  // (d, n): the dense production time on the mask grid
-  if (profile_only) problems.clear();
+  if (profile_only || (argc > 2 && std::strcmp(argv[2], "ctatimes") == 0)) problems.clear();
   if (sparse_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch != 2; }), problems.end());
   if (listed_only)
     problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch == 2 || (!pr.causal && pr.window < 0 && pr.n > 1024); }),
@@ -1031,6 +1043,72 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     std::fflush(stdout);
+  }
+
+  // "ctatimes" (session 50): how evenly the persistent CTAs of one launch start and finish (%globaltimer). Per case: the
+  // span from the first start to the last end; the CTAs' starts' spread; the mean and the largest gap between a CTA's end
+  // and the last end, as fractions of the span (the grid's fill: what the last round leaves idle).
+  if (argc > 2 && std::strcmp(argv[2], "ctatimes") == 0) {
+    struct CtaCase {
+      const char* name;
+      int d, n, batch;
+      bool causal;
+      double density;
+      Launch fn;
+    };
+    const CtaCase cases[] = {
+        {"d64 2ring s.1", 64, 4096, 2, false, 0.1, run_cta_times<Tr<64, 128, 2, 3, 1, true>>},
+        {"d64 2ring s.25", 64, 4096, 2, false, 0.25, run_cta_times<Tr<64, 128, 2, 3, 1, true>>},
+        {"d64 2ring s.5", 64, 4096, 2, false, 0.5, run_cta_times<Tr<64, 128, 2, 3, 1, true>>},
+        {"d64 2ring s.5 8k", 64, 8192, 2, false, 0.5, run_cta_times<Tr<64, 128, 2, 3, 1, true>>},
+        {"d64 3wg dense", 64, 4096, 2, false, 0.0, run_cta_times<Tr<64, 128, 4, 3, 1>>},
+        {"d128 bs s.1", 128, 4096, 2, false, 0.1, run_cta_times<Tr<128, 128, 2, 2, 2, true>>},
+        {"d128 dense 1k", 128, 1024, 16, false, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
+        {"d128 causal 1k", 128, 1024, 16, true, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
+        {"d256 causal 1k", 256, 1024, 16, true, 0.0, run_cta_times<Tr<256, 80, 2, 2, 3>>},
+        {"d64 3wg causal 1k", 64, 1024, 16, true, 0.0, run_cta_times<Tr<64, 128, 4, 3, 1>>},
+    };
+    CK(cudaMalloc(&g_cta_times, 2 * 1024 * sizeof(unsigned long long)));
+    std::printf("%-20s %6s %9s %9s %9s %9s %9s %6s\n", "case", "seqlen", "span us", "start sd", "idle mean", "idle max",
+                "idle>1/2", "ctas");
+    for (const CtaCase& cc : cases) {
+      const Problem pr{cc.d, cc.n, cc.batch, cc.causal, cc.density};
+      const flash::BlockMaskParams bm = pr.density > 0 ? upload_pattern(pr.n, pr.density, 7) : flash::BlockMaskParams{};
+      const FwdParams p = make_params(pr, q[1], k[1], v[1], o, bm);
+      std::vector<double> span_v, sd_v, mean_v, max_v, half_v;
+      int ctas = 0;
+      for (int rep = 0; rep < reps; ++rep) {
+        CK(cudaMemset(g_cta_times, 0, 2 * 1024 * sizeof(unsigned long long)));
+        if (cc.fn(p) != 0) break;
+        CK(cudaDeviceSynchronize());
+        std::vector<unsigned long long> h(2 * 1024);
+        CK(cudaMemcpy(h.data(), g_cta_times, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+        unsigned long long t0 = ~0ull, t1 = 0;
+        ctas = 0;
+        for (int c = 0; c < 1024 && h[2 * c + 1] != 0; ++c, ++ctas) t0 = std::min(t0, h[2 * c]), t1 = std::max(t1, h[2 * c + 1]);
+        if (ctas == 0) break;
+        const double span = double(t1 - t0);
+        double s1 = 0, s2 = 0, idle = 0, idle_max = 0;
+        int half = 0;
+        for (int c = 0; c < ctas; ++c) {
+          const double st = double(h[2 * c] - t0), gap = double(t1 - h[2 * c + 1]);
+          s1 += st, s2 += st * st, idle += gap, idle_max = std::max(idle_max, gap);
+          half += gap > span / (2.0 * 11);  // (more than half of an 11th of the span: ~half a round at 4k)
+        }
+        span_v.push_back(span / 1e3);
+        sd_v.push_back(std::sqrt(std::max(0.0, s2 / ctas - (s1 / ctas) * (s1 / ctas))) / 1e3);
+        mean_v.push_back(idle / ctas / span);
+        max_v.push_back(idle_max / span);
+        half_v.push_back(double(half) / ctas);
+      }
+      auto med = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[v.size() / 2];
+      };
+      std::printf("%-20s %6d %9.1f %9.2f %9.4f %9.4f %9.3f %6d\n", cc.name, cc.n, med(span_v), med(sd_v), med(mean_v),
+                  med(max_v), med(half_v), ctas);
+    }
+    return 0;
   }
 
   // Where a tile's time goes (Traits::kProfile): per consumer warpgroup, cycles per tile in each phase

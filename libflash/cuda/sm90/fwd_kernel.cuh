@@ -353,10 +353,6 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
-  // Dev (session 50, sm90_dev's SplitHalves): two rings, the last tiles handed out as two work items each, the pair's
-  // 128 rows alone and the single's 64 alone (the other ring's list empty and its rows not stored), so the last round
-  // holds shorter items (LaunchOptions::sparse_halves; split_tile).
-  static constexpr bool kDevSplitHalves = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -500,21 +496,6 @@ struct Tile {
   }
 };
 
-// Traits::kDevSplitHalves (dev): work items from args.tail.whole on are halves of the tiles from there: item whole + 2i + k
-// is tile whole + i's pair-only (half 1) or single-only (half 2) half; args.num_tiles counts the items.
-template <class K>
-__device__ __forceinline__ Tile split_tile(const Args& a, int x, int& half) {
-  half = 0;
-  if constexpr (K::kDevSplitHalves) {
-    const int w = a.tail.whole;
-    if (x >= w) {
-      half = 1 + ((x - w) & 1);
-      x = w + ((x - w) >> 1);
-    }
-  }
-  return Tile(a, x);
-}
-
 // Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
 // rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
 // Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
@@ -613,9 +594,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
-  [[maybe_unused]] __shared__ int tile_mhb[2][3];
-  [[maybe_unused]] __shared__ int tile_half[2];  // Traits::kDevSplitHalves: the item's half (split_tile), per tile slot
-  [[maybe_unused]] __shared__ int wg_skip[3];    // Traits::kDevSplitHalves: this warpgroup's rows are the other half's  // Traits::kTileInSmem: the tile's m_block, h, b beside its index
+  [[maybe_unused]] __shared__ int tile_mhb[2][3];  // Traits::kTileInSmem: the tile's m_block, h, b beside its index
   // The profiled builds: when each Q buffer's load was issued (clock64, the producer's), for the tile start's Prof.
   [[maybe_unused]] __shared__ long long q_issued[2];
   // Two rings: each ring's position (blocks loaded into it before) at the start of the tile in each tile slot, written
@@ -769,20 +748,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
-            int half;
-            const Tile tile = split_tile<K>(args, x, half);
+            const Tile tile(args, x);
             const int q_begin = tile.m_block * kBlockM - args.q_shift;
             int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
             const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
             if constexpr (K::kTwoRings) {
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
-              // single warpgroup's. (kDevSplitHalves: the other half's list empty, from a row past the end.)
+              // single warpgroup's.
               const int single = single_wg(p, q_begin);
-              blocks.build_schedule(p, tile.b, tile.h, half == 2 ? p.seqlen_q : q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
-              blocks.build_schedule(p, tile.b, tile.h, half == 1 ? p.seqlen_q : q_begin + 64 * single, sched + args.sched_stride,
-                                    sched_bits, lane);
-              if constexpr (K::kDevSplitHalves)
-                if (lane == 0) tile_half[slot] = half;
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
                 ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
                 pos0 += sched[0], pos1 += sched[args.sched_stride];
@@ -816,8 +791,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
-          int half;
-          const Tile tile = split_tile<K>(args, x, half);
+          const Tile tile(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
@@ -842,8 +816,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               if (threadIdx.x == 0) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
-          int half;
-          const Tile tile = split_tile<K>(args, x, half);
+          const Tile tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
           // V_j trails K_j by one block, as in the dense producer below (see there why).
@@ -1047,11 +1020,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           ring = wg == single ? 1 : 0;
         }
         it = ring_pos[t_slot][ring] | ring << 30;
-        if constexpr (K::kDevSplitHalves)
-          if (tid == 0) {
-            const int half = tile_half[t_slot];
-            wg_skip[wg] = (half == 1 && ring == 1) || (half == 2 && ring == 0);
-          }
         if constexpr (K::kUniformIt) {  // the same in every lane, said so to ptxas by a broadcast (perf-log v73)
           it = __shfl_sync(0xffffffffu, it, 0);
           ring = __shfl_sync(0xffffffffu, ring, 0);
@@ -1403,7 +1371,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // after it (the atomic, the barrier, a fence, then the loads, from L2: ld.global.cg), as CUDA's threadfence
       // reduction does. The slots hold thread tid's floats at float4 j in [j][tid] order, so the accesses coalesce.
       bool write_out = true;
-      if constexpr (K::kDevSplitHalves) write_out = *static_cast<volatile int*>(&wg_skip[wg]) == 0;
       const int x_end = K::kTailSplit ? *static_cast<volatile int*>(&wg_code[wg]) : 0;  // x, read back
       if (K::kTailSplit && is_piece(args, x_end)) {
         const Work w = decode_work<K::kTailSplit>(args, tail_plan, x_end);
@@ -1595,7 +1562,6 @@ struct LaunchOptions {
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
-  int sparse_halves = 0;    // Traits::kDevSplitHalves (dev): the last this many tiles handed out as two halves each
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1645,10 +1611,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
-  if constexpr (K::kDevSplitHalves) {
-    const int64_t halves = std::min<int64_t>(opt.sparse_halves, tiles);
-    args.num_tiles = static_cast<int32_t>(tiles + halves);
-  }
 
   int64_t smem_bytes = K::kSmemBytes;
   // The block-sparse instantiation also runs problems without a block mask (shapes.h, use_listed_kernel); the dense
@@ -1689,7 +1651,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   // A pair's primary or secondary (Rows::pieces) takes the pair's plan, made for the same grid (sm90.cpp, pair_split):
   // the primary runs the tiles before its pieces, the secondary only the pieces, and merges them.
   args.tail = TailSplit{args.num_tiles, 0, 0};
-  if constexpr (K::kDevSplitHalves) args.tail.whole = static_cast<int32_t>(tiles - std::min<int64_t>(opt.sparse_halves, tiles));
   TailSplit t{};
   if (pair) {
     t = opt.rows.pieces;

@@ -21,6 +21,7 @@
 #   dev-dNNN / prof-NAME  sm90_dev's head-dim-NNN candidates on the dense and causal problems / the profile cases named NAME
 #   dev-causal / dev-sparse  the same on the causal problems / issue 7's block-sparse grid only
 #   dev-partial  d64 causal with and without each head's first seqlen_q mod 192 rows (the partial tiles' cost)
+#   ctatimes  how evenly the persistent CTAs finish: each CTA's start and end (sm90_dev ctatimes, Traits::kDevCtaTimes)
 #   dev-listed  the same on d64's causal, dense 1k and sliding-window problems (the listed kernel, perf-log v37)
 #   fwdbwd  fa-bench fwd_bwd with the sm90 forward (issue 8) and the peers' fwd_bwd
 #   sass    SFU vs FMA-pipe instruction counts of the d64/d128 kernels
@@ -225,6 +226,11 @@ for phase in "$@"; do
       # The profile cases whose name holds what follows "prof-" (prof-d128: "d128"; prof-2ring: the two-ring kernels).
       ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
       timeout 200 $BUILD/libflash/cuda/sm90/sm90_dev 10 profile "${phase#prof-}" 2>&1 | tee "$OUT/sm90-$phase.txt"
+      ;;
+    ctatimes)
+      # Session 50 (s50-11): the share of a launch the CTAs idle waiting for the last one (the grid's fill), per kernel.
+      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
+      timeout 120 $BUILD/libflash/cuda/sm90/sm90_dev 15 ctatimes 2>&1 | tee "$OUT/sm90-ctatimes.txt"
       ;;
     dev-causal)
       # sm90_dev's candidates on the causal problems only (no profile section).

@@ -130,6 +130,12 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// The GPU's nanosecond clock, the same on every SM (Traits::kDevCtaTimes).
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
 // Fetch a TMA descriptor (a __grid_constant__ kernel parameter) into its cache ahead of the first load that names it.
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -660,11 +666,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   }
   __syncthreads();
   if constexpr (K::kDevCtaTimes)
-    if (threadIdx.x == 0) {
-      unsigned long long t0;
-      asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t0));
-      args.profile[2 * blockIdx.x] = t0;
-    }
+    if (threadIdx.x == 0) args.profile[2 * blockIdx.x] = globaltimer();
 
   if (warpgroup == 0) {
     // ================================ producer ================================
@@ -1541,11 +1543,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (K::kDevCtaTimes) {
     __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned long long t1;
-      asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t1));
-      args.profile[2 * blockIdx.x + 1] = t1;
-    }
+    if (threadIdx.x == 0) args.profile[2 * blockIdx.x + 1] = globaltimer();
   }
 #endif
 }

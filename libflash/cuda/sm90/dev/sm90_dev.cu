@@ -120,6 +120,14 @@ std::pair<int, double> problem_item(const std::string& item) {
   return {std::atoi(item.c_str()), colon == std::string::npos ? 0.0 : std::atof(item.c_str() + colon + 1)};
 }
 
+// The median of a list of measurements (its upper middle for an even count; 0 for none).
+template <class T>
+double median(std::vector<T> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return double(v[v.size() / 2]);
+}
+
 struct Candidate {
   const char* name;
   int d;
@@ -1019,15 +1027,12 @@ int main(int argc, char** argv) {
       if (const Entry* r = ref_of(entries[c]); r != nullptr && r->t.size() == entries[c].t.size()) {
         std::vector<double> q2;
         for (size_t i = 0; i < r->t.size(); ++i) q2.push_back(entries[c].t[i] / r->t[i]);
-        std::sort(q2.begin(), q2.end());
-        paired[c] = q2[q2.size() / 2];
+        paired[c] = median(q2);
       }
     for (size_t c = 0; c < entries.size(); ++c) {
       Entry& e = entries[c];
       const Problem& pr = e.pr;
-      std::vector<float> sorted = e.t;
-      std::sort(sorted.begin(), sorted.end());
-      const double ms = sorted[sorted.size() / 2];
+      const double ms = median(e.t);
       double frac = pr.causal ? 0.5 : 1.0;
       if (pr.nq > 0) frac = (double(pr.n) * pr.n / 2 - double(pr.n - pr.nq) * (pr.n - pr.nq) / 2) / (double(pr.n) * pr.n);
       if (pr.window >= 0) {  // keys per row: min(i, w) + 1
@@ -1107,12 +1112,8 @@ int main(int argc, char** argv) {
         max_v.push_back(idle_max / span);
         half_v.push_back(double(half) / ctas);
       }
-      auto med = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v.empty() ? 0.0 : v[v.size() / 2];
-      };
-      std::printf("%-20s %6d %9.1f %9.2f %9.4f %9.4f %9.3f %6d\n", cc.name, cc.n, med(span_v), med(sd_v), med(mean_v),
-                  med(max_v), med(half_v), ctas);
+      std::printf("%-20s %6d %9.1f %9.2f %9.4f %9.4f %9.3f %6d\n", cc.name, cc.n, median(span_v), median(sd_v),
+                  median(mean_v), median(max_v), median(half_v), ctas);
     }
     return 0;
   }

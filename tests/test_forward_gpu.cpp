@@ -210,6 +210,33 @@ TEST_P(GpuEdges, D64DiagonalHalfBlocks) {
   }
 }
 
+// Tiles whose first (diagonal) key block one warpgroup's rows see none of (sm90 d256's 128-row tiles end 16-64 keys into
+// an 80-key block, so warpgroup 0 starts at the next block, fwd_kernel.cuh Traits::kSkipDiag; d64's three warpgroups as
+// well, D64DiagonalHalfBlocks): causal 1024 and odd lengths with both alignments, seqlen_k above and below seqlen_q,
+// right window edges inside and past a block, a two-sided window (the skipping warpgroup's next block partly left of its
+// window), a tile of one block (nothing to start at: no skip), GQA, both dtypes.
+TEST_P(GpuEdges, D256DiagonalSkip) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  struct Diag {
+    int64_t sq, sk;
+    int causal, top_left, wl, wr;
+  };
+  const Diag diags[] = {{1024, 1024, 1, 0, -1, -1}, {1000, 1000, 1, 0, -1, -1}, {1000, 1037, 1, 0, -1, -1},
+                        {700, 650, 1, 0, -1, -1},   {900, 1500, 1, 1, -1, -1},  {1000, 1000, 0, 0, -1, 5},
+                        {1000, 1000, 0, 0, -1, 70}, {1000, 1000, 0, 0, 30, 40}, {1000, 1000, 0, 0, 100, 0},
+                        {77, 77, 1, 0, -1, -1}};
+  int n = 0;
+  for (const Diag& d : diags) {
+    CaseSpec s = base(d.sq, d.sk, 256, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+    s.batch = 1 + n % 2, s.heads_q = 2, s.heads_kv = n % 3 == 0 ? 1 : 2;
+    s.mask.causal = d.causal;
+    if (d.top_left) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    s.mask.window_left = d.wl, s.mask.window_right = d.wr;
+    ++n;
+    expect_ok(s);
+  }
+}
+
 // Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
 // use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
 // there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on

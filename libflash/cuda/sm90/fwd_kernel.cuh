@@ -346,6 +346,14 @@ struct Traits {
   // of the kernel, C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5%
   // slower, C7519).
   static constexpr int kHalfDiag = !kSparse_ && kConsumers_ == 3 ? 2 : 0;
+  // kSkipDiag (session 51): a warpgroup whose 64 rows see no key of the tile's first block (the diagonal one, when the
+  // tile's key end lies past its rows' -- at d256 causal 1k warpgroup 0 in 7 of a head's 8 tiles, where 128-row tiles end
+  // 16-64 keys into an 80-key block; at d64 7 of a 1k head's 15 warpgroup prologues) leaves that block out: it waits
+  // for the block's K and V only to hand their slots back, takes the turns (products' and SFU's) the block's S and
+  // softmax would have taken, as empty ones, and starts its prologue at the next block. The block's S and P V -- 5.7% of
+  // d256 causal 1k's products, 9% of d64's -- are not issued. No branch round a wgmma (ptxas serialised those: v77's
+  // "not built"): the prologue and loop are the same code, only started one block further.
+  static constexpr bool kSkipDiag = !kSparse_ && !kTailSplit_ && (kConsumers_ == 3 || kHeadDim_ == 256);
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
   //  - kDevSkipKVOdd: every K/V load left out in odd CTAs (the slot's full barrier arrived on without bytes): half the
@@ -1195,13 +1203,38 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (n >= 0) {
         // kHalfDiag: how many of this first block's (the diagonal one's) columns the rows can see at most -- the tile's
         // (1) or this warpgroup's 64 rows' (2): S_0's mask, softmax and pack then take none, half or all of them.
-        int vis = kBlockN;
-        if constexpr (K::kHalfDiag == 1) vis = blocks.hi - n * kBlockN;
-        if constexpr (K::kHalfDiag == 2) {
+        // The columns of block nb this warpgroup's rows can see at most (their right edge: the last row's).
+        [[maybe_unused]] auto wg_vis = [&](int nb) {
           const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
           int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
           hi = min(hi, int64_t(p.seqlen_k));
-          vis = int(max(min(hi - int64_t(n) * kBlockN, int64_t(kBlockN)), int64_t(0)));
+          return int(max(min(hi - int64_t(nb) * kBlockN, int64_t(kBlockN)), int64_t(0)));
+        };
+        int vis = kBlockN;
+        if constexpr (K::kHalfDiag == 1) vis = blocks.hi - n * kBlockN;
+        if constexpr (K::kHalfDiag == 2 || K::kSkipDiag) vis = wg_vis(n);
+        if constexpr (K::kSkipDiag && !K::kSparse) {
+          // Traits::kSkipDiag: none of block n is visible here, and the walk has a block after it.
+          if (vis <= 0 && blocks.cursor >= blocks.n_lo) {
+            const int s0 = slot_of(it);
+            const uint32_t ph0 = phase_of(it);
+            // The slots go back only once their fill has landed: the full wait orders this warpgroup's arrivals after
+            // the other's for the slot's previous fill (an empty barrier counts arrivals, not whose).
+            mbar_wait(k_full(s0), ph0);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(k_empty(s0));
+            mbar_wait(v_full(s0), ph0);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(v_empty(s0));
+            take_turn();  // the turn S_n would have taken
+            pass_turn();
+            if constexpr (K::kSfuTurns)  // and the SFU turn of its softmax
+              asm volatile("bar.sync %0, 256;\n\tbar.arrive %1, 256;\n" ::"r"(9 + wg), "r"(9 + (wg + 1) % K::kConsumers)
+                           : "memory");
+            ++it;
+            n = blocks.next();
+            vis = wg_vis(n);
+          }
         }
         // Prologue: S_0 and its softmax.
         int s_prev = slot_of(it);

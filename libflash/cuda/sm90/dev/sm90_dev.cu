@@ -321,9 +321,9 @@ struct HalfDiag : T {
   static constexpr int kHalfDiag = V;
 };
 // Session 51: a warpgroup that sees no key of its tile's first block starts one block further (Traits::kSkipDiag).
-template <class T, bool ON = true>
+template <class T, int V = 2>
 struct SkipDiag : T {
-  static constexpr bool kSkipDiag = ON;
+  static constexpr int kSkipDiag = V;
 };
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
@@ -523,7 +523,8 @@ const Candidate kCandidates[] = {
     // kernel without it and with 1:
     // Session 51: the diagonal block left out by warpgroups that see none of it (SkipDiag), both kernels of the pair (the
     // rows kernel, two warpgroups, has none).
-    {"d64  split no skip diag", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, false>>},
+    {"d64  split no skip diag", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, 0>>},
+    {"d64  split skip diag 1", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},
     {"d64  causal half-diag by tile", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
@@ -642,7 +643,6 @@ const Candidate kCandidates[] = {
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
-    {"d128 bn192 ring skip diag", 128, false, run_k<SkipDiag<EarlyProbe<Tr<128, 192, 2, 2, 3>>>>},
     // s33-6: the long-range kernels with SFU turns (96 exps a thread per 192-key block; no pin there), SfuTurns<...> of
     // the two above: within 0.5% of them at 1k-16k, dense and causal.
     // Session 28: the pin at 192-key blocks (PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>) 1.5-2% slower; the tail
@@ -655,7 +655,9 @@ const Candidate kCandidates[] = {
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
     // Session 51: the diagonal block left out by warpgroups that see none of it (SkipDiag): warpgroup 0 in 7 of a 1k head's
     // 8 causal tiles.
-    {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, false>>},
+    {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},
+    {"d256 skip diag 1", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 1>>},
+    {"d256 l2 12MB", 256, false, run_group<256, 80, 2, 2, 3, 12, 20>},
     // Session 50 (s50-10, 40 reps, paired; code in commit 2956b67): the causal order's full groups decoded longest,
     // shortest, second longest, ... (Traits::kDevZigzag), which a simulation gave the same makespan with ~18% fewer
     // heads' K/V in flight: causal 1k 1.022, 2k 1.002, 4k 1.004, 16k .994; with a last group of one grid instead of two

@@ -754,6 +754,24 @@ TEST(GpuSmallGrid, Sm90D64CausalTopRows) {
   }
 }
 
+// d256 causal on a persistent grid of 2 CTAs, each taking eight tiles: in most, warpgroup 0 sees none of the tile's
+// first (diagonal) 80-key block and hands its K and V slots back unread (fwd_kernel.cuh Traits::kSkipDiag), so the ring's
+// phases run on across tiles with one warpgroup's arrivals early -- small enough for the sanitizers (device-sm90.sh
+// sanitize-f). 1000 rows bottom-right, and 1000 top-left with 37 keys more (GQA).
+TEST(GpuSmallGrid, Sm90D256CausalSkip) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  const ScopedMaxCtas env("2");
+  std::mt19937_64 rng(base_seed() ^ 0x5d1a);
+  for (int n = 0; n < 2; ++n) {
+    CaseSpec s;
+    s.batch = 1, s.heads_q = 2, s.heads_kv = n == 1 ? 1 : 2, s.seqlen_q = 1000, s.seqlen_k = 1000 + 37 * n, s.head_dim = 256;
+    s.mask.causal = 1;
+    if (n == 1) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    s.dtype = n % 2 ? FLASH_DTYPE_FP16 : FLASH_DTYPE_BF16;
+    expect_sm90_ok(s, rng);
+  }
+}
+
 // d128 dense on 128-key blocks as a PDL pair (shapes.h, pair_split): the whole rounds on the dense instantiation, the
 // last round's pieces on the split one behind it. On 2 CTAs the pieces' CTAs find free SMs at once and run beside the
 // primary, so their counts must wait for the primary's end (its CTA 0 zeroes them); on 6 they start as the primary's

@@ -355,9 +355,6 @@ struct Traits {
   // "not built"): the prologue and loop are the same code, only started one block further.
   // 1: the block's V slot handed back before the prologue; 2: after the prologue's S is issued (V_n loads after
   // K_{n-1}, which the prologue waits for: with 1 the warpgroup also waits for V_n before it can start).
-  // kNarrowS0 (session 51, dev): the prologue's S_0 as an m64 n{kNarrowS0} product into acc_s's first registers where this
-  // warpgroup's rows see no more than kNarrowS0 of the block's columns (the rest are masked to -inf before they are read).
-  static constexpr int kNarrowS0 = 0;
   static constexpr int kSkipDiag = !kSparse_ && !kTailSplit_ && (kConsumers_ == 3 || kHeadDim_ == 256) ? 2 : 0;
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
@@ -1081,20 +1078,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         wg::commit();
       };
-      // Traits::kNarrowS0: S_0 on the block's first kNarrowS0 columns only, into acc_s's first kNarrowS0 / 2 registers.
-      [[maybe_unused]] auto issue_s_narrow = [&](int s) {
-        constexpr int kN = K::kNarrowS0 > 0 ? K::kNarrowS0 : kBlockN;
-        float(&acc)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&acc_s[0]);
-        const uint32_t k_s = k_smem0 + s * K::kKVBytes;
-#pragma unroll
-        for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
-          const uint32_t oa = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, ob = (kk / 4) * kBlockN * 128 + (kk % 4) * 32;
-          const uint64_t da = wg::desc(q_wg + oa, 16), db = wg::desc(k_s + ob, 16);
-          if (kk == 0) wg::SS<kN, 0, 0, K::kDType>::zero(acc, da, db);
-          else wg::SS<kN, 0, 0, K::kDType>::mma(acc, da, db, 1);
-        }
-        wg::commit();
-      };
       // O += P V_j: kBlockN / 16 k-steps; step kc is 16 rows = 2048 bytes into every page of V, pages
       // (the N direction) kBlockN * 128 bytes apart.
       auto issue_pv = [&](int s) {
@@ -1270,39 +1253,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         take_turn();
         lap(Prof::kProTurn);
         wg::fence();
-        // While S_0 runs: the previous tile's Q buffer and (kSkipDiag 2) the left-out block's V slot go back.
-        auto after_issue = [&]() {
-          pass_turn();
-          release_prev_q();
-          if constexpr (K::kSkipDiag == 2)
-            if (skip_v >= 0) {
-              mbar_wait(v_full(skip_v), skip_v_phase);
-              __syncwarp();
-              if (lane == 0) mbar_arrive(v_empty(skip_v));
-            }
-        };
-        if constexpr (K::kNarrowS0 > 0) {
-          // Each branch waits for its own product: a wgmma pipeline stage across the branches' join serialised them all.
-          if (vis <= K::kNarrowS0) {
-            float(&acc)[K::kNarrowS0 / 2] = *reinterpret_cast<float(*)[K::kNarrowS0 / 2]>(&acc_s[0]);
-            issue_s_narrow(s_prev);
-            after_issue();
-            wg::wait<0>();
-            wg::fence_regs(acc);
-#pragma unroll
-            for (int i = K::kNarrowS0 / 2; i < K::kSRegs; ++i) acc_s[i] = kNegInf;
-          } else {
-            issue_s(s_prev);
-            after_issue();
-            wg::wait<0>();
-            wg::fence_regs(acc_s);
+        issue_s(s_prev);
+        pass_turn();
+        release_prev_q();  // (while S_0 runs)
+        if constexpr (K::kSkipDiag == 2)
+          if (skip_v >= 0) {
+            mbar_wait(v_full(skip_v), skip_v_phase);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(v_empty(skip_v));
           }
-        } else {
-          issue_s(s_prev);
-          after_issue();
-          wg::wait<0>();
-          wg::fence_regs(acc_s);
-        }
+        wg::wait<0>();
+        wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
         {

@@ -325,13 +325,6 @@ template <class T, int V = 2>
 struct SkipDiag : T {
   static constexpr int kSkipDiag = V;
 };
-// Session 51: the prologue's S_0 as an m64 nN product where the warpgroup sees no more than N of its columns
-// (Traits::kNarrowS0). ptxas serialises every wgmma (C7511) at d64's three warpgroups (N = 64) and at d256 with N = 48
-// (generated for it and removed again); d256 with N = 64 builds clean but for two injected arrives (C7519).
-template <class T, int N = 64>
-struct NarrowS0 : T {
-  static constexpr int kNarrowS0 = N;
-};
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
 struct FreeRings : T {
@@ -664,7 +657,10 @@ const Candidate kCandidates[] = {
     // 8 causal tiles.
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},
     {"d256 skip diag 1", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 1>>},
-    {"d256 narrow s0 64", 256, false, run_k<NarrowS0<Tr<256, 80, 2, 2, 3>, 64>>},
+    // Session 51 (s51-4; code in commit d663ec2): S_0 as an m64n64 product where the warpgroup sees <= 64 of its 80 columns
+    // (a kNarrowS0 Traits member; each branch waiting for its own product, else ptxas serialised every wgmma, C7511; N = 48
+    // and d64's three warpgroups serialised all the same): causal 1k 1.0006, 2k 1.008, 4k 1.009, 8k 1.009, 16k 1.003
+    // paired against production (two injected arrives, C7519). Not kept.
     // Session 50 (s50-10, 40 reps, paired; code in commit 2956b67): the causal order's full groups decoded longest,
     // shortest, second longest, ... (Traits::kDevZigzag), which a simulation gave the same makespan with ~18% fewer
     // heads' K/V in flight: causal 1k 1.022, 2k 1.002, 4k 1.004, 16k .994; with a last group of one grid instead of two

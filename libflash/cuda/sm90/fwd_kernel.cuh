@@ -355,6 +355,9 @@ struct Traits {
   // "not built"): the prologue and loop are the same code, only started one block further.
   // 1: the block's V slot handed back before the prologue; 2: after the prologue's S is issued (V_n loads after
   // K_{n-1}, which the prologue waits for: with 1 the warpgroup also waits for V_n before it can start).
+  // sm90_dev s51-2 (perf-log v78), paired, none / 1 against 2: d256 causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 /
+  // 1.009, 16k 1.003 / 1.005; d64 causal 1k 1.016 / 1.007, 2k 1.009 / 1.004, 4k 1.005 / 1.003; dense within 0.4%. On d128's
+  // 192-key kernel (where warpgroup 0 skips in some tiles) 8-9% slower, dense as well: not there.
   static constexpr int kSkipDiag = !kSparse_ && !kTailSplit_ && (kConsumers_ == 3 || kHeadDim_ == 256) ? 2 : 0;
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.

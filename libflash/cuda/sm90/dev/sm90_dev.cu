@@ -521,8 +521,9 @@ const Candidate kCandidates[] = {
     // s47-2 1k +2.4%, 2k +1.3%, 4k +1%; by each warpgroup's rows (2) against 1: 1k +0.9%, 2k +1%, 4k +0.8%; 16k equal.
     // With P_0 V_0 on half V_0's rows as well (a branch at the loop's P V issue) 1-5% slower. 2 production since; the
     // kernel without it and with 1:
-    // Session 51: the diagonal block left out by warpgroups that see none of it (SkipDiag), both kernels of the pair (the
-    // rows kernel, two warpgroups, has none).
+    // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag 2,
+    // production since; the rows kernel, two warpgroups, has none). Paired against it, none / form 1: causal 1k 1.016 /
+    // 1.007, 2k 1.009 / 1.004, 4k 1.005 / 1.003, 8k 1.004 / 1.001, 16k 1.002 / 1.001; dense within 0.4%.
     {"d64  split no skip diag", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, 0>>},
     {"d64  split skip diag 1", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},
@@ -643,6 +644,8 @@ const Candidate kCandidates[] = {
     // split) probe early since session 24 (LongRange, perf-log v44).
     {"d128 bn192 split (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3, false, true>>>},
     {"d128 bn192 ring (long prod)", 128, false, run_k<EarlyProbe<Tr<128, 192, 2, 2, 3>>>},
+    // Session 51 (s51-1): SkipDiag<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 1> (perf-log v78; warpgroup 0 sees none of the first
+    // 192-key block in some causal tiles): 8-9% slower at 8k-16k, dense as well, where it never skips. Not taken.
     // s33-6: the long-range kernels with SFU turns (96 exps a thread per 192-key block; no pin there), SfuTurns<...> of
     // the two above: within 0.5% of them at 1k-16k, dense and causal.
     // Session 28: the pin at 192-key blocks (PinSoftmax<EarlyProbe<Tr<128, 192, 2, 2, 3>>, 3>) 1.5-2% slower; the tail
@@ -653,8 +656,10 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    // Session 51: the diagonal block left out by warpgroups that see none of it (SkipDiag): warpgroup 0 in 7 of a 1k head's
-    // 8 causal tiles.
+    // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag 2,
+    // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1: causal 1k
+    // 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
+    // 12 MB causal L2 budget on top (run_group<256, 80, 2, 2, 3, 12, 20>): 1k .997, 2k 1.002, 4k 1.006, 8k 1.020.
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},
     {"d256 skip diag 1", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 1>>},
     // Session 51 (s51-4; code in commit d663ec2): S_0 as an m64n64 product where the warpgroup sees <= 64 of its 80 columns

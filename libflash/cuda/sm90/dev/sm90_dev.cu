@@ -660,6 +660,13 @@ const Candidate kCandidates[] = {
     // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1: causal 1k
     // 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
     // 12 MB causal L2 budget on top (run_group<256, 80, 2, 2, 3, 12, 20>): 1k .997, 2k 1.002, 4k 1.006, 8k 1.020.
+    // Session 51 (s51-7): the causal order's groups and last group again, with DRAM bytes under ncu (L2 budget MB, tail
+    // grids x 10).
+    {"d256 grp 16MB t1", 256, false, run_group<256, 80, 2, 2, 3, 16, 10>},
+    {"d256 grp 16MB t3", 256, false, run_group<256, 80, 2, 2, 3, 16, 30>},
+    {"d256 grp 8MB t2", 256, false, run_group<256, 80, 2, 2, 3, 8, 20>},
+    {"d256 grp 24MB t2", 256, false, run_group<256, 80, 2, 2, 3, 24, 20>},
+    {"d256 grp 128MB t2", 256, false, run_group<256, 80, 2, 2, 3, 128, 20>},
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},
     {"d256 skip diag 1", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 1>>},
     // Session 51 (s51-4; code in commit d663ec2): S_0 as an m64n64 product where the warpgroup sees <= 64 of its 80 columns

@@ -617,6 +617,7 @@ const Candidate kCandidates[] = {
     // 2k 6%, 4k 7%, 16k 9% slower (HalfDiag<Tr<128, 128, 2, 2, 1>, 2>). Not taken.
     // The memory probes (session 42, see d256's): causal 1k .1550 (skip) / .1533 (hot) against .1622 ms, 2k .2447 / .2484
     // against .2533; dense 1k .2284 / .2275 against .2322, 2k .4303 / .4335 against .4340.
+    {"d128 grp 16MB t1", 128, false, run_group<128, 128, 2, 2, 1, 16, 10>},
     {"d128 always rescale", 128, false, run_k<AlwaysRescale<Tr<128, 128, 2, 2, 1>>>},
     {"d128 ar skip kv odd", 128, false, run_k<AlwaysRescale<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>>},
     {"d128 ar kv hot", 128, false, run_k<AlwaysRescale<KVHot<Tr<128, 128, 2, 2, 1>>>>},

@@ -75,8 +75,26 @@ TEST(Sm90CausalOrder, StandardGridShapes) {
       const int64_t num_bh = int64_t(16384 / n) * (2048 / d);
       const int m_blocks = (n + block_m - 1) / block_m;
       const int grid = int(std::min<int64_t>(num_bh * m_blocks, 132));
-      check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3, 2.0);
+      check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3,
+                  flash::sm90::causal_tail_grids(d, m_blocks));
     }
+}
+
+// The last group's size in grids (shapes.h causal_tail_grids, perf-log v79): one grid only at d256 with at most 8 query
+// blocks a head (1k rows), two everywhere else.
+TEST(Sm90CausalOrder, TailGrids) {
+  using flash::sm90::causal_tail_grids;
+  EXPECT_EQ(causal_tail_grids(256, 8), 1.0);
+  EXPECT_EQ(causal_tail_grids(256, 1), 1.0);
+  EXPECT_EQ(causal_tail_grids(256, 9), 2.0);
+  EXPECT_EQ(causal_tail_grids(256, 16), 2.0);
+  EXPECT_EQ(causal_tail_grids(128, 8), 2.0);
+  EXPECT_EQ(causal_tail_grids(64, 6), 2.0);
+  // At d256 1k on 132 CTAs: a last group of 32 pairs (17 wanted, rounded up to whole 16-pair groups) instead of 48.
+  const flash::sm90::CausalOrder o = flash::sm90::causal_order(128, 8, 132, int64_t(1024) * 256 * 4, (int64_t(50) << 20) / 3,
+                                                               causal_tail_grids(256, 8));
+  EXPECT_EQ(o.group, 16);
+  EXPECT_EQ(128 - o.full_groups * o.group, 32);
 }
 
 TEST(Sm90CausalOrder, RandomShapes) {

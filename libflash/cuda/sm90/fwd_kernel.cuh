@@ -1604,9 +1604,9 @@ struct LaunchOptions {
   bool align_end = true;    // tiles end at seqlen_q under right-edged masks (args.q_shift)
   unsigned long long* profile = nullptr;  // Traits::kProfile: 8 x (consumers + 1) zeroed counters (Prof)
   // The causal order's groups: their K and V within this many MB of L2 (0: a third of the device's L2, half at d64), and a last
-  // group of at least tail_grids x grid tiles.
+  // group of at least tail_grids x grid tiles (0: shapes.h causal_tail_grids).
   int l2_budget_mb = 0;
-  double tail_grids = 2.0;
+  double tail_grids = 0;
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
@@ -1686,11 +1686,13 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   {
     // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
     // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
-    // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30).
+    // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30), 1 x
+    // at d256 1k (shapes.h causal_tail_grids, perf-log v79).
     const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
     const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
-    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, opt.tail_grids);
+    const double tail_grids = opt.tail_grids > 0 ? opt.tail_grids : causal_tail_grids(p.head_dim, args.num_m_blocks);
+    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, tail_grids);
     args.l2_group = order.group;
     args.l2_full_groups = order.full_groups;
   }

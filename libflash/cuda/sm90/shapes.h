@@ -257,6 +257,12 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
   return CausalOrder{int(num_bh), num_m_blocks, int(group), int(std::max<int64_t>(0, (num_bh - tail) / group))};
 }
 
+// The causal order's last group, in grids of tiles: 2 (perf-log v30), but 1 at d256 when a head has at most 8 query
+// blocks (1k rows). There the last group of 2 grids holds 48 heads' K and V, 48 MB for a 50 MB L2, and re-reading them
+// costs more than the longer longest-first tail gains (perf-log v79, sm90_dev s51-7 / s51-8: causal 1k 1.3% faster, DRAM
+// read 288 -> 250 MB under ncu; at 2k 35 MB fewer but 1.2% slower, at 4k 3% slower, d128 1k-4k 0.3-2.3% slower).
+inline double causal_tail_grids(int head_dim, int num_m_blocks) { return head_dim == 256 && num_m_blocks <= 8 ? 1.0 : 2.0; }
+
 // The query rows one launch covers, and its part in a programmatic dependent launch (PDL): launch (fwd_kernel.cuh) tiles
 // rows [begin, end) from `begin` (end -1: to seqlen_q). kPdlPrimary: the kernel lets its dependent launch start as soon
 // as all its CTAs are running (griddepcontrol.launch_dependents), so the dependent's CTAs take the SMs its CTAs leave;

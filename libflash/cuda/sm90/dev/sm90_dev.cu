@@ -617,7 +617,8 @@ const Candidate kCandidates[] = {
     // 2k 6%, 4k 7%, 16k 9% slower (HalfDiag<Tr<128, 128, 2, 2, 1>, 2>). Not taken.
     // The memory probes (session 42, see d256's): causal 1k .1550 (skip) / .1533 (hot) against .1622 ms, 2k .2447 / .2484
     // against .2533; dense 1k .2284 / .2275 against .2322, 2k .4303 / .4335 against .4340.
-    {"d128 grp 16MB t1", 128, false, run_group<128, 128, 2, 2, 1, 16, 10>},
+    // Session 51 (s51-8): a 1-grid last causal group (run_group<128, 128, 2, 2, 1, 16, 10>): causal 1k 1.003, 2k 1.015,
+    // 4k 1.023 (80 reps, paired). Not taken (shapes.h causal_tail_grids).
     {"d128 always rescale", 128, false, run_k<AlwaysRescale<Tr<128, 128, 2, 2, 1>>>},
     {"d128 ar skip kv odd", 128, false, run_k<AlwaysRescale<SkipKVOdd<Tr<128, 128, 2, 2, 1>>>>},
     {"d128 ar kv hot", 128, false, run_k<AlwaysRescale<KVHot<Tr<128, 128, 2, 2, 1>>>>},
@@ -661,13 +662,12 @@ const Candidate kCandidates[] = {
     // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1: causal 1k
     // 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
     // 12 MB causal L2 budget on top (run_group<256, 80, 2, 2, 3, 12, 20>): 1k .997, 2k 1.002, 4k 1.006, 8k 1.020.
-    // Session 51 (s51-7): the causal order's groups and last group again, with DRAM bytes under ncu (L2 budget MB, tail
-    // grids x 10).
-    {"d256 grp 16MB t1", 256, false, run_group<256, 80, 2, 2, 3, 16, 10>},
-    {"d256 grp 16MB t3", 256, false, run_group<256, 80, 2, 2, 3, 16, 30>},
-    {"d256 grp 8MB t2", 256, false, run_group<256, 80, 2, 2, 3, 8, 20>},
-    {"d256 grp 24MB t2", 256, false, run_group<256, 80, 2, 2, 3, 24, 20>},
-    {"d256 grp 128MB t2", 256, false, run_group<256, 80, 2, 2, 3, 128, 20>},
+    // Session 51 (s51-7, s51-8; perf-log v79): the causal order's groups and last group again, with DRAM bytes under ncu
+    // (run_group<256, 80, 2, 2, 3, MB, TAIL_TENTHS>), paired against the 2-grid tail of then: causal 1k tail 1 grid .987-.989
+    // (DRAM 247-256 MB against 288), tail 3 1.058 (346 MB), 8 MB groups .991-.992 (273 MB), 24 MB 1.045 (308 MB), one group
+    // (128 MB) 1.64 (669 MB); 2k tail 1 1.012-1.016 (302 against 331-353 MB), 8 MB 1.006-1.008; 4k tail 1 1.033, 8 MB 1.017.
+    // So production takes a 1-grid tail at d256 1k only (shapes.h causal_tail_grids); the rule before, as the reference:
+    {"d256 grp 16MB t2 (s50)", 256, false, run_group<256, 80, 2, 2, 3, 16, 20>},
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},
     {"d256 skip diag 1", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 1>>},
     // Session 51 (s51-4; code in commit d663ec2): S_0 as an m64n64 product where the warpgroup sees <= 64 of its 80 columns

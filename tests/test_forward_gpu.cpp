@@ -70,6 +70,26 @@ class GpuEdges : public ::testing::TestWithParam<int32_t> {
     s.batch = 2, s.heads_q = 4, s.heads_kv = 2, s.seqlen_q = sq, s.seqlen_k = sk, s.head_dim = d, s.dtype = dtype;
     return s;
   }
+  // A mask whose diagonal or right edge falls at a chosen place in a key block (the D64DiagonalHalfBlocks and
+  // D256DiagonalSkip tests): causal (bottom-right, or top-left) or a window (wl, wr); dtypes, batch and GQA varied from
+  // case to case.
+  struct Diag {
+    int64_t sq, sk;
+    int causal, top_left, wl, wr;
+  };
+  template <size_t N>
+  void expect_diag_cases(const Diag (&diags)[N], int64_t head_dim) {
+    int n = 0;
+    for (const Diag& d : diags) {
+      CaseSpec s = base(d.sq, d.sk, head_dim, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+      s.batch = 1 + n % 2, s.heads_q = 2, s.heads_kv = n % 3 == 0 ? 1 : 2;
+      s.mask.causal = d.causal;
+      if (d.top_left) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+      s.mask.window_left = d.wl, s.mask.window_right = d.wr;
+      ++n;
+      expect_ok(s);
+    }
+  }
 };
 
 TEST_P(GpuEdges, EveryHeadDim) {
@@ -190,24 +210,11 @@ TEST_P(GpuEdges, D64CausalTopRows) {
 // first half or past it, a left edge as well, and dense problems whose sequence end lies in a block's first half.
 TEST_P(GpuEdges, D64DiagonalHalfBlocks) {
   REQUIRE_GPU_ALGORITHM(GetParam());
-  struct Diag {
-    int64_t sq, sk;
-    int causal, top_left, wl, wr;
-  };
   const Diag diags[] = {{2100, 2100, 1, 0, -1, -1}, {2100, 2117, 1, 0, -1, -1}, {2100, 2164, 1, 0, -1, -1},
                         {700, 650, 1, 0, -1, -1},   {2100, 3000, 1, 1, -1, -1}, {2100, 2100, 0, 0, -1, 5},
                         {2100, 2100, 0, 0, -1, 70}, {2100, 2100, 0, 0, 30, 40}, {1000, 1088, 0, 0, -1, -1},
                         {1000, 1153, 0, 0, -1, -1}};
-  int n = 0;
-  for (const Diag& d : diags) {
-    CaseSpec s = base(d.sq, d.sk, 64, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
-    s.batch = 1 + n % 2, s.heads_q = 2, s.heads_kv = n % 3 == 0 ? 1 : 2;
-    s.mask.causal = d.causal;
-    if (d.top_left) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
-    s.mask.window_left = d.wl, s.mask.window_right = d.wr;
-    ++n;
-    expect_ok(s);
-  }
+  expect_diag_cases(diags, 64);
 }
 
 // Tiles whose first (diagonal) key block one warpgroup's rows see none of (sm90 d256's 128-row tiles end 16-64 keys into
@@ -217,24 +224,11 @@ TEST_P(GpuEdges, D64DiagonalHalfBlocks) {
 // window), a tile of one block (nothing to start at: no skip), GQA, both dtypes.
 TEST_P(GpuEdges, D256DiagonalSkip) {
   REQUIRE_GPU_ALGORITHM(GetParam());
-  struct Diag {
-    int64_t sq, sk;
-    int causal, top_left, wl, wr;
-  };
   const Diag diags[] = {{1024, 1024, 1, 0, -1, -1}, {1000, 1000, 1, 0, -1, -1}, {1000, 1037, 1, 0, -1, -1},
                         {700, 650, 1, 0, -1, -1},   {900, 1500, 1, 1, -1, -1},  {1000, 1000, 0, 0, -1, 5},
                         {1000, 1000, 0, 0, -1, 70}, {1000, 1000, 0, 0, 30, 40}, {1000, 1000, 0, 0, 100, 0},
                         {77, 77, 1, 0, -1, -1}};
-  int n = 0;
-  for (const Diag& d : diags) {
-    CaseSpec s = base(d.sq, d.sk, 256, n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
-    s.batch = 1 + n % 2, s.heads_q = 2, s.heads_kv = n % 3 == 0 ? 1 : 2;
-    s.mask.causal = d.causal;
-    if (d.top_left) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
-    s.mask.window_left = d.wl, s.mask.window_right = d.wr;
-    ++n;
-    expect_ok(s);
-  }
+  expect_diag_cases(diags, 256);
 }
 
 // Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h

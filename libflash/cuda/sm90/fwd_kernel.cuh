@@ -418,6 +418,8 @@ struct KeyBlocks {
     if (at_least_one && cursor < 0) cursor = n_lo = 0, mask_below = max(mask_below, 1);
   }
   __device__ __forceinline__ bool needs_mask(int n) const { return n < mask_below || n > mask_above; }
+  // Dense walks: whether next() has another block (Traits::kSkipDiag's prologue).
+  __device__ __forceinline__ bool has_next() const { return cursor >= n_lo; }
   // A piece of a split tile (Work): only key blocks [n_begin, n_end) of the dense walk.
   __device__ __forceinline__ void clip(int n_begin, int n_end) {
     n_lo = max(n_lo, n_begin);
@@ -1222,7 +1224,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] uint32_t skip_v_phase = 0;
         if constexpr (K::kSkipDiag && !K::kSparse) {
           // Traits::kSkipDiag: none of block n is visible here, and the walk has a block after it.
-          if (vis <= 0 && blocks.cursor >= blocks.n_lo) {
+          if (vis <= 0 && blocks.has_next()) {
             const int s0 = slot_of(it);
             const uint32_t ph0 = phase_of(it);
             // The slots go back only once their fill has landed: the full wait orders this warpgroup's arrivals after

@@ -40,7 +40,6 @@
 #   interleaved  sm90 against cuDNN and FA2 timed interleaved in one process (scripts/interleaved_peers.py)
 #   masks-interleaved  issue 7's ratios with every mask timed interleaved in one process (scripts/interleaved_masks.py;
 #           FLUSH=clean: L2 left clean before each call instead of holding the flush write's dirty lines)
-#   order   the causal order's dev variants ($ORDER_ONLY, default serpentine): paired times at d256 / d128 1k-2k, DRAM bytes (ncu)
 #   ncu-dram  sm90_dev's block-sparse production kernels under ncu at 4k (and 16k s = .1): DRAM bytes and throughput, L2
 #   wgmma-issue  dev/wgmma_issue.cu: a d64 loop block's wgmma issue timed on 1-3 warpgroups, orders and turns (v68)
 #   diag-rounds  d64 4k: fa-bench at 64 and 60 heads x batch (11 and 10 tile rounds), ncu duration/clock/L2 per kernel
@@ -457,23 +456,6 @@ for phase in "$@"; do
       # Issue 7's ratios with dense and every mask kind timed in alternating rounds (the power cap falls on all alike).
       PYTHONPATH=bindings/python LIBFLASH_PATH=$BUILD timeout 300 python3 scripts/interleaved_masks.py --flush "${FLUSH:-dirty}" --icache "${ICACHE:-warm}" \
         --json "$OUT/interleaved-masks.json" 2>&1 | tee "$OUT/interleaved-masks.txt" | tail -20
-      ;;
-    order)
-      # The causal order's dev variants (session 51: Serpentine; $ORDER_ONLY, default "serpentine") at d256 and d128 1k-2k,
-      # paired, then d256 causal 1k's DRAM bytes under ncu (s51-7's recipe): with reps 0 sm90_dev launches each problem's E
-      # candidates once to check them, then 5 rounds; the dense 1k problem comes first, so round 0 of causal 1k starts
-      # after 6E + E launches and runs the candidates in their listed order.
-      ninja -C $BUILD sm90_dev >> "$OUT/build.log" 2>&1 || { grep -B2 -A8 "error" "$OUT/build.log" | tail -30; exit 1; }
-      for d in 256 128; do
-        SM90_DEV_ONLY="${ORDER_ONLY:-serpentine}" SM90_DEV_REF="(prod)" SM90_DEV_PROBLEMS="1024,2048" timeout 200 \
-          $BUILD/libflash/cuda/sm90/sm90_dev 60 d$d 2>&1 | tee "$OUT/sm90-dev-order-d$d.txt" | grep -v " dense "
-      done
-      E=$(grep -c "causal    1024" "$OUT/sm90-dev-order-d256.txt")
-      echo "ncu, d256 causal 1k, round 0 (E = $E): $(grep "causal    1024" "$OUT/sm90-dev-order-d256.txt" | cut -c1-30 | tr -s ' ' | tr '\n' ',')"
-      SM90_DEV_ONLY="${ORDER_ONLY:-serpentine}" SM90_DEV_PROBLEMS="1024" timeout 200 ncu --clock-control none \
-        --kernel-name regex:fwd_kernel --launch-skip $((7 * E)) --launch-count $E \
-        --metrics dram__bytes_read.sum,gpu__time_duration.sum $BUILD/libflash/cuda/sm90/sm90_dev 0 d256 > "$OUT/ncu-order.txt" 2>&1
-      grep -E "dram__bytes_read|duration" "$OUT/ncu-order.txt"
       ;;
     ncu-dram)
       # Session 44 (s44-3): are the short lists' K and V read from DRAM more than once, and how near DRAM's peak do they run?

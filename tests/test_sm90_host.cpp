@@ -30,7 +30,6 @@ using flash::sm90::MaskBounds;
 // Every work tile maps to a distinct (query block, batch*head) and every pair is reached; inside a group the query
 // blocks come longest first (descending m_block); a group's pairs are consecutive; groups fit the L2 budget; the last
 // group holds at least tail_grids x grid tiles (or every pair).
-template <bool kSerpentine = false>
 void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, int64_t budget, double tail_grids) {
   const CausalOrder o = causal_order(num_bh, num_m_blocks, grid, kv_bytes, budget, tail_grids);
   SCOPED_TRACE(::testing::Message() << "num_bh " << num_bh << " m_blocks " << num_m_blocks << " grid " << grid << " kv "
@@ -51,7 +50,7 @@ void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, i
   int prev_m = 0, prev_group = -1;
   for (int64_t x = 0; x < tiles; ++x) {
     int m = -1, bh = -1;
-    o.tile<kSerpentine>(int(x), m, bh);
+    o.tile(int(x), m, bh);
     ASSERT_GE(m, 0);
     ASSERT_LT(m, num_m_blocks);
     ASSERT_GE(bh, 0);
@@ -78,8 +77,6 @@ TEST(Sm90CausalOrder, StandardGridShapes) {
       const int grid = int(std::min<int64_t>(num_bh * m_blocks, 132));
       check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3,
                   flash::sm90::causal_tail_grids(d, m_blocks));
-      check_order<true>(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3,
-                        flash::sm90::causal_tail_grids(d, m_blocks));
     }
 }
 

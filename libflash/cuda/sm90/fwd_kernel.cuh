@@ -46,7 +46,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -373,9 +372,6 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
-  // Dev (session 51, not yet measured): the causal order's pairs reversed at every second query block (CausalOrder::tile
-  // kSerpentine), dense instantiations only.
-  static constexpr bool kDevSerpentine = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -506,13 +502,12 @@ struct KeyBlocks {
 struct Tile {
   int m_block, b, h;
   __device__ Tile(int m, int b_, int h_) : m_block(m), b(b_), h(h_) {}
-  template <bool kSerpentine = false>  // (Traits::kDevSerpentine; CausalOrder::tile)
-  __device__ Tile(const Args& a, int x, std::bool_constant<kSerpentine> = {}) {
+  __device__ Tile(const Args& a, int x) {
     const FwdParams& p = a.p;
     const int num_bh = p.heads_q * p.batch;
     int bh;
     if (p.window_right >= 0 && p.window_left < 0) {
-      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile<kSerpentine>(x, m_block, bh);
+      CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile(x, m_block, bh);
     } else {
       m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
       bh = x / a.num_m_blocks;
@@ -890,7 +885,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           tile_ids[q_slot] = x;
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
-            const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x, std::bool_constant<K::kDevSerpentine>{});
+            const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);
             load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
           }
         };
@@ -901,7 +896,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         start_tile(0, x);
         for (int tile_iter = 0; is_work<K::kTailSplit>(args, x); ++tile_iter) {
           const Work w = decode_work<K::kTailSplit>(args, tail_plan, x);
-          const Tile tile(args, w.x, std::bool_constant<K::kDevSerpentine>{});
+          const Tile tile(args, w.x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
@@ -1026,7 +1021,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       lap(Prof::kWaitQ);
       const Work work = decode_work<K::kTailSplit>(args, tail_plan, x);
       if (K::kTailSplit && tid == 0) wg_code[wg] = x;
-      const Tile tile = K::kTileInSmem ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(args, work.x, std::bool_constant<K::kDevSerpentine>{});
+      const Tile tile = K::kTileInSmem ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(args, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
       // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:

@@ -233,11 +233,7 @@ FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int
 // takes the pairs left, so it can be made large enough that the very end is still longest-first over many tiles.
 struct CausalOrder {
   int num_bh, num_m_blocks, group, full_groups;
-  // Work tile x -> query block m_block of (batch * heads + head) bh. kSerpentine (dev, session 51; Traits::kDevSerpentine):
-  // a group's pairs in reverse order at every second query block, so that a pair's next-shorter tile follows its
-  // previous one at a distance of 0 .. 2 x (group - 1) tiles instead of always group (its K/V prefix fresher in L2 for
-  // half the pairs).
-  template <bool kSerpentine = false>
+  // Work tile x -> query block m_block of (batch * heads + head) bh.
   FLASH_SM90_HD void tile(int x, int& m_block, int& bh) const {
     const int per_group = group * num_m_blocks;
     int first = full_groups * group, size = num_bh - first, r = x - full_groups * per_group;  // the last group
@@ -245,9 +241,8 @@ struct CausalOrder {
       const int g = x / per_group;
       first = g * group, size = group, r = x - g * per_group;
     }
-    const int level = r / size, i = r % size;
-    m_block = num_m_blocks - 1 - level;
-    bh = first + (kSerpentine && (level & 1) ? size - 1 - i : i);
+    m_block = num_m_blocks - 1 - r / size;
+    bh = first + r % size;
   }
 };
 

@@ -320,11 +320,6 @@ template <class T, int V = 1>
 struct HalfDiag : T {
   static constexpr int kHalfDiag = V;
 };
-// Session 51: the causal order's pairs reversed at every second query block (Traits::kDevSerpentine; not yet measured).
-template <class T>
-struct Serpentine : T {
-  static constexpr bool kDevSerpentine = true;
-};
 // Session 51: a warpgroup that sees no key of its tile's first block starts one block further (Traits::kSkipDiag).
 template <class T, int V = 2>
 struct SkipDiag : T {
@@ -600,7 +595,6 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 serpentine", 128, false, run_k<Serpentine<Tr<128, 128, 2, 2, 1>>>},
     // Session 50 (s50-10): the causal order's zigzag (see d256's) on the 128-key kernel: causal 1k 1.006, 2k .997, 4k .990,
     // 16k .989 (production runs 8k-16k on the 192-key kernel); with a one-grid last group 1.005 / 1.013 / 1.011 / 1.019.
     // Not kept: d128 causal 4k is already 1.08 of cuDNN, and 1k is slower.
@@ -677,9 +671,6 @@ const Candidate kCandidates[] = {
     // (128 MB) 1.64 (669 MB); 2k tail 1 1.012-1.016 (302 against 331-353 MB), 8 MB 1.006-1.008; 4k tail 1 1.033, 8 MB 1.017.
     // So production takes a 1-grid tail at d256 1k only (shapes.h causal_tail_grids); the rule before, as the reference:
     {"d256 grp 16MB t2 (s50)", 256, false, run_group<256, 80, 2, 2, 3, 16, 20>},
-    // Session 51, built for the next session's first call (not yet measured): the causal order's pairs reversed at every
-    // second query block (s51-7's ncu recipe gives its DRAM bytes).
-    {"d256 serpentine", 256, false, run_k<Serpentine<Tr<256, 80, 2, 2, 3>>>},
     // s51-10, with the 1-grid tail: 8 MB groups causal 1k .992, 12 MB 1.001 (60 reps, paired). Not taken: another 1k rule
     // for 0.8%.
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},

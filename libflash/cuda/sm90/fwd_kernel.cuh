@@ -352,13 +352,13 @@ struct Traits {
   // for the block's K and V only to hand their slots back, takes the turns (products' and SFU's) the block's S and
   // softmax would have taken, as empty ones, and starts its prologue at the next block. The block's S and P V -- 5.7% of
   // d256 causal 1k's products, 9% of d64's -- are not issued. No branch round a wgmma (ptxas serialised those: v77's
-  // "not built"): the prologue and loop are the same code, only started one block further.
-  // 1: the block's V slot handed back before the prologue; 2: after the prologue's S is issued (V_n loads after
-  // K_{n-1}, which the prologue waits for: with 1 the warpgroup also waits for V_n before it can start).
-  // sm90_dev s51-2 (perf-log v78), paired, none / 1 against 2: d256 causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 /
-  // 1.009, 16k 1.003 / 1.005; d64 causal 1k 1.016 / 1.007, 2k 1.009 / 1.004, 4k 1.005 / 1.003; dense within 0.4%. On d128's
-  // 192-key kernel (where warpgroup 0 skips in some tiles) 8-9% slower, dense as well: not there.
-  static constexpr int kSkipDiag = !kSparse_ && !kTailSplit_ && (kConsumers_ == 3 || kHeadDim_ == 256) ? 2 : 0;
+  // "not built"): the prologue and loop are the same code, only started one block further. The block's V slot goes back
+  // after the prologue's S is issued: V_n loads after K_{n-1}, so handing it back first (s51's form 1, commit cf556d2)
+  // also waited for V_n before the prologue could start.
+  // sm90_dev s51-2 (perf-log v78), paired, none / form 1 against this: d256 causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k
+  // 1.007 / 1.009, 16k 1.003 / 1.005; d64 causal 1k 1.016 / 1.007, 2k 1.009 / 1.004, 4k 1.005 / 1.003; dense within 0.4%.
+  // On d128's 192-key kernel (where warpgroup 0 skips in some tiles) 8-9% slower, dense as well: not there.
+  static constexpr bool kSkipDiag = !kSparse_ && !kTailSplit_ && (kConsumers_ == 3 || kHeadDim_ == 256);
   // Dev-only probes of what K and V's memory traffic costs (sm90_dev's SkipKVOdd, KVHot, AlwaysRescale; session 42,
   // perf-log "what K and V's bytes cost"). Their results are wrong by design; only their times count.
   //  - kDevSkipKVOdd: every K/V load left out in odd CTAs (the slot's full barrier arrived on without bytes): half the
@@ -1220,7 +1220,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int vis = kBlockN;
         if constexpr (K::kHalfDiag == 1) vis = blocks.hi - n * kBlockN;
         if constexpr (K::kHalfDiag == 2 || K::kSkipDiag) vis = wg_vis(n);
-        [[maybe_unused]] int skip_v = -1;  // kSkipDiag 2: the left-out block's V slot, handed back after S_0's issue
+        [[maybe_unused]] int skip_v = -1;  // kSkipDiag: the left-out block's V slot, handed back after S_0's issue
         [[maybe_unused]] uint32_t skip_v_phase = 0;
         if constexpr (K::kSkipDiag && !K::kSparse) {
           // Traits::kSkipDiag: none of block n is visible here, and the walk has a block after it.
@@ -1232,13 +1232,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             mbar_wait(k_full(s0), ph0);
             __syncwarp();
             if (lane == 0) mbar_arrive(k_empty(s0));
-            if constexpr (K::kSkipDiag == 1) {
-              mbar_wait(v_full(s0), ph0);
-              __syncwarp();
-              if (lane == 0) mbar_arrive(v_empty(s0));
-            } else {
-              skip_v = s0, skip_v_phase = ph0;
-            }
+            skip_v = s0, skip_v_phase = ph0;
             take_turn();  // the turn S_n would have taken
             pass_turn();
             if constexpr (K::kSfuTurns)  // and the SFU turn of its softmax
@@ -1261,7 +1255,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         issue_s(s_prev);
         pass_turn();
         release_prev_q();  // (while S_0 runs)
-        if constexpr (K::kSkipDiag == 2)
+        if constexpr (K::kSkipDiag)
           if (skip_v >= 0) {
             mbar_wait(v_full(skip_v), skip_v_phase);
             __syncwarp();

@@ -321,9 +321,9 @@ struct HalfDiag : T {
   static constexpr int kHalfDiag = V;
 };
 // Session 51: a warpgroup that sees no key of its tile's first block starts one block further (Traits::kSkipDiag).
-template <class T, int V = 2>
+template <class T, bool ON = true>
 struct SkipDiag : T {
-  static constexpr int kSkipDiag = V;
+  static constexpr bool kSkipDiag = ON;
 };
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
@@ -521,14 +521,14 @@ const Candidate kCandidates[] = {
     // s47-2 1k +2.4%, 2k +1.3%, 4k +1%; by each warpgroup's rows (2) against 1: 1k +0.9%, 2k +1%, 4k +0.8%; 16k equal.
     // With P_0 V_0 on half V_0's rows as well (a branch at the loop's P V issue) 1-5% slower. 2 production since; the
     // kernel without it and with 1:
-    // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag 2,
-    // production since; the rows kernel, two warpgroups, has none). Paired against it, none / form 1: causal 1k 1.016 /
-    // 1.007, 2k 1.009 / 1.004, 4k 1.005 / 1.003, 8k 1.004 / 1.001, 16k 1.002 / 1.001; dense within 0.4%.
+    // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag,
+    // production since; the rows kernel, two warpgroups, has none). Paired against it, none / form 1 (V's slot handed
+    // back before the prologue, commit cf556d2): causal 1k 1.016 / 1.007, 2k 1.009 / 1.004, 4k 1.005 / 1.003, 8k 1.004 /
+    // 1.001, 16k 1.002 / 1.001; dense within 0.4%.
     // Session 51 (s51-10, 60 reps, paired; run_top with LaunchOptions, code in commit 2d5a1ca): the causal order's groups at
     // d64 (production: half of L2, 25 MB, and a 2-grid last group). 12 MB t2 1k .997, 2k 1.001; 12 MB t1 1.009 / 1.040;
     // 25 MB t1 1.003 / 1.002; 8 MB t2 .998 / 1.009. Nothing beyond the spread.
-    {"d64  split no skip diag", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, 0>>},
-    {"d64  split skip diag 1", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, 1>>},
+    {"d64  split no skip diag", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, SkipDiag<Tr<64, 128, 4, 3, 1>, false>>},
     {"d64  causal s46 (no half diag)", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 0>>},
     {"d64  causal half-diag by tile", 64, false, run_top<false, HalfDiag<Tr<64, 128, 4, 3, 1>, 1>>},
     {"d64  causal s45 (no top rows)", 64, false, run_k<Tr<64, 128, 4, 3, 1>>},
@@ -661,9 +661,9 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag 2,
-    // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1: causal 1k
-    // 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
+    // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag,
+    // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1 (cf556d2):
+    // causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
     // 12 MB causal L2 budget on top (run_group<256, 80, 2, 2, 3, 12, 20>): 1k .997, 2k 1.002, 4k 1.006, 8k 1.020.
     // Session 51 (s51-7, s51-8; perf-log v79): the causal order's groups and last group again, with DRAM bytes under ncu
     // (run_group<256, 80, 2, 2, 3, MB, TAIL_TENTHS>), paired against the 2-grid tail of then: causal 1k tail 1 grid .987-.989
@@ -673,8 +673,7 @@ const Candidate kCandidates[] = {
     {"d256 grp 16MB t2 (s50)", 256, false, run_group<256, 80, 2, 2, 3, 16, 20>},
     // s51-10, with the 1-grid tail: 8 MB groups causal 1k .992, 12 MB 1.001 (60 reps, paired). Not taken: another 1k rule
     // for 0.8%.
-    {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 0>>},
-    {"d256 skip diag 1", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, 1>>},
+    {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, false>>},
     // Session 51 (s51-4; code in commit d663ec2): S_0 as an m64n64 product where the warpgroup sees <= 64 of its 80 columns
     // (a kNarrowS0 Traits member; each branch waiting for its own product, else ptxas serialised every wgmma, C7511; N = 48
     // and d64's three warpgroups serialised all the same): causal 1k 1.0006, 2k 1.008, 4k 1.009, 8k 1.009, 16k 1.003

@@ -537,29 +537,66 @@ TEST(GpuAuto, NegativeScaleFallsBack) {
   EXPECT_TRUE(ch.ok) << ch.message;
 }
 
-// sm90 hands causal and block-sparse tiles out from a counter in the workspace, zeroed by every call: a
-// caller's workspace reused across calls (and not 4-byte aligned) must give the right answer each time
-// (a counter left at its end would skip every tile and leave O poisoned); a host buffer is refused.
+// sm90 hands causal and block-sparse tiles out from a counter in the caller's workspace that no memset zeroes: each
+// launch claims the word for its epoch, and its last take leaves 0 behind (fwd_kernel.cuh, take_issue). A caller's
+// workspace (not 8-byte aligned) holding anything -- 0xff bytes, small counts as the tail split leaves, a word that was
+// never a counter, or what the previous call left -- must give the right answer on each kernel that takes tiles (d128
+// causal: the dense producer; d64 and d128 block-sparse: the two-ring and two-warpgroup schedulers), and every call must
+// leave the word at 0 (else each later call pays the claim's extra round trip). A counter read as if it were fresh would
+// skip tiles and leave O poisoned. A host buffer is refused.
 TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   std::mt19937_64 rng(base_seed() ^ 0x3c0f);
-  CaseSpec s;
-  s.batch = 2, s.heads_q = 4, s.heads_kv = 2, s.seqlen_q = 1000, s.seqlen_k = 1100, s.head_dim = 128;
-  s.dtype = FLASH_DTYPE_BF16;
-  s.mask.causal = 1;  // bottom-right
-  void* ws = cuda_alloc(64);
-  ASSERT_NE(ws, nullptr);
-  for (int run = 0; run < 3; ++run) {
-    Case c = make_case(s, rng);
-    int32_t used = -1;
-    ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used, static_cast<char*>(ws) + 1, 63), FLASH_OK) << flash_last_error_message();
-    EXPECT_EQ(used, FLASH_ALGO_SM90);
-    const Check ch = check_case(c);
-    EXPECT_TRUE(ch.ok) << "run " << run << ": " << ch.message;
+  std::vector<CaseSpec> specs;
+  {
+    CaseSpec s;
+    s.batch = 2, s.heads_q = 4, s.heads_kv = 2, s.seqlen_q = 1000, s.seqlen_k = 1100, s.head_dim = 128;
+    s.dtype = FLASH_DTYPE_BF16;
+    s.mask.causal = 1;  // bottom-right
+    specs.push_back(s);
+    for (const int d : {64, 128}) {
+      CaseSpec t = s;
+      t.mask = flash_ref::Mask{};
+      t.head_dim = d;
+      fill_block_mask(t, 128, 128, 2, base_seed() ^ (0x3c1f + d));  // ~3 in 4 of 9 key blocks: lists of >= 3 (two rings)
+      specs.push_back(t);
+    }
   }
+  constexpr size_t kBytes = 64;
+  void* ws = cuda_alloc(kBytes);
+  ASSERT_NE(ws, nullptr);
+  char* const at = static_cast<char*>(ws) + 1;  // the caller's pointer: odd
+  // The counter's word: the library's, at the first 8-byte boundary of the caller's workspace.
+  const uintptr_t word = (reinterpret_cast<uintptr_t>(at) + 7) & ~uintptr_t{7};
+  std::vector<std::vector<unsigned char>> before;
+  before.emplace_back(kBytes - 1, 0xff);
+  {
+    std::vector<unsigned char> counts(kBytes - 1, 0);  // int32 counts of 3 and 2, as a split tail's
+    for (size_t i = 0; i + 4 <= counts.size(); i += 4) counts[i] = (i / 4) % 2 ? 2 : 3;
+    before.push_back(counts);
+    std::vector<unsigned char> junk(kBytes - 1);
+    for (auto& x : junk) x = static_cast<unsigned char>(rng());
+    before.push_back(junk);
+  }
+  before.emplace_back();  // (empty: what the previous call left)
+  int run = 0;
+  for (const CaseSpec& s : specs)
+    for (const auto& bytes : before) {
+      if (!bytes.empty()) ASSERT_TRUE(cuda_upload(at, bytes.data(), bytes.size()));
+      Case c = make_case(s, rng);
+      int32_t used = -1;
+      ASSERT_EQ(run_cuda(c, FLASH_ALGO_SM90, 0, &used, at, kBytes - 1), FLASH_OK) << flash_last_error_message();
+      EXPECT_EQ(used, FLASH_ALGO_SM90);
+      const Check ch = check_case(c);
+      EXPECT_TRUE(ch.ok) << "run " << run << ": " << ch.message << "\n  case: " << s.describe();
+      unsigned long long left = ~0ull;
+      ASSERT_TRUE(cuda_download(&left, reinterpret_cast<const void*>(word), sizeof(left)));
+      EXPECT_EQ(left, 0ull) << "run " << run << ": the counter's word after the call\n  case: " << s.describe();
+      ++run;
+    }
   cuda_free(ws);
   std::vector<char> host(64);
-  Case c = make_case(s, rng);
+  Case c = make_case(specs[0], rng);
   EXPECT_NE(run_cuda(c, FLASH_ALGO_SM90, 0, nullptr, host.data(), host.size()), FLASH_OK);
   EXPECT_NE(std::string(flash_last_error_message()).find("workspace"), std::string::npos) << flash_last_error_message();
 }

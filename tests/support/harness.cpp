@@ -222,6 +222,12 @@ void* cuda_alloc(size_t bytes) {
   return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
 }
 void cuda_free(void* ptr) { cudaFree(ptr); }
+bool cuda_upload(void* dst, const void* src, size_t bytes) {
+  return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+}
+bool cuda_download(void* dst, const void* src, size_t bytes) {
+  return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+}
 
 
 namespace {
@@ -285,6 +291,8 @@ int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used
 bool cuda_available() { return false; }
 void* cuda_alloc(size_t) { return nullptr; }
 void cuda_free(void*) {}
+bool cuda_upload(void*, const void*, size_t) { return false; }
+bool cuda_download(void*, const void*, size_t) { return false; }
 int32_t run_cuda(Case&, int32_t, int, int32_t*, void*, size_t) { return FLASH_ERROR_NO_CUDA_DEVICE; }
 #endif
 

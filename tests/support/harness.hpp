@@ -70,6 +70,9 @@ bool cuda_available();
 // Device memory on the current device for tests that hand buffers to flash.h (nullptr without CUDA).
 void* cuda_alloc(size_t bytes);
 void cuda_free(void* ptr);
+// Synchronous copies to and from such memory (false on failure or without CUDA).
+bool cuda_upload(void* dst, const void* src, size_t bytes);
+bool cuda_download(void* dst, const void* src, size_t bytes);
 
 struct Check {
   bool ok = false;

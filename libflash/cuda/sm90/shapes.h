@@ -85,7 +85,7 @@ inline int64_t sparse_extra_bytes(int64_t seqlen_k, int block_n, int64_t mask_bl
 inline bool dynamic_tiles(bool has_block_mask, int64_t window_left, int64_t window_right) {
   return has_block_mask || (window_right >= 0 && window_left < 0);
 }
-inline constexpr size_t kTileCounterBytes = 16;  // an int, with room to align it in a caller's workspace
+inline constexpr size_t kTileCounterBytes = 16;  // a 64-bit word, with room to align it in a caller's workspace
 
 #if defined(__CUDACC__)
 #define FLASH_SM90_HD __host__ __device__

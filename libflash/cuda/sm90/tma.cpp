@@ -12,13 +12,32 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <mutex>
+#include <random>
 
 #include "../../../flash.h"
 #include "../../error.h"
 #include "tma.h"
 
 namespace flash::sm90 {
+
+uint32_t next_tile_epoch() {
+  static std::atomic<uint32_t> next{[] {
+    uint32_t seed = 0x9e3779b9u;
+    try {
+      seed ^= std::random_device{}();
+    } catch (...) {  // (no entropy source: the clock's bits)
+    }
+    return seed ^ static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }()};
+  uint32_t e = 0;
+  do e = next.fetch_add(1u, std::memory_order_relaxed);
+  while (e < 0x10000u);
+  return e;
+}
+
 namespace {
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn(std::string* why) {

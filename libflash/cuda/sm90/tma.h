@@ -28,13 +28,19 @@ struct Args {
   unsigned long long* profile;  // Traits::kProfile only (dev/sm90_dev.cu): phase cycle counters, else null
   int32_t l2_group;      // causal-like order: (batch, head) pairs per group whose K and V fit in L2 together
   int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)
-  int32_t* tile_counter; // dynamic order (causal-like and block-sparse masks): tiles handed out so far,
-                         // past the first gridDim.x; zeroed by launch in the workspace. nullptr: static
+  unsigned long long* tile_counter;  // dynamic order (causal-like and block-sparse masks): in the workspace, the epoch
+                         // and the tiles handed out past the first gridDim.x (fwd_kernel.cuh, take_issue). nullptr: static
+  uint32_t epoch;        // the dynamic order's: this launch's, never 0 nor below 2^16 (next_tile_epoch)
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
 };
+
+// A launch's epoch for the dynamic order's counter (Args::epoch; fwd_kernel.cuh, take_issue): a process-wide sequence
+// from a random start, skipping [0, 2^16): 0 is what every launch leaves in the word, and small values are what the
+// tail split's counts (which share the workspace's first bytes) leave there.
+uint32_t next_tile_epoch();
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda
 // (tma.cpp). Returns FLASH_OK or FLASH_ERROR_UNSUPPORTED / FLASH_ERROR_CUDA with a message.

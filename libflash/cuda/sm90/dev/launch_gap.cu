@@ -1,0 +1,109 @@
+// libflash/cuda/sm90/dev/launch_gap.cu -- what a 4-byte cudaMemsetAsync ahead of a kernel costs on the GPU's timeline
+// (the dynamic tile order's counter, fwd_kernel.cuh launch), measured as fa-bench times a call: L2 flushed by a 256 MB
+// write, then CUDA events around the call; the variants interleaved rep by rep, medians. Dev only (not built by CMake):
+//   nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o launch_gap launch_gap.cu && ./launch_gap [reps] [spin_us]
+// The "call" is a persistent spin kernel (one CTA per SM, each spinning spin_us of globaltimer) that takes its CTAs'
+// first work from an int counter as the sm90 kernels do, so a memset ahead of it is on its critical path.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                             \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Each CTA spins spin_ns, then bumps the counter once (as a persistent CTA's last, failing take would).
+__global__ void spin(int* counter, unsigned long long spin_ns, int* sink) {
+  if (threadIdx.x != 0) return;
+  const unsigned long long t0 = now_ns();
+  while (now_ns() - t0 < spin_ns) {
+  }
+  const int v = atomicAdd(counter, 1);
+  if (v == -12345) *sink = v;
+}
+__global__ void zero(int* counter) { *counter = 0; }
+__global__ void flush_write(float4* buf, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    buf[i] = make_float4(1.f, 2.f, 3.f, 4.f);
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 300;
+  const double spin_us = argc > 2 ? std::atof(argv[2]) : 150.0;
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  int *counter, *sink;
+  CK(cudaMalloc(&counter, 256));
+  CK(cudaMalloc(&sink, 4));
+  const size_t flush_bytes = size_t(256) << 20;
+  float4* flush;
+  CK(cudaMalloc(&flush, flush_bytes));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  const unsigned long long spin_ns = (unsigned long long)(spin_us * 1000.0);
+
+  enum { kPlain, kMemset, kZeroKernel, kMemsetOutside, kVariants };
+  const char* names[kVariants] = {"kernel alone (counter zeroed before the start event)", "cudaMemsetAsync + kernel",
+                                  "zeroing kernel + kernel", "memset outside the window + kernel"};
+  std::vector<std::vector<float>> t(kVariants);
+  auto call = [&](int v) {
+    flush_write<<<sms * 4, 512, 0, s>>>(flush, flush_bytes / sizeof(float4));
+    if (v == kPlain || v == kMemsetOutside) CK(cudaMemsetAsync(counter, 0, 4, s));
+    CK(cudaEventRecord(e0, s));
+    if (v == kMemset) CK(cudaMemsetAsync(counter, 0, 4, s));
+    if (v == kZeroKernel) zero<<<1, 1, 0, s>>>(counter);
+    spin<<<sms, 128, 0, s>>>(counter, spin_ns, sink);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1000.f;
+  };
+  for (int w = 0; w < 20; ++w)
+    for (int v = 0; v < kVariants; ++v) call(v);
+  std::vector<float> diff_memset, diff_zero;
+  for (int r = 0; r < reps; ++r) {
+    float x[kVariants];
+    for (int k = 0; k < kVariants; ++k) {
+      const int v = (k + r) % kVariants;  // rotate the order rep by rep
+      x[v] = call(v);
+      t[v].push_back(x[v]);
+    }
+    diff_memset.push_back(x[kMemset] - x[kPlain]);
+    diff_zero.push_back(x[kZeroKernel] - x[kPlain]);
+  }
+  auto med = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto pct = [](std::vector<float> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[size_t(q * (v.size() - 1))];
+  };
+  std::printf("launch_gap: %d SMs, spin %.1f us, %d reps interleaved (rotated), event-timed after a 256 MB flush\n", sms,
+              spin_us, reps);
+  for (int v = 0; v < kVariants; ++v)
+    std::printf("  %-58s median %8.2f us  p10 %8.2f  p90 %8.2f\n", names[v], med(t[v]), pct(t[v], .1), pct(t[v], .9));
+  std::printf("  paired difference, memset + kernel - kernel: median %.2f us (p10 %.2f, p90 %.2f)\n", med(diff_memset),
+              pct(diff_memset, .1), pct(diff_memset, .9));
+  std::printf("  paired difference, zero kernel + kernel - kernel: median %.2f us (p10 %.2f, p90 %.2f)\n", med(diff_zero),
+              pct(diff_zero, .1), pct(diff_zero, .9));
+  return 0;
+}

@@ -1,7 +1,8 @@
 """Two builds of libflash timed against each other, interleaved in one process on the same tensors.
 
     PYTHONPATH=bindings/python:scripts LIBFLASH_PATH=build-new/libflash.so \
-        python3 scripts/interleaved_libs.py --base build-old/libflash.so [--reps 40] [--problems ...] [--json out.json]
+        python3 scripts/interleaved_libs.py --base [NAME=]build-old/libflash.so [--base ...] [--reps 40] [--problems ...]
+        [--json out.json]
 
 Why: a change to the launch path (session 52: the dynamic order's counter without its memset) changes what happens on
 the GPU's timeline around the kernel, which sm90_dev (it launches the kernels itself) does not see. Here the binding's
@@ -34,7 +35,9 @@ DEFAULT = ("d64-4k-none=64:4096:2:32:none,d64-4k-bs.1=64:4096:2:32:0.1,d64-4k-bs
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--base", required=True, help="the other build's libflash.so (the binding's own is LIBFLASH_PATH's)")
+    ap.add_argument("--base", required=True, action="append",
+                    help="another build's libflash.so (the binding's own, 'new', is LIBFLASH_PATH's); NAME=PATH to name it, "
+                         "repeated for more builds (the first is the one new is compared with)")
     ap.add_argument("--problems", default=DEFAULT)
     ap.add_argument("--reps", type=int, default=40)
     ap.add_argument("--seed", type=int, default=24301)
@@ -43,14 +46,18 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
 
-    base = ctypes.CDLL(a.base)
-    base_fwd = base.flash_fwd
-    base_fwd.restype = _capi.flash_fwd.restype
-    base_fwd.argtypes = _capi.flash_fwd.argtypes
-    new_fwd = _capi.flash_fwd
-    base.flash_build_info.restype = ctypes.c_char_p
-    print("new:  %s (%s)\nbase: %s (%s)" % (_capi.library_path, _capi.flash_build_info().decode(), a.base,
-                                           base.flash_build_info().decode()), flush=True)
+    fwd = {"new": _capi.flash_fwd}
+    print("new:  %s (%s)" % (_capi.library_path, _capi.flash_build_info().decode()), flush=True)
+    for i, spec in enumerate(a.base):
+        name, path = spec.split("=", 1) if "=" in spec else ("base" if i == 0 else "base%d" % i, spec)
+        lib = ctypes.CDLL(path)
+        f = lib.flash_fwd
+        f.restype, f.argtypes = _capi.flash_fwd.restype, _capi.flash_fwd.argtypes
+        lib.flash_build_info.restype = ctypes.c_char_p
+        fwd[name] = f
+        print("%s: %s (%s)" % (name, path, lib.flash_build_info().decode()), flush=True)
+    names = list(fwd)
+    base_name = names[1]
 
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     rng = np.random.default_rng(a.seed)
@@ -60,7 +67,7 @@ def main():
         d, n, b, h, mask = shape.split(":")
         d, n, b, h = int(d), int(n), int(b), int(h)
         q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        outs = {"base": torch.empty_like(q), "new": torch.empty_like(q)}
+        outs = {w: torch.empty_like(q) for w in names}
         kw = {}
         if mask == "causal":
             kw["causal"] = True
@@ -68,37 +75,39 @@ def main():
             kw["block_mask"], _ = random_block_mask(n, float(mask), rng)
 
         def call(which):
-            _capi.flash_fwd = base_fwd if which == "base" else new_fwd
+            _capi.flash_fwd = fwd[which]
             try:
                 libflash.attention(q, k, v, algorithm="sm90", out=outs[which], **kw)
             finally:
-                _capi.flash_fwd = new_fwd
+                _capi.flash_fwd = fwd["new"]
 
         with torch.no_grad():
-            for which in ("base", "new"):
+            for which in names:
                 outs[which].fill_(float("nan"))
                 for _ in range(3):
                     call(which)
             torch.cuda.synchronize()
-            if not torch.isfinite(outs["new"]).all() or not torch.equal(outs["new"], outs["base"]):
-                raise SystemExit("%s: the builds' outputs differ (or are not finite)" % name)
-            times = time_rounds({w: (lambda w=w: call(w)) for w in ("base", "new")}, a.reps, cache, a.sleep, icache=a.icache)
+            for which in names:
+                if not torch.isfinite(outs[which]).all() or not torch.equal(outs[which], outs["new"]):
+                    raise SystemExit("%s: %s's output differs from new's (or is not finite)" % (name, which))
+            times = time_rounds({w: (lambda w=w: call(w)) for w in names}, a.reps, cache, a.sleep, icache=a.icache)
         ms = {w: statistics.median(t) for w, t in times.items()}
-        paired = statistics.median([x / y for x, y in zip(times["new"], times["base"])])
-        row = dict(name=name, d=d, n=n, b=b, h=h, mask=mask, reps=a.reps, ms=ms, paired_new_over_base=paired)
+        paired = {w: statistics.median([x / y for x, y in zip(times[w], times[base_name])]) for w in names if w != base_name}
+        row = dict(name=name, d=d, n=n, b=b, h=h, mask=mask, reps=a.reps, ms=ms, paired_over_base=paired, base=base_name)
         rows.append(row)
-        print("%-16s base %.4f ms  new %.4f ms  new/base %.4f (paired median %.4f; %+.2f us)" %
-              (name, ms["base"], ms["new"], ms["new"] / ms["base"], paired, 1000 * (ms["new"] - ms["base"])), flush=True)
+        print("%-16s %s" % (name, "  ".join("%s %.4f ms" % (w, ms[w]) for w in names)) + "  |  " +
+              "  ".join("%s/%s %.4f (paired %.4f, %+.2f us)" % (w, base_name, ms[w] / ms[base_name], paired[w],
+                                                                 1000 * (ms[w] - ms[base_name])) for w in paired), flush=True)
         del q, k, v, outs
     dense = {r["d"]: r for r in rows if r["mask"] == "none" and r["n"] == 4096}
     for r in rows:
         if r["mask"] not in ("none", "causal") and r["d"] in dense:
             den = dense[r["d"]]["ms"]
-            print("issue 7 d%d %d s=%s: base %.4f  new %.4f (time / dense of the same build)" %
-                  (r["d"], r["n"], r["mask"], r["ms"]["base"] / den["base"], r["ms"]["new"] / den["new"]))
+            print("issue 7 d%d %d s=%s: %s (time / dense of the same build)" %
+                  (r["d"], r["n"], r["mask"], "  ".join("%s %.4f" % (w, r["ms"][w] / den[w]) for w in names)))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), base=a.base, new=_capi.library_path, rows=rows), f, indent=1)
+            json.dump(dict(device=torch.cuda.get_device_name(), builds=a.base, new=_capi.library_path, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -115,18 +115,6 @@ __device__ __forceinline__ bool mbar_test2(uint32_t bar_a, uint32_t parity_a, ui
       : "memory");
   return both != 0;
 }
-// Whether the phase with this parity has completed, without waiting (mbarrier.test_wait).
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred d;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 d, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, d;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 // 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
@@ -538,41 +526,45 @@ __device__ __forceinline__ int tile_of(int round) {
   return round * g + ((round & 1) ? g - 1 - c : c);
 }
 
-// The dynamic order's counter (Args::tile_counter) needs no memset ahead of the launch (one fewer operation in the
-// stream: 0.75 us of the GPU's timeline, dev/launch_gap.cu). It is a 64-bit word in the caller's workspace: the launch's
-// epoch (Args::epoch, never 0) in its high half, the tiles taken past the first gridDim.x in its low half. A CTA's first
-// take claims the word for this launch unless another CTA already did -- at once if it holds 0, which every launch leaves
-// behind (the take of the launch's last tile resets it), by a compare-and-swap loop if it holds anything else (a
-// caller's fresh workspace) -- and every take after that is an atomicAdd. Each tile run takes exactly once (its CTA asks
-// for the next one), so a launch takes num_tiles times, the relative indices 0 .. num_tiles - 1 in order: the take
-// that gets num_tiles - 1 is the launch's last access to the word.
-// A take's relative index as the next tile (gridDim.x + relative), the word reset by the launch's last take.
-__device__ __forceinline__ int take_done(const Args& a, uint32_t rel) {
-  if (rel == static_cast<uint32_t>(a.num_tiles) - 1u) atomicExch(a.tile_counter, 0ull);
+// The block-sparse kernels' dynamic order needs no memset ahead of the launch (one fewer operation in the stream:
+// 0.75 us of the GPU's timeline, dev/launch_gap.cu; the dense kernels' causal order keeps it, see launch). The counter
+// (Args::tile_counter) is a 64-bit word in the caller's workspace: the launch's epoch (Args::epoch, never 0) in its high
+// half, the tiles taken past the first gridDim.x in its low half. Every CTA
+// claims the word for this launch before its first take, unless another CTA already did: at once if it holds 0, which
+// every launch leaves behind, by a compare-and-swap loop if it holds anything else (a caller's fresh workspace). Each
+// tile run takes once (its CTA asks for the next one), so a launch takes num_tiles times, the relative indices
+// 0 .. num_tiles - 1 in order; the take that gets num_tiles - 1 comes after every claim and every other take (each
+// CTA's claim precedes its own take), so it resets the word to 0.
+__device__ __forceinline__ void take_claim(const Args& a) {
+  const unsigned long long mine = static_cast<unsigned long long>(a.epoch) << 32;
+  unsigned long long seen = atomicCAS(a.tile_counter, 0ull, mine);
+  while (seen != 0 && (seen >> 32) != a.epoch) {
+    const unsigned long long was = seen;
+    if ((seen = atomicCAS(a.tile_counter, was, mine)) == was) break;
+  }
+}
+// A take once the word is claimed: the next tile (gridDim.x + relative).
+__device__ __forceinline__ int take_add(const Args& a) {
+  const uint32_t rel = static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull));
+  if (rel == static_cast<uint32_t>(a.num_tiles) - 1u) atomicExch(a.tile_counter, 0ull);  // the launch's last take
   return int(gridDim.x) + int(rel);
 }
-// A CTA's first take, whole (up to three round trips: the dense producer's spare thread runs it, kernel start).
-__device__ __forceinline__ int take_first(const Args& a) {
-  const unsigned long long mine = static_cast<unsigned long long>(a.epoch) << 32;
-  unsigned long long seen = atomicCAS(a.tile_counter, 0ull, mine | 1ull);
-  while (seen != 0 && (seen >> 32) != a.epoch) {  // not claimed for this launch yet: claim it
-    const unsigned long long was = seen;
-    seen = atomicCAS(a.tile_counter, was, mine | 1ull);
-    if (seen == was) seen = 0;  // (claimed)
-  }
-  return take_done(a, seen == 0 ? 0u : static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull)));
-}
-// The same in two halves, so the round trip hides behind the tile's work (the block-sparse scheduler: issued before a
-// schedule's build, resolved after it): take_issue asks and keeps 32 bits of the answer (the relative index, or
-// kTakeClaim: a first take that found the word not 0), take_resolve returns the next tile.
+// The block-sparse scheduler's take in two halves, so the round trip hides behind a schedule's build (issued before it,
+// resolved after): take_issue asks and keeps 32 bits of the answer -- the relative index, or kTakeClaim where a first
+// take found the word not yet claimed for this launch (not 0: a claim by this take's compare-and-swap) -- and
+// take_resolve returns the next tile.
 constexpr uint32_t kTakeClaim = 0xffffffffu;
 __device__ __forceinline__ uint32_t take_issue(const Args& a, bool first) {
   if (first) return atomicCAS(a.tile_counter, 0ull, (static_cast<unsigned long long>(a.epoch) << 32) | 1ull) == 0 ? 0u : kTakeClaim;
   return static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull));
 }
 __device__ __forceinline__ int take_resolve(const Args& a, uint32_t got) {
-  if (got == kTakeClaim) return take_first(a);  // (its compare-and-swap finds the word not 0 too)
-  return take_done(a, got);
+  if (got != kTakeClaim) {
+    if (got == static_cast<uint32_t>(a.num_tiles) - 1u) atomicExch(a.tile_counter, 0ull);  // the launch's last take
+    return int(gridDim.x) + int(got);
+  }
+  take_claim(a);
+  return take_add(a);
 }
 
 // ---- Work items of the dense kernels: whole tiles and the split last round's pieces (shapes.h, TailSplit) ----------
@@ -678,9 +670,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // consumers spilled 68 bytes and reloaded 7 of them per key block, d256's 44 (ptxas, session 23); without, none. (The
   // warpgroup's barriers order the store before the loads, and the loads before the next tile's store.)
   [[maybe_unused]] __shared__ int wg_code[3];
-  // Dense, dynamic order: the CTA's first take (producer thread 32's), handed to thread 0 through take_bar.
-  [[maybe_unused]] __shared__ int first_next;
-  __shared__ alignas(8) uint64_t take_bar_word;
   // kPinSoftmax 3: where each warp's lane 0 stores its clock read (a word per warp: one word for all threads was a
   // write-write race to racecheck, s27-4).
   [[maybe_unused]] __shared__ uint32_t pin_sink[K::kPinSoftmax == 3 ? K::kThreads / 32 : 1];
@@ -703,7 +692,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
-  [[maybe_unused]] const uint32_t take_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&take_bar_word));
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
@@ -727,7 +715,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
-    if constexpr (!K::kSparse) mbar_init(take_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
@@ -962,24 +949,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int h_kv = tile.h / p.head_ratio;
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
           if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
-          // The next tile, asked for now so the take's latency hides behind this tile's K/V loads, and resolved where its
-          // Q is loaded (start_next). (One variable for either order's: fewer registers live across the loads.) The
-          // CTA's first take, which may have to claim the counter, is thread 32's (below), from the kernel's start.
-          const uint32_t take = args.tile_counter == nullptr ? static_cast<uint32_t>(static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1))
-                                : tile_iter == 0             ? kTakeClaim
-                                                             : static_cast<uint32_t>(atomicAdd(args.tile_counter, 1ull));
-          int next = 0;
-          auto start_next = [&] {
-            if (args.tile_counter == nullptr) {
-              next = static_cast<int>(take);
-            } else if (take != kTakeClaim) {
-              next = take_done(args, take);
-            } else {
-              mbar_wait(take_bar, 0);
-              next = first_next;
-            }
-            start_tile(tile_iter + 1, next);
-          };
+          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
+          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(reinterpret_cast<int*>(args.tile_counter), 1) : static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1);
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -999,17 +970,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             }
             v_pending = n;
             v_at = it;
-            if (j == kQAhead) start_next();
+            if (j == kQAhead) start_tile(tile_iter + 1, next);
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
-          if (j <= kQAhead || kQAhead < 0) start_next();  // (not started in the loop)
+          if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
           x = next;
         }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
-      } else if (threadIdx.x == 32 && args.tile_counter != nullptr && int(blockIdx.x) < args.num_tiles) {
-        // The CTA's first take from the dynamic order's counter (take_first), for thread 0's first tile.
-        first_next = take_first(args);
-        mbar_arrive(take_bar);
       }
     }
   } else {
@@ -1748,11 +1715,18 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
-    // The tile counter: a 64-bit word at the workspace's first 8-byte boundary, claimed by the kernel for this launch's
-    // epoch (take_issue), so nothing zeroes it in the stream ahead of the kernel.
+    // The tile counter: a 64-bit word at the workspace's first 8-byte boundary. The block-sparse kernels claim it for
+    // this launch's epoch (take_issue), so nothing zeroes it in the stream ahead of them. The dense ones count on its
+    // low 32 bits, zeroed here in stream order: their producer thread has 24 registers, and every form of the claim
+    // there made ptxas spill more of them (session 52: d64 dense 4k 1.8% slower with a taker thread).
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 7) & ~uintptr_t{7};
     args.tile_counter = reinterpret_cast<unsigned long long*>(at);
-    args.epoch = next_tile_epoch();
+    if constexpr (K::kSparse) {
+      args.epoch = next_tile_epoch();
+    } else if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
+               e != cudaSuccess) {
+      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
+    }
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

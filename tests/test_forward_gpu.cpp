@@ -537,21 +537,21 @@ TEST(GpuAuto, NegativeScaleFallsBack) {
   EXPECT_TRUE(ch.ok) << ch.message;
 }
 
-// sm90 hands causal and block-sparse tiles out from a counter in the caller's workspace: for causal (the dense kernels)
-// an int zeroed by every call, for block-sparse a word no memset zeroes -- each launch claims it for its epoch, and its
-// last take leaves 0 behind (fwd_kernel.cuh, take_issue). A caller's workspace (not 8-byte aligned) holding anything --
-// 0xff bytes, small counts as the tail split leaves, a word that was never a counter, or what the previous call left --
-// must give the right answer on each kernel that takes tiles (d128 causal: the dense producer; d64 and d128
-// block-sparse: the two-ring and two-warpgroup schedulers), and every block-sparse call must leave the word at 0 (else
-// each later call pays the claim's extra round trips). A counter read as if it were fresh would skip tiles and leave O
-// poisoned. A host buffer is refused.
+// sm90 hands causal and block-sparse tiles out from a counter in the caller's workspace that no memset zeroes: each
+// launch claims the word for its epoch, and its last take leaves 0 behind (fwd_kernel.cuh, take_claim). A caller's
+// workspace (not 8-byte aligned) holding anything -- 0xff bytes, small counts as the tail split leaves, a word that was
+// never a counter, or what the previous call left -- must give the right answer on each kernel that takes tiles (d128
+// causal: the dense producer, whose claim is a consumer thread's; d64 and d128 block-sparse: the two-ring and
+// two-warpgroup schedulers), each with more tiles than SMs, and every call must leave the word at 0 (else each later
+// call pays the claim's extra round trips). A counter read as if it were fresh would skip tiles and leave O poisoned.
+// A host buffer is refused.
 TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   std::mt19937_64 rng(base_seed() ^ 0x3c0f);
   std::vector<CaseSpec> specs;
   {
-    CaseSpec s;
-    s.batch = 2, s.heads_q = 4, s.heads_kv = 2, s.seqlen_q = 1000, s.seqlen_k = 1100, s.head_dim = 128;
+    CaseSpec s;  // 2 x 16 heads x 8 query blocks = 256 tiles
+    s.batch = 2, s.heads_q = 16, s.heads_kv = 4, s.seqlen_q = 1000, s.seqlen_k = 1100, s.head_dim = 128;
     s.dtype = FLASH_DTYPE_BF16;
     s.mask.causal = 1;  // bottom-right
     specs.push_back(s);
@@ -560,7 +560,7 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
     for (const int d : {64, 128}) {
       CaseSpec t = s;
       t.mask = flash_ref::Mask{};
-      t.head_dim = d, t.heads_q = 8, t.heads_kv = 4, t.seqlen_q = 2560, t.seqlen_k = 900;
+      t.head_dim = d, t.heads_q = 8, t.seqlen_q = 2560, t.seqlen_k = 900;
       fill_block_mask(t, 128, 128, 2, base_seed() ^ (0x3c1f + d));
       specs.push_back(t);
     }
@@ -592,11 +592,9 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
       EXPECT_EQ(used, FLASH_ALGO_SM90);
       const Check ch = check_case(c);
       EXPECT_TRUE(ch.ok) << "run " << run << ": " << ch.message << "\n  case: " << s.describe();
-      if (!s.mask.listed.empty()) {
-        unsigned long long left = ~0ull;
-        ASSERT_TRUE(cuda_download(&left, reinterpret_cast<const void*>(word), sizeof(left)));
-        EXPECT_EQ(left, 0ull) << "run " << run << ": the counter's word after the call\n  case: " << s.describe();
-      }
+      unsigned long long left = ~0ull;
+      ASSERT_TRUE(cuda_download(&left, reinterpret_cast<const void*>(word), sizeof(left)));
+      EXPECT_EQ(left, 0ull) << "run " << run << ": the counter's word after the call\n  case: " << s.describe();
       ++run;
     }
   cuda_free(ws);

@@ -649,10 +649,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   extern __shared__ uint8_t smem_raw[];
   // Barriers: Q full/empty per Q buffer, then per ring stage K full, V full, K empty, V empty. K_j is
   // released as soon as S_j is done, V_j after P_j V_j: the producer refills each as early as it can.
-  // Block-sparse: two more, sched_empty per schedule slot. Two rings (Traits::kTwoRings): ring 1's stages follow ring
+  // Then two more: block-sparse, sched_empty per schedule slot; dense, claimed (the dynamic order's word claimed for the
+  // launch, take_claim) and one unused. Two rings (Traits::kTwoRings): ring 1's stages follow ring
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
-  __shared__ alignas(8) uint64_t bars[6 + 4 * kSlots + (K::kSparse ? 2 : 0)];
+  __shared__ alignas(8) uint64_t bars[8 + 4 * kSlots];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -692,6 +693,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
   auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
   auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
+  [[maybe_unused]] const uint32_t claimed = bar0 + 32 + 8 * (4 * kSlots + 2);  // dense (sched_empty(0)'s place)
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
@@ -715,6 +717,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
+    if constexpr (!K::kSparse) mbar_init(claimed, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
@@ -949,8 +952,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int h_kv = tile.h / p.head_ratio;
           KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
           if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
-          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads.
-          const int next = args.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(reinterpret_cast<int*>(args.tile_counter), 1) : static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1);
+          // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads. The dynamic order
+          // (take_claim): a CTA's second tile is the static order's (tile_of(1), round 1 backwards: the longest first
+          // tiles meet the shortest second ones), and its takes start at its second tile, once a consumer thread has
+          // claimed the word for the launch (`claimed`, long done by then), numbering the tiles from 2 x gridDim.x.
+          const int next = args.tile_counter == nullptr ? static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1)
+                           : tile_iter == 0             ? tile_of(1)
+                                                        : (mbar_wait(claimed, 0), 2 * int(gridDim.x) + int(static_cast<uint32_t>(atomicAdd(args.tile_counter, 1ull))));
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -974,6 +982,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           if (v_pending >= 0) load_v(v_pending, v_at);
           if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
+          // The launch's last take (relative index num_tiles - gridDim.x - 1) resets the word (take_claim).
+          if (args.tile_counter != nullptr && next == args.num_tiles + int(gridDim.x) - 1) atomicExch(args.tile_counter, 0ull);
           x = next;
         }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
@@ -981,6 +991,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     }
   } else {
     // ================================ consumers ================================
+    // Dense, dynamic order: the word claimed for this launch (take_claim) by a consumer thread, before its warpgroup
+    // takes its registers (the claim's 64-bit values inside the consumers' or the producer's register budget made
+    // ptxas spill: the producer's 24, the d128 192-key consumers' 240), and before the CTA's first take, if it takes at
+    // all: its second tile (tile_of(1), static) exists. (Its warpgroup waits for its first Q and K meanwhile.)
+    if constexpr (!K::kSparse)
+      if (threadIdx.x == 128 && args.tile_counter != nullptr && tile_of(1) < args.num_tiles) {
+        take_claim(args);
+        mbar_arrive(claimed);
+      }
     setmaxnreg_inc<K::kConsumerRegs>();
     const int wg = warpgroup - 1;  // 0 or 1: rows [64*wg, 64*wg + 64) of the query tile
     const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
@@ -1721,12 +1740,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     // there made ptxas spill more of them (session 52: d64 dense 4k 1.8% slower with a taker thread).
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 7) & ~uintptr_t{7};
     args.tile_counter = reinterpret_cast<unsigned long long*>(at);
-    if constexpr (K::kSparse) {
-      args.epoch = next_tile_epoch();
-    } else if (const cudaError_t e = cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), static_cast<cudaStream_t>(p.stream));
-               e != cudaSuccess) {
-      return cuda::status_from(e, "cudaMemsetAsync(sm90 tile counter)");
-    }
+    args.epoch = next_tile_epoch();
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

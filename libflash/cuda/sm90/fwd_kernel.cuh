@@ -526,15 +526,19 @@ __device__ __forceinline__ int tile_of(int round) {
   return round * g + ((round & 1) ? g - 1 - c : c);
 }
 
-// The block-sparse kernels' dynamic order needs no memset ahead of the launch (one fewer operation in the stream:
-// 0.75 us of the GPU's timeline, dev/launch_gap.cu; the dense kernels' causal order keeps it, see launch). The counter
-// (Args::tile_counter) is a 64-bit word in the caller's workspace: the launch's epoch (Args::epoch, never 0) in its high
-// half, the tiles taken past the first gridDim.x in its low half. Every CTA
-// claims the word for this launch before its first take, unless another CTA already did: at once if it holds 0, which
-// every launch leaves behind, by a compare-and-swap loop if it holds anything else (a caller's fresh workspace). Each
-// tile run takes once (its CTA asks for the next one), so a launch takes num_tiles times, the relative indices
-// 0 .. num_tiles - 1 in order; the take that gets num_tiles - 1 comes after every claim and every other take (each
-// CTA's claim precedes its own take), so it resets the word to 0.
+// The dynamic order needs no memset ahead of the launch (one fewer operation in the stream: 0.75 us of the GPU's
+// timeline, dev/launch_gap.cu). Its counter (Args::tile_counter) is a 64-bit word in the caller's workspace: the
+// launch's epoch (Args::epoch, never 0) in its high half, the tiles taken in its low half. A CTA claims the word for
+// this launch before its first take, unless another CTA already did: at once if it holds 0, which every launch leaves
+// behind, by a compare-and-swap loop if it holds anything else (a caller's fresh workspace). Every take after a claim
+// is an atomicAdd, and a CTA that takes at all takes once more than the tiles it gets, so a launch's takes get the
+// relative indices 0 .. T - 1 in order, T known: the last one comes after every claim and every other take (each CTA's
+// claim precedes its own take) and resets the word to 0.
+//   - block-sparse (the scheduler warp): every tile run takes the next one; the first take is a compare-and-swap 0 ->
+//     (epoch, 1), its claim and take at once (take_issue / take_resolve); T = num_tiles, next = gridDim.x + relative.
+//   - dense (the producer's thread 0, 24 registers): a CTA's second tile is the static order's (tile_of(1)) and its
+//     takes start there, so a consumer thread claims the word at the kernel's start, off the producer's registers, long
+//     before the first take; T = num_tiles - gridDim.x, next = 2 gridDim.x + relative.
 __device__ __forceinline__ void take_claim(const Args& a) {
   const unsigned long long mine = static_cast<unsigned long long>(a.epoch) << 32;
   unsigned long long seen = atomicCAS(a.tile_counter, 0ull, mine);
@@ -543,28 +547,24 @@ __device__ __forceinline__ void take_claim(const Args& a) {
     if ((seen = atomicCAS(a.tile_counter, was, mine)) == was) break;
   }
 }
-// A take once the word is claimed: the next tile (gridDim.x + relative).
-__device__ __forceinline__ int take_add(const Args& a) {
-  const uint32_t rel = static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull));
-  if (rel == static_cast<uint32_t>(a.num_tiles) - 1u) atomicExch(a.tile_counter, 0ull);  // the launch's last take
-  return int(gridDim.x) + int(rel);
-}
 // The block-sparse scheduler's take in two halves, so the round trip hides behind a schedule's build (issued before it,
 // resolved after): take_issue asks and keeps 32 bits of the answer -- the relative index, or kTakeClaim where a first
-// take found the word not yet claimed for this launch (not 0: a claim by this take's compare-and-swap) -- and
-// take_resolve returns the next tile.
+// take's compare-and-swap found the word not 0 (claimed by another CTA, or not yet for this launch) -- and take_resolve
+// returns the next tile.
 constexpr uint32_t kTakeClaim = 0xffffffffu;
 __device__ __forceinline__ uint32_t take_issue(const Args& a, bool first) {
   if (first) return atomicCAS(a.tile_counter, 0ull, (static_cast<unsigned long long>(a.epoch) << 32) | 1ull) == 0 ? 0u : kTakeClaim;
   return static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull));
 }
+// A take's relative index as the next tile, the word reset by the launch's last take.
+__device__ __forceinline__ int take_done(const Args& a, uint32_t rel) {
+  if (rel == static_cast<uint32_t>(a.num_tiles) - 1u) atomicExch(a.tile_counter, 0ull);
+  return int(gridDim.x) + int(rel);
+}
 __device__ __forceinline__ int take_resolve(const Args& a, uint32_t got) {
-  if (got != kTakeClaim) {
-    if (got == static_cast<uint32_t>(a.num_tiles) - 1u) atomicExch(a.tile_counter, 0ull);  // the launch's last take
-    return int(gridDim.x) + int(got);
-  }
+  if (got != kTakeClaim) return take_done(a, got);
   take_claim(a);
-  return take_add(a);
+  return take_done(a, static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull)));
 }
 
 // ---- Work items of the dense kernels: whole tiles and the split last round's pieces (shapes.h, TailSplit) ----------
@@ -1734,10 +1734,8 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     smem_bytes += sparse_extra_bytes(p.seqlen_k, K::kBlockN, p.has_block_mask ? p.block_mask.block_n : K::kBlockN, K::kRings);  // supports() bounded it
   }
   if (dynamic_tiles(p.has_block_mask, p.window_left, p.window_right) && p.workspace != nullptr) {
-    // The tile counter: a 64-bit word at the workspace's first 8-byte boundary. The block-sparse kernels claim it for
-    // this launch's epoch (take_issue), so nothing zeroes it in the stream ahead of them. The dense ones count on its
-    // low 32 bits, zeroed here in stream order: their producer thread has 24 registers, and every form of the claim
-    // there made ptxas spill more of them (session 52: d64 dense 4k 1.8% slower with a taker thread).
+    // The tile counter: a 64-bit word at the workspace's first 8-byte boundary, which the kernel claims for this
+    // launch's epoch (take_claim), so nothing zeroes it in the stream ahead of the kernel.
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 7) & ~uintptr_t{7};
     args.tile_counter = reinterpret_cast<unsigned long long*>(at);
     args.epoch = next_tile_epoch();

@@ -28,10 +28,9 @@ struct Args {
   unsigned long long* profile;  // Traits::kProfile only (dev/sm90_dev.cu): phase cycle counters, else null
   int32_t l2_group;      // causal-like order: (batch, head) pairs per group whose K and V fit in L2 together
   int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)
-  unsigned long long* tile_counter;  // dynamic order (causal-like and block-sparse masks), in the workspace: the tiles
-                         // handed out past the first gridDim.x (block-sparse: with the launch's epoch, fwd_kernel.cuh
-                         // take_issue; dense: in the low 32 bits, zeroed by launch). nullptr: static
-  uint32_t epoch;        // block-sparse, dynamic order: this launch's, never 0 nor below 2^16 (next_tile_epoch)
+  unsigned long long* tile_counter;  // dynamic order (causal-like and block-sparse masks), in the workspace: the
+                         // launch's epoch and the tiles it handed out (fwd_kernel.cuh, take_claim). nullptr: static
+  uint32_t epoch;        // dynamic order: this launch's, never 0 nor below 2^16 (next_tile_epoch)
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)

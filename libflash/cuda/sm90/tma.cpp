@@ -34,7 +34,7 @@ uint32_t next_tile_epoch() {
   }()};
   uint32_t e = 0;
   do e = next.fetch_add(1u, std::memory_order_relaxed);
-  while (e < 0x10000u);
+  while (e < 0x10000u || e >= 0xffff0000u);
   return e;
 }
 

@@ -30,16 +30,17 @@ struct Args {
   int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)
   unsigned long long* tile_counter;  // dynamic order (causal-like and block-sparse masks), in the workspace: the
                          // launch's epoch and the tiles it handed out (fwd_kernel.cuh, take_claim). nullptr: static
-  uint32_t epoch;        // dynamic order: this launch's, never 0 nor below 2^16 (next_tile_epoch)
+  uint32_t epoch;        // dynamic order: this launch's (next_tile_epoch)
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
 };
 
-// A launch's epoch for the dynamic order's counter (Args::epoch; fwd_kernel.cuh, take_issue): a process-wide sequence
-// from a random start, skipping [0, 2^16): 0 is what every launch leaves in the word, and small values are what the
-// tail split's counts (which share the workspace's first bytes) leave there.
+// A launch's epoch for the dynamic order's counter (Args::epoch; fwd_kernel.cuh, take_claim): a process-wide sequence
+// from a random start, skipping [0, 2^16) and [2^32 - 2^16, 2^32): 0 is what every launch leaves in the word, small
+// values are what the tail split's counts (which share the workspace's first bytes) leave there, and all-ones is the
+// usual poison of fresh memory -- so none of those is ever read as a claim.
 uint32_t next_tile_epoch();
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point, so libflash links no libcuda

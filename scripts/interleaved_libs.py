@@ -1,4 +1,4 @@
-"""Two builds of libflash timed against each other, interleaved in one process on the same tensors.
+"""Builds of libflash timed against each other, interleaved in one process on the same tensors.
 
     PYTHONPATH=bindings/python:scripts LIBFLASH_PATH=build-new/libflash.so \
         python3 scripts/interleaved_libs.py --base [NAME=]build-old/libflash.so [--base ...] [--reps 40] [--problems ...]
@@ -6,14 +6,16 @@
 
 Why: a change to the launch path (session 52: the dynamic order's counter without its memset) changes what happens on
 the GPU's timeline around the kernel, which sm90_dev (it launches the kernels itself) does not see. Here the binding's
-flash_fwd is swapped for the base build's (the same ABI) on alternate calls, each call timed as
+flash_fwd is swapped for another build's (the same ABI) call by call, each call timed as
 scripts/interleaved_masks.py times one (interleave.time_rounds: a 256 MB write before each call, a sleep kernel while
 Python launches it, each timed call right after an untimed one of the same build).
 
 Problems (--problems, comma-separated NAME=d:seqlen:batch:heads:mask): by default issue 7's d64 4k cells (batch 2,
 32 heads: none and block-sparse 128 x 128 maps at .1 / .25 / .5, as interleaved_masks.py builds them) and issue 9's
-causal 1k cells on the standard grid (16384 tokens, 2048 / d heads), with dense d128 1k as a control (its launch path
-did not change). Prints each problem's median ms under both builds and new / base, and issue 7's ratios under each.
+causal 1k cells on the standard grid (16384 tokens, 2048 / d heads), with dense d128 1k as a control (the static order:
+session 52 did not change its launch path). Every build's output must equal new's bit for bit. Prints each problem's
+median ms under every build, each against the first --base (ratio of medians and paired median), and issue 7's ratios
+under each build.
 """
 import argparse
 import ctypes

@@ -671,6 +671,11 @@ const Candidate kCandidates[] = {
     // (128 MB) 1.64 (669 MB); 2k tail 1 1.012-1.016 (302 against 331-353 MB), 8 MB 1.006-1.008; 4k tail 1 1.033, 8 MB 1.017.
     // So production takes a 1-grid tail at d256 1k only (shapes.h causal_tail_grids); the rule before, as the reference:
     {"d256 grp 16MB t2 (s50)", 256, false, run_group<256, 80, 2, 2, 3, 16, 20>},
+    // Session 53 (s53-1): smaller groups again with the 1-grid tail at 1k (s48-3: 12 MB 1% faster; s51-10: 8 MB .992).
+    {"d256 grp 8MB t1", 256, false, run_group<256, 80, 2, 2, 3, 8, 10>},
+    {"d256 grp 6MB t1", 256, false, run_group<256, 80, 2, 2, 3, 6, 10>},
+    {"d256 grp 4MB t1", 256, false, run_group<256, 80, 2, 2, 3, 4, 10>},
+    {"d256 grp 2MB t1", 256, false, run_group<256, 80, 2, 2, 3, 2, 10>},
     // s51-10, with the 1-grid tail: 8 MB groups causal 1k .992, 12 MB 1.001 (60 reps, paired). Not taken: another 1k rule
     // for 0.8%.
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, false>>},

@@ -369,6 +369,11 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
+  // Dev (session 53, sm90_dev's Upward): dense walks go up from the range's first block, so a causal tile's diagonal
+  // block comes last. With the causal order's heads taken one after another (small groups), a head's tiles then start
+  // together and read each K/V block at about the same time: do its DRAM re-reads (d256 causal 1k, ncu s53-2: ~40-55
+  // MB over Q + K + V, all K/V) go? Needs kSkipDiag off (it leaves out the first block).
+  static constexpr bool kDevUpward = false;
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
@@ -388,7 +393,7 @@ struct Traits {
 // measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
 // kSmemWalk (the two-ring consumers, 160 registers): the schedule walked by 32-bit shared addresses from its first
 // entry to its end, read once -- two live values instead of a generic pointer (two) and a position.
-template <int kBlockN, bool kSparse, bool kSmemWalk = false>
+template <int kBlockN, bool kSparse, bool kSmemWalk = false, bool kUp = false>
 struct KeyBlocks {
   int lo, hi, cursor, n_lo;
   const int32_t* sched = nullptr;  // block-sparse: [count, n_0, n_1, ...] in shared memory
@@ -428,7 +433,10 @@ struct KeyBlocks {
 
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
-    if (!kSparse) return cursor >= n_lo ? cursor-- : -1;
+    if (!kSparse) {
+      if constexpr (kUp) return cursor >= n_lo ? n_lo++ : -1;  // (Traits::kDevUpward: cursor is then the top block)
+      return cursor >= n_lo ? cursor-- : -1;
+    }
     if constexpr (kSmemWalk) {
       if (walk == walk_end) return -1;
       int n;
@@ -950,7 +958,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, w.x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
-          KeyBlocks<kBlockN, false> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr, K::kOStageInRing);
+          KeyBlocks<kBlockN, false, false, K::kDevUpward> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr,
+                                                             K::kOStageInRing);
           if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads. The dynamic order
           // (take_claim): a CTA's second tile is the static order's (tile_of(1), round 1 backwards: the longest first
@@ -1122,7 +1131,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         owed_turns = c_max - c_own;
         owed_lone = c_own == 0 && c_max > 0;
       }
-      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings> blocks(p, max(q_begin, 0), q_end,
+      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings, K::kDevUpward> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
       if (work.slot >= 0) blocks.clip(work.n_begin, work.n_end);

@@ -158,6 +158,14 @@ int32_t run_group(const FwdParams& p) {
   opt.tail_grids = TAIL_TENTHS / 10.0;
   return flash::sm90::launch<flash::sm90::Traits<D, BN, ST, DType::BF16, false, WG, 0, TMA_STORE>>(p, opt);
 }
+// The same over a Traits class (a mixin's).
+template <class K, int MB, int TAIL_TENTHS>
+int32_t run_group_k(const FwdParams& p) {
+  flash::sm90::LaunchOptions opt;
+  opt.l2_budget_mb = MB;
+  opt.tail_grids = TAIL_TENTHS / 10.0;
+  return flash::sm90::launch<K>(p, opt);
+}
 // Without a workspace: no tile counter, so no memset before the launch and the static tile order even for causal and
 // block-sparse masks (what a caller gets who passes none: libflash then allocates one, so this is for measuring only).
 template <int D, int BN, int ST, int WG, int TMA_STORE, bool SPARSE = false>
@@ -324,6 +332,12 @@ struct HalfDiag : T {
 template <class T, bool ON = true>
 struct SkipDiag : T {
   static constexpr bool kSkipDiag = ON;
+};
+// Dense walks upwards (Traits::kDevUpward; session 53), the diagonal block last. kSkipDiag off.
+template <class T>
+struct Upward : T {
+  static constexpr bool kDevUpward = true;
+  static constexpr bool kSkipDiag = false;
 };
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
@@ -676,6 +690,13 @@ const Candidate kCandidates[] = {
     {"d256 grp 6MB t1", 256, false, run_group<256, 80, 2, 2, 3, 6, 10>},
     {"d256 grp 4MB t1", 256, false, run_group<256, 80, 2, 2, 3, 4, 10>},
     {"d256 grp 2MB t1", 256, false, run_group<256, 80, 2, 2, 3, 2, 10>},
+    // Session 53 (s53-5): the walk upwards (a head's tiles read each K/V block together when its tiles start together):
+    // with production's groups, with heads one after another (1 and 2 MB), and the same orders downwards without
+    // kSkipDiag (what the upward walk gives up).
+    {"d256 up", 256, false, run_k<Upward<Tr<256, 80, 2, 2, 3>>>},
+    {"d256 up grp 1MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 1, 10>},
+    {"d256 up grp 2MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 2, 10>},
+    {"d256 noskip grp 1MB t1", 256, false, run_group_k<SkipDiag<Tr<256, 80, 2, 2, 3>, false>, 1, 10>},
     // s51-10, with the 1-grid tail: 8 MB groups causal 1k .992, 12 MB 1.001 (60 reps, paired). Not taken: another 1k rule
     // for 0.8%.
     {"d256 no skip diag", 256, false, run_k<SkipDiag<Tr<256, 80, 2, 2, 3>, false>>},

@@ -1135,6 +1135,19 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
       if (work.slot >= 0) blocks.clip(work.n_begin, work.n_end);
+      // Traits::kDevUpward: a warpgroup whose rows see none of the walk's last block (the diagonal one; at d256 causal
+      // 1k warpgroup 0 in 7 of a head's 8 tiles) leaves it out, kSkipDiag's idea at the other end: its walk stops a block
+      // early, and after the drain it hands the block's slots back and takes the turn its last P V would have taken.
+      [[maybe_unused]] bool skip_top = false;
+      if constexpr (K::kDevUpward && !K::kSparse) {
+        const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
+        int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+        hi = min(hi, int64_t(p.seqlen_k));
+        if (blocks.cursor > blocks.n_lo && hi <= int64_t(blocks.cursor) * kBlockN) {
+          skip_top = true;
+          blocks.cursor -= 1;
+        }
+      }
 
       float acc_o[K::kORegs];
 #pragma unroll
@@ -1472,6 +1485,22 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (wg == 1) named_arrive(7, 256);
           s_last = s_prev;
         }
+        if constexpr (K::kDevUpward && !K::kSparse)
+          if (skip_top) {
+            // The left-out block (ring position it): its K and V slots back once filled, and its P V's turn, empty.
+            const int s = slot_of(it);
+            const uint32_t ph = phase_of(it);
+            mbar_wait(k_full(s), ph);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(k_empty(s));
+            mbar_wait(v_full(s), ph);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(v_empty(s));
+            take_turn();
+            pass_turn();
+            if constexpr (K::kOStageInRing) s_last = s;  // the tile's last block: where this warpgroup stages its O
+            ++it;
+          }
         lap(Prof::kDrain);
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i

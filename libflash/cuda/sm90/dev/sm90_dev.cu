@@ -696,6 +696,7 @@ const Candidate kCandidates[] = {
     {"d256 up", 256, false, run_k<Upward<Tr<256, 80, 2, 2, 3>>>},
     {"d256 up grp 1MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 1, 10>},
     {"d256 up grp 2MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 2, 10>},
+    {"d256 up grp 4MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 4, 10>},
     {"d256 noskip grp 1MB t1", 256, false, run_group_k<SkipDiag<Tr<256, 80, 2, 2, 3>, false>, 1, 10>},
     // s51-10, with the 1-grid tail: 8 MB groups causal 1k .992, 12 MB 1.001 (60 reps, paired). Not taken: another 1k rule
     // for 0.8%.

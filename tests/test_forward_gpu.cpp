@@ -788,19 +788,25 @@ TEST(GpuSmallGrid, Sm90D64CausalTopRows) {
   }
 }
 
-// d256 causal on a persistent grid of 2 CTAs, each taking eight tiles: in most, warpgroup 0 sees none of the tile's
-// first (diagonal) 80-key block and hands its K and V slots back unread (fwd_kernel.cuh Traits::kSkipDiag), so the ring's
-// phases run on across tiles with one warpgroup's arrivals early -- small enough for the sanitizers (device-sm90.sh
-// sanitize-f). 1000 rows bottom-right, and 1000 top-left with 37 keys more (GQA).
+// d256 causal on a persistent grid of 2 CTAs, each taking eight tiles or more. d256 causal walks its key blocks upwards
+// (shapes.h use_upward_kernel, fwd_kernel.cuh Traits::kUpward): in most tiles warpgroup 0 sees none of the last
+// (diagonal) 80-key block and hands its K and V slots back unread after its drain, with an empty turn, so the ring's
+// phases run on across tiles with one warpgroup's arrivals out of step (Traits::kSkipDiag did the same at the first
+// block when the walk went down) -- small enough for the sanitizers (device-sm90.sh sanitize-f). 1000 rows bottom-right;
+// 1000 top-left with 37 keys more (GQA); a right extension of 37 keys (window (-1, 37)) over 700 rows and 1900 keys; and
+// 1000 rows over 600 keys, whose first 400 rows see none (O = 0, LSE = -inf).
 TEST(GpuSmallGrid, Sm90D256CausalSkip) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  ASSERT_TRUE(flash::sm90::use_upward_kernel(256, false, -1, 0));
   const ScopedMaxCtas env("2");
   std::mt19937_64 rng(base_seed() ^ 0x5d1a);
-  for (int n = 0; n < 2; ++n) {
+  for (int n = 0; n < 4; ++n) {
     CaseSpec s;
     s.batch = 1, s.heads_q = 2, s.heads_kv = n == 1 ? 1 : 2, s.seqlen_q = 1000, s.seqlen_k = 1000 + 37 * n, s.head_dim = 256;
     s.mask.causal = 1;
     if (n == 1) s.mask.alignment = FLASH_ALIGN_TOP_LEFT;
+    if (n == 2) s.mask.causal = 0, s.mask.window_right = 37, s.seqlen_q = 700, s.seqlen_k = 1900;
+    if (n == 3) s.seqlen_k = 600;
     s.dtype = n % 2 ? FLASH_DTYPE_FP16 : FLASH_DTYPE_BF16;
     expect_sm90_ok(s, rng);
   }

@@ -67,7 +67,7 @@ void check_order(int64_t num_bh, int num_m_blocks, int grid, int64_t kv_bytes, i
 
 TEST(Sm90CausalOrder, StandardGridShapes) {
   // H100 (132 SMs, 50 MB of L2) on the standard grid: d64 192-row tiles with half of L2, d128 / d256 128-row tiles
-  // with a third; batch * seqlen = 16k, heads 2048 / d.
+  // with a third (d256 1k, walked upwards: two heads); batch * seqlen = 16k, heads 2048 / d.
   const int64_t l2 = 50 << 20;
   for (int n : {512, 1024, 2048, 4096, 8192, 16384})
     for (int d : {64, 128, 256}) {
@@ -75,7 +75,9 @@ TEST(Sm90CausalOrder, StandardGridShapes) {
       const int64_t num_bh = int64_t(16384 / n) * (2048 / d);
       const int m_blocks = (n + block_m - 1) / block_m;
       const int grid = int(std::min<int64_t>(num_bh * m_blocks, 132));
-      check_order(num_bh, m_blocks, grid, int64_t(n) * d * 4, d == 64 ? l2 / 2 : l2 / 3,
+      const int64_t kv = int64_t(n) * d * 4;
+      const bool up = flash::sm90::use_upward_kernel(d, false, -1, 0);
+      check_order(num_bh, m_blocks, grid, kv, flash::sm90::causal_l2_budget(d, m_blocks, up, kv, l2),
                   flash::sm90::causal_tail_grids(d, m_blocks));
     }
 }
@@ -95,6 +97,34 @@ TEST(Sm90CausalOrder, TailGrids) {
                                                                causal_tail_grids(256, 8));
   EXPECT_EQ(o.group, 16);
   EXPECT_EQ(128 - o.full_groups * o.group, 32);
+}
+
+// Which masks walk their key blocks upwards (shapes.h use_upward_kernel, perf-log v82): d256 with a right edge and no
+// left edge (causal, causal with a right extension), never a block mask, never dense or a window with a left edge, never
+// another head dim. And the causal order's budget (causal_l2_budget): two heads' K and V for the upward walk with at most 8
+// query blocks a head, else a third of L2 (d64: half).
+TEST(Sm90CausalOrder, UpwardWalkAndBudget) {
+  using flash::sm90::causal_l2_budget;
+  using flash::sm90::use_upward_kernel;
+  EXPECT_TRUE(use_upward_kernel(256, false, -1, 0));
+  EXPECT_TRUE(use_upward_kernel(256, false, -1, 37));
+  EXPECT_FALSE(use_upward_kernel(256, true, -1, 0));
+  EXPECT_FALSE(use_upward_kernel(256, false, -1, -1));
+  EXPECT_FALSE(use_upward_kernel(256, false, 256, 0));
+  EXPECT_FALSE(use_upward_kernel(128, false, -1, 0));
+  EXPECT_FALSE(use_upward_kernel(64, false, -1, 0));
+  const int64_t l2 = 50 << 20, kv = 1 << 20;
+  EXPECT_EQ(causal_l2_budget(256, 8, true, kv, l2), 2 * kv);
+  EXPECT_EQ(causal_l2_budget(256, 1, true, kv, l2), 2 * kv);
+  EXPECT_EQ(causal_l2_budget(256, 9, true, kv, l2), l2 / 3);
+  EXPECT_EQ(causal_l2_budget(256, 8, false, kv, l2), l2 / 3);
+  EXPECT_EQ(causal_l2_budget(128, 8, false, kv, l2), l2 / 3);
+  EXPECT_EQ(causal_l2_budget(64, 6, false, kv, l2), l2 / 2);
+  // d256 1k on 132 CTAs: groups of two pairs, and the 1-grid last group (17 pairs wanted) of 18.
+  const flash::sm90::CausalOrder o = flash::sm90::causal_order(128, 8, 132, kv, causal_l2_budget(256, 8, true, kv, l2),
+                                                               flash::sm90::causal_tail_grids(256, 8));
+  EXPECT_EQ(o.group, 2);
+  EXPECT_EQ(128 - o.full_groups * o.group, 18);
 }
 
 TEST(Sm90CausalOrder, RandomShapes) {

@@ -369,11 +369,13 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
-  // Dev (session 53, sm90_dev's Upward): dense walks go up from the range's first block, so a causal tile's diagonal
-  // block comes last. With the causal order's heads taken one after another (small groups), a head's tiles then start
-  // together and read each K/V block at about the same time: do its DRAM re-reads (d256 causal 1k, ncu s53-2: ~40-55
-  // MB over Q + K + V, all K/V) go? Needs kSkipDiag off (it leaves out the first block).
-  static constexpr bool kDevUpward = false;
+  // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
+  // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
+  // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
+  // at about the same time: d256 causal 1k read 245 MB from DRAM walking down (Q + K + V is 192), 227 walking up (ncu
+  // s53-6). A warpgroup whose rows see none of the last block leaves it out (kSkipDiag's idea at the other end; kSkipDiag,
+  // which leaves out the first block, is off).
+  static constexpr bool kUpward = false;
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
@@ -434,7 +436,7 @@ struct KeyBlocks {
   // Next key block (in units of kBlockN), or -1 when done.
   __device__ __forceinline__ int next() {
     if (!kSparse) {
-      if constexpr (kUp) return cursor >= n_lo ? n_lo++ : -1;  // (Traits::kDevUpward: cursor is then the top block)
+      if constexpr (kUp) return cursor >= n_lo ? n_lo++ : -1;  // (Traits::kUpward: cursor is then the top block)
       return cursor >= n_lo ? cursor-- : -1;
     }
     if constexpr (kSmemWalk) {
@@ -958,7 +960,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, w.x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;  // < 0 in the first tile when shifted
           const int h_kv = tile.h / p.head_ratio;
-          KeyBlocks<kBlockN, false, false, K::kDevUpward> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr,
+          KeyBlocks<kBlockN, false, false, K::kUpward> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), nullptr,
                                                              K::kOStageInRing);
           if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
           // The next tile, asked for now so the atomic's latency hides behind this tile's K/V loads. The dynamic order
@@ -1131,15 +1133,17 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         owed_turns = c_max - c_own;
         owed_lone = c_own == 0 && c_max > 0;
       }
-      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings, K::kDevUpward> blocks(p, max(q_begin, 0), q_end,
+      KeyBlocks<kBlockN, K::kSparse, K::kTwoRings, K::kUpward> blocks(p, max(q_begin, 0), q_end,
                                             sched_base + ((tile_iter & 1) * K::kRings + ring) * args.sched_stride,
                                             K::kOStageInRing);
       if (work.slot >= 0) blocks.clip(work.n_begin, work.n_end);
-      // Traits::kDevUpward: a warpgroup whose rows see none of the walk's last block (the diagonal one; at d256 causal
-      // 1k warpgroup 0 in 7 of a head's 8 tiles) leaves it out, kSkipDiag's idea at the other end: its walk stops a block
-      // early, and after the drain it hands the block's slots back and takes the turn its last P V would have taken.
+      // Traits::kUpward: a warpgroup whose rows see none of the walk's last block (the diagonal one; at d256 causal 1k
+      // warpgroup 0 in 7 of a head's 8 tiles) leaves it out, kSkipDiag's idea at the other end: its walk stops a block
+      // early, and after the drain it hands the block's slots back and takes the turn its last P V would have taken (its
+      // S_j took the turn of the left-out block's S with P_{j-1} V_{j-1}, as the drain's). Under masks with a right edge
+      // only the first warpgroup's rows can end a block earlier than the second's.
       [[maybe_unused]] bool skip_top = false;
-      if constexpr (K::kDevUpward && !K::kSparse) {
+      if constexpr (K::kUpward && !K::kSparse) {
         const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
         int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
         hi = min(hi, int64_t(p.seqlen_k));
@@ -1485,7 +1489,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (wg == 1) named_arrive(7, 256);
           s_last = s_prev;
         }
-        if constexpr (K::kDevUpward && !K::kSparse)
+        if constexpr (K::kUpward && !K::kSparse)
           if (skip_top) {
             // The left-out block (ring position it): its K and V slots back once filled, and its P V's turn, empty.
             const int s = slot_of(it);
@@ -1787,10 +1791,12 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
     // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
     // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30), 1 x
-    // at d256 1k (shapes.h causal_tail_grids, perf-log v79).
+    // at d256 1k (shapes.h causal_tail_grids, perf-log v79); groups of two heads at d256 1k walking upwards (shapes.h
+    // causal_l2_budget, perf-log v82).
     const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
     const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20 : l2 / (p.head_dim <= 64 ? 2 : 3);
+    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20
+                                                : causal_l2_budget(p.head_dim, args.num_m_blocks, K::kUpward, kv_bytes, l2);
     const double tail_grids = opt.tail_grids > 0 ? opt.tail_grids : causal_tail_grids(p.head_dim, args.num_m_blocks);
     const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, tail_grids);
     args.l2_group = order.group;
@@ -1842,6 +1848,13 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   return cuda::check_launch("sm90 fwd kernel");
 }
 
+// Traits::kUpward on a production instantiation (kSkipDiag off: it leaves out the first block, the upward walk's last).
+template <class T>
+struct Upward : T {
+  static constexpr bool kUpward = true;
+  static constexpr bool kSkipDiag = false;
+};
+
 template <int kHeadDim, bool kSparse, DType kDType>
 int32_t launch_fwd(const FwdParams& p, const Rows& rows);
 template <DType kDType>
@@ -1854,6 +1867,8 @@ template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p, const Rows& rows);
+template <int kHeadDim, DType kDType>
+int32_t launch_fwd_up(const FwdParams& p);
 
 // The instantiations for long key ranges (>= 8192 keys: the d128 192-key ones; d256's, split or not, by its Traits
 // default since v51) probe a block's K/V barriers a block early (Traits::kEarlyProbe; perf-log v44): sm90_dev s24-2, against the same kernels
@@ -1884,6 +1899,14 @@ struct SfuTurnsOn : T {
     flash::sm90::LaunchOptions opt;                                                                      \
     opt.rows = rows;                                                                                     \
     return launch<flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, SPARSE, s.consumers, 0, s.store_o>>(p, opt); \
+  }
+// The causal walk upwards (shapes.h, use_upward_kernel): FLASH_SM90_INSTANTIATE_UP(256, BF16).
+#define FLASH_SM90_INSTANTIATE_UP(D, DTYPE)                                                              \
+  template <>                                                                                            \
+  int32_t flash::sm90::launch_fwd_up<D, flash::DType::DTYPE>(const flash::FwdParams& p) {                 \
+    constexpr flash::sm90::Shape s = flash::sm90::shape_for(D);                                          \
+    return launch<flash::sm90::Upward<                                                                   \
+        flash::sm90::Traits<D, s.block_n, s.stages, flash::DType::DTYPE, false, s.consumers, 0, s.store_o>>>(p, {}); \
   }
 // d64 dense's second kernel (shapes.h, kRowsShape, d64_split_rows): FLASH_SM90_INSTANTIATE_ROWS(BF16).
 #define FLASH_SM90_INSTANTIATE_ROWS(DTYPE)                                                               \

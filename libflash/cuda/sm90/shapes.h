@@ -263,6 +263,22 @@ inline CausalOrder causal_order(int64_t num_bh, int num_m_blocks, int grid, int6
 // read 288 -> 250 MB under ncu; at 2k 35 MB fewer but 1.2% slower, at 4k 3% slower, d128 1k-4k 0.3-2.3% slower).
 inline double causal_tail_grids(int head_dim, int num_m_blocks) { return head_dim == 256 && num_m_blocks <= 8 ? 1.0 : 2.0; }
 
+// d256 masks with a right edge and no left edge (causal; the dynamic order, no block mask) walk their key blocks upwards
+// (fwd_kernel.cuh, Traits::kUpward; perf-log v82): sm90_dev s53-6, paired against the downward walk, causal 1k .98 (with
+// causal_l2_budget's groups of two heads), 2k .994, 4k .993; dense was 0.4-1.5% slower upwards, so it stays down.
+inline bool use_upward_kernel(int head_dim, bool has_block_mask, int64_t window_left, int64_t window_right) {
+  return head_dim == 256 && !has_block_mask && dynamic_tiles(false, window_left, window_right);
+}
+
+// The causal order's L2 budget (causal_order): a third of L2 (d64: half; perf-log v30), but two heads' K and V where the
+// upward walk's heads have at most 8 query blocks (d256 1k): taken one group after another, a head's tiles then start
+// together and read each K/V block at about the same time (ncu s53-6, causal 1k: 227 MB read from DRAM against 267 with
+// the third of L2; paired .982 against 1.000, and 1 / 4 MB .983 / .981). At 2k-4k small groups were 2-6% slower.
+inline int64_t causal_l2_budget(int head_dim, int num_m_blocks, bool upward, int64_t kv_bytes, int64_t l2_bytes) {
+  if (upward && num_m_blocks <= 8) return 2 * kv_bytes;
+  return l2_bytes / (head_dim <= 64 ? 2 : 3);
+}
+
 // The query rows one launch covers, and its part in a programmatic dependent launch (PDL): launch (fwd_kernel.cuh) tiles
 // rows [begin, end) from `begin` (end -1: to seqlen_q). kPdlPrimary: the kernel lets its dependent launch start as soon
 // as all its CTAs are running (griddepcontrol.launch_dependents), so the dependent's CTAs take the SMs its CTAs leave;

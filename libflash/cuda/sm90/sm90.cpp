@@ -26,6 +26,8 @@ template <DType kDType, bool kSplit>
 int32_t launch_fwd_long(const FwdParams& p);
 template <int kHeadDim, DType kDType>
 int32_t launch_fwd_split(const FwdParams& p, const Rows& rows = {});
+template <int kHeadDim, DType kDType>
+int32_t launch_fwd_up(const FwdParams& p);
 template <DType kDType>
 int32_t launch_top_rows(const FwdParams& p);  // top_rows.cuh
 
@@ -170,6 +172,8 @@ int32_t fwd(const FwdParams& p) {
   if (const int64_t rows_a = d64_split_rows(p); !sparse && rows_a >= 0) return fwd_d64_split(p, rows_a);
   if (const int64_t r = d64_causal_top_rows(p); !sparse && r > 0) return fwd_d64_causal_top(p, r);
   if (const TailSplit t = sparse ? TailSplit{} : pair_for(p); t.units > 0) return fwd_d128_pair(p, t);
+  if (!sparse && use_upward_kernel(p.head_dim, p.has_block_mask, p.window_left, p.window_right))
+    return bf16 ? launch_fwd_up<256, DType::BF16>(p) : launch_fwd_up<256, DType::FP16>(p);
   switch (p.head_dim) {
     case 64: return sparse ? fwd_dim<64, true>(p) : fwd_dim<64, false>(p);
     case 128:

@@ -333,12 +333,8 @@ template <class T, bool ON = true>
 struct SkipDiag : T {
   static constexpr bool kSkipDiag = ON;
 };
-// Dense walks upwards (Traits::kDevUpward; session 53), the diagonal block last. kSkipDiag off.
-template <class T>
-struct Upward : T {
-  static constexpr bool kDevUpward = true;
-  static constexpr bool kSkipDiag = false;
-};
+// Dense walks upwards (Traits::kUpward; session 53): fwd_kernel.cuh's Upward mixin.
+using flash::sm90::Upward;
 // The two-ring kernel's warpgroups without turns (session 41's production; Traits::kRingTurns off, the clock pin on).
 template <class T>
 struct FreeRings : T {
@@ -690,9 +686,14 @@ const Candidate kCandidates[] = {
     {"d256 grp 6MB t1", 256, false, run_group<256, 80, 2, 2, 3, 6, 10>},
     {"d256 grp 4MB t1", 256, false, run_group<256, 80, 2, 2, 3, 4, 10>},
     {"d256 grp 2MB t1", 256, false, run_group<256, 80, 2, 2, 3, 2, 10>},
-    // Session 53 (s53-5): the walk upwards (a head's tiles read each K/V block together when its tiles start together):
-    // with production's groups, with heads one after another (1 and 2 MB), and the same orders downwards without
-    // kSkipDiag (what the upward walk gives up).
+    // Session 53 (s53-5, s53-6; perf-log v82): the walk upwards (a head's tiles read each K/V block together when its
+    // tiles start together), with production's groups (a third of L2) and with heads one after another (1-4 MB): s53-5
+    // without the last block left out, causal 1k 1.013 / 1.001 / .995 (production's groups / 1 / 2 MB; DRAM 260 / 224 /
+    // 227 MB against 248), 2k 1.016 / 1.038 / 1.044; downwards without kSkipDiag, 1 MB 1.043 (245 MB), production's
+    // groups 1.020. s53-6, leaving it out: 1k .997 / .983 / .982 / .981 (4 MB; DRAM 268 / 227 / 228 / 241 MB against
+    // 245), 2k .994 / 1.019 / 1.027 / 1.021, 4k .993 / 1.053 / 1.058 / 1.059; dense 0.4-1.5% slower. Production since
+    // v82 for d256 causal, with two heads' groups at 1k (shapes.h use_upward_kernel, causal_l2_budget): "d256 up" below
+    // is the production choice.
     {"d256 up", 256, false, run_k<Upward<Tr<256, 80, 2, 2, 3>>>},
     {"d256 up grp 1MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 1, 10>},
     {"d256 up grp 2MB t1", 256, false, run_group_k<Upward<Tr<256, 80, 2, 2, 3>>, 2, 10>},

@@ -346,7 +346,8 @@ struct Traits {
   // of the kernel, C7511 / C7512 and spills); P_0 V_0 on half V_0's rows (a branch at the loop's P V issue: 1-5%
   // slower, C7519).
   static constexpr int kHalfDiag = !kSparse_ && kConsumers_ == 3 ? 2 : 0;
-  // kSkipDiag (session 51): a warpgroup whose 64 rows see no key of the tile's first block (the diagonal one, when the
+  // kSkipDiag (session 51; at d256 for windows with a left edge since v82, causal walking up with kUpward's own end skip):
+  // a warpgroup whose 64 rows see no key of the tile's first block (the diagonal one, when the
   // tile's key end lies past its rows' -- at d256 causal 1k warpgroup 0 in 7 of a head's 8 tiles, where 128-row tiles end
   // 16-64 keys into an 80-key block; at d64 7 of a 1k head's 15 warpgroup prologues) leaves that block out: it waits
   // for the block's K and V only to hand their slots back, takes the turns (products' and SFU's) the block's S and
@@ -391,8 +392,9 @@ struct Traits {
 // counted once, out-of-range indices skipped), split into block_n / kBlockN key blocks, clipped to the
 // window, descending. (The d64 windows that run on the block-sparse instantiation, shapes.h use_listed_kernel, have
 // no block mask: their schedule lists every block of the range.) Producer and consumers each walk their own KeyBlocks over the same range/schedule.
-// (Walking dense tiles upwards, so a causal tile's masked diagonal blocks come last, in the overlapped loop,
-// measured the same: perf-log v17. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
+// kUp (Traits::kUpward, d256 causal since v82): dense walks from the range's first block up, the diagonal blocks last.
+// (Under session 16's order of large groups it measured the same, v17; with a head's tiles handed out together it cuts
+// d256 causal's DRAM re-reads, v82. Issuing the next tile's S_0 in this tile's last turn: slower, v18.)
 // kSmemWalk (the two-ring consumers, 160 registers): the schedule walked by 32-bit shared addresses from its first
 // entry to its end, read once -- two live values instead of a generic pointer (two) and a position.
 template <int kBlockN, bool kSparse, bool kSmemWalk = false, bool kUp = false>

@@ -156,7 +156,8 @@ int32_t fwd_d128_pair(const FwdParams& p, const TailSplit& t) {
 int32_t fwd(const FwdParams& p) {
   if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return FLASH_OK;
   // Block-sparse masks, and the d64 problems whose tiles see few key blocks, run on the block-sparse instantiation;
-  // d64 masks of 128-row blocks on its two-ring form, d128 long key ranges on 192-key blocks (shapes.h). (supports()
+  // d64 masks of 128-row blocks on its two-ring form, d128 long key ranges on 192-key blocks, d256 causal-like masks on
+  // the instantiation that walks its key blocks upwards (shapes.h use_upward_kernel). (supports()
   // checked the two-warpgroup kernel's shared memory, which the two-ring one exceeds: use_two_rings checks its own.)
   const int64_t smem_limit = cuda::shared_mem_per_block_optin(p.device_id);
   if (use_two_rings(p, smem_limit))

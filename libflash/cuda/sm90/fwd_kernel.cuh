@@ -1144,12 +1144,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // early, and after the drain it hands the block's slots back and takes the turn its last P V would have taken (its
       // S_j took the turn of the left-out block's S with P_{j-1} V_{j-1}, as the drain's). Under masks with a right edge
       // only the first warpgroup's rows can end a block earlier than the second's.
+      // The key end (exclusive) this warpgroup's rows can see at most: their last row's right edge.
+      [[maybe_unused]] auto wg_key_end = [&]() {
+        const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
+        const int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+        return min(hi, int64_t(p.seqlen_k));
+      };
       [[maybe_unused]] bool skip_top = false;
       if constexpr (K::kUpward && !K::kSparse) {
-        const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
-        int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
-        hi = min(hi, int64_t(p.seqlen_k));
-        if (blocks.cursor > blocks.n_lo && hi <= int64_t(blocks.cursor) * kBlockN) {
+        const int64_t key_end = wg_key_end();
+        if (blocks.cursor > blocks.n_lo && key_end <= int64_t(blocks.cursor) * kBlockN) {
           skip_top = true;
           blocks.cursor -= 1;
         }
@@ -1305,12 +1309,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (n >= 0) {
         // kHalfDiag: how many of this first block's (the diagonal one's) columns the rows can see at most -- the tile's
         // (1) or this warpgroup's 64 rows' (2): S_0's mask, softmax and pack then take none, half or all of them.
-        // The columns of block nb this warpgroup's rows can see at most (their right edge: the last row's).
+        // The columns of block nb this warpgroup's rows can see at most.
         [[maybe_unused]] auto wg_vis = [&](int nb) {
-          const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
-          int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
-          hi = min(hi, int64_t(p.seqlen_k));
-          return int(max(min(hi - int64_t(nb) * kBlockN, int64_t(kBlockN)), int64_t(0)));
+          return int(max(min(wg_key_end() - int64_t(nb) * kBlockN, int64_t(kBlockN)), int64_t(0)));
         };
         int vis = kBlockN;
         if constexpr (K::kHalfDiag == 1) vis = blocks.hi - n * kBlockN;

@@ -523,6 +523,31 @@ TEST(Sm90Instantiation, SplitKernelChoice) {
   EXPECT_FALSE(use_split_kernel(p));
 }
 
+// The balanced persistent grid (shapes.h, balanced_grid; session 54): the same number of rounds on the fewest CTAs,
+// from kBalancedMinRounds rounds; fewer rounds, or no more tiles than CTAs, keep the grid.
+TEST(Sm90Grid, BalancedGrid) {
+  using flash::sm90::balanced_grid;
+  EXPECT_EQ(flash::sm90::kBalancedMinRounds, 8);
+  EXPECT_EQ(balanced_grid(2048, 132), 128);  // the standard grid's d128 tiles: 16 rounds either way
+  EXPECT_EQ(balanced_grid(1024, 132), 128);  // d256's, and d128 4k at batch 2: 8 rounds
+  EXPECT_EQ(balanced_grid(1056, 132), 132);  // 8 full rounds: nothing to spread
+  EXPECT_EQ(balanced_grid(1057, 132), 118);  // 9 rounds
+  EXPECT_EQ(balanced_grid(1000, 132), 125);  // 8 rounds, the last 76 tiles
+  EXPECT_EQ(balanced_grid(900, 132), 132);   // 7 rounds: fewer than 8, kept
+  EXPECT_EQ(balanced_grid(100, 132), 132);   // one round (persistent_grid makes it 100)
+  EXPECT_EQ(balanced_grid(50, 6), 6);        // 9 rounds on 6 CTAs (LIBFLASH_SM90_MAX_CTAS): none to spare
+  EXPECT_EQ(balanced_grid(48 * 9, 50), 48);  // 9 rounds of 48 on 50
+  EXPECT_EQ(balanced_grid(2048, 0), 0);
+  for (int64_t tiles : {1057, 2048, 3001, 100000, 1 << 20})
+    for (int grid : {6, 100, 132}) {
+      const int g = balanced_grid(tiles, grid);
+      const int64_t rounds = (tiles + grid - 1) / grid;
+      ASSERT_LE(g, grid);
+      EXPECT_EQ((tiles + g - 1) / g, rounds) << tiles << " tiles on " << grid;  // the same rounds
+      if (rounds >= 8) EXPECT_LT(int64_t(g - 1) * rounds, tiles) << tiles << " tiles on " << grid;  // the fewest CTAs
+    }
+}
+
 // The PDL pair over the static order (shapes.h, pair_split; perf-log v54): dense d128 below kSplitMinKeys, planned on
 // the 128-key split instantiation's blocks with the pair's margin (runs at least 12 blocks shorter than a tile). On the
 // standard grid (132 SMs, 16384 tokens, 16 heads; 2048 tiles, 68 left): 4k (runs of 17 of 32 blocks), not 1k or 2k (5

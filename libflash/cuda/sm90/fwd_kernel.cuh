@@ -1789,22 +1789,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
-  const int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
-  {
-    // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
-    // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
-    // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30), 1 x
-    // at d256 1k (shapes.h causal_tail_grids, perf-log v79); groups of two heads at d256 1k walking upwards (shapes.h
-    // causal_l2_budget, perf-log v82).
-    const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
-    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20
-                                                : causal_l2_budget(p.head_dim, args.num_m_blocks, K::kUpward, kv_bytes, l2);
-    const double tail_grids = opt.tail_grids > 0 ? opt.tail_grids : causal_tail_grids(p.head_dim, args.num_m_blocks);
-    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, tail_grids);
-    args.l2_group = order.group;
-    args.l2_full_groups = order.full_groups;
-  }
+  int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   // A pair's primary or secondary (Rows::pieces) takes the pair's plan, made for the same grid (sm90.cpp, pair_split):
@@ -1821,6 +1806,26 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   } else if (K::kTailSplit && opt.tail_split && !part && tail_split_applies(p) && args.tile_counter == nullptr && p.workspace != nullptr) {
     t = tail_split_for(p, K::kShape, grid);
     if (int64_t(p.workspace_size) < tail_workspace_bytes(t, grid, K::kHeadDim, K::kConsumers)) t = TailSplit{};
+  }
+  // Dense problems with no tail of their own run their rounds on the fewest CTAs that keep their count (shapes.h,
+  // balanced_grid). The tail split and the pair keep one CTA per SM: their plans are made for it.
+  if (t.units == 0 && !pair && !part && opt.rows.pdl == Rows::kNoPdl && !K::kSparse && args.tile_counter == nullptr &&
+      tail_split_applies(p))
+    grid = balanced_grid(tiles, grid);
+  {
+    // The causal order's groups (shapes.h, CausalOrder): K and V of a group within a third of L2 (d64: half; +1.5-2%
+    // at 2k-16k over a third in runs s18-3 and s18-5, where d128 and d256 measured the same or up to 4% slower with
+    // half), and a last group of at least 2 x grid tiles (causal +16% d256 1k, +2-5% d64, +2-7% d128; perf-log v30), 1 x
+    // at d256 1k (shapes.h causal_tail_grids, perf-log v79); groups of two heads at d256 1k walking upwards (shapes.h
+    // causal_l2_budget, perf-log v82).
+    const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
+    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
+    const int64_t budget = opt.l2_budget_mb > 0 ? int64_t(opt.l2_budget_mb) << 20
+                                                : causal_l2_budget(p.head_dim, args.num_m_blocks, K::kUpward, kv_bytes, l2);
+    const double tail_grids = opt.tail_grids > 0 ? opt.tail_grids : causal_tail_grids(p.head_dim, args.num_m_blocks);
+    const CausalOrder order = causal_order(int64_t(p.heads_q) * p.batch, args.num_m_blocks, grid, kv_bytes, budget, tail_grids);
+    args.l2_group = order.group;
+    args.l2_full_groups = order.full_groups;
   }
   if (t.units > 0) {
     const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);

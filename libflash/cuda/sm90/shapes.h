@@ -175,6 +175,21 @@ FLASH_SM90_HD inline int tail_slot(const TailSplit& t, int grid, int c, int tile
 
 // The persistent grid: one CTA per SM (132, an H100's, if the count is unknown), no more than there are tiles.
 inline int persistent_grid(int64_t tiles, int sms) { return int(std::min<int64_t>(tiles, sms > 0 ? sms : 132)); }
+// The same number of rounds on the fewest CTAs: the static order's equal tiles spread evenly over every round, instead
+// of a last round that leaves some SMs idle (launch takes it for dense problems with no tail of their own: no split, no
+// pair, no second kernel for a part of the rows). Equal tiles take ceil(tiles / grid) rounds either way, but the idle
+// SMs then rest through every round rather than the last alone, and the others' rounds run faster for it (session 54,
+// scripts/interleaved_grid.py, three runs: 2048 tiles on 128 CTAs against 132 -- d128 dense 1k .995-.997, 2k
+// .993-.995, d128 4k batch 2 (1024 tiles) .994, d256 dense 1k .988-.992, 2k .989 -- and 124 CTAs, 17 rounds instead
+// of 16, 4.1-4.7% slower where 6.25% more rounds were: a round on fewer SMs is faster). Where a tail handles the last
+// round (d128's pair at 4k, d64 dense's rows kernel) 128 CTAs were 0.6% and 1.6% slower, and the dynamic orders
+// (causal, block-sparse) 1-2.4% slower or the same. Only from kBalancedMinRounds rounds, as measured (8 and 16).
+inline constexpr int64_t kBalancedMinRounds = 8;
+inline int balanced_grid(int64_t tiles, int grid) {
+  if (grid <= 0 || tiles <= grid) return grid;
+  const int64_t rounds = (tiles + grid - 1) / grid;
+  return rounds < kBalancedMinRounds ? grid : int((tiles + rounds - 1) / rounds);
+}
 // A problem's tail split on an instantiation of shape s launched on `grid` CTAs: the one choice the workspace query
 // (sm90.cpp) and launch (fwd_kernel.cuh) both make.
 inline int64_t tiles_of(const FwdParams& p, const Shape& s) {

@@ -605,6 +605,13 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 54 (s54-2, `sm90-s54/candidates/dev-d128-3wg-s54-2.txt`): d128 on three consumer warpgroups (192-row
+    // tiles, 160 registers each), which fits only with narrower key blocks: Tr<128, 64, 4, 3, 2> (64 keys, 4 stages) and
+    // Tr<128, 80, 3, 3, 2> (80 keys, 3 stages), O staged in Q, two Q buffers. ptxas: 0 spills at 64 and 80 keys; 96 spill
+    // 132 B and serialise the wgmmas (C7512), 128 496 B. Paired against production at seqlens of whole 192-row tiles
+    // (SM90_DEV_SEQLENS=1152,2304,4608,16128) and the standard ones: dense 1.16-1.32, causal 1.12-1.32 (bn80 the less
+    // slow: dense 1152 1.21, 16128 1.25). A 64- or 80-key block carries a 128-key block's turn, barriers and row
+    // reductions for half or less of its products. Removed.
     // Session 50 (s50-10): the causal order's zigzag (see d256's) on the 128-key kernel: causal 1k 1.006, 2k .997, 4k .990,
     // 16k .989 (production runs 8k-16k on the 192-key kernel); with a one-grid last group 1.005 / 1.013 / 1.011 / 1.019.
     // Not kept: d128 causal 4k is already 1.08 of cuDNN, and 1k is slower.
@@ -958,8 +965,15 @@ int main(int argc, char** argv) {
   // at three densities, after the dense production kernel of the same head dim on that grid (the ratio's
   // denominator, printed as "time/dense").
   std::vector<Problem> problems;
+  // SM90_DEV_SEQLENS=N,...: the standard grid's seqlens instead of 1k-16k (batch 16384 / N), e.g. multiples of 192 rows
+  // for three-warpgroup candidates without partial tiles (session 54).
+  std::vector<int> seqlens = {1024, 2048, 4096, 8192, 16384};
+  if (const std::vector<std::string> own = env_list("SM90_DEV_SEQLENS"); !own.empty()) {
+    seqlens.clear();
+    for (const std::string& item : own) seqlens.push_back(std::atoi(item.c_str()));
+  }
   for (bool causal : {false, true})
-    for (int n : {1024, 2048, 4096, 8192, 16384})
+    for (int n : seqlens)
       if (n != 8192 || only_d) problems.push_back({0, n, 16384 / n, causal, 0.0});
   // Sliding windows (w, 0) on the standard grid (issue 7: (256, 0) at 16k against causal 16k).
   for (int w : {128, 256, 512, 768, 1024})
@@ -983,7 +997,7 @@ int main(int argc, char** argv) {
     problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch == 2 || (!pr.causal && pr.window < 0 && pr.n > 1024); }),
                    problems.end());
   if (only_d)
-    problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch * pr.n != 16384 || pr.window >= 0 || pr.density > 0; }),
+    problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return pr.batch != 16384 / pr.n || pr.window >= 0 || pr.density > 0; }),
                    problems.end());
   if (causal_only) problems.erase(std::remove_if(problems.begin(), problems.end(), [](const Problem& pr) { return !pr.causal; }), problems.end());
   // An SM90_DEV_PROBLEMS item N:S (problem_item) whose density S is not on the grid (e.g. 4096:1, every key block listed)

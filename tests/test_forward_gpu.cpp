@@ -812,6 +812,34 @@ TEST(GpuSmallGrid, Sm90D256CausalSkip) {
   }
 }
 
+// The balanced grid (shapes.h, balanced_grid; perf-log v83) on a grid of 20 CTAs: dense problems of 152 tiles (8 rounds
+// of 19) run on 19 CTAs, each taking 8 tiles of the static order -- d128 and d256 (128-row tiles: 2 query blocks, the
+// last partial, x 38 heads x 2) and d64 on its three-warpgroup kernel alone (192 rows, a whole tile: no rows kernel).
+// The test asserts that each grid shrinks, so it cannot pass without the balanced launch.
+TEST(GpuSmallGrid, Sm90BalancedGrid) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  const ScopedMaxCtas env("20");
+  std::mt19937_64 rng(base_seed() ^ 0xba1);
+  int n = 0;
+  for (int head_dim : {128, 256, 64}) {
+    CaseSpec s;
+    s.batch = 2, s.heads_q = head_dim == 64 ? 76 : 38, s.heads_kv = n == 1 ? 19 : s.heads_q;
+    s.seqlen_q = head_dim == 64 ? 192 : 250, s.seqlen_k = 333 + 41 * n, s.head_dim = head_dim;
+    s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
+    const flash::sm90::Shape sh = flash::sm90::shape_for(head_dim);
+    const int64_t tiles = (s.seqlen_q + sh.block_m() - 1) / sh.block_m() * s.heads_q * s.batch;
+    ASSERT_EQ(tiles, 152) << s.describe();
+    ASSERT_EQ(flash::sm90::balanced_grid(tiles, 20), 19) << "the grid must shrink: " << s.describe();
+    if (head_dim == 64) {
+      flash::FwdParams fp{};  // (what d64_split_rows reads)
+      fp.head_dim = 64, fp.seqlen_q = int32_t(s.seqlen_q), fp.seqlen_k = int32_t(s.seqlen_k);
+      fp.window_left = fp.window_right = -1;
+      ASSERT_LT(flash::sm90::d64_split_rows(fp), 0) << "one kernel: " << s.describe();
+    }
+    expect_sm90_ok(s, rng);
+  }
+}
+
 // d128 dense on 128-key blocks as a PDL pair (shapes.h, pair_split): the whole rounds on the dense instantiation, the
 // last round's pieces on the split one behind it. On 2 CTAs the pieces' CTAs find free SMs at once and run beside the
 // primary, so their counts must wait for the primary's end (its CTA 0 zeroes them); on 6 they start as the primary's

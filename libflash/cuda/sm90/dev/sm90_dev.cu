@@ -605,6 +605,11 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 54 (s54-8, `sm90-s54/candidates/dev-d128-s3-s54-8.txt`): three K/V stages with O staged in the last block's
+    // ring slots (d256's epilogue, store_o 3) and one Q buffer released after the tile's last S, Tr<128, 128, 3, 2, 3>
+    // (230400 B of shared memory; ptxas 0 spills against production's 16 B), with and without EarlyProbe: paired against
+    // production, dense 1k 1.113 / 1.102, 2k 1.066 / 1.062, 4k 1.036 / 1.030, 16k 1.021 / 1.010; causal 1k 1.093 / 1.099,
+    // 2k-16k 1.015-1.046. The next tile's Q load, exposed again, costs more than the third stage gives. Removed.
     // Session 54 (s54-2, `sm90-s54/candidates/dev-d128-3wg-s54-2.txt`): d128 on three consumer warpgroups (192-row
     // tiles, 160 registers each), which fits only with narrower key blocks: Tr<128, 64, 4, 3, 2> (64 keys, 4 stages) and
     // Tr<128, 80, 3, 3, 2> (80 keys, 3 stages), O staged in Q, two Q buffers. ptxas: 0 spills at 64 and 80 keys; 96 spill

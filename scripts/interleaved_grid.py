@@ -7,10 +7,11 @@ Why (session 54): the standard grid's d128 problems have 2048 equal tiles at eve
 16 rounds whatever the grid between 128 and 136 CTAs. On 128 CTAs every round is full and four SMs rest; on 132 the
 last round runs 68 tiles. Which is faster depends on whether a round's time depends on how many SMs run it (shared L2
 and DRAM bandwidth, the power limit's clock). The grid is set through LIBFLASH_SM90_MAX_CTAS (runtime.h
-persistent_ctas), which the library reads at every call; 0 in --grids means the variable unset (one CTA per SM).
+persistent_ctas), which the library reads at every call; 0 in --grids means the variable unset (one CTA per SM, or,
+since v83, the library's balanced grid where it takes one: shapes.h balanced_grid).
 
-Problems (--problems, comma-separated NAME=d:seqlen:batch:heads:mask) as scripts/interleaved_libs.py's: mask none,
-causal or a block-sparse density (fa-bench's random pattern, 128 x 128 blocks). Every grid's output is compared with
+Problems (--problems, comma-separated NAME=d:seqlen:batch:heads:mask) as scripts/interleaved_libs.py's (its
+problem_inputs): mask none, causal or a block-sparse density (fa-bench's random pattern, 128 x 128 blocks). Every grid's output is compared with
 the first grid's: equal bit for bit where the grid cannot change a tile's summation order, else within 2e-2 (a split
 tile's merge order; printed). Prints each problem's median ms per grid and each grid against the first (ratio of
 medians, paired median), and issue 7's time / dense per grid.
@@ -25,7 +26,7 @@ import torch
 
 import libflash
 from interleave import add_icache_argument, time_rounds
-from interleaved_masks import random_block_mask
+from interleaved_libs import problem_inputs
 
 DEFAULT = ("d128-dense-1k=128:1024:16:16:none,d128-dense-2k=128:2048:8:16:none,d128-dense-4k=128:4096:4:16:none,"
            "d128-causal-1k=128:1024:16:16:causal,d64-dense-1k=64:1024:16:32:none,d64-causal-1k=64:1024:16:32:causal,"
@@ -62,16 +63,8 @@ def main():
     rows = []
     try:
         for spec in a.problems.split(","):
-            name, shape = spec.split("=")
-            d, n, b, h, mask = shape.split(":")
-            d, n, b, h = int(d), int(n), int(b), int(h)
-            q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            name, (d, n, b, h, mask), (q, k, v), kw = problem_inputs(spec, rng)
             outs = {w: torch.empty_like(q) for w in names}
-            kw = {}
-            if mask == "causal":
-                kw["causal"] = True
-            elif mask != "none":
-                kw["block_mask"], _ = random_block_mask(n, float(mask), rng)
 
             def call(i):
                 set_grid(grids[i])

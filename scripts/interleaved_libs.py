@@ -35,6 +35,21 @@ DEFAULT = ("d64-4k-none=64:4096:2:32:none,d64-4k-bs.1=64:4096:2:32:0.1,d64-4k-bs
            "d256-causal-1k=256:1024:16:8:causal,d128-dense-1k=128:1024:16:16:none")
 
 
+def problem_inputs(spec, rng):
+    """One --problems item NAME=d:seqlen:batch:heads:mask: (name, (d, n, b, h, mask), (q, k, v), attention's mask keywords),
+    fresh bf16 inputs in (batch, seqlen, heads, d) and, for a density, fa-bench's random 128 x 128 block pattern."""
+    name, shape = spec.split("=")
+    d, n, b, h, mask = shape.split(":")
+    d, n, b, h = int(d), int(n), int(b), int(h)
+    qkv = tuple(torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    kw = {}
+    if mask == "causal":
+        kw["causal"] = True
+    elif mask != "none":
+        kw["block_mask"], _ = random_block_mask(n, float(mask), rng)
+    return name, (d, n, b, h, mask), qkv, kw
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, action="append",
@@ -65,16 +80,8 @@ def main():
     rng = np.random.default_rng(a.seed)
     rows = []
     for spec in a.problems.split(","):
-        name, shape = spec.split("=")
-        d, n, b, h, mask = shape.split(":")
-        d, n, b, h = int(d), int(n), int(b), int(h)
-        q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        name, (d, n, b, h, mask), (q, k, v), kw = problem_inputs(spec, rng)
         outs = {w: torch.empty_like(q) for w in names}
-        kw = {}
-        if mask == "causal":
-            kw["causal"] = True
-        elif mask != "none":
-            kw["block_mask"], _ = random_block_mask(n, float(mask), rng)
 
         def call(which):
             _capi.flash_fwd = fwd[which]

@@ -332,16 +332,6 @@ struct Traits {
   // 1k dense +1.2% both times; d256 dense +0.4-1.4%, causal -0.1 to +0.9% (s41-2); d128 -1.9 to +0.7% and the block-sparse
   // kernels 0.5-2.6% slower, so not there (perf-log v74). Not measured with the tail split.
   static constexpr bool kUniformWg = !kSparse_ && !kTailSplit_ && (kHeadDim_ == 64 || kHeadDim_ == 256);
-  // kStMatrixO: the epilogue stages O with stmatrix (four 8 x 8 matrices of 16-bit pairs a warp instruction: kHeadDim / 16
-  // a thread) instead of one 32-bit shared store per accumulator pair (kHeadDim / 4 a thread). The accumulators' pairs are
-  // stmatrix's fragments as they are (row g, columns 2t, 2t + 1 of an n8 chunk); each lane names one 16-byte row of one
-  // matrix, swizzled as the TMA store reads it. (Session 55.)
-  static constexpr bool kStMatrixO = false;
-  // kStageWaitEarly: the separate staging tile's reuse -- the previous tile's TMA store must have read it -- waited for by
-  // its owner, thread 0, before the drain's turn, whose 256-thread barrier then orders that wait before every thread's
-  // staging stores; the epilogue's first warpgroup barrier goes. Ping-pong kernels with their own staging tile (not O
-  // staged in Q or in the ring). A tile with no key block takes no drain turn and keeps the barrier. (Session 55.)
-  static constexpr bool kStageWaitEarly = false;
   // kHalfDiag: S_0's mask, softmax and pack (the prologue's) on only as many of the first block's columns as its rows can
   // see -- none, half or all -- where that block is cut by the diagonal (a causal tile's first block is its diagonal one)
   // or the sequence's end; P's other columns zero, the row max of rows that see none still -inf. 1: by the tile's key end
@@ -1065,9 +1055,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
     constexpr bool kDeferQRelease = K::kOStageInQ && K::kQStages == 2;
-    // Traits::kStageWaitEarly where it applies: a staging tile of the warpgroup's own, and turns whose barrier orders the wait.
-    constexpr bool kEarlyStageWait = K::kStageWaitEarly && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing;
-    static_assert(!kEarlyStageWait || K::kPingPong, "the staging tile's early wait needs the drain's turn barrier");
     bool q_release_pending = false;
     Prof prof{K::kProfile ? args.profile + Prof::kPerWg * wg : nullptr, K::kProfile ? clock64() : 0};
     // The loop's steps, timed with the 32-bit clock into registers and added once per tile (an atomic per step
@@ -1490,8 +1477,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
         mbar_wait(v_full(s_prev), phase_prev);
-        if constexpr (kEarlyStageWait)
-          if (tid == 0) wg::bulk_wait_read();  // the previous tile's O store has read the staging tile (take_turn orders it)
         take_turn();
         wg::fence();
         issue_pv(s_prev);
@@ -1528,10 +1513,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
         release_sched();
         release_prev_q();
-        if constexpr (kEarlyStageWait) {  // no drain turn to order the staging tile's read wait: a barrier of its own
-          if (tid == 0) wg::bulk_wait_read();
-          named_sync(4 + wg, 128);
-        }
       }
 
       // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
@@ -1627,37 +1608,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
       if constexpr (K::kOStageInRing) {
         if (wg == 0) named_sync(7, 256);
-      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ && !kEarlyStageWait) {
+      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
         named_sync(4 + wg, 128);
-      }
-      if constexpr (K::kTmaStoreO && K::kStMatrixO) {
-        // O / l by stmatrix: x4 instruction j holds n8 chunks 2j and 2j + 1, rows r = 0 and 1 of each, as matrices
-        // (2j, 0), (2j, 1), (2j + 1, 0), (2j + 1, 1). Lane L names row L % 16 of the warp's 16 (matrix L / 8's row L % 8)
-        // in chunk 2j + L / 16: page j / 4, 16-byte chunk ((2j) % 8 + L / 16) ^ (L % 8) = ((2j) % 8) ^ x.
-        if (write_out) {
-          float inv[2];
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            float sum = row_sum[r];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            inv[r] = sum > 0.f ? 1.f / sum : 0.f;
-          }
-          const uint32_t x = (lane >> 4) ^ (lane & 7);
-          const uint32_t row_at = o_stage + (warp * 16 + (lane & 15)) * 128;
-#pragma unroll
-          for (int j = 0; j < K::kHeadDim / 16; ++j) {
-            const uint32_t r0 = pack2<K::kDType>(acc_o[8 * j] * inv[0], acc_o[8 * j + 1] * inv[0]);
-            const uint32_t r1 = pack2<K::kDType>(acc_o[8 * j + 2] * inv[1], acc_o[8 * j + 3] * inv[1]);
-            const uint32_t r2 = pack2<K::kDType>(acc_o[8 * j + 4] * inv[0], acc_o[8 * j + 5] * inv[0]);
-            const uint32_t r3 = pack2<K::kDType>(acc_o[8 * j + 6] * inv[1], acc_o[8 * j + 7] * inv[1]);
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                             row_at + (j / 4) * kOPage + ((((2 * j) % 8) ^ x) << 4)),
-                         "r"(r0), "r"(r1), "r"(r2), "r"(r3));
-          }
-        }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -1666,7 +1620,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const int row = rg * 64 + row_in_wg + 8 * r;
-        if (K::kTmaStoreO && !K::kStMatrixO && write_out) {
+        if (K::kTmaStoreO && write_out) {
           // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
           const int wrow = row_in_wg + 8 * r;
 #pragma unroll

@@ -296,18 +296,6 @@ template <class T, bool ON = true>
 struct UniformWg : T {
   static constexpr bool kUniformWg = ON;
 };
-// The epilogue's O staged by stmatrix (Traits::kStMatrixO) and the staging tile's read wait before the drain's turn, one
-// warpgroup barrier fewer (Traits::kStageWaitEarly); session 55.
-template <class T, bool ON = true>
-struct StMatrixO : T {
-  static constexpr bool kStMatrixO = ON;
-};
-template <class T, bool ON = true>
-struct StageWaitEarly : T {
-  static constexpr bool kStageWaitEarly = ON;
-};
-template <class T>
-using EpiBoth = StageWaitEarly<StMatrixO<T>>;
 // The memory probes (Traits::kDevSkipKVOdd, kDevKVHot, kDevAlwaysRescale; session 42): K/V loads left out in odd CTAs,
 // every K/V load from key block 0, O rescaled after every block. Wrong results by design (the check column).
 template <class T>
@@ -501,9 +489,6 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    {"d64  split s55 stmatrix", 64, false, run_rows<StMatrixO<Tr<64, 128, 4, 2, 1>>, true, StMatrixO<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  split s55 wait early", 64, false, run_rows<StageWaitEarly<Tr<64, 128, 4, 2, 1>>, true, StageWaitEarly<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  split s55 both", 64, false, run_rows<EpiBoth<Tr<64, 128, 4, 2, 1>>, true, EpiBoth<Tr<64, 128, 4, 3, 1>>>},
     // Session 45 (s45-2): d64's three-warpgroup dense kernel on a two-stage ring (Tr<64, 128, 2, 3, 1>, the two-ring
     // kernel's depth per ring) against its four stages, the whole-tile kernel alone: 4k 1.1364 against 1.1284 ms, 16k and
     // causal within 0.3%; its loop's K/V wait the same (profile: 298 against 299 cycles a block). Removed.
@@ -620,9 +605,14 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    {"d128 s55 stmatrix", 128, false, run_k<StMatrixO<Tr<128, 128, 2, 2, 1>>>},
-    {"d128 s55 wait early", 128, false, run_k<StageWaitEarly<Tr<128, 128, 2, 2, 1>>>},
-    {"d128 s55 both", 128, false, run_k<EpiBoth<Tr<128, 128, 2, 2, 1>>>},
+    // Session 55 (s55-1, `sm90-s55/candidates/dev-*-s55-1.txt`, 60 and 100 reps, paired; code in commit c774d87): the
+    // epilogue's O staged by stmatrix.x4 (Traits::kStMatrixO: kHeadDim / 16 shared stores a thread instead of kHeadDim / 4)
+    // and the staging tile's read wait moved before the drain's turn, whose barrier then orders it, one warpgroup barrier
+    // fewer (kStageWaitEarly), at d128, both d64 dense kernels, d256 (stmatrix) and the two-ring kernel. Against
+    // production's first copy, its warm second copy .993-1.000: d128 dense 1k .9996 / 1.0001 / .9956 (stmatrix / wait /
+    // both; 100 reps: 1.0034 / 1.0004 / .9995), 2k 1.0035 / 1.0028 / 1.0012 (1.0010 / 1.0012 / .9995), 4k-16k and causal
+    // within .996-1.004; d64 1.000-1.004, d256 .997-1.006, two-ring 4k s = .25 .995 against the warm copy's .976. The
+    // epilogue's instructions are not on the path that sets a tile's time. Removed.
     // Session 54 (s54-8, `sm90-s54/candidates/dev-d128-s3-s54-8.txt`): three K/V stages with O staged in the last block's
     // ring slots (d256's epilogue, store_o 3) and one Q buffer released after the tile's last S, Tr<128, 128, 3, 2, 3>
     // (230400 B of shared memory; ptxas 0 spills against production's 16 B), with and without EarlyProbe: paired against
@@ -701,7 +691,6 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 s55 stmatrix", 256, false, run_k<StMatrixO<Tr<256, 80, 2, 2, 3>>>},
     // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag,
     // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1 (cf556d2):
     // causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
@@ -797,7 +786,6 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 3wg 2 rings s55 both", 64, true, run_k<EpiBoth<Tr<64, 128, 2, 3, 1, true>>>},
     // Session 50 (s50-12, 60 reps, rotated, paired; code in commit 5e66458): the last S tiles handed out as a pair-only and a
     // single-only half each (the other ring's list empty, its rows not stored; Traits::kDevSplitHalves). S = 44 at 4k
     // s = .1 / .25 / .5: .983 / .987 / .996 against the two-ring kernel's cold first copy, but its warm second copy

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# s55-2: session 55 final figures on 5836052's kernels (unchanged): compute-sanitizer on GpuSmallGrid.Sm90BalancedGrid (v83, not
+# sanitized in session 54); issue 9's peers interleaved (warm, 30 reps); fa-bench standard grid, then torch_sdpa.py, then
+# the table (the issue's own method); issue 7's fa-bench masks twice.
+set -uo pipefail
+export OUT PATH=/usr/local/cuda/bin:$PATH
+t0=$(date +%s)
+bash scripts/device-sm90.sh build 2>&1 | grep -E "phase build|build:" | head -3
+GTEST_FILTER='GpuSmallGrid.Sm90BalancedGrid' bash scripts/device-sm90.sh sanitize-f 2>&1 | grep compute-sanitizer
+echo "sanitizers at $(( $(date +%s) - t0 )) s"
+export PYTHONPATH=bindings/python:scripts LIBFLASH_PATH=build-h100 PYTHONUNBUFFERED=1
+timeout 150 python3 scripts/interleaved_peers.py --icache warm --reps 30 --json $OUT/peers-warm-s55-2.json > $OUT/peers-warm-s55-2.txt 2>&1
+echo "peers exit $? at $(( $(date +%s) - t0 )) s"; tail -31 $OUT/peers-warm-s55-2.txt
+mkdir -p $OUT/table; OUT=$OUT/table bash scripts/device-sm90.sh bench peers table > $OUT/table/phases.log 2>&1
+echo "table at $(( $(date +%s) - t0 )) s"; cat $OUT/table/table.txt 2>/dev/null | head -40
+for r in 1 2; do
+  bash scripts/device-sm90.sh masks > /dev/null 2>&1
+  mkdir -p "$OUT/masks-run$r"; mv "$OUT"/fa-bench-*masks* "$OUT/masks-run$r/"
+  python3 scripts/masks_table.py "$OUT"/masks-run$r/fa-bench-h100-sm90-masks-d64.json "$OUT"/masks-run$r/fa-bench-h100-sm90-masks-d128.json \
+    > "$OUT/masks-run$r/masks-table.txt" 2>&1
+  echo "masks run $r at $(( $(date +%s) - t0 )) s"; cat "$OUT/masks-run$r/masks-table.txt"
+  python3 - "$OUT/masks-run$r" <<'PY'
+import json, sys
+for d in (64, 128):
+    rows = json.load(open("%s/fa-bench-h100-sm90-masks-d%d.json" % (sys.argv[1], d)))["results"]
+    t = {(x["seqlen_q"], x["mask"]): x["time_ms_median"] for x in rows}
+    print("d%d 4k exact:" % d, " ".join("%s %.4f" % (m.split(":")[1], t[(4096, m)] / t[(4096, "none")]) for m in
+          ["block-sparse:0.1:128", "block-sparse:0.25:128", "block-sparse:0.5:128"]), " check:", all(x.get("check_passed", True) for x in rows))
+PY
+done
+cd "$OUT" && tar czf s55-2-results.tgz masks-run* table && rm -rf masks-run* table && cd - > /dev/null
+echo "end at $(( $(date +%s) - t0 )) s"

@@ -174,6 +174,18 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+// Dev probes (Traits::kDevNoEpilogue, kDevNoSoftmax0): keeps registers computed where nothing reads them. ptxas removes
+// a wgmma whose accumulators are never read, asm volatile or not (a probe without this ran above the tensor cores' peak,
+// s55-3), so the values go to shared memory under a predicate that is false at run time (off: a kernel argument's
+// bits ptxas cannot know), 16 bytes an instruction.
+template <int N>
+__device__ __forceinline__ void dev_keep_alive(const float (&r)[N], bool off, uint32_t smem_at) {
+#pragma unroll
+  for (int i = 0; i + 4 <= N; i += 4)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.u32 p, %0, 0;\n@!p st.shared.v4.f32 [%1], {%2, %3, %4, %5};\n}\n" ::"r"(uint32_t(off)),
+                 "r"(smem_at), "f"(r[i]), "f"(r[i + 1]), "f"(r[i + 2]), "f"(r[i + 3]) : "memory");
+}
+
 // ---- Compile-time shape of one instantiation ----------------------------------------------------------
 // kSparse_: the instantiation for block-sparse masks (schedules in shared memory); the dense one carries
 // none of that code, so its producer stays small. kConsumers_: consumer warpgroups of 64 query rows
@@ -370,6 +382,18 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
+  // Dev-only probes of what a tile's boundary costs (session 55; wrong results by design, only their times count):
+  //  - kDevNoEpilogue: the epilogue writes nothing (no O / l, no staging, no store, no LSE): what hiding all of it would
+  //    give at most, e.g. under the next tile's first products (the joined tile, perf-log v18).
+  //  - kDevNoSoftmax0: the prologue's softmax of S_0 left out (P_0 = 0, the row max still -inf): what overlapping it
+  //    would give at most.
+  static constexpr bool kDevNoEpilogue = false;
+  static constexpr bool kDevNoSoftmax0 = false;
+  // kDeferStore: the epilogue stages O / l in the warpgroup's own tile and goes on; the staging stores' proxy fence, the
+  // warpgroup barrier and thread 0's TMA store come in the next tile's prologue, once its S_0 is issued, where the
+  // warpgroup waits for S_0 anyway (after the loop for the CTA's last tile). Session 55's probe (s55-4) put the whole
+  // epilogue at 3.5% of d128 dense 1k; these three were its tail on the path to the next tile's first turn.
+  static constexpr bool kDeferStore = false;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -1055,6 +1079,34 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
     constexpr bool kDeferQRelease = K::kOStageInQ && K::kQStages == 2;
+    // Traits::kDeferStore where it applies: a staging tile of the warpgroup's own, no pieces of a split tile.
+    constexpr bool kDeferO = K::kDeferStore && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing && !K::kTailSplit &&
+                             !K::kDevNoEpilogue;
+    // kDeferO: the staged tile's store, pending until flush_o (its rows' first row and head, batch; -1: none).
+    [[maybe_unused]] int o_row = -1, o_h = 0, o_b = 0;
+    [[maybe_unused]] const uint32_t o_stage_own = o_stage0 + wg * 64 * K::kHeadDim * 2;
+    auto flush_o = [&]() {
+      if constexpr (kDeferO) {
+        if (o_row == -2) return;  // nothing staged since the last flush
+        // Every thread's staging stores made visible to the TMA unit, then thread 0 stores the 64 rows (o_row -1: the
+        // box lay wholly before row 0, nothing to store).
+        wg::fence_proxy_async();
+        named_sync(4 + wg, 128);
+        if (tid == 0 && o_row != -1) {
+          int c[4];
+#pragma unroll
+          for (int pg = 0; pg < K::kPages; ++pg) {
+            tma_coords(c, args.o_pos, pg * 64, o_row, o_h, o_b);
+            tma_store_4d(&args.to, o_stage_own + pg * 64 * 128, c[0], c[1], c[2], c[3]);
+          }
+          wg::bulk_commit();
+        }
+        o_row = -2;
+      }
+    };
+    if constexpr (kDeferO) o_row = -2;
+    static_assert(!K::kDevNoEpilogue || (!K::kOStageInQ && !K::kOStageInRing), "the probe keeps no staging releases");
+    static_assert(!K::kDevNoSoftmax0 || !K::kSfuTurns, "the probe would leave an SFU turn untaken");
     bool q_release_pending = false;
     Prof prof{K::kProfile ? args.profile + Prof::kPerWg * wg : nullptr, K::kProfile ? clock64() : 0};
     // The loop's steps, timed with the 32-bit clock into registers and added once per tile (an atomic per step
@@ -1351,6 +1403,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         issue_s(s_prev);
         pass_turn();
         release_prev_q();  // (while S_0 runs)
+        flush_o();         // (kDeferO: the previous tile's O store, while S_0 runs)
         if constexpr (K::kSkipDiag)
           if (skip_v >= 0) {
             mbar_wait(v_full(skip_v), skip_v_phase);
@@ -1361,7 +1414,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-        {
+        if constexpr (K::kDevNoSoftmax0) {
+          dev_keep_alive(acc_s, p.scale != 12345.f, q_smem);  // (probe) S_0 computed all the same
+          pack_p(acc_s, p_frag, 0);                           // P_0 = 0
+        } else {
           float corr[2];
           if (K::kHalfDiag && vis <= 0) {  // nothing visible: P_0 = 0, the row max stays -inf (the SFU turn still taken)
             softmax(acc_s, true, corr, 0);
@@ -1513,6 +1569,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
         release_sched();
         release_prev_q();
+        flush_o();
       }
 
       // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
@@ -1596,6 +1653,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // Epilogue: O /= l, straight from the accumulators (a quad writes 16 contiguous bytes per row
       // per n8 tile) or through the staging tile and a TMA store; LSE = m * scale + ln(l), or -inf for a
       // row that saw no key.
+      if constexpr (K::kDevNoEpilogue) {  // (probe) nothing written; O and the row statistics computed all the same
+        write_out = false;
+        dev_keep_alive(acc_o, p.scale != 12345.f, q_smem);
+        const float stats[4] = {row_max[0], row_max[1], row_sum[0], row_sum[1]};
+        dev_keep_alive(stats, p.scale != 12345.f, q_smem);
+      }
       const float scale = fabsf(p.scale);
       // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it
       // -- its own tile after the ring, or its own rows of the Q buffer, whose pages are kBlockM rows apart.
@@ -1608,7 +1671,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
       if constexpr (K::kOStageInRing) {
         if (wg == 0) named_sync(7, 256);
-      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ) {
+      } else if constexpr (K::kTmaStoreO && !K::kOStageInQ && !K::kDevNoEpilogue) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
         named_sync(4 + wg, 128);
@@ -1642,7 +1705,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                 sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
         }
       }
-      if constexpr (K::kTmaStoreO) {
+      if constexpr (kDeferO) {
+        // The store waits for the next tile's prologue (flush_o); only staged rows need one.
+        if (write_out) o_row = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b;
+      } else if constexpr (K::kTmaStoreO && !K::kDevNoEpilogue) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
@@ -1691,6 +1757,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kProfile)
         if (tid == 0) prof.add(Prof::kTiles, 1);
     }
+    flush_o();  // (kDeferO: the CTA's last tile's store)
     if constexpr (K::kTmaStoreO)
       if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
   }

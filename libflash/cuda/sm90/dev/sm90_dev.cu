@@ -296,6 +296,22 @@ template <class T, bool ON = true>
 struct UniformWg : T {
   static constexpr bool kUniformWg = ON;
 };
+// The O store deferred to the next tile's prologue (Traits::kDeferStore; session 55).
+template <class T, bool ON = true>
+struct DeferStore : T {
+  static constexpr bool kDeferStore = ON;
+};
+// The boundary probes (Traits::kDevNoEpilogue, kDevNoSoftmax0; session 55): a tile's epilogue, or its prologue's softmax,
+// left out. Wrong results by design (the check column). NoSoftmax0 only where no SFU turns run (the skipped softmax
+// would leave its SFU turn untaken where other warpgroups take theirs: d128, d256).
+template <class T>
+struct NoEpilogue : T {
+  static constexpr bool kDevNoEpilogue = true;
+};
+template <class T>
+struct NoSoftmax0 : T {
+  static constexpr bool kDevNoSoftmax0 = true;
+};
 // The memory probes (Traits::kDevSkipKVOdd, kDevKVHot, kDevAlwaysRescale; session 42): K/V loads left out in odd CTAs,
 // every K/V load from key block 0, O rescaled after every block. Wrong results by design (the check column).
 template <class T>
@@ -489,6 +505,8 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
+    {"d64  split s55 defer store", 64, false, run_rows<DeferStore<Tr<64, 128, 4, 2, 1>>, true, DeferStore<Tr<64, 128, 4, 3, 1>>>},
+    {"d64  split s55 no epilogue (wrong)", 64, false, run_rows<NoEpilogue<Tr<64, 128, 4, 2, 1>>, true, NoEpilogue<Tr<64, 128, 4, 3, 1>>>},
     // Session 45 (s45-2): d64's three-warpgroup dense kernel on a two-stage ring (Tr<64, 128, 2, 3, 1>, the two-ring
     // kernel's depth per ring) against its four stages, the whole-tile kernel alone: 4k 1.1364 against 1.1284 ms, 16k and
     // causal within 0.3%; its loop's K/V wait the same (profile: 298 against 299 cycles a block). Removed.
@@ -605,6 +623,10 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    {"d128 s55 defer store", 128, false, run_k<DeferStore<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 s55 no epilogue (wrong)", 128, false, run_k<NoEpilogue<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 s55 no softmax0 (wrong)", 128, false, run_k<NoSoftmax0<Tr<128, 128, 2, 2, 1>>>},
+    {"d128 s55 neither (wrong)", 128, false, run_k<NoSoftmax0<NoEpilogue<Tr<128, 128, 2, 2, 1>>>>},
     // Session 55 (s55-1, `sm90-s55/candidates/dev-*-s55-1.txt`, 60 and 100 reps, paired; code in commit c774d87): the
     // epilogue's O staged by stmatrix.x4 (Traits::kStMatrixO: kHeadDim / 16 shared stores a thread instead of kHeadDim / 4)
     // and the staging tile's read wait moved before the drain's turn, whose barrier then orders it, one warpgroup barrier
@@ -786,6 +808,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 3wg 2 rings s55 defer store", 64, true, run_k<DeferStore<Tr<64, 128, 2, 3, 1, true>>>},
+    {"d64  bs 3wg 2 rings s55 no epilogue (wrong)", 64, true, run_k<NoEpilogue<Tr<64, 128, 2, 3, 1, true>>>},
     // Session 50 (s50-12, 60 reps, rotated, paired; code in commit 5e66458): the last S tiles handed out as a pair-only and a
     // single-only half each (the other ring's list empty, its rows not stored; Traits::kDevSplitHalves). S = 44 at 4k
     // s = .1 / .25 / .5: .983 / .987 / .996 against the two-ring kernel's cold first copy, but its warm second copy

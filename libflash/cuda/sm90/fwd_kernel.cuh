@@ -389,11 +389,14 @@ struct Traits {
   //    would give at most.
   static constexpr bool kDevNoEpilogue = false;
   static constexpr bool kDevNoSoftmax0 = false;
-  // kDeferStore: the epilogue stages O / l in the warpgroup's own tile and goes on; the staging stores' proxy fence, the
-  // warpgroup barrier and thread 0's TMA store come in the next tile's prologue, once its S_0 is issued, where the
-  // warpgroup waits for S_0 anyway (after the loop for the CTA's last tile). Session 55's probe (s55-4) put the whole
-  // epilogue at 3.5% of d128 dense 1k; these three were its tail on the path to the next tile's first turn.
-  static constexpr bool kDeferStore = false;
+  // kDeferStore (perf-log v84): the epilogue stages O / l in the warpgroup's own tile and goes on; the staging stores' proxy
+  // fence, the warpgroup barrier and thread 0's TMA store come in the next tile's prologue, once its S_0 is issued, where
+  // the warpgroup waits for S_0 anyway (after the loop for the CTA's last tile). Session 55's probe (s55-4) put the whole
+  // epilogue at 3.5% of d128 dense 1k; these three were its tail on the path to the next tile's first turn. sm90_dev
+  // s55-5, paired: d128's 128-key kernel dense 1k-16k .991-.994, causal 2k-16k .995, causal 1k 1.000-1.002; d64's
+  // three-warpgroup pair 1.002-1.009 and the two-ring kernel 1.001-1.014 slower (their SFU turns wait on the flush), so
+  // only there. (Its tail-split instantiation has pieces that store no O: not there.)
+  static constexpr bool kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block

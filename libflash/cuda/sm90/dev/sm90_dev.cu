@@ -913,6 +913,7 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs s55 defer store", 128, true, run_turns_by_length<DeferStore<Tr<128, 128, 2, 2, 2, true>>>},
     // (UniformWg on it: 0.5-1% slower in s40-5, 0.9-2.6% in s41-2. Removed.)
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k

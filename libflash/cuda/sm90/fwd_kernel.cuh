@@ -1082,16 +1082,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
     constexpr bool kDeferQRelease = K::kOStageInQ && K::kQStages == 2;
-    // Traits::kDeferStore where it applies: a staging tile of the warpgroup's own, no pieces of a split tile.
-    // (O staged in Q only with two Q buffers: the staged rows' buffer goes back once the store has read them, after the next
-    // tile's prologue, release_prev_q.)
-    constexpr bool kDeferO = K::kDeferStore && K::kTmaStoreO && !K::kOStageInRing && !K::kTailSplit && !K::kDevNoEpilogue &&
-                             (!K::kOStageInQ || kDeferQRelease);
-    // kDeferO: the staged tile's store, pending until flush_o (its rows' first row and head, batch; -1: none; -2: nothing
-    // staged), from o_pending, pages kOPageStride apart.
+    // Traits::kDeferStore where it applies: a staging tile of the warpgroup's own, no pieces of a split tile. (O staged in
+    // Q, d128 block-sparse, deferred with its Q buffer's release after the next tile's first softmax: 4-6% slower, s55-8,
+    // commit 70af399.)
+    constexpr bool kDeferO = K::kDeferStore && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing && !K::kTailSplit &&
+                             !K::kDevNoEpilogue;
+    // kDeferO: the staged tile's store, pending until flush_o (its rows' first row, head and batch; row -1: a box wholly
+    // before row 0, -2: nothing staged).
     [[maybe_unused]] int o_pend_row = -1, o_h = 0, o_b = 0;
-    [[maybe_unused]] uint32_t o_pending = 0;
-    constexpr uint32_t kOPageStride = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
+    [[maybe_unused]] const uint32_t o_stage_own = o_stage0 + wg * 64 * K::kHeadDim * 2;
     auto flush_o = [&]() {
       if constexpr (kDeferO) {
         if (o_pend_row == -2) return;  // nothing staged since the last flush
@@ -1104,7 +1103,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
           for (int pg = 0; pg < K::kPages; ++pg) {
             tma_coords(c, args.o_pos, pg * 64, o_pend_row, o_h, o_b);
-            tma_store_4d(&args.to, o_pending + pg * kOPageStride, c[0], c[1], c[2], c[3]);
+            tma_store_4d(&args.to, o_stage_own + pg * 64 * 128, c[0], c[1], c[2], c[3]);
           }
           wg::bulk_commit();
         }
@@ -1409,8 +1408,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence();
         issue_s(s_prev);
         pass_turn();
-        flush_o();  // (kDeferO: the previous tile's O store, while S_0 runs)
-        if constexpr (!kDeferO) release_prev_q();  // (while S_0 runs)
+        release_prev_q();  // (while S_0 runs)
+        flush_o();         // (kDeferO: the previous tile's O store, while S_0 runs)
         if constexpr (K::kSkipDiag)
           if (skip_v >= 0) {
             mbar_wait(v_full(skip_v), skip_v_phase);
@@ -1439,9 +1438,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             pack_p(acc_s, p_frag, kBlockN);
           }
         }
-        // kDeferO with O staged in Q: the previous tile's Q buffer back once its store, issued above, has read it -- after
-        // S_0's softmax, so that thread 0 seldom waits.
-        if constexpr (kDeferO) release_prev_q();
         ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;
@@ -1578,8 +1574,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       } else {
         if constexpr (!K::kOStageInQ) release_q();  // no key block: nothing read Q_i
         release_sched();
-        flush_o();
         release_prev_q();
+        flush_o();
       }
 
       // Two rings: a warpgroup that changes rings (0 and 2 do at every tile) must not wait on its new ring's full barriers
@@ -1717,8 +1713,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       }
       if constexpr (kDeferO) {
         // The store waits for the next tile's prologue (flush_o); only staged rows need one.
-        if (write_out) o_pend_row = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b, o_pending = o_stage;
-        if constexpr (kDeferQRelease) q_release_pending = true;
+        if (write_out) o_pend_row = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b;
       } else if constexpr (K::kTmaStoreO && !K::kDevNoEpilogue) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).

@@ -913,7 +913,9 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs s55 defer store", 128, true, run_turns_by_length<DeferStore<Tr<128, 128, 2, 2, 2, true>>>},
+    // Session 55 (s55-8, 60 reps, paired; code in commit 70af399, perf-log v84): the deferred O store here (O staged in
+    // Q: the store issued after the next tile's S_0, the Q buffer released after that tile's first softmax): 4k s = .1 / .25
+    // / .5 1.059 / 1.041 / 1.040, 8k s = .1 1.042, 16k s = .25 1.057. Not taken.
     // (UniformWg on it: 0.5-1% slower in s40-5, 0.9-2.6% in s41-2. Removed.)
     {"d128 bs s32 (no sfu turns)", 128, true, run<128, 128, 2, 2, 0, 2, true>},
     // s39-4 (perf-log v72): d128 block-sparse with the tile decoded by the producer (production since): 4k 0-2%, 8k-16k

@@ -396,8 +396,7 @@ struct Traits {
   // s55-5, paired: d128's 128-key kernel dense 1k-16k .991-.994, causal 2k-16k .995, causal 1k 1.000-1.002; d64's
   // three-warpgroup pair 1.002-1.009 and the two-ring kernel 1.001-1.014 slower (their SFU turns wait on the flush), so
   // only there. (Its tail-split instantiation has pieces that store no O: not there.)
-  // (An int: 1 after S_0's issue, as above; 2 after the prologue's softmax, dev, for the SFU turns' kernels.)
-  static constexpr int kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_ ? 1 : 0;
+  static constexpr bool kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -1086,7 +1085,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // Traits::kDeferStore where it applies: a staging tile of the warpgroup's own, no pieces of a split tile. (O staged in
     // Q, d128 block-sparse, deferred with its Q buffer's release after the next tile's first softmax: 4-6% slower, s55-8,
     // commit 70af399.)
-    constexpr bool kDeferO = K::kDeferStore != 0 && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing && !K::kTailSplit &&
+    constexpr bool kDeferO = K::kDeferStore && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing && !K::kTailSplit &&
                              !K::kDevNoEpilogue;
     // kDeferO: the staged tile's store, pending until flush_o (its rows' first row, head and batch; row -1: a box wholly
     // before row 0, -2: nothing staged).
@@ -1410,7 +1409,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         issue_s(s_prev);
         pass_turn();
         release_prev_q();  // (while S_0 runs)
-        if constexpr (K::kDeferStore == 1) flush_o();  // (kDeferO: the previous tile's O store, while S_0 runs)
+        flush_o();         // (kDeferO: the previous tile's O store, while S_0 runs)
         if constexpr (K::kSkipDiag)
           if (skip_v >= 0) {
             mbar_wait(v_full(skip_v), skip_v_phase);
@@ -1439,7 +1438,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             pack_p(acc_s, p_frag, kBlockN);
           }
         }
-        if constexpr (K::kDeferStore == 2) flush_o();  // (dev: after the prologue's SFU turn)
         ++it;
         lap(Prof::kPrologue);
         [[maybe_unused]] const int it_first = it;

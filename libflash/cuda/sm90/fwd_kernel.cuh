@@ -1091,6 +1091,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // before row 0, -2: nothing staged).
     [[maybe_unused]] int o_pend_row = -1, o_h = 0, o_b = 0;
     [[maybe_unused]] const uint32_t o_stage_own = o_stage0 + wg * 64 * K::kHeadDim * 2;
+    // Thread 0's TMA store of the warpgroup's 64 staged rows from query row `row`, pages `page` bytes apart, as one group.
+    [[maybe_unused]] auto store_o_rows = [&](uint32_t stage, uint32_t page, int row, int h, int b) {
+      int c[4];
+#pragma unroll
+      for (int pg = 0; pg < K::kPages; ++pg) {
+        tma_coords(c, args.o_pos, pg * 64, row, h, b);
+        tma_store_4d(&args.to, stage + pg * page, c[0], c[1], c[2], c[3]);
+      }
+      wg::bulk_commit();
+    };
     auto flush_o = [&]() {
       if constexpr (kDeferO) {
         if (o_pend_row == -2) return;  // nothing staged since the last flush
@@ -1098,15 +1108,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // box lay wholly before row 0, nothing to store).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0 && o_pend_row != -1) {
-          int c[4];
-#pragma unroll
-          for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, o_pend_row, o_h, o_b);
-            tma_store_4d(&args.to, o_stage_own + pg * 64 * 128, c[0], c[1], c[2], c[3]);
-          }
-          wg::bulk_commit();
-        }
+        if (tid == 0 && o_pend_row != -1) store_o_rows(o_stage_own, 64 * 128, o_pend_row, o_h, o_b);
         o_pend_row = -2;
       }
     };
@@ -1673,7 +1675,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // with no block storing its zeros directly instead -- a run-time choice of epilogue -- made the loop spill:
       // perf-log v36.)
       const uint32_t o_stage = K::kOStageInRing ? (wg == 1 ? k_smem0 : v_smem0) + s_last * K::kKVBytes
-                               : K::kOStageInQ ? q_wg : o_stage0 + wg * 64 * K::kHeadDim * 2;
+                               : K::kOStageInQ ? q_wg : o_stage_own;
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
       if constexpr (K::kOStageInRing) {
         if (wg == 0) named_sync(7, 256);
@@ -1720,13 +1722,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
         if (tid == 0 && write_out && q_begin + rg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
-          int c[4];
-#pragma unroll
-          for (int pg = 0; pg < K::kPages; ++pg) {
-            tma_coords(c, args.o_pos, pg * 64, q_begin + rg * 64, tile.h, tile.b);
-            tma_store_4d(&args.to, o_stage + pg * kOPage, c[0], c[1], c[2], c[3]);
-          }
-          wg::bulk_commit();
+          store_o_rows(o_stage, kOPage, q_begin + rg * 64, tile.h, tile.b);
           if constexpr (K::kOStageInQ && !kDeferQRelease) wg::bulk_wait_read();  // the store has read these Q rows
         }
         // Staged in Q: every thread's arrive comes after its own staging stores (and the fence above), thread

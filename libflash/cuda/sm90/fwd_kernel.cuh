@@ -1089,7 +1089,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                              !K::kDevNoEpilogue;
     // kDeferO: the staged tile's store, pending until flush_o (its rows' first row, head and batch; row -1: a box wholly
     // before row 0, -2: nothing staged).
-    [[maybe_unused]] int o_pend_row = -1, o_h = 0, o_b = 0;
+    [[maybe_unused]] int o_pend_row = -2, o_h = 0, o_b = 0;
     [[maybe_unused]] const uint32_t o_stage_own = o_stage0 + wg * 64 * K::kHeadDim * 2;
     // Thread 0's TMA store of the warpgroup's 64 staged rows from query row `row`, pages `page` bytes apart, as one group.
     [[maybe_unused]] auto store_o_rows = [&](uint32_t stage, uint32_t page, int row, int h, int b) {
@@ -1112,7 +1112,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         o_pend_row = -2;
       }
     };
-    if constexpr (kDeferO) o_pend_row = -2;
     static_assert(!K::kDevNoEpilogue || (!K::kOStageInQ && !K::kOStageInRing), "the probe keeps no staging releases");
     static_assert(!K::kDevNoSoftmax0 || !K::kSfuTurns, "the probe would leave an SFU turn untaken");
     bool q_release_pending = false;

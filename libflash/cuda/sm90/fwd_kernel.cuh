@@ -397,6 +397,14 @@ struct Traits {
   // three-warpgroup pair 1.002-1.009 and the two-ring kernel 1.001-1.014 slower (their SFU turns wait on the flush), so
   // only there. (Its tail-split instantiation has pieces that store no O: not there.)
   static constexpr bool kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_;
+  // kStoreWarps (session 56): the TMA store of each consumer warpgroup's staged O issued by a producer warp of its own
+  // (warp 1 + wg of the producer warpgroup, idle in the dense kernels), handed over through named barrier 12 + wg (its 128
+  // threads arrive after their staging stores and proxy fence, the warp syncs: a warp waiting there issues nothing, where
+  // an mbarrier's try_wait loop took issue slots -- s56-2: with it d128 5-8% slower, d64 1-1.5%) and an mbarrier, o_free
+  // (the warp's lane 0 arrives once the store has read the tile). The epilogue then has no warpgroup barrier and no store on its path: its threads
+  // wait for o_free (a tile earlier, so long complete), write, fence and arrive. Dense instantiations with a staging tile
+  // of their own; not with kDeferStore.
+  static constexpr bool kStoreWarps = false;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -693,6 +701,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
   __shared__ alignas(8) uint64_t bars[8 + 4 * kSlots];
+  // Traits::kStoreWarps: per consumer warpgroup o_free, and its staged tile's first row, head and batch (row kStoreEnd: no
+  // tile left, the warp's loop ends).
+  constexpr bool kStoreWarps = K::kStoreWarps && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing && !K::kTailSplit &&
+                               !K::kSparse && !K::kDevNoEpilogue && !K::kDeferStore;
+  constexpr int kStoreEnd = -0x40000000;
+  [[maybe_unused]] __shared__ alignas(8) uint64_t o_bars[3];
+  [[maybe_unused]] __shared__ int o_coord[3][3];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -757,6 +772,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     if constexpr (!K::kSparse) mbar_init(claimed, 1);
+    if constexpr (kStoreWarps)
+      for (int w = 0; w < K::kConsumers; ++w) mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(&o_bars[w])), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
@@ -1028,6 +1045,34 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
       }
+      if constexpr (kStoreWarps) {
+        // Traits::kStoreWarps: warp 1 + w stores consumer warpgroup w's staged O, one hand-over after another.
+        const int w = int(threadIdx.x / 32) - 1, lane = int(threadIdx.x % 32);
+        if (w >= 0 && w < K::kConsumers) {
+          const uint32_t o_free = static_cast<uint32_t>(__cvta_generic_to_shared(&o_bars[w]));
+          const uint32_t stage = o_stage0 + w * 64 * K::kHeadDim * 2;
+          for (;;) {
+            named_sync(12 + w, 160);  // the warpgroup's 128 threads have staged (or sent the end)
+            const int row = o_coord[w][0];
+            if (row == kStoreEnd) break;
+            if (lane == 0) {
+              if (row != -1) {  // (-1: a box wholly before row 0, nothing to store)
+                int c[4];
+#pragma unroll
+                for (int pg = 0; pg < kPages; ++pg) {
+                  tma_coords(c, args.o_pos, pg * 64, row, o_coord[w][1], o_coord[w][2]);
+                  tma_store_4d(&args.to, stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
+                }
+                wg::bulk_commit();
+                wg::bulk_wait_read();
+              }
+              mbar_arrive(o_free);
+            }
+            __syncwarp();
+          }
+          if (lane == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
+        }
+      }
     }
   } else {
     // ================================ consumers ================================
@@ -1091,6 +1136,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // before row 0, -2: nothing staged).
     [[maybe_unused]] int o_pend_row = -2, o_h = 0, o_b = 0;
     [[maybe_unused]] const uint32_t o_stage_own = o_stage0 + wg * 64 * K::kHeadDim * 2;
+    [[maybe_unused]] const uint32_t o_free_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&o_bars[wg]));
     // Thread 0's TMA store of the warpgroup's 64 staged rows from query row `row`, pages `page` bytes apart, as one group.
     [[maybe_unused]] auto store_o_rows = [&](uint32_t stage, uint32_t page, int row, int h, int b) {
       int c[4];
@@ -1584,7 +1630,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
       // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
       // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
-      // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring. Sharing id 1
+      // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring, 9-11 the SFU
+      // turns, 12-14 the store warps' hand-overs (Traits::kStoreWarps). Sharing id 1
       // with a 256-thread turn, a dev variant faulted: illegal instruction, run s21-6.)
       if constexpr (K::kTwoRings && !K::kFixedRings) named_sync(8, 384);
 
@@ -1678,6 +1725,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
       if constexpr (K::kOStageInRing) {
         if (wg == 0) named_sync(7, 256);
+      } else if constexpr (kStoreWarps) {
+        mbar_wait(o_free_bar, (tile_iter & 1) ^ 1);  // the previous tile's store has read the staging tile (every tile stages)
       } else if constexpr (K::kTmaStoreO && !K::kOStageInQ && !K::kDevNoEpilogue) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
@@ -1715,6 +1764,12 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (kDeferO) {
         // The store waits for the next tile's prologue (flush_o); only staged rows need one.
         if (write_out) o_pend_row = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b;
+      } else if constexpr (kStoreWarps) {
+        // The staged tile to the store warp: its rows, then every thread's stores made visible to the TMA unit and its
+        // arrival (the warp stores once all 128 have arrived).
+        if (tid == 0) o_coord[wg][0] = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_coord[wg][1] = tile.h, o_coord[wg][2] = tile.b;
+        wg::fence_proxy_async();
+        named_arrive(12 + wg, 160);
       } else if constexpr (K::kTmaStoreO && !K::kDevNoEpilogue) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
@@ -1759,6 +1814,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if (tid == 0) prof.add(Prof::kTiles, 1);
     }
     flush_o();  // (kDeferO: the CTA's last tile's store)
+    if constexpr (kStoreWarps) {  // the end marker to the store warp, once it has taken the last tile's rows
+      mbar_wait(o_free_bar, (tile_iter & 1) ^ 1);
+      if (tid == 0) o_coord[wg][0] = kStoreEnd;
+      named_arrive(12 + wg, 160);
+    }
     if constexpr (K::kTmaStoreO)
       if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
   }

@@ -301,6 +301,18 @@ template <class T, bool ON = true>
 struct DeferStore : T {
   static constexpr bool kDeferStore = ON;
 };
+// The staged O stored by a producer warp per consumer warpgroup (Traits::kStoreWarps; session 56).
+template <class T, bool ON = true>
+struct StoreWarps : T {
+  static constexpr bool kStoreWarps = ON;
+};
+// 32 registers for the producer warpgroup and 232 for two consumer warpgroups (instead of 24 / 240): room for StoreWarps'
+// loop in the producer (with 24, ptxas spilled there).
+template <class T>
+struct Regs32 : T {
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kConsumerRegs = 232;
+};
 // The boundary probes (Traits::kDevNoEpilogue, kDevNoSoftmax0; session 55): a tile's epilogue, or its prologue's softmax,
 // left out. Wrong results by design (the check column). NoSoftmax0 only where no SFU turns run (the skipped softmax
 // would leave its SFU turn untaken where other warpgroups take theirs: d128, d256).
@@ -509,6 +521,9 @@ const Candidate kCandidates[] = {
     // pair): dense 1k-16k 1.006-1.009, causal 1.000-1.005 (the three warpgroups' SFU turns wait on the flush). s55-10 (60
     // reps; code in commit 74601d7): the flush after the prologue's softmax, past the SFU turn, on the three-warpgroup kernel
     // 1.000-1.006, on both 1.001-1.011; on the rows kernel alone .9999-1.008. Not taken.
+    // Session 56: the staged O stored by producer warps (StoreWarps) on the three-warpgroup kernel, and on both.
+    {"d64  store warps 3wg", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, StoreWarps<Tr<64, 128, 4, 3, 1>>>},
+    {"d64  store warps both", 64, false, run_rows<Regs32<StoreWarps<Tr<64, 128, 4, 2, 1>>>, true, StoreWarps<Tr<64, 128, 4, 3, 1>>>},
     {"d64  split s55 no epilogue (wrong)", 64, false, run_rows<NoEpilogue<Tr<64, 128, 4, 2, 1>>, true, NoEpilogue<Tr<64, 128, 4, 3, 1>>>},
     // Session 45 (s45-2): d64's three-warpgroup dense kernel on a two-stage ring (Tr<64, 128, 2, 3, 1>, the two-ring
     // kernel's depth per ring) against its four stages, the whole-tile kernel alone: 4k 1.1364 against 1.1284 ms, 16k and
@@ -629,6 +644,9 @@ const Candidate kCandidates[] = {
     // Session 55 (s55-5, perf-log v84): the O store deferred to the next tile's prologue (Traits::kDeferStore), production
     // since; the kernel before it:
     {"d128 s54 (store in the epilogue)", 128, false, run_k<DeferStore<Tr<128, 128, 2, 2, 1>, false>>},
+    // Session 56: the staged O stored by producer warps (StoreWarps) instead of deferred.
+    {"d128 store warps", 128, false, run_k<Regs32<StoreWarps<DeferStore<Tr<128, 128, 2, 2, 1>, false>>>>},
+    {"d128 regs32 (control)", 128, false, run_k<Regs32<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 no epilogue (wrong)", 128, false, run_k<NoEpilogue<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 no softmax0 (wrong)", 128, false, run_k<NoSoftmax0<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 neither (wrong)", 128, false, run_k<NoSoftmax0<NoEpilogue<Tr<128, 128, 2, 2, 1>>>>},
@@ -915,6 +933,11 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    // Session 56 (s56-1, 60 reps, paired; shapes.h's schedule reserve 2 KB instead of 4 so that two Q buffers fit): a
+    // staging tile of its own (store_o 1, Q released after the tile's last S) on the short lists' kernel, alone / with the
+    // deferred store (DeferStore): 4k s = .1 1.006 / 1.016, s = .25 .981 / .984, s = .5 .981 / .986, 8k s = .1 .982 / .980,
+    // 16k s = .1 .995 / .995, against production's warm copy .989 / .986 / .985 / .981 / .997 -- none beyond it. Also on
+    // the long lists' (turns) kernel: 4k s = .1 .998 / 1.013; at 16k its launch failed (400). Not taken.
     // Session 55 (s55-8, 60 reps, paired; code in commit 70af399, perf-log v84): the deferred O store here (O staged in
     // Q: the store issued after the next tile's S_0, the Q buffer released after that tile's first softmax): 4k s = .1 / .25
     // / .5 1.059 / 1.041 / 1.040, 8k s = .1 1.042, 16k s = .25 1.057. Not taken.

@@ -79,6 +79,24 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
+// The same with try_wait's suspend-time hint (kSuspend): a thread whose phase has not completed is suspended until it does
+// (or 10 ms pass) instead of looping on the probe, so its warp takes no issue slots from the warps beside it on its SM
+// sub-partition (session 56: two producer warps looping here, waiting for a staged O, made d128 5-8% slower). CUTLASS's
+// ClusterBarrier::wait gives the same hint.
+template <bool kSuspend>
+__device__ __forceinline__ void mbar_wait_s(uint32_t bar, uint32_t parity) {
+  if constexpr (!kSuspend) {
+    mbar_wait(bar, parity);
+  } else {
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+        "@!done bra WAIT;\n}\n" ::"r"(bar),
+        "r"(parity), "r"(0x989680u)
+        : "memory");
+  }
+}
 // Both phases complete: the two probes are issued back to back, so their round trips overlap (a loop block
 // waits for K_j and V_{j-1}; one after the other they were ~6% of the d64 block-sparse loop's stall samples,
 // ncu s17-3, though both had always completed).
@@ -397,14 +415,9 @@ struct Traits {
   // three-warpgroup pair 1.002-1.009 and the two-ring kernel 1.001-1.014 slower (their SFU turns wait on the flush), so
   // only there. (Its tail-split instantiation has pieces that store no O: not there.)
   static constexpr bool kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_;
-  // kStoreWarps (session 56): the TMA store of each consumer warpgroup's staged O issued by a producer warp of its own
-  // (warp 1 + wg of the producer warpgroup, idle in the dense kernels), handed over through named barrier 12 + wg (its 128
-  // threads arrive after their staging stores and proxy fence, the warp syncs: a warp waiting there issues nothing, where
-  // an mbarrier's try_wait loop took issue slots -- s56-2: with it d128 5-8% slower, d64 1-1.5%) and an mbarrier, o_free
-  // (the warp's lane 0 arrives once the store has read the tile). The epilogue then has no warpgroup barrier and no store on its path: its threads
-  // wait for o_free (a tile earlier, so long complete), write, fence and arrive. Dense instantiations with a staging tile
-  // of their own; not with kDeferStore.
-  static constexpr bool kStoreWarps = false;
+  // kWaitSuspend (session 56): mbarrier waits with try_wait's suspend-time hint (mbar_wait_s) -- 1 the producer's, 2 the
+  // consumers' too; 0 the plain probe loop.
+  static constexpr int kWaitSuspend = 0;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -701,13 +714,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
   __shared__ alignas(8) uint64_t bars[8 + 4 * kSlots];
-  // Traits::kStoreWarps: per consumer warpgroup o_free, and its staged tile's first row, head and batch (row kStoreEnd: no
-  // tile left, the warp's loop ends).
-  constexpr bool kStoreWarps = K::kStoreWarps && K::kTmaStoreO && !K::kOStageInQ && !K::kOStageInRing && !K::kTailSplit &&
-                               !K::kSparse && !K::kDevNoEpilogue && !K::kDeferStore;
-  constexpr int kStoreEnd = -0x40000000;
-  [[maybe_unused]] __shared__ alignas(8) uint64_t o_bars[3];
-  [[maybe_unused]] __shared__ int o_coord[3][3];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -772,8 +778,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     if constexpr (!K::kSparse) mbar_init(claimed, 1);
-    if constexpr (kStoreWarps)
-      for (int w = 0; w < K::kConsumers; ++w) mbar_init(static_cast<uint32_t>(__cvta_generic_to_shared(&o_bars[w])), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     if constexpr (K::kTailSplit) plan_tail(args.tail, int(gridDim.x), int(blockIdx.x), tail_plan, K::kPdlSecondary);
     // (Every CTA of the persistent grid is resident by now: the dependent's CTAs queue for the SMs this grid leaves.)
@@ -792,7 +796,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                        int n, int at, int h_kv, int b) {
       {
         const long long t0 = K::kProfile ? clock64() : 0;
-        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
+        mbar_wait_s<(K::kWaitSuspend >= 1)>(empty, ((at / kStages) & 1) ^ 1);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       if constexpr (K::kDevSkipKVOdd) {
@@ -813,7 +817,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // into it (rows from q_begin of query head h, batch b).
     auto wait_q_slot = [&](int tile_iter) {
       const long long t0 = K::kProfile ? clock64() : 0;
-      mbar_wait(q_empty(tile_iter % K::kQStages), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with it
+      mbar_wait_s<(K::kWaitSuspend >= 1)>(q_empty(tile_iter % K::kQStages), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with it
       if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
     };
     auto load_q = [&](int tile_iter, int q_begin, int h, int b) {
@@ -868,7 +872,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
-          mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+          mbar_wait_s<(K::kWaitSuspend >= 1)>(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
             const Tile tile(args, x);
@@ -910,7 +914,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
           if (tile_iter > 0) {
-            mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+            mbar_wait_s<(K::kWaitSuspend >= 1)>(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
@@ -933,7 +937,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
-          mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
+          mbar_wait_s<(K::kWaitSuspend >= 1)>(tile_full(slot), (tile_iter >> 1) & 1);
           const int x = tile_ids[slot];
           if (x >= args.num_tiles) {
             if constexpr (K::kProfile)
@@ -1015,7 +1019,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // claimed the word for the launch (`claimed`, long done by then), numbering the tiles from 2 x gridDim.x.
           const int next = args.tile_counter == nullptr ? static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1)
                            : tile_iter == 0             ? tile_of(1)
-                                                        : (mbar_wait(claimed, 0), 2 * int(gridDim.x) + int(static_cast<uint32_t>(atomicAdd(args.tile_counter, 1ull))));
+                                                        : (mbar_wait_s<(K::kWaitSuspend >= 1)>(claimed, 0), 2 * int(gridDim.x) + int(static_cast<uint32_t>(atomicAdd(args.tile_counter, 1ull))));
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -1044,34 +1048,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           x = next;
         }
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
-      }
-      if constexpr (kStoreWarps) {
-        // Traits::kStoreWarps: warp 1 + w stores consumer warpgroup w's staged O, one hand-over after another.
-        const int w = int(threadIdx.x / 32) - 1, lane = int(threadIdx.x % 32);
-        if (w >= 0 && w < K::kConsumers) {
-          const uint32_t o_free = static_cast<uint32_t>(__cvta_generic_to_shared(&o_bars[w]));
-          const uint32_t stage = o_stage0 + w * 64 * K::kHeadDim * 2;
-          for (;;) {
-            named_sync(12 + w, 160);  // the warpgroup's 128 threads have staged (or sent the end)
-            const int row = o_coord[w][0];
-            if (row == kStoreEnd) break;
-            if (lane == 0) {
-              if (row != -1) {  // (-1: a box wholly before row 0, nothing to store)
-                int c[4];
-#pragma unroll
-                for (int pg = 0; pg < kPages; ++pg) {
-                  tma_coords(c, args.o_pos, pg * 64, row, o_coord[w][1], o_coord[w][2]);
-                  tma_store_4d(&args.to, stage + pg * 64 * 128, c[0], c[1], c[2], c[3]);
-                }
-                wg::bulk_commit();
-                wg::bulk_wait_read();
-              }
-              mbar_arrive(o_free);
-            }
-            __syncwarp();
-          }
-          if (lane == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
-        }
       }
     }
   } else {
@@ -1136,7 +1112,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // before row 0, -2: nothing staged).
     [[maybe_unused]] int o_pend_row = -2, o_h = 0, o_b = 0;
     [[maybe_unused]] const uint32_t o_stage_own = o_stage0 + wg * 64 * K::kHeadDim * 2;
-    [[maybe_unused]] const uint32_t o_free_bar = static_cast<uint32_t>(__cvta_generic_to_shared(&o_bars[wg]));
     // Thread 0's TMA store of the warpgroup's 64 staged rows from query row `row`, pages `page` bytes apart, as one group.
     [[maybe_unused]] auto store_o_rows = [&](uint32_t stage, uint32_t page, int row, int h, int b) {
       int c[4];
@@ -1181,7 +1156,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
       const int t_slot = tile_iter % kTileSlots;
       [[maybe_unused]] const long long tf0 = K::kProfile ? clock64() : 0;
-      mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
+      mbar_wait_s<(K::kWaitSuspend >= 2)>(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
       if constexpr (K::kProfile)
         if (tid == 0 && tile_iter > 0) prof.add(Prof::kWaitTileBar, clock64() - tf0);
       const int x = tile_ids[t_slot];  // a work item's code (Work)
@@ -1190,7 +1165,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(tile_iter == 0 ? Prof::kWaitTileFirst : Prof::kWaitTile);
       [[maybe_unused]] const long long q_wait0 = K::kProfile ? clock64() : 0;
-      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
+      mbar_wait_s<(K::kWaitSuspend >= 2)>(q_full(q_slot), q_phase);  // Q_i has landed
       if constexpr (K::kProfile)
         if (tid == 0) {
           // From the load's issue to the end of this wait: its latency where the wait waited (more than a probe's
@@ -1430,7 +1405,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             const uint32_t ph0 = phase_of(it);
             // The slots go back only once their fill has landed: the full wait orders this warpgroup's arrivals after
             // the other's for the slot's previous fill (an empty barrier counts arrivals, not whose).
-            mbar_wait(k_full(s0), ph0);
+            mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s0), ph0);
             __syncwarp();
             if (lane == 0) mbar_arrive(k_empty(s0));
             skip_v = s0, skip_v_phase = ph0;
@@ -1448,7 +1423,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
         lap(Prof::kProSetup);
-        mbar_wait(k_full(s_prev), phase_prev);
+        mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s_prev), phase_prev);
         lap(Prof::kProWaitK);
         take_turn();
         lap(Prof::kProTurn);
@@ -1459,7 +1434,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         flush_o();         // (kDeferO: the previous tile's O store, while S_0 runs)
         if constexpr (K::kSkipDiag)
           if (skip_v >= 0) {
-            mbar_wait(v_full(skip_v), skip_v_phase);
+            mbar_wait_s<(K::kWaitSuspend >= 2)>(v_full(skip_v), skip_v_phase);
             __syncwarp();
             if (lane == 0) mbar_arrive(v_empty(skip_v));
           }
@@ -1512,7 +1487,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t phase = phase_of(it);
           if constexpr (K::kProfile) {
             const uint32_t t0 = static_cast<uint32_t>(clock());
-            mbar_wait(k_full(s), phase);
+            mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s), phase);
             step_k += static_cast<uint32_t>(clock()) - t0;
           }
           if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
@@ -1585,7 +1560,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Drain: the last P V.
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
-        mbar_wait(v_full(s_prev), phase_prev);
+        mbar_wait_s<(K::kWaitSuspend >= 2)>(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
         issue_pv(s_prev);
@@ -1606,10 +1581,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             // The left-out block (ring position it): its K and V slots back once filled, and its P V's turn, empty.
             const int s = slot_of(it);
             const uint32_t ph = phase_of(it);
-            mbar_wait(k_full(s), ph);
+            mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s), ph);
             __syncwarp();
             if (lane == 0) mbar_arrive(k_empty(s));
-            mbar_wait(v_full(s), ph);
+            mbar_wait_s<(K::kWaitSuspend >= 2)>(v_full(s), ph);
             __syncwarp();
             if (lane == 0) mbar_arrive(v_empty(s));
             take_turn();
@@ -1630,8 +1605,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // a warpgroup two or more phases ahead of a slot would take a stale phase for its block (the first form, without
       // this barrier, hung at s = 0.25 in run s21-1). So every warpgroup finishes this tile's blocks -- its last P V,
       // every K and V released -- before any starts the next tile's: then each slot is at most one phase behind.
-      // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring, 9-11 the SFU
-      // turns, 12-14 the store warps' hand-overs (Traits::kStoreWarps). Sharing id 1
+      // (Barrier 8: 1-3 are the one-ring kernels' turns, 4-6 the staging tiles, 7 d256's O in the ring. Sharing id 1
       // with a 256-thread turn, a dev variant faulted: illegal instruction, run s21-6.)
       if constexpr (K::kTwoRings && !K::kFixedRings) named_sync(8, 384);
 
@@ -1725,8 +1699,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       constexpr uint32_t kOPage = K::kOStageInQ ? kBlockM * 128 : 64 * 128;
       if constexpr (K::kOStageInRing) {
         if (wg == 0) named_sync(7, 256);
-      } else if constexpr (kStoreWarps) {
-        mbar_wait(o_free_bar, (tile_iter & 1) ^ 1);  // the previous tile's store has read the staging tile (every tile stages)
       } else if constexpr (K::kTmaStoreO && !K::kOStageInQ && !K::kDevNoEpilogue) {
         // The previous tile's store must have read the staging tile before it is written again.
         if (tid == 0) wg::bulk_wait_read();
@@ -1764,12 +1736,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (kDeferO) {
         // The store waits for the next tile's prologue (flush_o); only staged rows need one.
         if (write_out) o_pend_row = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b;
-      } else if constexpr (kStoreWarps) {
-        // The staged tile to the store warp: its rows, then every thread's stores made visible to the TMA unit and its
-        // arrival (the warp stores once all 128 have arrived).
-        if (tid == 0) o_coord[wg][0] = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_coord[wg][1] = tile.h, o_coord[wg][2] = tile.b;
-        wg::fence_proxy_async();
-        named_arrive(12 + wg, 160);
       } else if constexpr (K::kTmaStoreO && !K::kDevNoEpilogue) {
         // Every thread's shared stores, made visible to the TMA unit (async proxy), then one thread stores
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
@@ -1814,11 +1780,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if (tid == 0) prof.add(Prof::kTiles, 1);
     }
     flush_o();  // (kDeferO: the CTA's last tile's store)
-    if constexpr (kStoreWarps) {  // the end marker to the store warp, once it has taken the last tile's rows
-      mbar_wait(o_free_bar, (tile_iter & 1) ^ 1);
-      if (tid == 0) o_coord[wg][0] = kStoreEnd;
-      named_arrive(12 + wg, 160);
-    }
     if constexpr (K::kTmaStoreO)
       if (tid == 0) wg::bulk_wait();  // the last stores complete before the CTA's shared memory goes
   }

@@ -301,17 +301,10 @@ template <class T, bool ON = true>
 struct DeferStore : T {
   static constexpr bool kDeferStore = ON;
 };
-// The staged O stored by a producer warp per consumer warpgroup (Traits::kStoreWarps; session 56).
-template <class T, bool ON = true>
-struct StoreWarps : T {
-  static constexpr bool kStoreWarps = ON;
-};
-// 32 registers for the producer warpgroup and 232 for two consumer warpgroups (instead of 24 / 240): room for StoreWarps'
-// loop in the producer (with 24, ptxas spilled there).
-template <class T>
-struct Regs32 : T {
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = 232;
+// mbarrier waits with try_wait's suspend-time hint (Traits::kWaitSuspend; session 56): 1 the producer's, 2 all.
+template <class T, int N>
+struct WaitSuspend : T {
+  static constexpr int kWaitSuspend = N;
 };
 // The boundary probes (Traits::kDevNoEpilogue, kDevNoSoftmax0; session 55): a tile's epilogue, or its prologue's softmax,
 // left out. Wrong results by design (the check column). NoSoftmax0 only where no SFU turns run (the skipped softmax
@@ -521,9 +514,14 @@ const Candidate kCandidates[] = {
     // pair): dense 1k-16k 1.006-1.009, causal 1.000-1.005 (the three warpgroups' SFU turns wait on the flush). s55-10 (60
     // reps; code in commit 74601d7): the flush after the prologue's softmax, past the SFU turn, on the three-warpgroup kernel
     // 1.000-1.006, on both 1.001-1.011; on the rows kernel alone .9999-1.008. Not taken.
-    // Session 56: the staged O stored by producer warps (StoreWarps) on the three-warpgroup kernel, and on both.
-    {"d64  store warps 3wg", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, StoreWarps<Tr<64, 128, 4, 3, 1>>>},
-    {"d64  store warps both", 64, false, run_rows<Regs32<StoreWarps<Tr<64, 128, 4, 2, 1>>>, true, StoreWarps<Tr<64, 128, 4, 3, 1>>>},
+    // Session 56 (s56-3, 60 reps, paired; code in commit 13871a8): the staged O stored by a producer warp per consumer
+    // warpgroup (Traits kStoreWarps: named barrier 12 + wg from the warpgroup to its warp, an mbarrier back), on the
+    // three-warpgroup kernel / on both (the rows kernel with 32 producer registers, 232 consumer): dense 1k .999 / 1.011,
+    // 2k .998 / 1.001, 4k .998 / 1.002, 16k .999 / .999; causal 1k 1.002 / .998, 2k .998 / .996, 4k 1.001 / .998, 16k .998
+    // / .999 -- production's warm copy .998-1.001. Not taken. (s56-2, the hand-over to the warp an mbarrier whose try_wait
+    // loop the warp spun on: 1-1.5% slower.)
+    {"d64  suspend 1", 64, false, run_rows<WaitSuspend<Tr<64, 128, 4, 2, 1>, 1>, true, WaitSuspend<Tr<64, 128, 4, 3, 1>, 1>>},
+    {"d64  suspend 2", 64, false, run_rows<WaitSuspend<Tr<64, 128, 4, 2, 1>, 2>, true, WaitSuspend<Tr<64, 128, 4, 3, 1>, 2>>},
     {"d64  split s55 no epilogue (wrong)", 64, false, run_rows<NoEpilogue<Tr<64, 128, 4, 2, 1>>, true, NoEpilogue<Tr<64, 128, 4, 3, 1>>>},
     // Session 45 (s45-2): d64's three-warpgroup dense kernel on a two-stage ring (Tr<64, 128, 2, 3, 1>, the two-ring
     // kernel's depth per ring) against its four stages, the whole-tile kernel alone: 4k 1.1364 against 1.1284 ms, 16k and
@@ -644,9 +642,12 @@ const Candidate kCandidates[] = {
     // Session 55 (s55-5, perf-log v84): the O store deferred to the next tile's prologue (Traits::kDeferStore), production
     // since; the kernel before it:
     {"d128 s54 (store in the epilogue)", 128, false, run_k<DeferStore<Tr<128, 128, 2, 2, 1>, false>>},
-    // Session 56: the staged O stored by producer warps (StoreWarps) instead of deferred.
-    {"d128 store warps", 128, false, run_k<Regs32<StoreWarps<DeferStore<Tr<128, 128, 2, 2, 1>, false>>>>},
-    {"d128 regs32 (control)", 128, false, run_k<Regs32<Tr<128, 128, 2, 2, 1>>>},
+    // Session 56 (s56-3, 60 reps, paired; code in commit 13871a8): the staged O stored by producer warps (kStoreWarps, with
+    // 32 producer registers and 232 consumer) instead of deferred: dense 1k-16k 1.007-1.013, causal 1.001-1.010, as the
+    // store in the epilogue (s54: 1.002-1.011) -- not the v84 gain; 32 / 232 registers alone 0.997-1.010. s56-2, the
+    // warps spinning on an mbarrier's try_wait for the hand-over: 1.03-1.08. Not taken.
+    {"d128 suspend 1", 128, false, run_k<WaitSuspend<Tr<128, 128, 2, 2, 1>, 1>>},
+    {"d128 suspend 2", 128, false, run_k<WaitSuspend<Tr<128, 128, 2, 2, 1>, 2>>},
     {"d128 s55 no epilogue (wrong)", 128, false, run_k<NoEpilogue<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 no softmax0 (wrong)", 128, false, run_k<NoSoftmax0<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 neither (wrong)", 128, false, run_k<NoSoftmax0<NoEpilogue<Tr<128, 128, 2, 2, 1>>>>},
@@ -736,6 +737,8 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
+    {"d256 suspend 1", 256, false, run_k<WaitSuspend<Tr<256, 80, 2, 2, 3>, 1>>},
+    {"d256 suspend 2", 256, false, run_k<WaitSuspend<Tr<256, 80, 2, 2, 3>, 2>>},
     // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag,
     // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1 (cf556d2):
     // causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
@@ -831,6 +834,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    {"d64  bs 3wg 2 rings suspend 1", 64, true, run_k<WaitSuspend<TwoRings, 1>>},
+    {"d64  bs 3wg 2 rings suspend 2", 64, true, run_k<WaitSuspend<TwoRings, 2>>},
     // Session 55 (s55-5, 60 reps): the two-ring kernel with the O store deferred (DeferStore): 4k s = .1 / .25 / .5 1.014 /
     // 1.001 / 1.009 of its first copy (the warm copy .955 / .981 / .991), 16k s = .25 1.009. Not taken.
     {"d64  bs 3wg 2 rings s55 no epilogue (wrong)", 64, true, run_k<NoEpilogue<Tr<64, 128, 2, 3, 1, true>>>},
@@ -933,6 +938,8 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs suspend 1", 128, true, run_turns_by_length<WaitSuspend<Tr<128, 128, 2, 2, 2, true>, 1>>},
+    {"d128 bs suspend 2", 128, true, run_turns_by_length<WaitSuspend<Tr<128, 128, 2, 2, 2, true>, 2>>},
     // Session 56 (s56-1, 60 reps, paired; shapes.h's schedule reserve 2 KB instead of 4 so that two Q buffers fit): a
     // staging tile of its own (store_o 1, Q released after the tile's last S) on the short lists' kernel, alone / with the
     // deferred store (DeferStore): 4k s = .1 1.006 / 1.016, s = .25 .981 / .984, s = .5 .981 / .986, 8k s = .1 .982 / .980,

@@ -79,24 +79,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// The same with try_wait's suspend-time hint (kSuspend): a thread whose phase has not completed is suspended until it does
-// (or 10 ms pass) instead of looping on the probe, so its warp takes no issue slots from the warps beside it on its SM
-// sub-partition (session 56: two producer warps looping here, waiting for a staged O, made d128 5-8% slower). CUTLASS's
-// ClusterBarrier::wait gives the same hint.
-template <bool kSuspend>
-__device__ __forceinline__ void mbar_wait_s(uint32_t bar, uint32_t parity) {
-  if constexpr (!kSuspend) {
-    mbar_wait(bar, parity);
-  } else {
-    asm volatile(
-        "{\n.reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
-        "@!done bra WAIT;\n}\n" ::"r"(bar),
-        "r"(parity), "r"(0x989680u)
-        : "memory");
-  }
-}
 // Both phases complete: the two probes are issued back to back, so their round trips overlap (a loop block
 // waits for K_j and V_{j-1}; one after the other they were ~6% of the d64 block-sparse loop's stall samples,
 // ncu s17-3, though both had always completed).
@@ -415,9 +397,6 @@ struct Traits {
   // three-warpgroup pair 1.002-1.009 and the two-ring kernel 1.001-1.014 slower (their SFU turns wait on the flush), so
   // only there. (Its tail-split instantiation has pieces that store no O: not there.)
   static constexpr bool kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_;
-  // kWaitSuspend (session 56): mbarrier waits with try_wait's suspend-time hint (mbar_wait_s) -- 1 the producer's, 2 the
-  // consumers' too; 0 the plain probe loop.
-  static constexpr int kWaitSuspend = 0;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -796,7 +775,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
                        int n, int at, int h_kv, int b) {
       {
         const long long t0 = K::kProfile ? clock64() : 0;
-        mbar_wait_s<(K::kWaitSuspend >= 1)>(empty, ((at / kStages) & 1) ^ 1);
+        mbar_wait(empty, ((at / kStages) & 1) ^ 1);
         if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitRing, clock64() - t0);
       }
       if constexpr (K::kDevSkipKVOdd) {
@@ -817,7 +796,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     // into it (rows from q_begin of query head h, batch b).
     auto wait_q_slot = [&](int tile_iter) {
       const long long t0 = K::kProfile ? clock64() : 0;
-      mbar_wait_s<(K::kWaitSuspend >= 1)>(q_empty(tile_iter % K::kQStages), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with it
+      mbar_wait(q_empty(tile_iter % K::kQStages), ((tile_iter / K::kQStages) & 1) ^ 1);  // consumers are done with it
       if constexpr (K::kProfile) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdWaitQSlot, clock64() - t0);
     };
     auto load_q = [&](int tile_iter, int q_begin, int h, int b) {
@@ -872,7 +851,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
-          mbar_wait_s<(K::kWaitSuspend >= 1)>(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+          mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
             const Tile tile(args, x);
@@ -914,7 +893,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
           if (tile_iter > 0) {
-            mbar_wait_s<(K::kWaitSuspend >= 1)>(tile_full(slot), (tile_iter >> 1) & 1);
+            mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
@@ -937,7 +916,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         [[maybe_unused]] const long long t_prod0 = K::kProfile ? clock64() : 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
-          mbar_wait_s<(K::kWaitSuspend >= 1)>(tile_full(slot), (tile_iter >> 1) & 1);
+          mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
           const int x = tile_ids[slot];
           if (x >= args.num_tiles) {
             if constexpr (K::kProfile)
@@ -1019,7 +998,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // claimed the word for the launch (`claimed`, long done by then), numbering the tiles from 2 x gridDim.x.
           const int next = args.tile_counter == nullptr ? static_item<K::kTailSplit>(args, tail_plan, tile_iter + 1)
                            : tile_iter == 0             ? tile_of(1)
-                                                        : (mbar_wait_s<(K::kWaitSuspend >= 1)>(claimed, 0), 2 * int(gridDim.x) + int(static_cast<uint32_t>(atomicAdd(args.tile_counter, 1ull))));
+                                                        : (mbar_wait(claimed, 0), 2 * int(gridDim.x) + int(static_cast<uint32_t>(atomicAdd(args.tile_counter, 1ull))));
           // V_j is consumed one turn after K_j (P_j V_j is issued with S_{j+1}), so V loads trail K loads by
           // one block: K_{j+1} never waits behind V_j's slot.
           auto load_v = [&](int n, int at) {
@@ -1156,7 +1135,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;
       const int t_slot = tile_iter % kTileSlots;
       [[maybe_unused]] const long long tf0 = K::kProfile ? clock64() : 0;
-      mbar_wait_s<(K::kWaitSuspend >= 2)>(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
+      mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index (and block-sparse schedule) are written
       if constexpr (K::kProfile)
         if (tid == 0 && tile_iter > 0) prof.add(Prof::kWaitTileBar, clock64() - tf0);
       const int x = tile_ids[t_slot];  // a work item's code (Work)
@@ -1165,7 +1144,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if (!is_work<K::kTailSplit>(args, x)) break;
       lap(tile_iter == 0 ? Prof::kWaitTileFirst : Prof::kWaitTile);
       [[maybe_unused]] const long long q_wait0 = K::kProfile ? clock64() : 0;
-      mbar_wait_s<(K::kWaitSuspend >= 2)>(q_full(q_slot), q_phase);  // Q_i has landed
+      mbar_wait(q_full(q_slot), q_phase);  // Q_i has landed
       if constexpr (K::kProfile)
         if (tid == 0) {
           // From the load's issue to the end of this wait: its latency where the wait waited (more than a probe's
@@ -1405,7 +1384,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             const uint32_t ph0 = phase_of(it);
             // The slots go back only once their fill has landed: the full wait orders this warpgroup's arrivals after
             // the other's for the slot's previous fill (an empty barrier counts arrivals, not whose).
-            mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s0), ph0);
+            mbar_wait(k_full(s0), ph0);
             __syncwarp();
             if (lane == 0) mbar_arrive(k_empty(s0));
             skip_v = s0, skip_v_phase = ph0;
@@ -1423,7 +1402,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         int s_prev = slot_of(it);
         uint32_t phase_prev = phase_of(it);
         lap(Prof::kProSetup);
-        mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s_prev), phase_prev);
+        mbar_wait(k_full(s_prev), phase_prev);
         lap(Prof::kProWaitK);
         take_turn();
         lap(Prof::kProTurn);
@@ -1434,7 +1413,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         flush_o();         // (kDeferO: the previous tile's O store, while S_0 runs)
         if constexpr (K::kSkipDiag)
           if (skip_v >= 0) {
-            mbar_wait_s<(K::kWaitSuspend >= 2)>(v_full(skip_v), skip_v_phase);
+            mbar_wait(v_full(skip_v), skip_v_phase);
             __syncwarp();
             if (lane == 0) mbar_arrive(v_empty(skip_v));
           }
@@ -1487,7 +1466,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t phase = phase_of(it);
           if constexpr (K::kProfile) {
             const uint32_t t0 = static_cast<uint32_t>(clock());
-            mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s), phase);
+            mbar_wait(k_full(s), phase);
             step_k += static_cast<uint32_t>(clock()) - t0;
           }
           if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
@@ -1560,7 +1539,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // Drain: the last P V.
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
-        mbar_wait_s<(K::kWaitSuspend >= 2)>(v_full(s_prev), phase_prev);
+        mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
         issue_pv(s_prev);
@@ -1581,10 +1560,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             // The left-out block (ring position it): its K and V slots back once filled, and its P V's turn, empty.
             const int s = slot_of(it);
             const uint32_t ph = phase_of(it);
-            mbar_wait_s<(K::kWaitSuspend >= 2)>(k_full(s), ph);
+            mbar_wait(k_full(s), ph);
             __syncwarp();
             if (lane == 0) mbar_arrive(k_empty(s));
-            mbar_wait_s<(K::kWaitSuspend >= 2)>(v_full(s), ph);
+            mbar_wait(v_full(s), ph);
             __syncwarp();
             if (lane == 0) mbar_arrive(v_empty(s));
             take_turn();

@@ -301,11 +301,6 @@ template <class T, bool ON = true>
 struct DeferStore : T {
   static constexpr bool kDeferStore = ON;
 };
-// mbarrier waits with try_wait's suspend-time hint (Traits::kWaitSuspend; session 56): 1 the producer's, 2 all.
-template <class T, int N>
-struct WaitSuspend : T {
-  static constexpr int kWaitSuspend = N;
-};
 // The boundary probes (Traits::kDevNoEpilogue, kDevNoSoftmax0; session 55): a tile's epilogue, or its prologue's softmax,
 // left out. Wrong results by design (the check column). NoSoftmax0 only where no SFU turns run (the skipped softmax
 // would leave its SFU turn untaken where other warpgroups take theirs: d128, d256).
@@ -520,8 +515,9 @@ const Candidate kCandidates[] = {
     // 2k .998 / 1.001, 4k .998 / 1.002, 16k .999 / .999; causal 1k 1.002 / .998, 2k .998 / .996, 4k 1.001 / .998, 16k .998
     // / .999 -- production's warm copy .998-1.001. Not taken. (s56-2, the hand-over to the warp an mbarrier whose try_wait
     // loop the warp spun on: 1-1.5% slower.)
-    {"d64  suspend 1", 64, false, run_rows<WaitSuspend<Tr<64, 128, 4, 2, 1>, 1>, true, WaitSuspend<Tr<64, 128, 4, 3, 1>, 1>>},
-    {"d64  suspend 2", 64, false, run_rows<WaitSuspend<Tr<64, 128, 4, 2, 1>, 2>, true, WaitSuspend<Tr<64, 128, 4, 3, 1>, 2>>},
+    // s56-4 (50 reps, paired; code in commit ddd6fee): every mbarrier wait of the producer (1) or of all (2) with try_wait's
+    // suspend-time hint (10 ms, CUTLASS's), both kernels of the pair: dense 1k-16k 1.000-1.001 / 1.004-1.010, causal
+    // 1.000-1.004 / 1.003-1.008. Not taken (so the loader's probe loop takes nothing from the consumers' issue).
     {"d64  split s55 no epilogue (wrong)", 64, false, run_rows<NoEpilogue<Tr<64, 128, 4, 2, 1>>, true, NoEpilogue<Tr<64, 128, 4, 3, 1>>>},
     // Session 45 (s45-2): d64's three-warpgroup dense kernel on a two-stage ring (Tr<64, 128, 2, 3, 1>, the two-ring
     // kernel's depth per ring) against its four stages, the whole-tile kernel alone: 4k 1.1364 against 1.1284 ms, 16k and
@@ -646,8 +642,8 @@ const Candidate kCandidates[] = {
     // 32 producer registers and 232 consumer) instead of deferred: dense 1k-16k 1.007-1.013, causal 1.001-1.010, as the
     // store in the epilogue (s54: 1.002-1.011) -- not the v84 gain; 32 / 232 registers alone 0.997-1.010. s56-2, the
     // warps spinning on an mbarrier's try_wait for the hand-over: 1.03-1.08. Not taken.
-    {"d128 suspend 1", 128, false, run_k<WaitSuspend<Tr<128, 128, 2, 2, 1>, 1>>},
-    {"d128 suspend 2", 128, false, run_k<WaitSuspend<Tr<128, 128, 2, 2, 1>, 2>>},
+    // s56-4 (50 reps, paired; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all: dense 1k-16k
+    // 1.001-1.003 / .9998-1.006, causal .9995-1.004 / .997-1.004. Not taken.
     {"d128 s55 no epilogue (wrong)", 128, false, run_k<NoEpilogue<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 no softmax0 (wrong)", 128, false, run_k<NoSoftmax0<Tr<128, 128, 2, 2, 1>>>},
     {"d128 s55 neither (wrong)", 128, false, run_k<NoSoftmax0<NoEpilogue<Tr<128, 128, 2, 2, 1>>>>},
@@ -737,8 +733,8 @@ const Candidate kCandidates[] = {
 
     {"d256 (prod)", 256, false, run<256, 80, 2, 2, 0, 3>},
     {"d256 (prod again)", 256, false, run<256, 80, 2, 2, 0, 3>},
-    {"d256 suspend 1", 256, false, run_k<WaitSuspend<Tr<256, 80, 2, 2, 3>, 1>>},
-    {"d256 suspend 2", 256, false, run_k<WaitSuspend<Tr<256, 80, 2, 2, 3>, 2>>},
+    // s56-4 (40 reps, paired; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all: 1k, 4k, 16k
+    // dense 1.001-1.002 / .999-1.001, causal 1.000-1.004 / 1.001-1.005. Not taken.
     // Session 51 (s51-1, s51-2; perf-log v78): the diagonal block left out by warpgroups that see none of it (SkipDiag,
     // production since): warpgroup 0 in 7 of a 1k head's 8 causal tiles. Paired against it, none / form 1 (cf556d2):
     // causal 1k 1.018 / 1.012, 2k 1.020 / 1.011, 4k 1.007 / 1.009, 8k 1.004 / 1.002, 16k 1.003 / 1.005; dense within 0.3%. The
@@ -834,8 +830,9 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 3wg 2 rings suspend 1", 64, true, run_k<WaitSuspend<TwoRings, 1>>},
-    {"d64  bs 3wg 2 rings suspend 2", 64, true, run_k<WaitSuspend<TwoRings, 2>>},
+    // s56-4 (50 reps, paired; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all: 4k s = .1
+    // 1.007 / 1.001, .25 1.002 / 1.007, .5 .999 / 1.012, 16k s = .25 1.000 / 1.008, against the warm copy's .965 / .980
+    // / .989 / .998. Not taken.
     // Session 55 (s55-5, 60 reps): the two-ring kernel with the O store deferred (DeferStore): 4k s = .1 / .25 / .5 1.014 /
     // 1.001 / 1.009 of its first copy (the warm copy .955 / .981 / .991), 16k s = .25 1.009. Not taken.
     {"d64  bs 3wg 2 rings s55 no epilogue (wrong)", 64, true, run_k<NoEpilogue<Tr<64, 128, 2, 3, 1, true>>>},
@@ -938,8 +935,9 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs suspend 1", 128, true, run_turns_by_length<WaitSuspend<Tr<128, 128, 2, 2, 2, true>, 1>>},
-    {"d128 bs suspend 2", 128, true, run_turns_by_length<WaitSuspend<Tr<128, 128, 2, 2, 2, true>, 2>>},
+    // s56-4 (50 reps; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all, by time: 4k s = .1
+    // .0680 / .0676 ms against .0663 / .0654, .25 .1281 / .1282 against .1267 / .1257, .5 .2315 / .2316 against .2325 /
+    // .2294, 16k s = .25 1.7360 / 1.7272 against 1.7365 / 1.7361. Not taken.
     // Session 56 (s56-1, 60 reps, paired; shapes.h's schedule reserve 2 KB instead of 4 so that two Q buffers fit): a
     // staging tile of its own (store_o 1, Q released after the tile's last S) on the short lists' kernel, alone / with the
     // deferred store (DeferStore): 4k s = .1 1.006 / 1.016, s = .25 .981 / .984, s = .5 .981 / .986, 8k s = .1 .982 / .980,

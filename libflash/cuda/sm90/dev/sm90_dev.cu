@@ -938,11 +938,12 @@ const Candidate kCandidates[] = {
     // s56-4 (50 reps; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all, by time: 4k s = .1
     // .0680 / .0676 ms against .0663 / .0654, .25 .1281 / .1282 against .1267 / .1257, .5 .2315 / .2316 against .2325 /
     // .2294, 16k s = .25 1.7360 / 1.7272 against 1.7365 / 1.7361. Not taken.
-    // Session 56 (s56-1, 60 reps, paired; shapes.h's schedule reserve 2 KB instead of 4 so that two Q buffers fit): a
-    // staging tile of its own (store_o 1, Q released after the tile's last S) on the short lists' kernel, alone / with the
-    // deferred store (DeferStore): 4k s = .1 1.006 / 1.016, s = .25 .981 / .984, s = .5 .981 / .986, 8k s = .1 .982 / .980,
-    // 16k s = .1 .995 / .995, against production's warm copy .989 / .986 / .985 / .981 / .997 -- none more than .001
-    // beyond it. Also on the long lists' (turns) kernel: 4k s = .1 .998 / 1.013; at 16k its launch failed (400). Not taken.
+    // Session 56 (s56-1, 60 reps, paired; shapes.h's schedule reserve in Shape::q_stages 2 KB instead of 4 so that two Q
+    // buffers fit, not committed): Tr<128, 128, 2, 2, 1, true>, a staging tile of its own (store_o 1, Q released after the
+    // tile's last S), on the short lists' kernel, alone / with the deferred store (DeferStore): 4k s = .1 1.006 / 1.016,
+    // s = .25 .981 / .984, s = .5 .981 / .986, 8k s = .1 .982 / .980, 16k s = .1 .995 / .995, against production's warm
+    // copy .989 / .986 / .985 / .981 / .997 -- none more than .001 beyond it. Also on the long lists' (turns) kernel: 4k
+    // s = .1 .998 / 1.013; at 16k its launch failed (400). Not taken.
     // Session 55 (s55-8, 60 reps, paired; code in commit 70af399, perf-log v84): the deferred O store here (O staged in
     // Q: the store issued after the next tile's S_0, the Q buffer released after that tile's first softmax): 4k s = .1 / .25
     // / .5 1.059 / 1.041 / 1.040, 8k s = .1 1.042, 16k s = .25 1.057. Not taken.

@@ -130,12 +130,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
-// 4-D tiled TMA prefetch global -> L2 (no shared memory, no barrier; Traits::kPrefetchHeads).
-__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // The GPU's nanosecond clock, the same on every SM (Traits::kDevCtaTimes).
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
@@ -395,13 +389,6 @@ struct Traits {
   //    would give at most.
   static constexpr bool kDevNoEpilogue = false;
   static constexpr bool kDevNoSoftmax0 = false;
-  // kPrefetchHeads (block-sparse, session 57): the Q loader, after each tile's Q, prefetches to L2 a share of K and V of
-  // the (batch, head) args.prefetch_ahead tiles further in the bh-major order -- its key blocks n = x mod num_m_blocks,
-  // + num_m_blocks, ... -- so that a head's K and V are in L2 about a round before its tiles start. Short lists read
-  // K and V from DRAM once but each block first by the tile that needs it, at 47-63% of DRAM's peak (s44-3); with K and V
-  // always L2-hot (KVHot) the d128 s = .1 tile was 6% shorter and the two-ring one 13% (s43-4). Unlike v38's prefetch
-  // (the tile's own next blocks, 4-8% slower) these run a round ahead of the loads and read no block twice.
-  static constexpr bool kPrefetchHeads = false;
   // kDeferStore (perf-log v84): the epilogue stages O / l in the warpgroup's own tile and goes on; the staging stores' proxy
   // fence, the warpgroup barrier and thread 0's TMA store come in the next tile's prologue, once its S_0 is issued, where
   // the warpgroup waits for S_0 anyway (after the loop for the CTA's last tile). Session 55's probe (s55-4) put the whole
@@ -914,22 +901,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
-          if constexpr (K::kPrefetchHeads) {
-            // (args.prefetch_ahead: a multiple of num_m_blocks, so tile xp's place in its head is x's.)
-            if (const int xp = x + args.prefetch_ahead; args.prefetch_ahead > 0 && xp < args.num_tiles) {
-              const Tile tp(args, xp);
-              const int h_kv = tp.h / p.head_ratio, n_blocks = (p.seqlen_k + kBlockN - 1) / kBlockN;
-              int c[4];
-              for (int n = x % args.num_m_blocks; n < n_blocks; n += args.num_m_blocks)
-#pragma unroll
-                for (int pg = 0; pg < kPages; ++pg) {
-                  tma_coords(c, args.k_pos, pg * 64, n * kBlockN, h_kv, tp.b);
-                  tma_prefetch_4d(&args.tk, c[0], c[1], c[2], c[3]);
-                  tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, tp.b);
-                  tma_prefetch_4d(&args.tv, c[0], c[1], c[2], c[3]);
-                }
-            }
-          }
         }
       } else if (threadIdx.x == 0 || (K::kTwoRings && threadIdx.x == 64)) {
         // The K/V loaders: lane 0 of warp 0 (two rings: ring 0's), and with two rings lane 0 of warp 2 (ring 1's), each
@@ -1815,7 +1786,6 @@ struct LaunchOptions {
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
-  int prefetch_heads = -1;  // Traits::kPrefetchHeads: heads ahead (-1: a round's worth within the L2 budget; dev: any)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1865,17 +1835,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   const int64_t tiles = int64_t{args.num_m_blocks} * p.heads_q * p.batch;
   if (tiles > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90: ", tiles, " query blocks exceed 2^31-1");
   args.num_tiles = static_cast<int32_t>(tiles);
-  if constexpr (K::kPrefetchHeads) {
-    // Traits::kPrefetchHeads: whole heads a round ahead (at least the grid's count of tiles) in the bh-major order (not the
-    // causal order's), if those heads' K and V and the ones running fit in three fifths of L2 (opt.prefetch_heads: dev, any).
-    const int64_t per_head = args.num_m_blocks, grid0 = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
-    const int64_t heads = opt.prefetch_heads >= 0 ? opt.prefetch_heads : (grid0 + per_head - 1) / per_head;
-    const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2;
-    const int64_t l2 = std::max<int64_t>(cuda::l2_cache_bytes(p.device_id), 1 << 20);
-    const bool bh_major = !(p.window_right >= 0 && p.window_left < 0);
-    if (bh_major && heads > 0 && (opt.prefetch_heads >= 0 || (2 * heads + 1) * kv_bytes <= l2 * 3 / 5))
-      args.prefetch_ahead = static_cast<int32_t>(std::min<int64_t>(heads * per_head, 0x3fffffff));
-  }
 
   int64_t smem_bytes = K::kSmemBytes;
   // The block-sparse instantiation also runs problems without a block mask (shapes.h, use_listed_kernel); the dense

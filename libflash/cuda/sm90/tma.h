@@ -35,7 +35,6 @@ struct Args {
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
-  int32_t prefetch_ahead;  // Traits::kPrefetchHeads: tiles ahead whose K and V each tile prefetches to L2 (0: none)
 };
 
 // A launch's epoch for the dynamic order's counter (Args::epoch; fwd_kernel.cuh, take_claim): a process-wide sequence

@@ -322,25 +322,6 @@ template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
 };
-// Session 57: each tile's Q loader prefetches a share of K and V of the head a round ahead to L2 (Traits::kPrefetchHeads),
-// H heads ahead (-1: launch's choice, a round's worth within its L2 budget); run_pf_turns as run_turns_by_length.
-template <class T>
-struct PrefetchHeads : T {
-  static constexpr bool kPrefetchHeads = true;
-};
-template <class K, int H = -1>
-int32_t run_pf(const FwdParams& p) {
-  flash::sm90::LaunchOptions opt;
-  opt.prefetch_heads = H;
-  return flash::sm90::launch<K>(p, opt);
-}
-template <class K, int H = -1>
-int32_t run_pf_turns(const FwdParams& p) {
-  flash::sm90::LaunchOptions opt;
-  opt.prefetch_heads = H;
-  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<K>>(p, opt)
-                                             : flash::sm90::launch<K>(p, opt);
-}
 template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
@@ -849,8 +830,12 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    {"d64  bs 2 rings s57 pf", 64, true, run_pf<PrefetchHeads<TwoRings>>},
-    {"d64  bs 2 rings s57 pf h12", 64, true, run_pf<PrefetchHeads<TwoRings>, 12>},
+    // Session 57 (s57-1, 60 reps, paired; code in commit 055cecc): K and V of the heads a round ahead prefetched to L2 by
+    // each tile's Q loader (Traits kPrefetchHeads: tile x prefetches key blocks x mod num_m_blocks, + num_m_blocks, ... of
+    // the (batch, head) prefetch_ahead tiles on, cp.async.bulk.prefetch.tensor), 6 heads ahead (a round) / 12: 4k s = .1
+    // 1.051 / 1.040, .25 1.024 / .998, .5 1.010 / .996, 8k s = .1 1.023 / 1.000, 16k .999-1.006, against the warm copy's
+    // .963 / .977 / .989 / .982. d128 block-sparse (5 / 10 heads ahead): 4k s = .1 1.224 / 1.208, .25 1.071 / 1.049, .5
+    // 1.025 / 1.016, 8k s = .1 1.064 / 1.046; the nearer the prefetch to its use, the slower. Removed.
     // s56-4 (50 reps, paired; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all: 4k s = .1
     // 1.007 / 1.001, .25 1.002 / 1.007, .5 .999 / 1.012, 16k s = .25 1.000 / 1.008, against the warm copy's .965 / .980
     // / .989 / .998. Not taken.
@@ -956,8 +941,6 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs s57 pf", 128, true, run_pf_turns<PrefetchHeads<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s57 pf h10", 128, true, run_pf_turns<PrefetchHeads<Tr<128, 128, 2, 2, 2, true>>, 10>},
     // s56-4 (50 reps; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all, by time: 4k s = .1
     // .0680 / .0676 ms against .0663 / .0654, .25 .1281 / .1282 against .1267 / .1257, .5 .2315 / .2316 against .2325 /
     // .2294, 16k s = .25 1.7360 / 1.7272 against 1.7365 / 1.7361. Not taken.

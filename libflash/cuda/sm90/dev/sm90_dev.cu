@@ -322,20 +322,6 @@ template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
 };
-// Session 57: block-sparse with V's ring of depth V (Traits::kVStages; K's stays T's), QST Q buffers; the shared memory
-// as Shape::smem_bytes with Shape::v_stages (no reserve: launch adds the schedules' bytes and fails where they do not fit).
-template <class T, int V, int QST = 2>
-struct VStages : T {
-  static constexpr int kVStages = V;
-  static constexpr int kVSlots = T::kRings * V;
-  static constexpr int kBarSlots = T::kRingSlots > kVSlots ? T::kRingSlots : kVSlots;
-  static constexpr flash::sm90::Shape kShape{T::kHeadDim, T::kBlockN, T::kStages, T::kConsumers, T::kShape.store_o, V};
-  static constexpr int kQStages = QST;
-  static constexpr int kSmemBytes =
-      (QST * kShape.block_m() + kShape.rings(true) * kShape.kv_blocks() * kShape.block_n) * kShape.head_dim * 2 + 1024 +
-      kShape.o_stage_bytes();
-  static_assert(kSmemBytes + 1536 <= 232448, "shared memory");
-};
 template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
@@ -379,11 +365,6 @@ struct FreeRings : T {
 template <class T>
 int32_t run_turns_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<T>(p);
-}
-// Session 57: V's ring three deep on d128's short lists, the long ones as production (run_turns_by_length).
-int32_t run_v3_short(const FwdParams& p) {
-  using T = Tr<128, 128, 2, 2, 2, true>;
-  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<VStages<T, 3>>(p);
 }
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
@@ -849,10 +830,10 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 57 (s57-2): O staged in Q (store_o 2), which leaves room for a third stage of K or of V in both rings.
-    {"d64  bs 2 rings s57 o in q", 64, true, run_k<Tr<64, 128, 2, 3, 2, true>>},
-    {"d64  bs 2 rings s57 o in q k3", 64, true, run_k<VStages<Tr<64, 128, 3, 3, 2, true>, 2>>},
-    {"d64  bs 2 rings s57 o in q v3", 64, true, run_k<VStages<Tr<64, 128, 2, 3, 2, true>, 3>>},
+    // Session 57 (s57-2, 60 reps; code in commit ad61196, Traits kVStages and a VStages mixin): O staged in Q (store_o 2),
+    // which leaves room for a third stage of K or of V in both rings: 4k s = .1 / .25 / .5 .0851 / .1660 / .3122 ms, with
+    // K3V2 .0872 / .1649 / .3137, with K2V3 .0858 / .1659 / .3119, 8k-16k within 1% (s57-1's production: .0789-.0816 /
+    // .1633-.1647 / .3050-.3083). Neither depth pays for O in Q (s44-1: 0-2.5% slower). Removed.
     // Session 57 (s57-1, 60 reps, paired; code in commit 055cecc): K and V of the heads a round ahead prefetched to L2 by
     // each tile's Q loader (Traits kPrefetchHeads: tile x prefetches key blocks x mod num_m_blocks, + num_m_blocks, ... of
     // the (batch, head) prefetch_ahead tiles on, cp.async.bulk.prefetch.tensor), 6 heads ahead (a round) / 12: 4k s = .1
@@ -964,10 +945,10 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 57 (s57-2): V's ring three deep (v22's K2V3, session 16: 4k s = .1 1-2% faster), on every list / on the short
-    // lists only (the long ones on production's SFU-turn instantiation).
-    {"d128 bs s57 v3", 128, true, run_k<VStages<Tr<128, 128, 2, 2, 2, true>, 3>>},
-    {"d128 bs s57 v3 short", 128, true, run_v3_short},
+    // Session 57 (s57-2, 60 reps, paired; code in commit ad61196): V's ring three deep (v22's K2V3, session 16: 4k s = .1
+    // 1-2% faster then), two Q buffers, 2 KB left for the schedules (launch fails at 16k), on the short lists with the
+    // long ones on the SFU-turn instantiation: 4k s = .1 .991 against the warm copy's .979; s = .25-.5 and 8k-16k .990-.998
+    // (the warm copy .989-.998). On every list (no SFU turns) 4-6% slower at s = .25-.5. Removed.
     // s56-4 (50 reps; commit ddd6fee): mbarrier waits with the suspend-time hint, the producer's / all, by time: 4k s = .1
     // .0680 / .0676 ms against .0663 / .0654, .25 .1281 / .1282 against .1267 / .1257, .5 .2315 / .2316 against .2325 /
     // .2294, 16k s = .25 1.7360 / 1.7272 against 1.7365 / 1.7361. Not taken.

@@ -682,7 +682,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
-  static_assert(!K::kTileInSmem || K::kSparse, "only the block-sparse scheduler publishes the tile's decode");
+  static_assert(!K::kTileInSmem || K::kSparse || !K::kTailSplit, "the tail split's consumers decode their work codes");
   const float kNegInf = -INFINITY;
 
   extern __shared__ uint8_t smem_raw[];
@@ -973,6 +973,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
+          if constexpr (K::kTileInSmem)  // (dev: the dense producer's form, s38-6, s49-1, s57-3)
+            if (is_work<false>(args, x)) {
+              const Tile tile(args, x);
+              tile_mhb[q_slot][0] = tile.m_block, tile_mhb[q_slot][1] = tile.h, tile_mhb[q_slot][2] = tile.b;
+            }
           mbar_arrive(tile_full(q_slot));
           if (is_work<K::kTailSplit>(args, x)) {
             const Tile tile(args, decode_work<K::kTailSplit>(args, tail_plan, x).x);

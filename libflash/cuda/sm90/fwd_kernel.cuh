@@ -308,13 +308,14 @@ struct Traits {
   // (the block-sparse scheduler warp) and published beside its index, instead of by every consumer thread at the tile
   // start (perf-log v71, v72). The block-sparse instantiations but d256's (whose 24-register producer was not measured
   // with it): the two-ring kernel 1-2% faster at 8k-16k (sm90_dev s38-6), d128 block-sparse 2-4% at 8k-16k and the d64
-  // two-warpgroup one on d64's windows 1-4% (s39-4). In the dense kernels it halved the tile start's setup in the profile
-  // (d64 causal 1k 1206 -> 609 cycles) for no gain in time (d64 dense 0.5-1% slower, causal 1k +0.6-1.3%, d128 and d256
-  // within 1%): there the setup overlaps the other warpgroups' products. Not with the tail split, whose work codes the
-  // consumers decode themselves.
-  // (Only the block-sparse scheduler writes the decode: the dense producer's form, measured in session 38, is in commit
-  // b6ce965.)
-  static constexpr bool kTileInSmem = kSparse && kHeadDim_ < 256;
+  // two-warpgroup one on d64's windows 1-4% (s39-4). The dense producer (start_tile) publishes it too in d64's
+  // three-warpgroup instantiation since session 57 (perf-log v85; sm90_dev s57-3, two rounds of 100 reps, paired): causal
+  // 1k .981 / .983, 2k .986 / .986, 4k .993 / .993, dense 1k-4k .998-1.001, 8k 1.003 (the warm copy .998-1.001). In the
+  // profile it halved the tile start's setup (d64 causal 1k 1206 -> 609 cycles, s38-6, when it measured causal 1k
+  // 0.6-1.3% faster and dense 0.5-1% slower). d128 and d256 dense (s49-1): d128 causal 1k-4k 0.3-0.7% faster, 8k-16k
+  // 0.1-0.3% slower, d256 dense 1-3.5% slower, so not there. Not with the tail split, whose work codes the consumers
+  // decode themselves.
+  static constexpr bool kTileInSmem = (kSparse && kHeadDim_ < 256) || (!kSparse_ && kConsumers_ == 3 && !kTailSplit_);
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -973,7 +974,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const int q_slot = tile_iter % K::kQStages;
           wait_q_slot(tile_iter);
           tile_ids[q_slot] = x;
-          if constexpr (K::kTileInSmem)  // (dev: the dense producer's form, s38-6, s49-1, s57-3)
+          if constexpr (K::kTileInSmem)  // (d64's three warpgroups: Traits::kTileInSmem)
             if (is_work<false>(args, x)) {
               const Tile tile(args, x);
               tile_mhb[q_slot][0] = tile.m_block, tile_mhb[q_slot][1] = tile.h, tile_mhb[q_slot][2] = tile.b;

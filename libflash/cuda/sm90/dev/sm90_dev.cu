@@ -505,9 +505,11 @@ const Candidate kCandidates[] = {
     // behind them with PDL (run_rows); the three-warpgroup kernel alone on every row is session 29's production.
     {"d64  split (prod)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
     {"d64  split (prod again)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true>},
-    // Session 57 (s57-3): the three-warpgroup kernel's tile decoded by its producer (TileInSmem; s38-6 measured d64 causal
-    // 1k 0.6-1.3% faster and dense 0.5-1% slower, before v76-v84).
-    {"d64  split s57 tile in smem", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, TileInSmem<Tr<64, 128, 4, 3, 1>>>},
+    // Session 57 (s57-3, perf-log v85; production since): the three-warpgroup kernel's tile decoded by its producer
+    // (TileInSmem; s38-6 measured d64 causal 1k 0.6-1.3% faster and dense 0.5-1% slower, before v76-v84), two rounds of
+    // 100 reps paired: causal 1k .981 / .983, 2k .986 / .986, 4k .993 / .993, dense 1k-4k .998-1.001, 8k 1.003. The
+    // kernel before:
+    {"d64  split s56 (no tile in smem)", 64, false, run_rows<Tr<64, 128, 4, 2, 1>, true, TileInSmem<Tr<64, 128, 4, 3, 1>, false>>},
     // Session 55 (s55-5, paired, 40 reps): the O store deferred to the next tile's prologue (DeferStore, both kernels of the
     // pair): dense 1k-16k 1.006-1.009, causal 1.000-1.005 (the three warpgroups' SFU turns wait on the flush). s55-10 (60
     // reps; code in commit 74601d7): the flush after the prologue's softmax, past the SFU turn, on the three-warpgroup kernel

@@ -366,11 +366,6 @@ template <class T>
 int32_t run_turns_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<T>(p);
 }
-// Session 57: d128's short lists with the early probe (Traits::kEarlyProbe), the long ones as production.
-int32_t run_probe_short(const FwdParams& p) {
-  using T = Tr<128, 128, 2, 2, 2, true>;
-  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p) : flash::sm90::launch<EarlyProbe<T>>(p);
-}
 // The d64 block-sparse two-ring instantiation (shapes.h kTwoRingShape).
 using TwoRings = Tr<64, 128, 2, 3, 1, true>;
 struct ProfCase {
@@ -645,9 +640,10 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    // Session 57 (s57-9): the tile decoded by the producer (TileInSmem, v85's form; s49-1 before v84: causal 1k-4k
-    // 0.3-0.7% faster, dense within 0.4%).
-    {"d128 s57 tile in smem", 128, false, run_k<TileInSmem<Tr<128, 128, 2, 2, 1>>>},
+    // Session 57 (s57-9, two rounds of 80 reps, paired): the tile decoded by the producer (TileInSmem, v85's form; s49-1
+    // before v84: causal 1k-4k 0.3-0.7% faster, dense within 0.4%): causal 1k 1.000 / .998, 2k .994 / .995, 4k .997 / .999,
+    // dense 1k 1.002 / 1.007, 2k .996 / .998, 4k .9995 / .999, 8k 1.004 / 1.003 (the warm copy .998-1.002). Not taken:
+    // d128 dense 1k is issue 9's lowest cell, causal 1k gains nothing.
     // Session 55 (s55-5, perf-log v84): the O store deferred to the next tile's prologue (Traits::kDeferStore), production
     // since; the kernel before it:
     {"d128 s54 (store in the epilogue)", 128, false, run_k<DeferStore<Tr<128, 128, 2, 2, 1>, false>>},
@@ -958,10 +954,9 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 57 (s57-9): the short lists with the SFU turns too (v59: 3-block lists -3.9% to +2.4%), and with the early
-    // probe (Traits::kEarlyProbe) instead.
-    {"d128 bs s57 turns on every list", 128, true, run_k<flash::sm90::SfuTurnsOn<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s57 early probe short", 128, true, run_probe_short},
+    // Session 57 (s57-9, two rounds of 60 reps, paired): the short lists with the SFU turns too (v59: 3-block lists -3.9%
+    // to +2.4%) / with the early probe (Traits::kEarlyProbe, the long ones as production): 4k s = .1 1.010 / 1.019 and
+    // 1.001 / 1.019, against the warm copy's .990 / .992; the long lists' cells as production's. Not taken.
     // Session 57 (s57-2, 60 reps, paired; code in commit ad61196): V's ring three deep (v22's K2V3, session 16: 4k s = .1
     // 1-2% faster then), two Q buffers, 2 KB left for the schedules (launch fails at 16k), on the short lists with the
     // long ones on the SFU-turn instantiation: 4k s = .1 .991 against the warm copy's .979; s = .25-.5 and 8k-16k .990-.998

@@ -258,6 +258,8 @@ struct Traits {
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
   static constexpr bool kFixedRings = kTwoRings;
+  // The single warpgroup's index by shifts (single_wg; session 57): the two-ring kernel's mask blocks are 128 rows.
+  static constexpr bool kSingleShift = kTwoRings;
   // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier (dev), 3 a clock read kept
   // alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0 and 1 (and with a
   // __syncwarp, s27-1), and before it with 3 (a clock read is an instruction it schedules nothing across, as in the
@@ -629,8 +631,12 @@ __device__ __forceinline__ Work decode_work(const Args& a, const TailPlan& plan,
 }
 
 // Two rings (Traits::kTwoRings): the warpgroup (2 or 0) whose 64 rows lie in the other mask row block than the rest of
-// the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires).
+// the tile's 192 rows from q_begin (mask blocks of 128 rows, which launch requires). kShift (Traits::kSingleShift): by
+// shifts, since the blocks are 128 rows and q_begin >= 0 (block-sparse tiles are not shifted), instead of two divisions
+// by the mask's block_m at every tile start.
+template <bool kShift = false>
 __device__ __forceinline__ int single_wg(const FwdParams& p, int q_begin) {
+  if constexpr (kShift) return q_begin >> 7 == (q_begin + 64) >> 7 ? 2 : 0;
   return q_begin / p.block_mask.block_m == (q_begin + 64) / p.block_mask.block_m ? 2 : 0;
 }
 
@@ -862,7 +868,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             if constexpr (K::kTwoRings) {
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
               // single warpgroup's.
-              const int single = single_wg(p, q_begin);
+              const int single = single_wg<K::kSingleShift>(p, q_begin);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
               blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
@@ -1174,7 +1180,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       const int q_begin = tile.m_block * kBlockM - args.q_shift;
       const int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
-        const int single = single_wg(p, q_begin);
+        const int single = single_wg<K::kSingleShift>(p, q_begin);
         if constexpr (K::kFixedRings) {
           ring = wg == 2 ? 1 : 0;
           rg = wg == 2 ? single : single == 0 ? wg + 1 : wg;

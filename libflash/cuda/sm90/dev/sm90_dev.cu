@@ -318,6 +318,12 @@ template <class T>
 struct SkipKVOdd : T {
   static constexpr bool kDevSkipKVOdd = true;
 };
+// The two-ring kernel's single warpgroup by shifts (ON, production since session 57) or by two divisions (Traits::
+// kSingleShift).
+template <class T, bool ON = true>
+struct SingleShift : T {
+  static constexpr bool kSingleShift = ON;
+};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -839,6 +845,8 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
+    // Session 57 (s57-10): the single warpgroup's index by two divisions at every tile start, as before (kSingleShift off).
+    {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-2, 60 reps; code in commit ad61196, Traits kVStages and a VStages mixin): O staged in Q (store_o 2),
     // which leaves room for a third stage of K or of V in both rings: 4k s = .1 / .25 / .5 .0851 / .1660 / .3122 ms, with
     // K3V2 .0872 / .1649 / .3137, with K2V3 .0858 / .1659 / .3119, 8k-16k within 1% (s57-1's production: .0789-.0816 /

@@ -258,7 +258,10 @@ struct Traits {
   // 64-row groups dealt to them accordingly (rg); no warpgroup changes rings, so there is no tile-end barrier of the
   // three. With the pin below, production since session 27 (perf-log v49); alone, 2-6% slower than rotating roles.
   static constexpr bool kFixedRings = kTwoRings;
-  // The single warpgroup's index by shifts (single_wg; session 57): the two-ring kernel's mask blocks are 128 rows.
+  // The single warpgroup's index by shifts (single_wg; perf-log v86): the two-ring kernel's mask blocks are 128 rows, so
+  // the two divisions by the mask's block_m at every tile start -- on each consumer warpgroup's way to its first
+  // product -- are not needed. sm90_dev s57-10, two rounds of 80 reps, the divisions against production's first copy:
+  // 4k s = .1 1.022 / 1.028, .25 1.006 / 1.008, .5 1.004 / 1.004, 8k s = .25 1.003 / 1.003, 16k 1.002 / 1.002.
   static constexpr bool kSingleShift = kTwoRings;
   // A step after the loop's softmax, before the P V wait: 0 none, 1 a warpgroup named barrier (dev), 3 a clock read kept
   // alive by a shared store. ptxas places the softmax's exps after the P V wait (perf-log v24) with 0 and 1 (and with a

@@ -845,7 +845,10 @@ const Candidate kCandidates[] = {
     {"d64  bs 2wg (prod again)", 64, true, run<64, 128, 4, 2, 0, 1, true>},
     {"d64  bs 3wg 2 rings", 64, true, run<64, 128, 2, 3, 0, 1, true>},
     {"d64  bs 3wg 2 rings again", 64, true, run<64, 128, 2, 3, 0, 1, true>},
-    // Session 57 (s57-10): the single warpgroup's index by two divisions at every tile start, as before (kSingleShift off).
+    // Session 57 (s57-10, perf-log v86; two rounds of 80 reps, paired): the single warpgroup's index by two divisions at
+    // every tile start, as before v86 (kSingleShift off): 4k s = .1 1.022 / 1.028, .25 1.006 / 1.008, .5 1.004 / 1.004, 8k
+    // s = .25 1.003 / 1.003, 16k 1.002 / 1.002 of production's first copy (its warm copy .964 / .976, .982 / .985, .988 /
+    // .991, .993 / .994, .998 / .998).
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-2, 60 reps; code in commit ad61196, Traits kVStages and a VStages mixin): O staged in Q (store_o 2),
     // which leaves room for a third stage of K or of V in both rings: 4k s = .1 / .25 / .5 .0851 / .1660 / .3122 ms, with

@@ -321,6 +321,9 @@ struct Traits {
   // 0.1-0.3% slower, d256 dense 1-3.5% slower, so not there. Not with the tail split, whose work codes the consumers
   // decode themselves.
   static constexpr bool kTileInSmem = (kSparse && kHeadDim_ < 256) || (!kSparse_ && kConsumers_ == 3 && !kTailSplit_);
+  // The block-sparse K/V loaders take the tile's decode from the scheduler too (session 57, perf-log v87), instead of up
+  // to four integer divisions between a tile's tile_full wait and its first K load.
+  static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -933,7 +936,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
               if (threadIdx.x == 0) Prof{args.profile, 0}.add(Prof::kPerWg * K::kConsumers + Prof::kProdTotal, clock64() - t_prod0);
             break;
           }
-          const Tile tile(args, x);
+          // (Traits::kLoaderMhb: the scheduler's decode, read before this thread's sched_empty arrive below.)
+          const Tile tile = K::kLoaderMhb ? Tile(tile_mhb[slot][0], tile_mhb[slot][2], tile_mhb[slot][1]) : Tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
           // V_j trails K_j by one block, as in the dense producer below (see there why).

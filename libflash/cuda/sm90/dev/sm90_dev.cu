@@ -324,6 +324,11 @@ template <class T, bool ON = true>
 struct SingleShift : T {
   static constexpr bool kSingleShift = ON;
 };
+// The block-sparse K/V loaders' tile decode from the scheduler (ON, Traits::kLoaderMhb) or their own divisions.
+template <class T, bool ON = true>
+struct LoaderMhb : T {
+  static constexpr bool kLoaderMhb = ON;
+};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -850,6 +855,8 @@ const Candidate kCandidates[] = {
     // s = .25 1.003 / 1.003, 16k 1.002 / 1.002 of production's first copy (its warm copy .964 / .976, .982 / .985, .988 /
     // .991, .993 / .994, .998 / .998).
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
+    // Session 57 (s57-12): the K/V loaders decoding each tile themselves, as before kLoaderMhb.
+    {"d64  bs 2 rings s57 (loaders decode)", 64, true, run_k<LoaderMhb<TwoRings, false>>},
     // Session 57 (s57-2, 60 reps; code in commit ad61196, Traits kVStages and a VStages mixin): O staged in Q (store_o 2),
     // which leaves room for a third stage of K or of V in both rings: 4k s = .1 / .25 / .5 .0851 / .1660 / .3122 ms, with
     // K3V2 .0872 / .1649 / .3137, with K2V3 .0858 / .1659 / .3119, 8k-16k within 1% (s57-1's production: .0789-.0816 /
@@ -965,6 +972,8 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    // Session 57 (s57-12): the K/V loader decoding each tile itself, as before kLoaderMhb.
+    {"d128 bs s57 (loaders decode)", 128, true, run_turns_by_length<LoaderMhb<Tr<128, 128, 2, 2, 2, true>, false>>},
     // Session 57 (s57-9, two rounds of 60 reps, paired): the short lists with the SFU turns too (v59: 3-block lists -3.9%
     // to +2.4%) / with the early probe (Traits::kEarlyProbe, the long ones as production): 4k s = .1 1.010 / 1.019 and
     // 1.001 / 1.019, against the warm copy's .990 / .992; the long lists' cells as production's. Not taken.

@@ -324,6 +324,7 @@ struct Traits {
   // The block-sparse K/V loaders take the tile's decode from the scheduler too (session 57, perf-log v87), instead of up
   // to four integer divisions between a tile's tile_full wait and its first K load.
   static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
+  static constexpr bool kQLoaderMhb = false;  // the Q loader too (dev, s57-13)
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -905,13 +906,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
+          [[maybe_unused]] int mhb[3] = {0, 0, 0};
           if (tile_iter > 0) {
             mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
+            if constexpr (K::kQLoaderMhb) mhb[0] = tile_mhb[slot][0], mhb[1] = tile_mhb[slot][1], mhb[2] = tile_mhb[slot][2];
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
-          const Tile tile(args, x);
+          // (Traits::kQLoaderMhb: the scheduler's decode but for the CTA's first tile, whose Q goes out before it.)
+          const Tile tile = K::kQLoaderMhb && tile_iter > 0 ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }

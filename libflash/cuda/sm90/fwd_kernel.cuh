@@ -321,10 +321,12 @@ struct Traits {
   // 0.1-0.3% slower, d256 dense 1-3.5% slower, so not there. Not with the tail split, whose work codes the consumers
   // decode themselves.
   static constexpr bool kTileInSmem = (kSparse && kHeadDim_ < 256) || (!kSparse_ && kConsumers_ == 3 && !kTailSplit_);
-  // The block-sparse K/V loaders take the tile's decode from the scheduler too (session 57, perf-log v87), instead of up
-  // to four integer divisions between a tile's tile_full wait and its first K load.
+  // The block-sparse K/V loaders take the tile's decode from the scheduler too (perf-log v87), instead of up to four
+  // integer divisions between a tile's tile_full wait and its first K load. sm90_dev s57-12, two rounds of 80 reps, the
+  // loaders' own decode against production's first copy: the two-ring kernel 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007,
+  // .5 1.006 / 1.006, 8k s = .1 1.012 (round 2); d128 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k-16k
+  // 1.001-1.006.
   static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
-  static constexpr bool kQLoaderMhb = false;  // the Q loader too (dev, s57-13)
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -906,16 +908,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
-          [[maybe_unused]] int mhb[3] = {0, 0, 0};
           if (tile_iter > 0) {
             mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
-            if constexpr (K::kQLoaderMhb) mhb[0] = tile_mhb[slot][0], mhb[1] = tile_mhb[slot][1], mhb[2] = tile_mhb[slot][2];
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
-          // (Traits::kQLoaderMhb: the scheduler's decode but for the CTA's first tile, whose Q goes out before it.)
-          const Tile tile = K::kQLoaderMhb && tile_iter > 0 ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(args, x);
+          // (Its own decode: the scheduler's, as the K/V loaders take it (kLoaderMhb), measured no faster here -- its Q goes
+          // out a tile ahead; sm90_dev s57-13, commit 514b7da.)
+          const Tile tile(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }

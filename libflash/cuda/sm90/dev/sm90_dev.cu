@@ -329,10 +329,6 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
-template <class T, bool ON = true>
-struct QLoaderMhb : T {
-  static constexpr bool kQLoaderMhb = ON;
-};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -859,10 +855,11 @@ const Candidate kCandidates[] = {
     // s = .25 1.003 / 1.003, 16k 1.002 / 1.002 of production's first copy (its warm copy .964 / .976, .982 / .985, .988 /
     // .991, .993 / .994, .998 / .998).
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
-    // Session 57 (s57-12): the K/V loaders decoding each tile themselves, as before kLoaderMhb.
+    // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
+    // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
+    // s57-13 (one round of 80 reps; commit 514b7da): the Q loader taking the scheduler's decode too (a kQLoaderMhb Traits
+    // member): 4k s = .1 / .25 / .5 1.003 / 1.001 / 1.000, 8k s = .1 .996 (the warm copy .981 / .987 / .992 / .987). Removed.
     {"d64  bs 2 rings s57 (loaders decode)", 64, true, run_k<LoaderMhb<TwoRings, false>>},
-    // Session 57 (s57-13): the Q loader taking the scheduler's decode too (kQLoaderMhb).
-    {"d64  bs 2 rings s57 q loader mhb", 64, true, run_k<QLoaderMhb<TwoRings>>},
     // Session 57 (s57-2, 60 reps; code in commit ad61196, Traits kVStages and a VStages mixin): O staged in Q (store_o 2),
     // which leaves room for a third stage of K or of V in both rings: 4k s = .1 / .25 / .5 .0851 / .1660 / .3122 ms, with
     // K3V2 .0872 / .1649 / .3137, with K2V3 .0858 / .1659 / .3119, 8k-16k within 1% (s57-1's production: .0789-.0816 /
@@ -979,8 +976,11 @@ const Candidate kCandidates[] = {
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     // Session 57 (s57-12): the K/V loader decoding each tile itself, as before kLoaderMhb.
+    // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loader decoding each tile itself, as before
+    // kLoaderMhb: 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k s = .1 1.006 / 1.001, 16k 1.001 / 1.001.
+    // s57-13 (one round; commit 514b7da): the Q loader with the scheduler's decode too: 4k s = .1 / .25 / .5 1.008 / .998 /
+    // .991, 8k .993 (the warm copy .990 / .991 / .991 / .987). Removed.
     {"d128 bs s57 (loaders decode)", 128, true, run_turns_by_length<LoaderMhb<Tr<128, 128, 2, 2, 2, true>, false>>},
-    {"d128 bs s57 q loader mhb", 128, true, run_turns_by_length<QLoaderMhb<Tr<128, 128, 2, 2, 2, true>>>},
     // Session 57 (s57-9, two rounds of 60 reps, paired): the short lists with the SFU turns too (v59: 3-block lists -3.9%
     // to +2.4%) / with the early probe (Traits::kEarlyProbe, the long ones as production): 4k s = .1 1.010 / 1.019 and
     // 1.001 / 1.019, against the warm copy's .990 / .992; the long lists' cells as production's. Not taken.

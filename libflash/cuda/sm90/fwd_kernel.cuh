@@ -115,20 +115,40 @@ __device__ __forceinline__ bool mbar_test2(uint32_t bar_a, uint32_t parity_a, ui
       : "memory");
   return both != 0;
 }
+// L2 eviction priorities for the TMA's loads and stores (the .L2::cache_hint operand; Traits::kL2HintQ / KV / O): the
+// 64-bit policies createpolicy.fractional.L2::evict_{first,last}.b64 makes for a fraction of 1.0 (CUTLASS's
+// CacheHintSm90 names the same constants). 0: no hint, the instruction without the operand.
+inline constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
 // 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
+template <uint64_t kPolicy = 0>
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
-               : "memory");
+  if constexpr (kPolicy == 0)
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+                 : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2, %3, %4}], [%5], %6;\n" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src), "l"(kPolicy)
+        : "memory");
 }
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
+template <uint64_t kPolicy = 0>
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
+  if constexpr (kPolicy == 0)
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+        "%3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(kPolicy)
+        : "memory");
 }
 // The GPU's nanosecond clock, the same on every SM (Traits::kDevCtaTimes).
 __device__ __forceinline__ unsigned long long globaltimer() {
@@ -327,6 +347,10 @@ struct Traits {
   // .5 1.006 / 1.006, 8k s = .1 1.012 (round 2); d128 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k-16k
   // 1.001-1.006.
   static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
+  // L2 eviction priorities of the TMA's traffic (tma_load_4d / tma_store_4d; 0 none, else kEvictFirst / kEvictLast): Q is
+  // read once and O written once, K and V read again by every query block that lists them. (v67, session 36: on the
+  // dense and causal kernels 0-1.5% slower or equal.)
+  static constexpr uint64_t kL2HintQ = 0, kL2HintKV = 0, kL2HintO = 0;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -805,7 +829,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
-        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d<K::kL2HintKV>(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -823,7 +847,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
-        tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+        tma_load_4d<K::kL2HintQ>(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
       }
     };
     // Dense: with two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block:
@@ -1121,7 +1145,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < K::kPages; ++pg) {
         tma_coords(c, args.o_pos, pg * 64, row, h, b);
-        tma_store_4d(&args.to, stage + pg * page, c[0], c[1], c[2], c[3]);
+        tma_store_4d<K::kL2HintO>(&args.to, stage + pg * page, c[0], c[1], c[2], c[3]);
       }
       wg::bulk_commit();
     };

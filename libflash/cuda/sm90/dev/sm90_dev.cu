@@ -329,6 +329,12 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
+// L2 eviction priorities on the TMA's traffic (Traits::kL2HintQ / KV / O; 0 none, flash::sm90::kEvictFirst / kEvictLast).
+template <class T, uint64_t Q, uint64_t KV, uint64_t O>
+struct L2Hints : T {
+  static constexpr uint64_t kL2HintQ = Q, kL2HintKV = KV, kL2HintO = O;
+};
+constexpr uint64_t kEF = flash::sm90::kEvictFirst, kEL = flash::sm90::kEvictLast;
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -854,6 +860,8 @@ const Candidate kCandidates[] = {
     // every tile start, as before v86 (kSingleShift off): 4k s = .1 1.022 / 1.028, .25 1.006 / 1.008, .5 1.004 / 1.004, 8k
     // s = .25 1.003 / 1.003, 16k 1.002 / 1.002 of production's first copy (its warm copy .964 / .976, .982 / .985, .988 /
     // .991, .993 / .994, .998 / .998).
+    // Session 58: Q read with L2 evict_first (Traits::kL2HintQ; the d128 candidates' note below).
+    {"d64  bs 3wg 2 rings s58 (Q ef)", 64, true, run_k<L2Hints<TwoRings, kEF, 0, 0>>},
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -975,6 +983,13 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    // Session 58: L2 eviction priorities again (v67 timed them on dense and causal kernels without a flush), now on the
+    // short lists, whose DRAM traffic shares the bus with the write-back of the flush's dirty lines (s44-4: -3.6% with a
+    // clean flush): Q read once evict_first; with O evict_first too; with K and V evict_first too.
+    {"d128 bs s58 (Q ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, 0>>},
+    {"d128 bs s58 (Q O ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, kEF>>},
+    {"d128 bs s58 (Q KV ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, kEF, 0>>},
+    {"d128 bs s58 (Q ef KV el)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, kEL, 0>>},
     // Session 57 (s57-12): the K/V loader decoding each tile itself, as before kLoaderMhb.
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loader decoding each tile itself, as before
     // kLoaderMhb: 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k s = .1 1.006 / 1.001, 16k 1.001 / 1.001.

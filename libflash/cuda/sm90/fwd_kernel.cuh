@@ -443,6 +443,9 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
+  // Dev (session 58): the block-sparse Q loader's first Q waits for the first schedule, as every later one does, instead
+  // of going out at once: does the first Q's DRAM traffic hold the first schedule's list read back?
+  static constexpr bool kDevFirstQAfterSched = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -932,7 +935,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
-          if (tile_iter > 0) {
+          if (tile_iter > 0 || K::kDevFirstQAfterSched) {
             mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
           }

@@ -336,6 +336,10 @@ struct L2Hints : T {
 };
 constexpr uint64_t kEF = flash::sm90::kEvictFirst, kEL = flash::sm90::kEvictLast;
 template <class T>
+struct FirstQAfterSched : T {
+  static constexpr bool kDevFirstQAfterSched = true;
+};
+template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
 };
@@ -433,6 +437,10 @@ const ProfCase kProfCases[] = {
     // s43-7: K and V always from key block 0 (KVHot: L2 hits, no DRAM) -- do the short lists' K/V waits go with it?
     {"d64 2ring hot .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVHot<TwoRings>>},
     {"d128 bs0.1 hot b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVHot<Tr<128, 128, 2, 2, 2, true>>>},
+    // s58-2: the first Q after the first schedule (FirstQAfterSched).
+    {"d128 bs0.1 fq b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs.5 fq b2", 128, 4096, 2, false, 0.5, 2, run_prof_k<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d64 2ring fq .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<FirstQAfterSched<TwoRings>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -862,6 +870,7 @@ const Candidate kCandidates[] = {
     // .991, .993 / .994, .998 / .998).
     // Session 58: Q read with L2 evict_first (Traits::kL2HintQ; the d128 candidates' note below).
     {"d64  bs 3wg 2 rings s58 (Q ef)", 64, true, run_k<L2Hints<TwoRings, kEF, 0, 0>>},
+    {"d64  bs 3wg 2 rings s58 (first Q after sched)", 64, true, run_k<FirstQAfterSched<TwoRings>>},
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -986,6 +995,7 @@ const Candidate kCandidates[] = {
     // Session 58: L2 eviction priorities again (v67 timed them on dense and causal kernels without a flush), now on the
     // short lists, whose DRAM traffic shares the bus with the write-back of the flush's dirty lines (s44-4: -3.6% with a
     // clean flush): Q read once evict_first; with O evict_first too; with K and V evict_first too.
+    {"d128 bs s58 (first Q after sched)", 128, true, run_turns_by_length<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s58 (Q ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, 0>>},
     {"d128 bs s58 (Q O ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, kEF>>},
     {"d128 bs s58 (Q KV ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, kEF, 0>>},
@@ -1293,6 +1303,7 @@ int main(int argc, char** argv) {
         {"d64 2ring s.5 8k", 64, 8192, 2, false, 0.5, run_cta_times<Tr<64, 128, 2, 3, 1, true>>},
         {"d64 3wg dense", 64, 4096, 2, false, 0.0, run_cta_times<Tr<64, 128, 4, 3, 1>>},
         {"d128 bs s.1", 128, 4096, 2, false, 0.1, run_cta_times<Tr<128, 128, 2, 2, 2, true>>},
+        {"d128 bs s.1 fq", 128, 4096, 2, false, 0.1, run_cta_times<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
         {"d128 dense 1k", 128, 1024, 16, false, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
         {"d128 causal 1k", 128, 1024, 16, true, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
         {"d256 causal 1k", 256, 1024, 16, true, 0.0, run_cta_times<Tr<256, 80, 2, 2, 3>>},

@@ -335,6 +335,17 @@ struct L2Hints : T {
   static constexpr uint64_t kL2HintQ = Q, kL2HintKV = KV, kL2HintO = O;
 };
 constexpr uint64_t kEF = flash::sm90::kEvictFirst, kEL = flash::sm90::kEvictLast;
+// The consumer warpgroups issuing their products without ping-pong turns (Traits::kPingPong off).
+template <class T>
+struct NoPingPong : T {
+  static constexpr bool kPingPong = false;
+};
+// d128 block-sparse with the short lists (below kSfuTurnsMinBlocks) on T, the long ones on production's turns kernel.
+template <class T>
+int32_t run_short_on(const FwdParams& p) {
+  using Prod = Tr<128, 128, 2, 2, 2, true>;
+  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<Prod>>(p) : flash::sm90::launch<T>(p);
+}
 template <class T>
 struct FirstQAfterSched : T {
   static constexpr bool kDevFirstQAfterSched = true;
@@ -995,6 +1006,8 @@ const Candidate kCandidates[] = {
     // Session 58: L2 eviction priorities again (v67 timed them on dense and causal kernels without a flush), now on the
     // short lists, whose DRAM traffic shares the bus with the write-back of the flush's dirty lines (s44-4: -3.6% with a
     // clean flush): Q read once evict_first; with O evict_first too; with K and V evict_first too.
+    {"d128 bs s58 (short: no ping-pong)", 128, true, run_short_on<NoPingPong<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s58 (short: no ping-pong, pin)", 128, true, run_short_on<PinSoftmax<NoPingPong<Tr<128, 128, 2, 2, 2, true>>, 3>>},
     {"d128 bs s58 (first Q after sched)", 128, true, run_turns_by_length<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s58 (Q ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, 0>>},
     {"d128 bs s58 (Q O ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, kEF>>},

@@ -156,6 +156,10 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
 }
+// Bring one 128-byte line into L2 (no registers written, nothing to wait for).
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
+}
 // Fetch a TMA descriptor (a __grid_constant__ kernel parameter) into its cache ahead of the first load that names it.
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -446,6 +450,11 @@ struct Traits {
   // Dev (session 58): the block-sparse Q loader's first Q waits for the first schedule, as every later one does, instead
   // of going out at once: does the first Q's DRAM traffic hold the first schedule's list read back?
   static constexpr bool kDevFirstQAfterSched = false;
+  // Dev (session 58): the block-sparse scheduler warp, once it has published a tile's schedule (one to two tiles ahead of
+  // the tile), brings the K and V rows of its first kPrefetchBlocks key blocks into L2 (prefetch.global.L2, a line per
+  // lane and instruction), so that the loader's TMA loads of a block's first reader hit L2 instead of waiting on DRAM.
+  static constexpr bool kKVPrefetch = false;
+  static constexpr int kPrefetchBlocks = 4;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -879,6 +888,27 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             t_mark = now;
           }
         };
+        // Traits::kKVPrefetch: a schedule's first kPrefetchBlocks key blocks' K and V rows into L2, 32 rows at a time.
+        [[maybe_unused]] auto prefetch_kv = [&](const int32_t* sc, int b, int h_kv) {
+          const int c = min(sc[0], K::kPrefetchBlocks);
+          const char* kb = static_cast<const char*>(p.k) + (int64_t(b) * p.k_batch_stride + int64_t(h_kv) * p.k_head_stride) * 2;
+          const char* vb = static_cast<const char*>(p.v) + (int64_t(b) * p.v_batch_stride + int64_t(h_kv) * p.v_head_stride) * 2;
+          for (int j = 0; j < c; ++j) {
+            const int n0 = sc[1 + j] * kBlockN;
+#pragma unroll
+            for (int i = 0; i < kBlockN / 32; ++i) {
+              const int r = n0 + i * 32 + lane;
+              if (r < p.seqlen_k) {
+#pragma unroll
+                for (int l = 0; l < K::kHeadDim / 64; ++l) {
+                  prefetch_l2(kb + int64_t(r) * p.k_row_stride * 2 + 128 * l);
+                  prefetch_l2(vb + int64_t(r) * p.v_row_stride * 2 + 128 * l);
+                }
+              }
+            }
+          }
+        };
+        [[maybe_unused]] int pf_b = 0, pf_h = 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // Ask for the tile after this one now, so the atomic's latency hides behind the build (its result is read
@@ -916,10 +946,19 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             }
             if constexpr (K::kTileInSmem)
               if (lane == 0) tile_mhb[slot][0] = tile.m_block, tile_mhb[slot][1] = tile.h, tile_mhb[slot][2] = tile.b;
+            if constexpr (K::kKVPrefetch) pf_b = tile.b, pf_h = tile.h;
           }
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (tile_iter == 0) sched_prof(Prof::kSchedFirst);
+          if constexpr (K::kKVPrefetch)
+            if (x < args.num_tiles) {
+              // (This warp's own schedule stores, ordered by build_schedule's closing __syncwarp; the slot is not rebuilt
+              // before its readers' sched_empty arrives, two tiles on.)
+              const int32_t* sc = sched_base + slot * K::kRings * args.sched_stride;
+              prefetch_kv(sc, pf_b, pf_h / p.head_ratio);
+              if constexpr (K::kTwoRings) prefetch_kv(sc + args.sched_stride, pf_b, pf_h / p.head_ratio);
+            }
           if (x >= args.num_tiles) break;  // the end marker is published
           if (lane == 0 && args.tile_counter != nullptr) next = take_resolve(args, take);
           next = __shfl_sync(0xffffffffu, next, 0);

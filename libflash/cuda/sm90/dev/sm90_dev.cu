@@ -346,6 +346,12 @@ int32_t run_short_on(const FwdParams& p) {
   using Prod = Tr<128, 128, 2, 2, 2, true>;
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<Prod>>(p) : flash::sm90::launch<T>(p);
 }
+// The scheduler's L2 prefetch of each schedule's first N key blocks (Traits::kKVPrefetch).
+template <class T, int N = 4>
+struct KVPrefetch : T {
+  static constexpr bool kKVPrefetch = true;
+  static constexpr int kPrefetchBlocks = N;
+};
 template <class T>
 struct FirstQAfterSched : T {
   static constexpr bool kDevFirstQAfterSched = true;
@@ -452,6 +458,8 @@ const ProfCase kProfCases[] = {
     {"d128 bs0.1 fq b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs.5 fq b2", 128, 4096, 2, false, 0.5, 2, run_prof_k<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
     {"d64 2ring fq .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<FirstQAfterSched<TwoRings>>},
+    {"d128 bs0.1 pf b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVPrefetch<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d64 2ring pf .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVPrefetch<TwoRings>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -882,6 +890,8 @@ const Candidate kCandidates[] = {
     // Session 58: Q read with L2 evict_first (Traits::kL2HintQ; the d128 candidates' note below).
     {"d64  bs 3wg 2 rings s58 (Q ef)", 64, true, run_k<L2Hints<TwoRings, kEF, 0, 0>>},
     {"d64  bs 3wg 2 rings s58 (first Q after sched)", 64, true, run_k<FirstQAfterSched<TwoRings>>},
+    {"d64  bs 3wg 2 rings s58 (prefetch 4)", 64, true, run_k<KVPrefetch<TwoRings, 4>>},
+    {"d64  bs 3wg 2 rings s58 (prefetch 2)", 64, true, run_k<KVPrefetch<TwoRings, 2>>},
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -1006,6 +1016,8 @@ const Candidate kCandidates[] = {
     // Session 58: L2 eviction priorities again (v67 timed them on dense and causal kernels without a flush), now on the
     // short lists, whose DRAM traffic shares the bus with the write-back of the flush's dirty lines (s44-4: -3.6% with a
     // clean flush): Q read once evict_first; with O evict_first too; with K and V evict_first too.
+    {"d128 bs s58 (prefetch 4)", 128, true, run_turns_by_length<KVPrefetch<Tr<128, 128, 2, 2, 2, true>, 4>>},
+    {"d128 bs s58 (prefetch 2)", 128, true, run_turns_by_length<KVPrefetch<Tr<128, 128, 2, 2, 2, true>, 2>>},
     {"d128 bs s58 (short: no ping-pong)", 128, true, run_short_on<NoPingPong<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s58 (short: no ping-pong, pin)", 128, true, run_short_on<PinSoftmax<NoPingPong<Tr<128, 128, 2, 2, 2, true>>, 3>>},
     {"d128 bs s58 (first Q after sched)", 128, true, run_turns_by_length<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},

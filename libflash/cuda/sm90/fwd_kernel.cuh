@@ -454,6 +454,9 @@ struct Traits {
   // the tile), brings the K and V rows of its first kPrefetchBlocks key blocks into L2 (prefetch.global.L2, a line per
   // lane and instruction), so that the loader's TMA loads of a block's first reader hit L2 instead of waiting on DRAM.
   static constexpr bool kKVPrefetch = false;
+  // Dev (session 58): the block-sparse scheduler asks for its next tile once the slot it builds into is free, not before
+  // waiting for it: one tile fewer claimed ahead of the consumers, so the last tiles go to the CTAs that finish first.
+  static constexpr bool kDevLateTake = false;
   static constexpr int kPrefetchBlocks = 4;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
@@ -916,7 +919,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // (The dynamic order's take: issued here, resolved after the build.)
           int next = 0;
           uint32_t take = 0;
-          if (lane == 0 && x < args.num_tiles) {
+          if (lane == 0 && x < args.num_tiles && !K::kDevLateTake) {
             if (args.tile_counter != nullptr)
               take = take_issue(args, tile_iter == 0);
             else
@@ -925,6 +928,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
+          if constexpr (K::kDevLateTake)
+            if (lane == 0 && x < args.num_tiles) {
+              if (args.tile_counter != nullptr)
+                take = take_issue(args, tile_iter == 0);
+              else
+                next = tile_of(tile_iter + 1);
+            }
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
             const Tile tile(args, x);

@@ -353,6 +353,10 @@ struct KVPrefetch : T {
   static constexpr int kPrefetchBlocks = N;
 };
 template <class T>
+struct LateTake : T {
+  static constexpr bool kDevLateTake = true;
+};
+template <class T>
 struct FirstQAfterSched : T {
   static constexpr bool kDevFirstQAfterSched = true;
 };
@@ -890,6 +894,7 @@ const Candidate kCandidates[] = {
     // Session 58: Q read with L2 evict_first (Traits::kL2HintQ; the d128 candidates' note below).
     {"d64  bs 3wg 2 rings s58 (Q ef)", 64, true, run_k<L2Hints<TwoRings, kEF, 0, 0>>},
     {"d64  bs 3wg 2 rings s58 (first Q after sched)", 64, true, run_k<FirstQAfterSched<TwoRings>>},
+    {"d64  bs 3wg 2 rings s58 (late take)", 64, true, run_k<LateTake<TwoRings>>},
     {"d64  bs 3wg 2 rings s58 (prefetch 4)", 64, true, run_k<KVPrefetch<TwoRings, 4>>},
     {"d64  bs 3wg 2 rings s58 (prefetch 2)", 64, true, run_k<KVPrefetch<TwoRings, 2>>},
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
@@ -1016,6 +1021,7 @@ const Candidate kCandidates[] = {
     // Session 58: L2 eviction priorities again (v67 timed them on dense and causal kernels without a flush), now on the
     // short lists, whose DRAM traffic shares the bus with the write-back of the flush's dirty lines (s44-4: -3.6% with a
     // clean flush): Q read once evict_first; with O evict_first too; with K and V evict_first too.
+    {"d128 bs s58 (late take)", 128, true, run_turns_by_length<LateTake<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s58 (prefetch 4)", 128, true, run_turns_by_length<KVPrefetch<Tr<128, 128, 2, 2, 2, true>, 4>>},
     {"d128 bs s58 (prefetch 2)", 128, true, run_turns_by_length<KVPrefetch<Tr<128, 128, 2, 2, 2, true>, 2>>},
     {"d128 bs s58 (short: no ping-pong)", 128, true, run_short_on<NoPingPong<Tr<128, 128, 2, 2, 2, true>>>},
@@ -1329,6 +1335,9 @@ int main(int argc, char** argv) {
         {"d64 3wg dense", 64, 4096, 2, false, 0.0, run_cta_times<Tr<64, 128, 4, 3, 1>>},
         {"d128 bs s.1", 128, 4096, 2, false, 0.1, run_cta_times<Tr<128, 128, 2, 2, 2, true>>},
         {"d128 bs s.1 fq", 128, 4096, 2, false, 0.1, run_cta_times<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
+        {"d128 bs s.1 late", 128, 4096, 2, false, 0.1, run_cta_times<LateTake<Tr<128, 128, 2, 2, 2, true>>>},
+        {"d64 2ring s.1 late", 64, 4096, 2, false, 0.1, run_cta_times<LateTake<Tr<64, 128, 2, 3, 1, true>>>},
+        {"d64 2ring s.25 late", 64, 4096, 2, false, 0.25, run_cta_times<LateTake<Tr<64, 128, 2, 3, 1, true>>>},
         {"d128 dense 1k", 128, 1024, 16, false, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
         {"d128 causal 1k", 128, 1024, 16, true, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
         {"d256 causal 1k", 256, 1024, 16, true, 0.0, run_cta_times<Tr<256, 80, 2, 2, 3>>},

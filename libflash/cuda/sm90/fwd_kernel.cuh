@@ -115,50 +115,26 @@ __device__ __forceinline__ bool mbar_test2(uint32_t bar_a, uint32_t parity_a, ui
       : "memory");
   return both != 0;
 }
-// L2 eviction priorities for the TMA's loads and stores (the .L2::cache_hint operand; Traits::kL2HintQ / KV / O): the
-// 64-bit policies createpolicy.fractional.L2::evict_{first,last}.b64 makes for a fraction of 1.0 (CUTLASS's
-// CacheHintSm90 names the same constants). 0: no hint, the instruction without the operand.
-inline constexpr uint64_t kEvictFirst = 0x12F0000000000000ull, kEvictLast = 0x14F0000000000000ull;
 // 4-D tiled TMA store shared -> global, in the thread's bulk group (rows outside the tensor are dropped).
-template <uint64_t kPolicy = 0>
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
-  if constexpr (kPolicy == 0)
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
-                 : "memory");
-  else
-    asm volatile(
-        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2, %3, %4}], [%5], %6;\n" ::"l"(
-            reinterpret_cast<uint64_t>(map)),
-        "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src), "l"(kPolicy)
-        : "memory");
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+               : "memory");
 }
 // 4-D tiled TMA load global -> shared, completing on `bar` (bytes counted against its expect-tx).
-template <uint64_t kPolicy = 0>
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, int c3) {
-  if constexpr (kPolicy == 0)
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-        "[%6];\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-        : "memory");
-  else
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-        "%3, %4, %5}], [%6], %7;\n" ::"r"(dst),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "l"(kPolicy)
-        : "memory");
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
 }
 // The GPU's nanosecond clock, the same on every SM (Traits::kDevCtaTimes).
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
-}
-// Bring one 128-byte line into L2 (no registers written, nothing to wait for).
-__device__ __forceinline__ void prefetch_l2(const void* ptr) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(ptr));
 }
 // Fetch a TMA descriptor (a __grid_constant__ kernel parameter) into its cache ahead of the first load that names it.
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
@@ -351,10 +327,6 @@ struct Traits {
   // .5 1.006 / 1.006, 8k s = .1 1.012 (round 2); d128 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k-16k
   // 1.001-1.006.
   static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
-  // L2 eviction priorities of the TMA's traffic (tma_load_4d / tma_store_4d; 0 none, else kEvictFirst / kEvictLast): Q is
-  // read once and O written once, K and V read again by every query block that lists them. (v67, session 36: on the
-  // dense and causal kernels 0-1.5% slower or equal.)
-  static constexpr uint64_t kL2HintQ = 0, kL2HintKV = 0, kL2HintO = 0;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
@@ -447,17 +419,6 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
-  // Dev (session 58): the block-sparse Q loader's first Q waits for the first schedule, as every later one does, instead
-  // of going out at once: does the first Q's DRAM traffic hold the first schedule's list read back?
-  static constexpr bool kDevFirstQAfterSched = false;
-  // Dev (session 58): the block-sparse scheduler warp, once it has published a tile's schedule (one to two tiles ahead of
-  // the tile), brings the K and V rows of its first kPrefetchBlocks key blocks into L2 (prefetch.global.L2, a line per
-  // lane and instruction), so that the loader's TMA loads of a block's first reader hit L2 instead of waiting on DRAM.
-  static constexpr bool kKVPrefetch = false;
-  // Dev (session 58): the block-sparse scheduler asks for its next tile once the slot it builds into is free, not before
-  // waiting for it: one tile fewer claimed ahead of the consumers, so the last tiles go to the CTAs that finish first.
-  static constexpr bool kDevLateTake = false;
-  static constexpr int kPrefetchBlocks = 4;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -844,7 +805,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
-        tma_load_4d<K::kL2HintKV>(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
+        tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
@@ -862,7 +823,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < kPages; ++pg) {
         tma_coords(c, args.q_pos, pg * 64, q_begin, h, b);
-        tma_load_4d<K::kL2HintQ>(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
+        tma_load_4d(q_smem + q_slot * K::kQBytes + pg * kBlockM * 128, &args.tq, q_full(q_slot), c[0], c[1], c[2], c[3]);
       }
     };
     // Dense: with two Q buffers the next tile's Q is loaded while this tile's K/V loads go on, after its kStages-th block:
@@ -891,27 +852,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             t_mark = now;
           }
         };
-        // Traits::kKVPrefetch: a schedule's first kPrefetchBlocks key blocks' K and V rows into L2, 32 rows at a time.
-        [[maybe_unused]] auto prefetch_kv = [&](const int32_t* sc, int b, int h_kv) {
-          const int c = min(sc[0], K::kPrefetchBlocks);
-          const char* kb = static_cast<const char*>(p.k) + (int64_t(b) * p.k_batch_stride + int64_t(h_kv) * p.k_head_stride) * 2;
-          const char* vb = static_cast<const char*>(p.v) + (int64_t(b) * p.v_batch_stride + int64_t(h_kv) * p.v_head_stride) * 2;
-          for (int j = 0; j < c; ++j) {
-            const int n0 = sc[1 + j] * kBlockN;
-#pragma unroll
-            for (int i = 0; i < kBlockN / 32; ++i) {
-              const int r = n0 + i * 32 + lane;
-              if (r < p.seqlen_k) {
-#pragma unroll
-                for (int l = 0; l < K::kHeadDim / 64; ++l) {
-                  prefetch_l2(kb + int64_t(r) * p.k_row_stride * 2 + 128 * l);
-                  prefetch_l2(vb + int64_t(r) * p.v_row_stride * 2 + 128 * l);
-                }
-              }
-            }
-          }
-        };
-        [[maybe_unused]] int pf_b = 0, pf_h = 0;
         for (int tile_iter = 0;; ++tile_iter) {
           const int slot = tile_iter & 1;
           // Ask for the tile after this one now, so the atomic's latency hides behind the build (its result is read
@@ -919,7 +859,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // (The dynamic order's take: issued here, resolved after the build.)
           int next = 0;
           uint32_t take = 0;
-          if (lane == 0 && x < args.num_tiles && !K::kDevLateTake) {
+          if (lane == 0 && x < args.num_tiles) {
             if (args.tile_counter != nullptr)
               take = take_issue(args, tile_iter == 0);
             else
@@ -928,13 +868,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
-          if constexpr (K::kDevLateTake)
-            if (lane == 0 && x < args.num_tiles) {
-              if (args.tile_counter != nullptr)
-                take = take_issue(args, tile_iter == 0);
-              else
-                next = tile_of(tile_iter + 1);
-            }
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
             const Tile tile(args, x);
@@ -956,19 +889,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             }
             if constexpr (K::kTileInSmem)
               if (lane == 0) tile_mhb[slot][0] = tile.m_block, tile_mhb[slot][1] = tile.h, tile_mhb[slot][2] = tile.b;
-            if constexpr (K::kKVPrefetch) pf_b = tile.b, pf_h = tile.h;
           }
           if (lane == 0) tile_ids[slot] = x;
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (tile_iter == 0) sched_prof(Prof::kSchedFirst);
-          if constexpr (K::kKVPrefetch)
-            if (x < args.num_tiles) {
-              // (This warp's own schedule stores, ordered by build_schedule's closing __syncwarp; the slot is not rebuilt
-              // before its readers' sched_empty arrives, two tiles on.)
-              const int32_t* sc = sched_base + slot * K::kRings * args.sched_stride;
-              prefetch_kv(sc, pf_b, pf_h / p.head_ratio);
-              if constexpr (K::kTwoRings) prefetch_kv(sc + args.sched_stride, pf_b, pf_h / p.head_ratio);
-            }
           if (x >= args.num_tiles) break;  // the end marker is published
           if (lane == 0 && args.tile_counter != nullptr) next = take_resolve(args, take);
           next = __shfl_sync(0xffffffffu, next, 0);
@@ -984,7 +908,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
-          if (tile_iter > 0 || K::kDevFirstQAfterSched) {
+          if (tile_iter > 0) {
             mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
           }
@@ -1197,7 +1121,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 #pragma unroll
       for (int pg = 0; pg < K::kPages; ++pg) {
         tma_coords(c, args.o_pos, pg * 64, row, h, b);
-        tma_store_4d<K::kL2HintO>(&args.to, stage + pg * page, c[0], c[1], c[2], c[3]);
+        tma_store_4d(&args.to, stage + pg * page, c[0], c[1], c[2], c[3]);
       }
       wg::bulk_commit();
     };

@@ -329,37 +329,6 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
-// L2 eviction priorities on the TMA's traffic (Traits::kL2HintQ / KV / O; 0 none, flash::sm90::kEvictFirst / kEvictLast).
-template <class T, uint64_t Q, uint64_t KV, uint64_t O>
-struct L2Hints : T {
-  static constexpr uint64_t kL2HintQ = Q, kL2HintKV = KV, kL2HintO = O;
-};
-constexpr uint64_t kEF = flash::sm90::kEvictFirst, kEL = flash::sm90::kEvictLast;
-// The consumer warpgroups issuing their products without ping-pong turns (Traits::kPingPong off).
-template <class T>
-struct NoPingPong : T {
-  static constexpr bool kPingPong = false;
-};
-// d128 block-sparse with the short lists (below kSfuTurnsMinBlocks) on T, the long ones on production's turns kernel.
-template <class T>
-int32_t run_short_on(const FwdParams& p) {
-  using Prod = Tr<128, 128, 2, 2, 2, true>;
-  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<Prod>>(p) : flash::sm90::launch<T>(p);
-}
-// The scheduler's L2 prefetch of each schedule's first N key blocks (Traits::kKVPrefetch).
-template <class T, int N = 4>
-struct KVPrefetch : T {
-  static constexpr bool kKVPrefetch = true;
-  static constexpr int kPrefetchBlocks = N;
-};
-template <class T>
-struct LateTake : T {
-  static constexpr bool kDevLateTake = true;
-};
-template <class T>
-struct FirstQAfterSched : T {
-  static constexpr bool kDevFirstQAfterSched = true;
-};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -458,12 +427,6 @@ const ProfCase kProfCases[] = {
     // s43-7: K and V always from key block 0 (KVHot: L2 hits, no DRAM) -- do the short lists' K/V waits go with it?
     {"d64 2ring hot .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVHot<TwoRings>>},
     {"d128 bs0.1 hot b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVHot<Tr<128, 128, 2, 2, 2, true>>>},
-    // s58-2: the first Q after the first schedule (FirstQAfterSched).
-    {"d128 bs0.1 fq b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs.5 fq b2", 128, 4096, 2, false, 0.5, 2, run_prof_k<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d64 2ring fq .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<FirstQAfterSched<TwoRings>>},
-    {"d128 bs0.1 pf b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVPrefetch<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d64 2ring pf .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVPrefetch<TwoRings>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -891,12 +854,14 @@ const Candidate kCandidates[] = {
     // every tile start, as before v86 (kSingleShift off): 4k s = .1 1.022 / 1.028, .25 1.006 / 1.008, .5 1.004 / 1.004, 8k
     // s = .25 1.003 / 1.003, 16k 1.002 / 1.002 of production's first copy (its warm copy .964 / .976, .982 / .985, .988 /
     // .991, .993 / .994, .998 / .998).
-    // Session 58: Q read with L2 evict_first (Traits::kL2HintQ; the d128 candidates' note below).
-    {"d64  bs 3wg 2 rings s58 (Q ef)", 64, true, run_k<L2Hints<TwoRings, kEF, 0, 0>>},
-    {"d64  bs 3wg 2 rings s58 (first Q after sched)", 64, true, run_k<FirstQAfterSched<TwoRings>>},
-    {"d64  bs 3wg 2 rings s58 (late take)", 64, true, run_k<LateTake<TwoRings>>},
-    {"d64  bs 3wg 2 rings s58 (prefetch 4)", 64, true, run_k<KVPrefetch<TwoRings, 4>>},
-    {"d64  bs 3wg 2 rings s58 (prefetch 2)", 64, true, run_k<KVPrefetch<TwoRings, 2>>},
+    // Session 58 (perf-log "Tried and not kept -- session 58"; code in commits of session 58, removed; two rounds of 60
+    // reps, paired, fa-bench's dirty flush (SM90_DEV_FLUSH=256)), the two-ring kernel against production's first copy
+    // (its warm copy .982-.998): Q loaded with L2 evict_first (s58-1, H100, with the flush and without) 4k s = .1 1.015 /
+    // 1.017, .25 .998-.999, .5 1.000; the first Q after the first schedule (s58-4, s58-5, H200) 4k s = .1 1.016-1.020,
+    // .25 1.007-1.010; the scheduler's L2 prefetch of each schedule's first 4 / 2 key blocks (prefetch.global.L2 per
+    // line; s58-4, H200) 4k s = .1 1.231-1.244 / 1.175-1.180, .25 1.038-1.042 / 1.021-1.024, 8k-16k 1.03-1.08 /
+    // 1.02-1.05; the next tile asked for after the slot wait, one tile fewer claimed ahead (s58-5, H200) 4k s = .1 1.013 /
+    // 1.018, .25 .995 / .995, 8k-16k 1.001-1.003, ctatimes' idle at the end 5.3 -> 5.1% (s = .1). None taken.
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -1018,19 +983,27 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 58: L2 eviction priorities again (v67 timed them on dense and causal kernels without a flush), now on the
-    // short lists, whose DRAM traffic shares the bus with the write-back of the flush's dirty lines (s44-4: -3.6% with a
-    // clean flush): Q read once evict_first; with O evict_first too; with K and V evict_first too.
-    {"d128 bs s58 (late take)", 128, true, run_turns_by_length<LateTake<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s58 (prefetch 4)", 128, true, run_turns_by_length<KVPrefetch<Tr<128, 128, 2, 2, 2, true>, 4>>},
-    {"d128 bs s58 (prefetch 2)", 128, true, run_turns_by_length<KVPrefetch<Tr<128, 128, 2, 2, 2, true>, 2>>},
-    {"d128 bs s58 (short: no ping-pong)", 128, true, run_short_on<NoPingPong<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s58 (short: no ping-pong, pin)", 128, true, run_short_on<PinSoftmax<NoPingPong<Tr<128, 128, 2, 2, 2, true>>, 3>>},
-    {"d128 bs s58 (first Q after sched)", 128, true, run_turns_by_length<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s58 (Q ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, 0>>},
-    {"d128 bs s58 (Q O ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, 0, kEF>>},
-    {"d128 bs s58 (Q KV ef)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, kEF, 0>>},
-    {"d128 bs s58 (Q ef KV el)", 128, true, run_turns_by_length<L2Hints<Tr<128, 128, 2, 2, 2, true>, kEF, kEL, 0>>},
+    // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
+    // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
+    //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and
+    //    O evict_first, Q and K/V evict_first, Q evict_first with K/V evict_last: 4k s = .1 .999 / .996 / 1.259 / .994,
+    //    .25 .999 / .999 / 1.084 / 1.000, .5 1.000 / .999 / 1.025 / 1.002, 8k-16k .999-1.002 but K/V evict_first
+    //    (1.05-1.16). ncu under the dirty flush (ncu's cache control off), 4k s = .1: production writes 42.5 MB to DRAM
+    //    during the launch (23-26 after a clean flush, s44-3), Q evict_first 40.2, Q and O 39.3, in the same time (ncu
+    //    58.3-60.4 us against 59.7-60.0); with K/V evict_first it reads 127 MB instead of 97.
+    //  - s58-2 (H100, 60 reps): the first Q after the first schedule (kDevFirstQAfterSched): 4k s = .1 1.019 / 1.021,
+    //    .25 1.010, .5 1.006-1.007, 8k 1.006. The first schedule was published 1.1k cycles earlier (3706 against 4765:
+    //    the first Q's DRAM traffic does hold the list read back) and the first tile waited 4295 against 5151 cycles, but
+    //    the first Q then waited 981 cycles a tile on average where it waited 327.
+    //  - s58-3 (H100, 80 reps, three rounds): the 3-block lists without ping-pong turns (kPingPong off; with the clock pin,
+    //    kPinSoftmax 3): 4k s = .1 1.020 / 1.019 / 1.018 and 1.017 / 1.019 / 1.022.
+    //  - s58-4 (H200, 60 reps): the scheduler's L2 prefetch (prefetch.global.L2, a line per lane) of each schedule's first
+    //    4 / 2 key blocks once published: 4k s = .1 1.134 / 1.128 and 1.095 / 1.084, .25 1.043-1.044 / 1.020-1.021, .5
+    //    1.015 / 1.004-1.005, 8k 1.05 / 1.03, 16k 1.02 / 1.01; the profile's loop K/V wait 342 -> 713 cycles a block.
+    //    (L2 prefetch has lost every time: s15-2, s43-8, s57-1.)
+    //  - s58-5 (H200, 60 reps): the next tile asked for after the slot wait (kDevLateTake): 4k s = .1 .997 / .995, .25
+    //    1.001 / 1.002, .5 .997 / .998, 8k 1.004 / 1.005, 16k .999-1.000 (the warm copy .990-.998); ctatimes' idle at
+    //    the end 3.7% of the launch either way.
     // Session 57 (s57-12): the K/V loader decoding each tile itself, as before kLoaderMhb.
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loader decoding each tile itself, as before
     // kLoaderMhb: 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k s = .1 1.006 / 1.001, 16k 1.001 / 1.001.
@@ -1334,10 +1307,6 @@ int main(int argc, char** argv) {
         {"d64 2ring s.5 8k", 64, 8192, 2, false, 0.5, run_cta_times<Tr<64, 128, 2, 3, 1, true>>},
         {"d64 3wg dense", 64, 4096, 2, false, 0.0, run_cta_times<Tr<64, 128, 4, 3, 1>>},
         {"d128 bs s.1", 128, 4096, 2, false, 0.1, run_cta_times<Tr<128, 128, 2, 2, 2, true>>},
-        {"d128 bs s.1 fq", 128, 4096, 2, false, 0.1, run_cta_times<FirstQAfterSched<Tr<128, 128, 2, 2, 2, true>>>},
-        {"d128 bs s.1 late", 128, 4096, 2, false, 0.1, run_cta_times<LateTake<Tr<128, 128, 2, 2, 2, true>>>},
-        {"d64 2ring s.1 late", 64, 4096, 2, false, 0.1, run_cta_times<LateTake<Tr<64, 128, 2, 3, 1, true>>>},
-        {"d64 2ring s.25 late", 64, 4096, 2, false, 0.25, run_cta_times<LateTake<Tr<64, 128, 2, 3, 1, true>>>},
         {"d128 dense 1k", 128, 1024, 16, false, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
         {"d128 causal 1k", 128, 1024, 16, true, 0.0, run_cta_times<Tr<128, 128, 2, 2, 1>>},
         {"d256 causal 1k", 256, 1024, 16, true, 0.0, run_cta_times<Tr<256, 80, 2, 2, 3>>},

@@ -983,9 +983,9 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 58 (s58-7): 64-key blocks on a four-stage ring (the same shared memory: two Q buffers, O staged in Q), every
-    // list; ptxas 168 registers, no spills.
-    {"d128 bs s58 (64 keys, 4 stages)", 128, true, run_k<Tr<128, 64, 4, 2, 2, true>>},
+    // Session 58 (s58-7, H100, two rounds of 60 reps, paired, dirty flush): 64-key blocks on a four-stage ring, the same
+    // shared memory (two Q buffers, O staged in Q), every list: Tr<128, 64, 4, 2, 2, true>, 168 registers, no spills.
+    // 4k s = .1 1.046 / 1.045, .25 1.166 / 1.162, 8k s = .1 1.164 / 1.165 (the warm copy .991-.997). Removed.
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
     // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
     //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and

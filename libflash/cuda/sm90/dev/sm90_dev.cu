@@ -983,9 +983,6 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 58 (s58-7, H100, two rounds of 60 reps, paired, dirty flush): 64-key blocks on a four-stage ring, the same
-    // shared memory (two Q buffers, O staged in Q), every list: Tr<128, 64, 4, 2, 2, true>, 168 registers, no spills.
-    // 4k s = .1 1.046 / 1.045, .25 1.166 / 1.162, 8k s = .1 1.164 / 1.165 (the warm copy .991-.997). Removed.
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
     // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
     //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and
@@ -1007,7 +1004,9 @@ const Candidate kCandidates[] = {
     //  - s58-5 (H200, 60 reps): the next tile asked for after the slot wait (kDevLateTake): 4k s = .1 .997 / .995, .25
     //    1.001 / 1.002, .5 .997 / .998, 8k 1.004 / 1.005, 16k .999-1.000 (the warm copy .990-.998); ctatimes' idle at
     //    the end 3.7% of the launch either way.
-    // Session 57 (s57-12): the K/V loader decoding each tile itself, as before kLoaderMhb.
+    //  - s58-7 (H100, 60 reps): 64-key blocks on a four-stage ring, the same shared memory (two Q buffers, O staged in Q),
+    //    every list: Tr<128, 64, 4, 2, 2, true>, 168 registers, no spills. 4k s = .1 1.046 / 1.045, .25 1.166 / 1.162, 8k
+    //    s = .1 1.164 / 1.165 (the warm copy .991-.997).
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loader decoding each tile itself, as before
     // kLoaderMhb: 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k s = .1 1.006 / 1.001, 16k 1.001 / 1.001.
     // s57-13 (one round; commit 514b7da): the Q loader with the scheduler's decode too: 4k s = .1 / .25 / .5 1.008 / .998 /

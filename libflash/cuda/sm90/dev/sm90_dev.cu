@@ -329,6 +329,17 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
+// Session 59: the short-list kernel's tile loop rotated, a tile's epilogue under the next tile's S_0 (Traits::
+// kLateEpilogue); long lists on the SFU-turn instantiation as production.
+template <class T, bool ON = true>
+struct LateEpilogue : T {
+  static constexpr bool kLateEpilogue = ON;
+};
+template <class T>
+int32_t run_late_by_length(const FwdParams& p) {
+  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p)
+                                             : flash::sm90::launch<LateEpilogue<T>>(p);
+}
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -983,6 +994,9 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    // Session 59: the late epilogue (Traits::kLateEpilogue) on the short lists.
+    {"d128 bs s59 (late epilogue)", 128, true, run_late_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    {"d128 bs s59 (late epilogue, every list)", 128, true, run_k<LateEpilogue<Tr<128, 128, 2, 2, 2, true>>>},
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
     // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
     //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and

@@ -413,6 +413,12 @@ struct Traits {
   // runs under the next tile's S_0 (the consumers' kLateEpilogue block; the joined tile's idea, perf-log v18, without
   // joining the turns).
   static constexpr bool kLateEpilogue = false;
+  // kDevRawTake (session 59, dev): the block-sparse scheduler keeps its take's raw answer (take_issue_raw) and compares
+  // it after the build, so that no instruction consumes the first compare-and-swap's result before the first schedule.
+  // kDevListPrefetch: the scheduler warp's lane 0 prefetches the CTA's first list and count to L2 at the kernel's start,
+  // before the barriers' init.
+  static constexpr bool kDevRawTake = false;
+  static constexpr bool kDevListPrefetch = false;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -621,6 +627,18 @@ __device__ __forceinline__ int take_resolve(const Args& a, uint32_t got) {
   take_claim(a);
   return take_done(a, static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull)));
 }
+// Traits::kDevRawTake (session 59): the answer kept raw, its first take's compare with 0 made in take_resolve_raw after
+// the build. (take_issue's compare consumes the compare-and-swap's result where it is issued, so the scheduler warp
+// may wait there for the atomic's round trip before the CTA's first build.)
+__device__ __forceinline__ unsigned long long take_issue_raw(const Args& a, bool first) {
+  if (first) return atomicCAS(a.tile_counter, 0ull, (static_cast<unsigned long long>(a.epoch) << 32) | 1ull);
+  return atomicAdd(a.tile_counter, 1ull);
+}
+__device__ __forceinline__ int take_resolve_raw(const Args& a, unsigned long long got, bool first) {
+  if (!first || got == 0) return take_done(a, static_cast<uint32_t>(got));  // (a first take that found 0: index 0)
+  take_claim(a);
+  return take_done(a, static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull)));
+}
 
 // ---- Work items of the dense kernels: whole tiles and the split last round's pieces (shapes.h, TailSplit) ----------
 // What the dense producer hands the consumers through tile_ids is a code: x < num_tiles, tile x run whole; num_tiles + k
@@ -756,6 +774,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
+  if constexpr (K::kSparse && K::kDevListPrefetch)  // (Traits::kDevListPrefetch: the first tile's list and count to L2)
+    if (threadIdx.x == 32 && p.has_block_mask && int(blockIdx.x) < args.num_tiles) {
+      const Tile tile(args, int(blockIdx.x));
+      const BlockMaskParams& m = p.block_mask;
+      const int64_t qb = max(tile.m_block * kBlockM - args.q_shift, 0) / m.block_m;
+      const int32_t* list = m.kv_indices + tile.b * m.idx_batch_stride + tile.h * m.idx_head_stride + qb * m.idx_qblock_stride;
+      const int32_t* count = m.kv_num_blocks + tile.b * m.num_batch_stride + tile.h * m.num_head_stride + qb * m.num_qblock_stride;
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(list));
+      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(count));
+    }
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
       mbar_init(q_full(slot), 1);
@@ -863,11 +891,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // (The dynamic order's take: issued here, resolved after the build.)
           int next = 0;
           uint32_t take = 0;
+          [[maybe_unused]] unsigned long long take_raw = 0;  // (Traits::kDevRawTake)
           if (lane == 0 && x < args.num_tiles) {
-            if (args.tile_counter != nullptr)
-              take = take_issue(args, tile_iter == 0);
-            else
+            if (args.tile_counter != nullptr) {
+              if constexpr (K::kDevRawTake) take_raw = take_issue_raw(args, tile_iter == 0);
+              else take = take_issue(args, tile_iter == 0);
+            } else {
               next = tile_of(tile_iter + 1);
+            }
           }
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
@@ -898,7 +929,8 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (tile_iter == 0) sched_prof(Prof::kSchedFirst);
           if (x >= args.num_tiles) break;  // the end marker is published
-          if (lane == 0 && args.tile_counter != nullptr) next = take_resolve(args, take);
+          if (lane == 0 && args.tile_counter != nullptr)
+            next = K::kDevRawTake ? take_resolve_raw(args, take_raw, tile_iter == 0) : take_resolve(args, take);
           next = __shfl_sync(0xffffffffu, next, 0);
           x = next;
         }

@@ -340,6 +340,16 @@ int32_t run_late_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p)
                                              : flash::sm90::launch<LateEpilogue<T>>(p);
 }
+// Session 59: the scheduler's take kept raw until after the build (Traits::kDevRawTake), and the first list and count
+// prefetched to L2 at the kernel's start (Traits::kDevListPrefetch).
+template <class T, bool ON = true>
+struct RawTake : T {
+  static constexpr bool kDevRawTake = ON;
+};
+template <class T, bool ON = true>
+struct ListPrefetch : T {
+  static constexpr bool kDevListPrefetch = ON;
+};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -438,6 +448,8 @@ const ProfCase kProfCases[] = {
     // s43-7: K and V always from key block 0 (KVHot: L2 hits, no DRAM) -- do the short lists' K/V waits go with it?
     {"d64 2ring hot .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVHot<TwoRings>>},
     {"d128 bs0.1 hot b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVHot<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs0.1 rawtake b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<RawTake<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs0.1 rawtake pf b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<ListPrefetch<RawTake<Tr<128, 128, 2, 2, 2, true>>>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -873,6 +885,8 @@ const Candidate kCandidates[] = {
     // line; s58-4, H200) 4k s = .1 1.231-1.244 / 1.175-1.180, .25 1.038-1.042 / 1.021-1.024, 8k-16k 1.03-1.08 /
     // 1.02-1.05; the next tile asked for after the slot wait, one tile fewer claimed ahead (s58-5, H200) 4k s = .1 1.013 /
     // 1.018, .25 .995 / .995, 8k-16k 1.001-1.003, ctatimes' idle at the end 5.3 -> 5.1% (s = .1). None taken.
+    {"d64  bs 3wg 2 rings s59b (raw take)", 64, true, run_k<RawTake<TwoRings>>},
+    {"d64  bs 3wg 2 rings s59b (raw take, list prefetch)", 64, true, run_k<ListPrefetch<RawTake<TwoRings>>>},
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -997,6 +1011,8 @@ const Candidate kCandidates[] = {
     // Session 59: the late epilogue (Traits::kLateEpilogue) on the short lists.
     {"d128 bs s59 (late epilogue)", 128, true, run_late_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs s59 (late epilogue, every list)", 128, true, run_k<LateEpilogue<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s59b (raw take)", 128, true, run_turns_by_length<RawTake<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s59b (raw take, list prefetch)", 128, true, run_turns_by_length<ListPrefetch<RawTake<Tr<128, 128, 2, 2, 2, true>>>>},
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
     // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
     //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and

@@ -413,6 +413,9 @@ struct Traits {
   // runs under the next tile's S_0 (the consumers' kLateEpilogue block; the joined tile's idea, perf-log v18, without
   // joining the turns).
   static constexpr bool kLateEpilogue = false;
+  // kLateAdaptive (with kLateEpilogue): the next tile's S_0 goes before the epilogue only where its Q and K_0 have landed
+  // by the drain (the warpgroup agreeing by a barrier reduction); else the epilogue first, as production.
+  static constexpr bool kLateAdaptive = false;
   // kDevRawTake (session 59, dev): the block-sparse scheduler keeps its take's raw answer (take_issue_raw) and compares
   // it after the build, so that no instruction consumes the first compare-and-swap's result before the first schedule.
   // kDevListPrefetch: the scheduler warp's lane 0 prefetches the CTA's first list and count to L2 at the kernel's start,
@@ -1216,7 +1219,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       KeyBlocks<kBlockN, true> blocks(p, 0, 0, sched_base);
       auto q_wg_of = [&](int slot) { return q_smem + slot * K::kQBytes + rg * 64 * 128; };
       // The next tile (tile_iter): its index, then (work) its decode, its Q and its first block. False at the end marker.
-      auto begin_tile = [&]() -> bool {
+      auto begin_tile = [&](bool wait_q = true) -> bool {
         const int t_slot = tile_iter % kTileSlots;
         mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index and schedule are written
         const int x = tile_ids[t_slot];
@@ -1224,7 +1227,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         const int m_block = tile_mhb[t_slot][0];
         cur_h = tile_mhb[t_slot][1], cur_b = tile_mhb[t_slot][2];
         q_slot = tile_iter % K::kQStages;
-        mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);  // Q_i has landed
+        if (wait_q) mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);  // Q_i has landed
         cur_qb = m_block * kBlockM - args.q_shift;
         cur_qe = min(cur_qb + kBlockM, p.seqlen_q);
         blocks = KeyBlocks<kBlockN, true>(p, max(cur_qb, 0), cur_qe, sched_base + (tile_iter & 1) * args.sched_stride);
@@ -1432,9 +1435,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const uint32_t stage = q_wg_of(q_slot);
           // The next tile, up to its S_0's issue, while the last P V runs.
           ++tile_iter;
-          have = begin_tile();
+          have = begin_tile(!K::kLateAdaptive);
           const bool s0 = have && n0 >= 0;
-          if (s0) {
+          bool early = s0;
+          if constexpr (K::kLateAdaptive)
+            if (s0) {
+              // Q and K_0 landed in every thread's view: a barrier's AND over the warpgroup, so that all of it takes the
+              // same path (the wgmmas are warpgroup-wide).
+              const uint32_t landed = mbar_test2(q_full(q_slot), (tile_iter / K::kQStages) & 1, k_full(slot_of(it)), phase_of(it));
+              uint32_t all;
+              asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+                           : "=r"(all) : "r"(landed), "r"(4 + wg) : "memory");
+              early = all != 0;
+            }
+          if (early) {
             issue_s0();
             wg::wait<1>();  // the last P V alone
           } else {
@@ -1447,6 +1461,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           epilogue(b, h, qb, qe, stage);  // (under the next tile's S_0)
           row_max[0] = row_max[1] = kNegInf;
           row_sum[0] = row_sum[1] = 0.f;
+          if constexpr (K::kLateAdaptive)
+            if (s0 && !early) {  // the epilogue went first: now Q, K_0 and S_0
+              mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);
+              issue_s0();
+            }
           wg::wait<0>();  // S_0
           wg::fence_regs(acc_s);
 #pragma unroll

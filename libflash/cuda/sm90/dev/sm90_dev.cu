@@ -339,6 +339,10 @@ template <class T, bool ON = true>
 struct LateAdaptive : T {
   static constexpr bool kLateAdaptive = ON;
 };
+template <class T, bool ON = true>
+struct LateQEarly : T {
+  static constexpr bool kLateQEarly = ON;
+};
 template <class T>
 int32_t run_late_by_length(const FwdParams& p) {
   return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p)
@@ -1017,6 +1021,10 @@ const Candidate kCandidates[] = {
     {"d128 bs s59 (late epilogue, every list)", 128, true, run_k<LateEpilogue<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s59c (late adaptive)", 128, true, run_late_by_length<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s59c (late adaptive again)", 128, true, run_late_by_length<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s59d (late adaptive, Q early)", 128, true, run_late_by_length<LateQEarly<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>>},
+    {"d128 bs s59d (late adaptive, Q early again)", 128, true, run_late_by_length<LateQEarly<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>>},
+    {"d128 bs s59d (late, Q early)", 128, true, run_late_by_length<LateQEarly<Tr<128, 128, 2, 2, 2, true>>>},
+    {"d128 bs s59d (late, Q early again)", 128, true, run_late_by_length<LateQEarly<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s59b (raw take)", 128, true, run_turns_by_length<RawTake<Tr<128, 128, 2, 2, 2, true>>>},
     {"d128 bs s59b (raw take, list prefetch)", 128, true, run_turns_by_length<ListPrefetch<RawTake<Tr<128, 128, 2, 2, 2, true>>>>},
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with

@@ -409,21 +409,6 @@ struct Traits {
   // three-warpgroup pair 1.002-1.009 and the two-ring kernel 1.001-1.014 slower (their SFU turns wait on the flush), so
   // only there. (Its tail-split instantiation has pieces that store no O: not there.)
   static constexpr bool kDeferStore = kHeadDim_ == 128 && kBlockN_ == 128 && !kSparse_;
-  // kLateEpilogue (session 59, dev): the block-sparse short-list kernel's tile loop rotated, so that a tile's epilogue
-  // runs under the next tile's S_0 (the consumers' kLateEpilogue block; the joined tile's idea, perf-log v18, without
-  // joining the turns).
-  static constexpr bool kLateEpilogue = false;
-  // kLateAdaptive (with kLateEpilogue): the next tile's S_0 goes before the epilogue only where its Q and K_0 have landed
-  // by the drain (the warpgroup agreeing by a barrier reduction); else the epilogue first, as production.
-  static constexpr bool kLateAdaptive = false;
-  // kLateQEarly (with kLateEpilogue): the tile's Q buffer released once the next tile's S_0 is done, not after the next turn.
-  static constexpr bool kLateQEarly = false;
-  // kDevRawTake (session 59, dev): the block-sparse scheduler keeps its take's raw answer (take_issue_raw) and compares
-  // it after the build, so that no instruction consumes the first compare-and-swap's result before the first schedule.
-  // kDevListPrefetch: the scheduler warp's lane 0 prefetches the CTA's first list and count to L2 at the kernel's start,
-  // before the barriers' init.
-  static constexpr bool kDevRawTake = false;
-  static constexpr bool kDevListPrefetch = false;
   // kUpward (session 53, perf-log v82; the Upward mixin below, production for d256 causal: shapes.h use_upward_kernel):
   // dense walks go up from the range's first block, so a causal tile's diagonal block comes last. With the causal
   // order's groups of two heads (shapes.h causal_l2_budget), a head's tiles then start together and read each K/V block
@@ -632,18 +617,6 @@ __device__ __forceinline__ int take_resolve(const Args& a, uint32_t got) {
   take_claim(a);
   return take_done(a, static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull)));
 }
-// Traits::kDevRawTake (session 59): the answer kept raw, its first take's compare with 0 made in take_resolve_raw after
-// the build. (take_issue's compare consumes the compare-and-swap's result where it is issued, so the scheduler warp
-// may wait there for the atomic's round trip before the CTA's first build.)
-__device__ __forceinline__ unsigned long long take_issue_raw(const Args& a, bool first) {
-  if (first) return atomicCAS(a.tile_counter, 0ull, (static_cast<unsigned long long>(a.epoch) << 32) | 1ull);
-  return atomicAdd(a.tile_counter, 1ull);
-}
-__device__ __forceinline__ int take_resolve_raw(const Args& a, unsigned long long got, bool first) {
-  if (!first || got == 0) return take_done(a, static_cast<uint32_t>(got));  // (a first take that found 0: index 0)
-  take_claim(a);
-  return take_done(a, static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull)));
-}
 
 // ---- Work items of the dense kernels: whole tiles and the split last round's pieces (shapes.h, TailSplit) ----------
 // What the dense producer hands the consumers through tile_ids is a code: x < num_tiles, tile x run whole; num_tiles + k
@@ -779,16 +752,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
-  if constexpr (K::kSparse && K::kDevListPrefetch)  // (Traits::kDevListPrefetch: the first tile's list and count to L2)
-    if (threadIdx.x == 32 && p.has_block_mask && int(blockIdx.x) < args.num_tiles) {
-      const Tile tile(args, int(blockIdx.x));
-      const BlockMaskParams& m = p.block_mask;
-      const int64_t qb = max(tile.m_block * kBlockM - args.q_shift, 0) / m.block_m;
-      const int32_t* list = m.kv_indices + tile.b * m.idx_batch_stride + tile.h * m.idx_head_stride + qb * m.idx_qblock_stride;
-      const int32_t* count = m.kv_num_blocks + tile.b * m.num_batch_stride + tile.h * m.num_head_stride + qb * m.num_qblock_stride;
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(list));
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(count));
-    }
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < K::kQStages; ++slot) {
       mbar_init(q_full(slot), 1);
@@ -896,14 +859,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // (The dynamic order's take: issued here, resolved after the build.)
           int next = 0;
           uint32_t take = 0;
-          [[maybe_unused]] unsigned long long take_raw = 0;  // (Traits::kDevRawTake)
           if (lane == 0 && x < args.num_tiles) {
-            if (args.tile_counter != nullptr) {
-              if constexpr (K::kDevRawTake) take_raw = take_issue_raw(args, tile_iter == 0);
-              else take = take_issue(args, tile_iter == 0);
-            } else {
+            if (args.tile_counter != nullptr)
+              take = take_issue(args, tile_iter == 0);
+            else
               next = tile_of(tile_iter + 1);
-            }
           }
           if (tile_iter > 0) sched_prof(Prof::kSchedBuild);  // (the atomic's issue with the build)
           // Tile tile_iter - 2's users (every consumer thread, the loader) are done with this slot.
@@ -934,8 +894,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_arrive(tile_full(slot));  // each lane's arrive releases its own stores
           if (tile_iter == 0) sched_prof(Prof::kSchedFirst);
           if (x >= args.num_tiles) break;  // the end marker is published
-          if (lane == 0 && args.tile_counter != nullptr)
-            next = K::kDevRawTake ? take_resolve_raw(args, take_raw, tile_iter == 0) : take_resolve(args, take);
+          if (lane == 0 && args.tile_counter != nullptr) next = take_resolve(args, take);
           next = __shfl_sync(0xffffffffu, next, 0);
           x = next;
         }
@@ -1195,304 +1154,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       if constexpr (K::kProfile)
         if (tid == 0) prof.lap(phase);
     };
-    if constexpr (K::kLateEpilogue) {
-      // ---- Traits::kLateEpilogue (session 59, dev): the tile loop rotated so a tile's epilogue runs under the next
-      // tile's S_0 ----
-      // An iteration starts with the tile's S_0 done and ends once the next tile's S_0 is: the tile's softmax of S_0, its
-      // loop, its drain (the last P V issued, not waited for), then the next tile's index, Q and K_0 waits and S_0 issue,
-      // then the wait for the last P V alone (wait<1>), V_last's slot back and this tile's epilogue (O / l staged in its
-      // Q buffer, LSE, the TMA store), then S_0's wait. No product is in flight across the loop's back edge (a P V
-      // carried over it made ptxas serialise every wgmma, C7514/C7515). Turns as production: each warpgroup takes S_0's,
-      // one a loop block and the drain's. The Q buffer goes back after the next turn (the first loop block's, or the
-      // drain's), once the store has read it. Outputs bit-identical to production's (same products, same softmax).
-      static_assert(K::kSparse && !K::kTwoRings && K::kConsumers == 2 && K::kOStageInQ && K::kQStages == 2 &&
-                        K::kTmaStoreO && !K::kTailSplit && !K::kSfuTurns && K::kRescaleInTurn && K::kPingPong &&
-                        K::kPinSoftmax == 0 && K::kTileInSmem && !K::kEarlyProbe && !K::kDescPlus && K::kPolyEvery == 0 &&
-                        !K::kProfile && !K::kDevNoEpilogue && !K::kDevNoSoftmax0 && !K::kDevAlwaysRescale,
-                    "kLateEpilogue: d128 block-sparse's short-list form only");
-      float acc_o[K::kORegs];
-      float acc_s[K::kSRegs];
-      uint32_t p_frag[kBlockN / 16][4];  // P_{j-1} in the input dtype, the A operand of the next P V
-      float row_max[2] = {kNegInf, kNegInf}, row_sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
-      // The current tile: its Q buffer, rows [qb, qe), batch and head, its key blocks, and the block S_0 is of (n0).
-      int q_slot = 0, cur_b = 0, cur_h = 0, cur_qb = 0, cur_qe = 0, n0 = -1;
-      KeyBlocks<kBlockN, true> blocks(p, 0, 0, sched_base);
-      auto q_wg_of = [&](int slot) { return q_smem + slot * K::kQBytes + rg * 64 * 128; };
-      // The next tile (tile_iter): its index, then (work) its decode, its Q and its first block. False at the end marker.
-      auto begin_tile = [&](bool wait_q = true) -> bool {
-        const int t_slot = tile_iter % kTileSlots;
-        mbar_wait(tile_full(t_slot), (tile_iter / kTileSlots) & 1);  // the tile's index and schedule are written
-        const int x = tile_ids[t_slot];
-        if (!is_work<false>(args, x)) return false;
-        const int m_block = tile_mhb[t_slot][0];
-        cur_h = tile_mhb[t_slot][1], cur_b = tile_mhb[t_slot][2];
-        q_slot = tile_iter % K::kQStages;
-        if (wait_q) mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);  // Q_i has landed
-        cur_qb = m_block * kBlockM - args.q_shift;
-        cur_qe = min(cur_qb + kBlockM, p.seqlen_q);
-        blocks = KeyBlocks<kBlockN, true>(p, max(cur_qb, 0), cur_qe, sched_base + (tile_iter & 1) * args.sched_stride);
-        n0 = blocks.next();
-        return true;
-      };
-      auto issue_s = [&](int s) {  // S = Q K_s^T, as production's issue_s
-        const uint32_t k_s = k_smem0 + s * K::kKVBytes, q_wg = q_wg_of(q_slot);
-#pragma unroll
-        for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
-          const uint32_t oa = (kk / 4) * kBlockM * 128 + (kk % 4) * 32, ob = (kk / 4) * kBlockN * 128 + (kk % 4) * 32;
-          const uint64_t da = wg::desc(q_wg + oa, 16), db = wg::desc(k_s + ob, 16);
-          if (kk == 0) wg::SS<kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
-          else wg::SS<kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
-        }
-        wg::commit();
-      };
-      auto issue_pv = [&](int s) {  // O += P V_s, as production's issue_pv
-        const uint32_t v_s = v_smem0 + s * K::kKVBytes;
-#pragma unroll
-        for (int kc = 0; kc < kBlockN / 16; ++kc)
-          wg::RS<K::kHeadDim, 1, K::kDType>::mma(acc_o, p_frag[kc], wg::desc(v_s + kc * 2048, kBlockN * 128), 1);
-        wg::commit();
-      };
-      // The tile's S_0 (n0 >= 0): K_0 landed, in this warpgroup's turn.
-      auto issue_s0 = [&]() {
-        mbar_wait(k_full(slot_of(it)), phase_of(it));
-        take_turn();
-        wg::fence();
-        issue_s(slot_of(it));
-        pass_turn();
-      };
-      auto mask = [&](float (&sv)[K::kSRegs], int n) {  // production's mask (all columns)
-        if (!blocks.needs_mask(n)) return;
-        const int64_t col0 = int64_t(n) * kBlockN + 2 * t;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t diag = cur_qb + rg * 64 + row_in_wg + 8 * r + p.diag_offset;
-          const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
-          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
-          hi = hi > p.seqlen_k ? p.seqlen_k : hi;
-          const int lo_rel = int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1)));
-          const int hi_rel = int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1)));
-          if (p.window_left < 0) {
-#pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-              for (int e = 0; e < 2; ++e)
-                if (8 * i + e >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-          } else {
-#pragma unroll
-            for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int col = 8 * i + e;
-                if (col < lo_rel || col >= hi_rel) sv[4 * i + 2 * r + e] = kNegInf;
-              }
-          }
-        }
-      };
-      auto softmax = [&](float (&sv)[K::kSRegs], bool first, float (&corr)[2]) {  // production's (no SFU turns)
-        float max_new[2];
-        bool max_moved = false;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float m = kNegInf;
-#pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i) m = fmaxf(m, fmaxf(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          max_new[r] = fmaxf(row_max[r], m);
-          max_moved |= max_new[r] != row_max[r];
-        }
-        const bool rescale = !first && __any_sync(0xffffffffu, max_moved);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float max_scaled = max_new[r] == kNegInf ? 0.f : max_new[r] * scale_log2;
-          float sum = 0.f;
-#pragma unroll
-          for (int i = 0; i < kBlockN / 8; ++i) {
-            const float p0 = exp2f(sv[4 * i + 2 * r] * scale_log2 - max_scaled);
-            const float p1 = exp2f(sv[4 * i + 2 * r + 1] * scale_log2 - max_scaled);
-            sum += p0 + p1;
-            sv[4 * i + 2 * r] = p0;
-            sv[4 * i + 2 * r + 1] = p1;
-          }
-          corr[r] = rescale ? exp2f(row_max[r] * scale_log2 - max_scaled) : 1.f;
-          row_sum[r] = row_sum[r] * corr[r] + sum;
-          row_max[r] = max_new[r];
-        }
-        return rescale;
-      };
-      auto pack_p = [&](const float (&sv)[K::kSRegs]) {
-#pragma unroll
-        for (int i = 0; i < kBlockN / 8; ++i)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) p_frag[i / 2][(i % 2) * 2 + r] = pack2<K::kDType>(sv[4 * i + 2 * r], sv[4 * i + 2 * r + 1]);
-      };
-      auto rescale_o = [&](const float (&c)[2]) {
-#pragma unroll
-        for (int i = 0; i < K::kHeadDim / 8; ++i)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            acc_o[4 * i + 2 * r] *= c[r];
-            acc_o[4 * i + 2 * r + 1] *= c[r];
-          }
-      };
-      // The previous tile's Q buffer back, once its O store has read it (thread 0 waits for that read).
-      auto release_prev_q = [&]() {
-        if (q_release_pending) {
-          if (tid == 0) wg::bulk_wait_read();
-          mbar_arrive(q_empty(q_slot ^ 1));
-          q_release_pending = false;
-        }
-      };
-      // A tile's epilogue (its batch, head, rows and Q buffer): O / l staged in its Q rows, LSE, the TMA store; the
-      // buffer's release pending. acc_o and the row statistics are the tile's.
-      auto epilogue = [&](int b, int h, int qb, int qe, uint32_t stage) {
-        const float scale = fabsf(p.scale);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float sum = row_sum[r];
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-          const float inv = sum > 0.f ? 1.f / sum : 0.f;
-          const int wrow = row_in_wg + 8 * r, row = rg * 64 + wrow;
-#pragma unroll
-          for (int i = 0; i < K::kHeadDim / 8; ++i)
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + (i / 8) * (kBlockM * 128) + wrow * 128 + (((i % 8) ^ (wrow % 8)) << 4) + 4 * t),
-                         "r"(pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
-          if (p.lse != nullptr && t == 0 && qb + row >= 0 && qb + row < qe)
-            p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + int64_t(qb + row) * p.lse_row_stride] =
-                sum > 0.f ? row_max[r] * scale + logf(sum) : kNegInf;
-        }
-        wg::fence_proxy_async();
-        named_sync(4 + wg, 128);
-        if (tid == 0 && qb + rg * 64 + 64 > 0) store_o_rows(stage, kBlockM * 128, qb + rg * 64, h, b);
-        q_release_pending = true;
-      };
-
-      bool have = begin_tile();
-      if (have && n0 >= 0) {
-        issue_s0();
-        wg::wait<0>();
-        wg::fence_regs(acc_s);
-      }
-      while (have) {
-        if (n0 >= 0) {
-          // S_0 is done: K_0's slot back, its softmax.
-          int s_prev = slot_of(it);
-          uint32_t phase_prev = phase_of(it);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(k_empty(s_prev));
-          {
-            float corr[2];
-            mask(acc_s, n0);
-            softmax(acc_s, true, corr);
-            pack_p(acc_s);
-          }
-          ++it;
-          bool rescale_prev = false;
-          float corr_prev[2] = {1.f, 1.f};
-          for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
-            const int s = slot_of(it);
-            const uint32_t phase = phase_of(it);
-            mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
-            take_turn();
-            wg::fence();
-            issue_s(s);
-            if (rescale_prev) rescale_o(corr_prev);
-            wg::fence();  // O's registers were written since the last fence
-            issue_pv(s_prev);
-            pass_turn();
-            release_prev_q();  // (the previous tile's Q buffer, its O store issued a turn ago)
-            wg::wait<1>();     // S_j is ready; P_{j-1} V_{j-1} may still run
-            __syncwarp();
-            if (lane == 0) mbar_arrive(k_empty(s));
-            float sv[K::kSRegs];
-#pragma unroll
-            for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-            mask(sv, n);
-            float corr[2];
-            const bool rescale = softmax(sv, false, corr);
-            wg::wait<0>();
-            wg::fence_regs(acc_o);
-            wg::fence_regs(p_frag);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-            rescale_prev = rescale;
-            corr_prev[0] = corr[0], corr_prev[1] = corr[1];
-            pack_p(sv);
-            s_prev = s;
-            phase_prev = phase;
-          }
-          mbar_arrive(sched_empty(tile_iter % kTileSlots));  // every S of the tile is done: the schedule is read
-          // Drain: the last P V, issued and not waited for.
-          if (rescale_prev) rescale_o(corr_prev);
-          mbar_wait(v_full(s_prev), phase_prev);
-          take_turn();
-          wg::fence();
-          issue_pv(s_prev);
-          pass_turn();
-          release_prev_q();  // (a tile of one block: the previous tile's Q buffer)
-          const int b = cur_b, h = cur_h, qb = cur_qb, qe = cur_qe;
-          const uint32_t stage = q_wg_of(q_slot);
-          // The next tile, up to its S_0's issue, while the last P V runs.
-          ++tile_iter;
-          have = begin_tile(!K::kLateAdaptive);
-          const bool s0 = have && n0 >= 0;
-          bool early = s0;
-          if constexpr (K::kLateAdaptive)
-            if (s0) {
-              // Q and K_0 landed in every thread's view: a barrier's AND over the warpgroup, so that all of it takes the
-              // same path (the wgmmas are warpgroup-wide).
-              const uint32_t landed = mbar_test2(q_full(q_slot), (tile_iter / K::kQStages) & 1, k_full(slot_of(it)), phase_of(it));
-              uint32_t all;
-              asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.and.pred q, %2, 128, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-                           : "=r"(all) : "r"(landed), "r"(4 + wg) : "memory");
-              early = all != 0;
-            }
-          if (early) {
-            issue_s0();
-            wg::wait<1>();  // the last P V alone
-          } else {
-            wg::wait<0>();
-          }
-          wg::fence_regs(acc_o);
-          wg::fence_regs(p_frag);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_last
-          epilogue(b, h, qb, qe, stage);  // (under the next tile's S_0)
-          row_max[0] = row_max[1] = kNegInf;
-          row_sum[0] = row_sum[1] = 0.f;
-          if constexpr (K::kLateAdaptive)
-            if (s0 && !early) {  // the epilogue went first: now Q, K_0 and S_0
-              mbar_wait(q_full(q_slot), (tile_iter / K::kQStages) & 1);
-              issue_s0();
-            }
-          wg::wait<0>();  // S_0
-          wg::fence_regs(acc_s);
-#pragma unroll
-          for (int i = 0; i < K::kORegs; ++i) acc_o[i] = 0.f;
-          // The tile's Q buffer back as early as production gives it (a release after the next turn, as s55-8's after the
-          // first softmax, held the next Q's load back: s59-1/3 2.3-2.5% slower).
-          if constexpr (K::kLateQEarly)
-            if (have) release_prev_q();
-        } else {
-          // No key block: O = 0 and LSE = -inf, as production writes them.
-          mbar_arrive(sched_empty(tile_iter % kTileSlots));
-          release_prev_q();
-          epilogue(cur_b, cur_h, cur_qb, cur_qe, q_wg_of(q_slot));
-          ++tile_iter;
-          have = begin_tile();
-          if (have && n0 >= 0) {
-            issue_s0();
-            wg::wait<0>();
-            wg::fence_regs(acc_s);
-          }
-          if constexpr (K::kLateQEarly)
-            if (have) release_prev_q();
-        }
-      }
-    } else
     for (;; ++tile_iter) {
       const int q_slot = tile_iter % K::kQStages;
       const uint32_t q_phase = (tile_iter / K::kQStages) & 1;

@@ -329,35 +329,6 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
-// Session 59: the short-list kernel's tile loop rotated, a tile's epilogue under the next tile's S_0 (Traits::
-// kLateEpilogue); long lists on the SFU-turn instantiation as production.
-template <class T, bool ON = true>
-struct LateEpilogue : T {
-  static constexpr bool kLateEpilogue = ON;
-};
-template <class T, bool ON = true>
-struct LateAdaptive : T {
-  static constexpr bool kLateAdaptive = ON;
-};
-template <class T, bool ON = true>
-struct LateQEarly : T {
-  static constexpr bool kLateQEarly = ON;
-};
-template <class T>
-int32_t run_late_by_length(const FwdParams& p) {
-  return flash::sm90::sfu_turns_by_length(p) ? flash::sm90::launch<flash::sm90::SfuTurnsOn<T>>(p)
-                                             : flash::sm90::launch<LateEpilogue<T>>(p);
-}
-// Session 59: the scheduler's take kept raw until after the build (Traits::kDevRawTake), and the first list and count
-// prefetched to L2 at the kernel's start (Traits::kDevListPrefetch).
-template <class T, bool ON = true>
-struct RawTake : T {
-  static constexpr bool kDevRawTake = ON;
-};
-template <class T, bool ON = true>
-struct ListPrefetch : T {
-  static constexpr bool kDevListPrefetch = ON;
-};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -456,8 +427,6 @@ const ProfCase kProfCases[] = {
     // s43-7: K and V always from key block 0 (KVHot: L2 hits, no DRAM) -- do the short lists' K/V waits go with it?
     {"d64 2ring hot .1", 64, 4096, 2, false, 0.1, 3, run_prof_k<KVHot<TwoRings>>},
     {"d128 bs0.1 hot b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<KVHot<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs0.1 rawtake b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<RawTake<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs0.1 rawtake pf b2", 128, 4096, 2, false, 0.1, 2, run_prof_k<ListPrefetch<RawTake<Tr<128, 128, 2, 2, 2, true>>>>},
 };
 
 // Candidates: the production shape of each head dim and mask kind first (the reference for the check).
@@ -893,8 +862,10 @@ const Candidate kCandidates[] = {
     // line; s58-4, H200) 4k s = .1 1.231-1.244 / 1.175-1.180, .25 1.038-1.042 / 1.021-1.024, 8k-16k 1.03-1.08 /
     // 1.02-1.05; the next tile asked for after the slot wait, one tile fewer claimed ahead (s58-5, H200) 4k s = .1 1.013 /
     // 1.018, .25 .995 / .995, 8k-16k 1.001-1.003, ctatimes' idle at the end 5.3 -> 5.1% (s = .1). None taken.
-    {"d64  bs 3wg 2 rings s59b (raw take)", 64, true, run_k<RawTake<TwoRings>>},
-    {"d64  bs 3wg 2 rings s59b (raw take, list prefetch)", 64, true, run_k<ListPrefetch<RawTake<TwoRings>>>},
+    // Session 59 (s59-2, H100, two rounds of 60 reps, paired, the dirty flush; code in commit a1e6e6f, removed): the
+    // scheduler's first take compared after the build (kDevRawTake) 4k s = .1 1.003 / 1.005, .25-.5 and 8k-16k .999-1.001;
+    // with the first list prefetched to L2 at the start as well (kDevListPrefetch) 4k s = .1 1.024 / 1.029, .25 1.012,
+    // .5 1.007, 8k 1.009, 16k 1.001-1.002 (the warm copy .983-.999). Not taken.
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -1016,17 +987,21 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 59: the late epilogue (Traits::kLateEpilogue) on the short lists.
-    {"d128 bs s59 (late epilogue)", 128, true, run_late_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs s59 (late epilogue, every list)", 128, true, run_k<LateEpilogue<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s59c (late adaptive)", 128, true, run_late_by_length<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s59c (late adaptive again)", 128, true, run_late_by_length<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s59d (late adaptive, Q early)", 128, true, run_late_by_length<LateQEarly<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>>},
-    {"d128 bs s59d (late adaptive, Q early again)", 128, true, run_late_by_length<LateQEarly<LateAdaptive<Tr<128, 128, 2, 2, 2, true>>>>},
-    {"d128 bs s59d (late, Q early)", 128, true, run_late_by_length<LateQEarly<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s59d (late, Q early again)", 128, true, run_late_by_length<LateQEarly<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s59b (raw take)", 128, true, run_turns_by_length<RawTake<Tr<128, 128, 2, 2, 2, true>>>},
-    {"d128 bs s59b (raw take, list prefetch)", 128, true, run_turns_by_length<ListPrefetch<RawTake<Tr<128, 128, 2, 2, 2, true>>>>},
+    // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush
+    // (SM90_DEV_FLUSH=256), 50-60 reps, H100. A candidate whose code differs from the launch before it runs with a cold
+    // instruction cache, as production's first copy does; a copy right after it runs warm, as "(prod again)" (.983-.995):
+    //  - s59-1, s59-3, s59-4: the late epilogue (Traits::kLateEpilogue, commit 6832017): the short-list tile loop rotated,
+    //    an iteration ending once the next tile's S_0 is done, so the tile's epilogue ran under that S_0 (outputs
+    //    bit-identical, no C75xx; a P V carried over the loop's back edge made ptxas serialise every wgmma, C7514/C7515).
+    //    4k s = .1, warm against warm: 1.023 / 1.023 (S_0 always first), 1.026-1.028 (S_0 first only where Q and K_0 had
+    //    landed by the drain, a barrier's AND over the warpgroup: kLateAdaptive, commit 73c676b), 1.021-1.025 and
+    //    1.037-1.039 with the Q buffer released once the next S_0 is done (kLateQEarly, commit ed2705c); cold against cold
+    //    1.079-1.095. On every list (no SFU turns on the long ones) 4k s = .25 1.11, 8k / 16k s = .1 1.09 / 1.12.
+    //  - s59-2: the scheduler's first take kept raw and compared after the build (kDevRawTake, commit a1e6e6f): 4k s = .1
+    //    1.005 / 1.007, elsewhere .999-1.004; the first schedule was published at 6832 cycles against 6853 (the compare did
+    //    not wait on the atomic). With the first list and count prefetched to L2 at the kernel's start (kDevListPrefetch):
+    //    published at 5226, the first tile's wait 5498 cycles against 7240, but 4k s = .1 1.008 / 1.015, .25 1.004-1.007,
+    //    8k 1.006-1.007 (the two-ring kernel 1.024 / 1.029 at 4k s = .1): as s58-2, an earlier start did not pay.
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
     // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
     //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and

@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Issue 7's ratios from fa-bench mask runs: block-sparse time / dense time at each density, causal / dense,
-and dense-causal / window speed-up. Usage: masks_table.py fa-bench-...-masks-d64.json [...-d128.json]"""
+"""Issue 7's ratios from fa-bench mask runs: block-sparse time / dense time at each density (to four places, with the
+sparse time against its limit's), causal / dense, and dense-causal / window speed-up; then whether every row's
+--check passed. Usage: masks_table.py fa-bench-...-masks-d64.json [...-d128.json]"""
 import json
 import sys
 
 LIMITS = {"block-sparse:0.1:128": 0.15, "block-sparse:0.25:128": 0.30, "block-sparse:0.5:128": 0.55}
+checks = []
 for path in sys.argv[1:]:
     rows = json.load(open(path))
     rows = rows["results"] if isinstance(rows, dict) else rows
+    checks += [r.get("check_passed", True) for r in rows]
     t = {(r["head_dim"], r["seqlen_q"], r["mask"]): r["time_ms_median"] for r in rows if r.get("time_ms_median")}
     for d, n in sorted({(d, n) for d, n, _ in t}):
         dense = t[(d, n, "none")]
-        cells = []
+        cells = [f"dense {dense:.4f} ms"]
         for m, lim in LIMITS.items():
             ratio = t[(d, n, m)] / dense
-            cells.append(f"s={m.split(':')[1]} {ratio:.3f}{'' if ratio <= lim + 1e-9 else ' (>' + str(lim) + ')'}")
+            over = "" if ratio <= lim + 1e-9 else f" (>{lim}: {t[(d, n, m)]:.4f} ms against {lim * dense:.4f})"
+            cells.append(f"s={m.split(':')[1]} {ratio:.4f}{over}")
         causal = t[(d, n, "causal")] / dense
         cells.append(f"causal/dense {causal:.3f}")
         cells.append(f"causal/window(256,0) {t[(d, n, 'causal')] / t[(d, n, 'window:256,0')]:.1f}x")
         print(f"d{d} {n:6d}  " + "  ".join(cells))
+print(f"--check passed on every row: {all(checks)} ({len(checks)} rows)")

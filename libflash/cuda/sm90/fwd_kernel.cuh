@@ -394,10 +394,6 @@ struct Traits {
   static constexpr bool kDevSkipKVOdd = false;
   static constexpr bool kDevKVHot = false;
   static constexpr bool kDevAlwaysRescale = false;
-  // kDevStagger (session 59, dev): each block-sparse CTA's first K/V loads held back by kDevStagger x (blockIdx.x % 8)
-  // cycles after its first schedule, so that the CTAs' first rounds do not start in step (s58-2 and s59-2: an earlier
-  // first K/V load made the whole launch slower).
-  static constexpr int kDevStagger = 0;
   // Dev-only probes of what a tile's boundary costs (session 55; wrong results by design, only their times count):
   //  - kDevNoEpilogue: the epilogue writes nothing (no O / l, no staging, no store, no LSE): what hiding all of it would
   //    give at most, e.g. under the next tile's first products (the joined tile, perf-log v18).
@@ -949,12 +945,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           const Tile tile = K::kLoaderMhb ? Tile(tile_mhb[slot][0], tile_mhb[slot][2], tile_mhb[slot][1]) : Tile(args, x);
           const int q_begin = tile.m_block * kBlockM - args.q_shift;
           const int h_kv = tile.h / p.head_ratio;
-          if constexpr (K::kDevStagger > 0)  // (dev: the CTA's first K/V loads held back by kDevStagger x (CTA % 8) cycles)
-            if (tile_iter == 0) {
-              const long long t0 = clock64(), wait = static_cast<long long>(K::kDevStagger) * (blockIdx.x % 8);
-              while (clock64() - t0 < wait) {
-              }
-            }
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           if constexpr (K::kTwoRings) {
             auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)

@@ -329,11 +329,6 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
-// Session 59: the CTAs' first K/V loads staggered (Traits::kDevStagger cycles x (CTA % 8)).
-template <class T, int CYCLES>
-struct Stagger : T {
-  static constexpr int kDevStagger = CYCLES;
-};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -870,11 +865,9 @@ const Candidate kCandidates[] = {
     // Session 59 (s59-2, H100, two rounds of 60 reps, paired, the dirty flush; code in commit a1e6e6f, removed): the
     // scheduler's first take compared after the build (kDevRawTake) 4k s = .1 1.003 / 1.005, .25-.5 and 8k-16k .999-1.001;
     // with the first list prefetched to L2 at the start as well (kDevListPrefetch) 4k s = .1 1.024 / 1.029, .25 1.012,
-    // .5 1.007, 8k 1.009, 16k 1.001-1.002 (the warm copy .983-.999). Not taken.
-    {"d64  bs 3wg 2 rings s59e (stagger 250)", 64, true, run_k<Stagger<TwoRings, 250>>},
-    {"d64  bs 3wg 2 rings s59e (stagger 250 again)", 64, true, run_k<Stagger<TwoRings, 250>>},
-    {"d64  bs 3wg 2 rings s59e (stagger 700)", 64, true, run_k<Stagger<TwoRings, 700>>},
-    {"d64  bs 3wg 2 rings s59e (stagger 700 again)", 64, true, run_k<Stagger<TwoRings, 700>>},
+    // .5 1.007, 8k 1.009, 16k 1.001-1.002 (the warm copy .983-.999). Not taken. s59-5 (commit d03ef3b): the CTAs' first K/V
+    // loads staggered by 250 / 700 cycles x (CTA % 8) (kDevStagger), warm against warm 4k s = .1 .996 / .995 and .998 /
+    // .997, .25 1.003 / 1.003 and 1.006 / 1.005. Not taken.
     {"d64  bs 2 rings s57 (single by division)", 64, true, run_k<SingleShift<TwoRings, false>>},
     // Session 57 (s57-12, perf-log v87; two rounds of 80 reps, paired): the K/V loaders decoding each tile themselves, as
     // before kLoaderMhb: 4k s = .1 1.031 / 1.032, .25 1.007 / 1.007, .5 1.006 / 1.006, 8k s = .1 1.012, 16k 1.002-1.003.
@@ -996,10 +989,6 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    {"d128 bs s59e (stagger 250)", 128, true, run_turns_by_length<Stagger<Tr<128, 128, 2, 2, 2, true>, 250>>},
-    {"d128 bs s59e (stagger 250 again)", 128, true, run_turns_by_length<Stagger<Tr<128, 128, 2, 2, 2, true>, 250>>},
-    {"d128 bs s59e (stagger 700)", 128, true, run_turns_by_length<Stagger<Tr<128, 128, 2, 2, 2, true>, 700>>},
-    {"d128 bs s59e (stagger 700 again)", 128, true, run_turns_by_length<Stagger<Tr<128, 128, 2, 2, 2, true>, 700>>},
     // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush
     // (SM90_DEV_FLUSH=256), 50-60 reps, H100. A candidate whose code differs from the launch before it runs with a cold
     // instruction cache, as production's first copy does; a copy right after it runs warm, as "(prod again)" (.983-.995):
@@ -1015,6 +1004,9 @@ const Candidate kCandidates[] = {
     //    not wait on the atomic). With the first list and count prefetched to L2 at the kernel's start (kDevListPrefetch):
     //    published at 5226, the first tile's wait 5498 cycles against 7240, but 4k s = .1 1.008 / 1.015, .25 1.004-1.007,
     //    8k 1.006-1.007 (the two-ring kernel 1.024 / 1.029 at 4k s = .1): as s58-2, an earlier start did not pay.
+    //  - s59-5: the CTAs' first K/V loads held back by 250 / 700 cycles x (CTA % 8) after the first schedule, so that the
+    //    first rounds do not start in step (kDevStagger, commit d03ef3b), warm against warm: 4k s = .1 .999 / 1.001 and
+    //    1.004 / 1.002, .25 1.006 / 1.005 and 1.010 / 1.013, 8k s = .1 1.001 / 1.002 and 1.004 / 1.003.
     // Session 58 (perf-log "Tried and not kept -- session 58"; removed), paired against production's first copy with
     // fa-bench's dirty flush (SM90_DEV_FLUSH=256), production's warm copy .987-.998 in the same runs:
     //  - s58-1 (H100, 60 reps): L2 eviction priorities (a kL2HintQ / KV / O Traits triple, v67's) -- Q evict_first, Q and

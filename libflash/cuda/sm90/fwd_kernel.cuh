@@ -226,7 +226,11 @@ struct Traits {
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;
-  static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
+  static_assert(kConsumers >= 1 && kConsumers <= 3, "consumer warpgroups");
+  // CTAs resident per SM: the launch bounds ask ptxas for registers that let this many share an SM, and the persistent
+  // grid has this many per SM. One consumer warpgroup (dev, session 60: d128 block-sparse short lists on 64-row tiles)
+  // runs two CTAs an SM, so that one CTA's tile boundary runs beside the other's loop; every other instantiation one.
+  static constexpr int kCtasPerSm = kConsumers_ == 1 ? 2 : 1;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -247,7 +251,7 @@ struct Traits {
   // free (a run-time choice per tile), measured no faster than none (s42-14), like d128's SFU turns switched at run time
   // (s33-3).
   static constexpr bool kRingTurns = kTwoRings;
-  static constexpr bool kPingPong = !kTwoRings || kRingTurns;
+  static constexpr bool kPingPong = (!kTwoRings || kRingTurns) && kConsumers_ > 1;  // (one warpgroup: no partner)
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
   // P V wait and the next turn (perf-log v45: sm90_dev s25-1, +1-4% at every head dim, dense and causal, 2k-16k, and the
@@ -303,12 +307,13 @@ struct Traits {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
-  static_assert(kSmemBytes <= 232448, "shared memory");
+  static_assert(kSmemBytes <= kShape.smem_limit(), "shared memory");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The scheduler warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
+  // One consumer warpgroup, two CTAs an SM: 128 x 40 + 128 x 216 = 32K, half the register file each.
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kConsumers == 1 || (kSparse && kHeadDim_ < 256) ? 40 : 24;
   // The tile's decode (Tile: its query block, head and batch, up to six integer divisions) done once by the producer
   // (the block-sparse scheduler warp) and published beside its index, instead of by every consumer thread at the tile
   // start (perf-log v71, v72). The block-sparse instantiations but d256's (whose 24-register producer was not measured
@@ -327,7 +332,7 @@ struct Traits {
   // .5 1.006 / 1.006, 8k s = .1 1.012 (round 2); d128 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k-16k
   // 1.001-1.006.
   static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kConsumers == 1 ? 216 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
   // - d64 dense's rows (d64_split_rows; perf-log v53): the three-warpgroup dense instantiation, then the two-warpgroup
@@ -694,7 +699,7 @@ struct Prof {
 
 // ---- The kernel -------------------------------------------------------------------------------------
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
+__global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const __grid_constant__ Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
@@ -1881,7 +1886,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
-  int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
+  int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id) * K::kCtasPerSm);
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   // A pair's primary or secondary (Rows::pieces) takes the pair's plan, made for the same grid (sm90.cpp, pair_split):

@@ -21,6 +21,9 @@ struct Shape {
   // 0 direct stores.
   int store_o = 0;
   constexpr int block_m() const { return 64 * consumers; }
+  // A CTA's shared memory at most: H100's 227 KB, or with one consumer warpgroup (two CTAs an SM, dev) half of the SM's
+  // 228 KB less the 1 KB each CTA reserves.
+  constexpr int smem_limit() const { return consumers == 1 ? (233472 - 2 * 1024) / 2 : 232448; }
   constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
   // K/V rings: block-sparse with three consumer warpgroups has two (fwd_kernel.cuh, Traits::kTwoRings): a 192-row tile
   // spans two 128-row mask blocks, whose lists differ; every other instantiation one.
@@ -29,7 +32,7 @@ struct Shape {
   // schedules).
   constexpr int q_stages(bool sparse) const {
     return (2 * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
-                       o_stage_bytes() <= 232448
+                       o_stage_bytes() <= smem_limit()
                ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {

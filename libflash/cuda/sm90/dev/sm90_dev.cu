@@ -337,6 +337,11 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
+// Session 60: one CTA an SM whatever the Traits' consumers (the one-warpgroup kernel's comparison).
+template <class T>
+struct OnePerSm : T {
+  static constexpr int kCtasPerSm = 1;
+};
 // Session 50: each CTA's start and end (Traits::kDevCtaTimes; sm90_dev's "ctatimes" mode).
 template <class T>
 struct CtaTimes : T {
@@ -989,6 +994,17 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
+    // Session 60: one consumer warpgroup per CTA and two CTAs an SM (Traits::kCtasPerSm), on 64-row tiles and 64-key
+    // blocks (two Q buffers, two stages, O staged in Q: 97 KB a CTA), so that one CTA's tile boundary -- its prologue,
+    // drain and epilogue, 42% of the two-warpgroup tile at 4k s = .1 -- runs beside the other CTA's loop. Each 128-row
+    // mask block's K/V then crosses L2 -> SMEM twice (its two 64-row tiles are consecutive, so taken together). With
+    // the softmax left to ptxas, pinned before the P V wait (kPinSoftmax 3: one warpgroup has no partner to fill that
+    // wait), and the same kernel on one CTA an SM (what the second CTA buys).
+    {"d128 bs s60 1wg x2", 128, true, run_k<Tr<128, 64, 2, 1, 2, true>>},
+    {"d128 bs s60 1wg x2 again", 128, true, run_k<Tr<128, 64, 2, 1, 2, true>>},
+    {"d128 bs s60 1wg x2 pin", 128, true, run_k<PinSoftmax<Tr<128, 64, 2, 1, 2, true>, 3>>},
+    {"d128 bs s60 1wg x2 pin again", 128, true, run_k<PinSoftmax<Tr<128, 64, 2, 1, 2, true>, 3>>},
+    {"d128 bs s60 1wg x1 pin", 128, true, run_k<OnePerSm<PinSoftmax<Tr<128, 64, 2, 1, 2, true>, 3>>>},
     // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush
     // (SM90_DEV_FLUSH=256), 50-60 reps, H100. A candidate whose code differs from the launch before it runs with a cold
     // instruction cache, as production's first copy does; a copy right after it runs warm, as "(prod again)" (.983-.995):

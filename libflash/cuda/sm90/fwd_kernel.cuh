@@ -424,6 +424,15 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
+  // kSAhead (dev, session 60): S_{j+1} issued in the turn that issues P_{j-1} V_{j-1}, so the softmax of S_j runs under
+  // both products and no warpgroup waits for its own S at the head of a block. The loop's chain is then turn, issue,
+  // softmax, the products' remainder, pack -- instead of turn, issue, S's wait, softmax, P V's wait, pack. Its registers
+  // are the production loop's: S_j's copy (sv, where the softmax writes P_j in fp32) is the second S tile, S_{j+1} lands
+  // in acc_s. K_{j+1} is needed one block earlier. (v23, session 17, was another form: two S tiles and a copy, the loop
+  // unrolled by two, 64-key blocks for the registers; 10-30% slower.) The first block's S_1 goes out under S_0's softmax;
+  // the last block issues its P V alone (the loop's last turn peeled, so no wgmma sits under a branch of its own).
+  // One ring, no first-block or last-block skips.
+  static constexpr bool kSAhead = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -1450,7 +1459,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-        if constexpr (K::kDevNoSoftmax0) {
+        if constexpr (K::kSAhead) {
+          // (the prologue's softmax is S-ahead's, after the turn of S_1: below)
+        } else if constexpr (K::kDevNoSoftmax0) {
           dev_keep_alive(acc_s, p.scale != 12345.f, q_smem);  // (probe) S_0 computed all the same
           pack_p(acc_s, p_frag, 0);                           // P_0 = 0
         } else {
@@ -1490,6 +1501,111 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
               acc_o[4 * i + 2 * r + 1] *= c[r];
             }
         };
+        static_assert(!K::kSAhead || (!K::kTwoRings && !K::kHalfDiag && !K::kSkipDiag && !K::kUpward && !K::kEarlyProbe &&
+                                      !K::kDevNoSoftmax0 && K::kRescaleInTurn && !K::kProfile),
+                      "S ahead: one ring, no first-block or last-block skips, the rescale in the turn");
+        if constexpr (K::kSAhead) {
+          // Traits::kSAhead. On entry S_0 is done in acc_s and `it` is block 1's ring position.
+          float sv[K::kSRegs];
+          float corr[2];
+#pragma unroll
+          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+          int n_cur = n;  // the block whose S is in sv
+          int n_next = blocks.next();
+          auto pin = [&]() {
+            if constexpr (K::kPinSoftmax == 3) {
+              const uint32_t now = static_cast<uint32_t>(clock());
+              asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
+                               static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
+                           "r"(now), "r"(lane));
+            }
+          };
+          if (n_next < 0) {  // a one-block tile: its P V is the drain's
+            mask(sv, n_cur, kBlockN);
+            softmax(sv, true, corr, kBlockN);
+            pack_p(sv, p_frag, kBlockN);
+          } else {
+            {  // S_1 under S_0's softmax
+              const int s1 = slot_of(it);
+              const uint32_t ph1 = phase_of(it);
+              mbar_wait(k_full(s1), ph1);
+              take_turn();
+              wg::fence();
+              issue_s(s1);
+              pass_turn();
+              mask(sv, n_cur, kBlockN);
+              softmax(sv, true, corr, kBlockN);
+              pin();
+              wg::wait<0>();
+              wg::fence_regs(acc_s);
+              __syncwarp();
+              if (lane == 0) mbar_arrive(k_empty(s1));  // S_1 done
+              pack_p(sv, p_frag, kBlockN);
+            }
+            // Block j >= 1: S_j done in acc_s at ring position `it`, P_{j-1} packed, V_{j-1} in s_prev.
+            for (;;) {
+              const int s = slot_of(it);
+              const uint32_t phase = phase_of(it);
+              n_cur = n_next;
+#pragma unroll
+              for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
+              n_next = blocks.next();
+              if (n_next >= 0) {
+                const int s1 = slot_of(it + 1);
+                const uint32_t ph1 = phase_of(it + 1);
+                mbar_wait2(k_full(s1), ph1, v_full(s_prev), phase_prev);  // K_{j+1} and V_{j-1} have landed
+                take_turn();
+                wg::fence();
+                issue_s(s1);
+                if (rescale_prev) rescale_o(corr_prev);
+                wg::fence();
+                issue_pv(s_prev);
+                pass_turn();
+                mask(sv, n_cur, kBlockN);
+                const bool rescale = softmax(sv, false, corr, kBlockN);
+                pin();
+                wg::wait<0>();
+                wg::fence_regs(acc_o);
+                wg::fence_regs(p_frag);
+                wg::fence_regs(acc_s);
+                __syncwarp();
+                if (lane == 0) {
+                  mbar_arrive(v_empty(s_prev));  // P_{j-1} V_{j-1} done
+                  mbar_arrive(k_empty(s1));      // S_{j+1} done
+                }
+                rescale_prev = rescale;
+                corr_prev[0] = corr[0], corr_prev[1] = corr[1];
+                pack_p(sv, p_frag, kBlockN);
+                s_prev = s;
+                phase_prev = phase;
+                ++it;
+              } else {  // the last block: P_{j-1} V_{j-1} alone in its turn
+                mbar_wait(v_full(s_prev), phase_prev);
+                take_turn();
+                wg::fence();
+                if (rescale_prev) rescale_o(corr_prev);
+                wg::fence();
+                issue_pv(s_prev);
+                pass_turn();
+                mask(sv, n_cur, kBlockN);
+                const bool rescale = softmax(sv, false, corr, kBlockN);
+                pin();
+                wg::wait<0>();
+                wg::fence_regs(acc_o);
+                wg::fence_regs(p_frag);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(v_empty(s_prev));
+                rescale_prev = rescale;
+                corr_prev[0] = corr[0], corr_prev[1] = corr[1];
+                pack_p(sv, p_frag, kBlockN);
+                s_prev = s;
+                phase_prev = phase;
+                ++it;
+                break;
+              }
+            }
+          }
+        } else
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
           const uint32_t phase = phase_of(it);

@@ -337,6 +337,11 @@ template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
 };
+// Session 60: S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead).
+template <class T, bool ON = true>
+struct SAhead : T {
+  static constexpr bool kSAhead = ON;
+};
 // Session 60: one CTA an SM whatever the Traits' consumers (the one-warpgroup kernel's comparison).
 template <class T>
 struct OnePerSm : T {
@@ -656,6 +661,12 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
+    // Session 60: S ahead (Traits::kSAhead) on dense 96-key blocks, where the registers hold it (16 B of spills), against
+    // the same shape without it.
+    {"d128 s60 bn96", 128, false, run_k<Tr<128, 96, 2, 2, 1>>},
+    {"d128 s60 bn96 again", 128, false, run_k<Tr<128, 96, 2, 2, 1>>},
+    {"d128 s60 bn96 S ahead", 128, false, run_k<SAhead<Tr<128, 96, 2, 2, 1>>>},
+    {"d128 s60 bn96 S ahead again", 128, false, run_k<SAhead<Tr<128, 96, 2, 2, 1>>>},
     // Session 57 (s57-9, two rounds of 80 reps, paired): the tile decoded by the producer (TileInSmem, v85's form; s49-1
     // before v84: causal 1k-4k 0.3-0.7% faster, dense within 0.4%): causal 1k 1.000 / .998, 2k .994 / .995, 4k .997 / .999,
     // dense 1k 1.002 / 1.007, 2k .996 / .998, 4k .9995 / .999, 8k 1.004 / 1.003 (the warm copy .998-1.002). Not taken:
@@ -994,17 +1005,19 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 60: one consumer warpgroup per CTA and two CTAs an SM (Traits::kCtasPerSm), on 64-row tiles and 64-key
-    // blocks (two Q buffers, two stages, O staged in Q: 97 KB a CTA), so that one CTA's tile boundary -- its prologue,
-    // drain and epilogue, 42% of the two-warpgroup tile at 4k s = .1 -- runs beside the other CTA's loop. Each 128-row
-    // mask block's K/V then crosses L2 -> SMEM twice (its two 64-row tiles are consecutive, so taken together). With
-    // the softmax left to ptxas, pinned before the P V wait (kPinSoftmax 3: one warpgroup has no partner to fill that
-    // wait), and the same kernel on one CTA an SM (what the second CTA buys).
-    {"d128 bs s60 1wg x2", 128, true, run_k<Tr<128, 64, 2, 1, 2, true>>},
-    {"d128 bs s60 1wg x2 again", 128, true, run_k<Tr<128, 64, 2, 1, 2, true>>},
-    {"d128 bs s60 1wg x2 pin", 128, true, run_k<PinSoftmax<Tr<128, 64, 2, 1, 2, true>, 3>>},
-    {"d128 bs s60 1wg x2 pin again", 128, true, run_k<PinSoftmax<Tr<128, 64, 2, 1, 2, true>, 3>>},
-    {"d128 bs s60 1wg x1 pin", 128, true, run_k<OnePerSm<PinSoftmax<Tr<128, 64, 2, 1, 2, true>, 3>>>},
+    // Session 60 (s60-1, 40 reps, two rounds, paired against production's first copy with the dirty flush): one consumer
+    // warpgroup per CTA and two CTAs an SM (Traits::kCtasPerSm), 64-row tiles and 64-key blocks (two Q buffers, two
+    // stages, O staged in Q: 97 KB a CTA), so that one CTA's tile boundary runs beside the other CTA's loop; each 128-row
+    // mask block's K/V crosses L2 -> SMEM twice. Tr<128, 64, 2, 1, 2, true>, 128 + 0 registers (40 / 216 after
+    // setmaxnreg), no spills: 4k s = .1 / .25 / .5 1.149-1.169 / 1.240-1.252 / 1.259-1.270, 8k s = .1 1.224-1.231, 16k
+    // s = .1 1.255-1.261 (production's warm copy .983-.999); with the softmax pinned before the P V wait (kPinSoftmax 3)
+    // 1.18-1.30; the same kernel on one CTA an SM (OnePerSm) 1.53-1.89. Not kept.
+    // Session 60: S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead) on 64-key blocks (at 128 keys ptxas serialises
+    // the wgmmas for registers, C7512, 208 B of spills), against the same shape without it (s58-7's 1.046 at 4k s = .1).
+    {"d128 bs s60 bn64x4", 128, true, run_k<Tr<128, 64, 4, 2, 2, true>>},
+    {"d128 bs s60 bn64x4 again", 128, true, run_k<Tr<128, 64, 4, 2, 2, true>>},
+    {"d128 bs s60 bn64x4 S ahead", 128, true, run_k<SAhead<Tr<128, 64, 4, 2, 2, true>>>},
+    {"d128 bs s60 bn64x4 S ahead again", 128, true, run_k<SAhead<Tr<128, 64, 4, 2, 2, true>>>},
     // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush
     // (SM90_DEV_FLUSH=256), 50-60 reps, H100. A candidate whose code differs from the launch before it runs with a cold
     // instruction cache, as production's first copy does; a copy right after it runs warm, as "(prod again)" (.983-.995):

@@ -242,6 +242,12 @@ struct Traits {
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
+  // V's ring depth where it differs from K's (block-sparse only, dev: sm90_dev's VStages, session 57): V_j is consumed one
+  // turn after K_j, so a short list's next tile waits on V more than on K (s43-4). V's slots and barriers follow the same
+  // layout with kVStages per ring; the mixin also sets the shape's shared memory (Shape::v_stages).
+  static constexpr int kVStages = kStages;
+  static constexpr int kVSlots = kRings * kVStages;  // (a mixin that sets kVStages sets these two too)
+  static constexpr int kBarSlots = kRingSlots > kVSlots ? kRingSlots : kVSlots;
   // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
   // Two rings since session 42 (perf-log v75): the three warpgroups take the dense kernel's turns, products and SFU, the
@@ -722,7 +728,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
   // launch, take_claim) and one unused. Two rings (Traits::kTwoRings): ring 1's stages follow ring
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
-  __shared__ alignas(8) uint64_t bars[8 + 4 * kSlots];
+  // V's slots (Traits::kVStages: as many as K's but in sm90_dev's VStages); each barrier array has room for the larger.
+  static_assert(K::kVStages == K::kStages || K::kSparse, "V's own ring depth: block-sparse producers only");
+  __shared__ alignas(8) uint64_t bars[8 + 4 * K::kBarSlots];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -750,19 +758,19 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
   const uint32_t v_smem0 = k_smem0 + kSlots * K::kKVBytes;
   // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
   // schedules of sched_stride ints and the list bitmap.
-  const uint32_t o_stage0 = v_smem0 + kSlots * K::kKVBytes;
+  const uint32_t o_stage0 = v_smem0 + K::kVSlots * K::kKVBytes;
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * K::kRings * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
-  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + slot); };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * K::kBarSlots + slot); };
   auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
   auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
-  auto v_full = [&](int s) { return bar0 + 32 + 8 * (kSlots + s); };
-  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
-  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
-  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
-  [[maybe_unused]] const uint32_t claimed = bar0 + 32 + 8 * (4 * kSlots + 2);  // dense (sched_empty(0)'s place)
+  auto v_full = [&](int s) { return bar0 + 32 + 8 * (K::kBarSlots + s); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * K::kBarSlots + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * K::kBarSlots + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * K::kBarSlots + 2 + slot); };
+  [[maybe_unused]] const uint32_t claimed = bar0 + 32 + 8 * (4 * K::kBarSlots + 2);  // dense (sched_empty(0)'s place)
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
@@ -778,13 +786,24 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
       if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + 1);
     }
-    for (int s = 0; s < kSlots; ++s) {
-      // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
-      const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
-      mbar_init(k_full(s), 1);
-      mbar_init(v_full(s), 1);
-      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
-      mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
+    if constexpr (K::kVStages == K::kStages) {
+      for (int s = 0; s < kSlots; ++s) {
+        // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
+        const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
+        mbar_init(k_full(s), 1);
+        mbar_init(v_full(s), 1);
+        mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+        mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
+      }
+    } else {
+      for (int s = 0; s < kSlots; ++s) {
+        mbar_init(k_full(s), 1);
+        mbar_init(k_empty(s), 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers));
+      }
+      for (int s = 0; s < K::kVSlots; ++s) {
+        mbar_init(v_full(s), 1);
+        mbar_init(v_empty(s), 4 * (K::kTwoRings ? (s < K::kVStages ? 2 : 1) : K::kConsumers));
+      }
     }
     if constexpr (!K::kSparse) mbar_init(claimed, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -821,6 +840,23 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
         tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
+    };
+    // V_n into ring `ring`'s position `at` where V's ring has a depth of its own (Traits::kVStages; block-sparse, dev).
+    [[maybe_unused]] auto load_own_v = [&](int ring, int n, int at, int h_kv, int b) {
+      const int sl = ring * K::kVStages + at % K::kVStages;
+      mbar_wait(v_empty(sl), ((at / K::kVStages) & 1) ^ 1);
+      mbar_arrive_expect_tx(v_full(sl), K::kKVBytes);
+      int c[4];
+#pragma unroll
+      for (int pg = 0; pg < kPages; ++pg) {
+        tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, b);
+        tma_load_4d(v_smem0 + sl * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(sl), c[0], c[1], c[2], c[3]);
+      }
+    };
+    // Block-sparse, one ring: V_n into ring position `at`.
+    auto load_sparse_v = [&](int n, int at, int h_kv, int b) {
+      if constexpr (K::kVStages != K::kStages) load_own_v(0, n, at, h_kv, b);
+      else load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, b);
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
     // into it (rows from q_begin of query head h, batch b).
@@ -964,8 +1000,13 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
               const int sl = K::ring_slot(ring, at);
               const uint32_t ring0 = ring * kStages * K::kKVBytes;
-              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
-              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
+              if constexpr (K::kVStages != K::kStages) {  // V's ring of its own depth
+                if (v) load_own_v(ring, n, at, h_kv, tile.b);
+                else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
+              } else {
+                if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+                else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
+              }
             };
             // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
             const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
@@ -983,12 +1024,12 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             int v_pending = -1, v_at = 0;
             for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
               load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-              if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
+              if (v_pending >= 0) load_sparse_v(v_pending, v_at, h_kv, tile.b);
               v_pending = n;
               v_at = it;
             }
             mbar_arrive(sched_empty(slot));  // the schedule is read
-            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
+            if (v_pending >= 0) load_sparse_v(v_pending, v_at, h_kv, tile.b);
           }
         }
       }
@@ -1116,6 +1157,17 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
       if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
+    // V's slot and phase at position i where its ring's depth is its own (Traits::kVStages); else slot_of / phase_of's,
+    // which the loop carries for the previous block as s_prev / phase_prev.
+    [[maybe_unused]] auto vslot_of = [](int i) {
+      if constexpr (K::kTwoRings) return (i >> 30) * K::kVStages + (i & 0x3fffffff) % K::kVStages;
+      else return i % K::kVStages;
+    };
+    [[maybe_unused]] auto vphase_of = [](int i) -> uint32_t {
+      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / K::kVStages) & 1;
+      else return (i / K::kVStages) & 1;
+    };
+    constexpr bool kOwnV = K::kVStages != K::kStages;
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -1614,7 +1666,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             mbar_wait(k_full(s), phase);
             step_k += static_cast<uint32_t>(clock()) - t0;
           }
-          if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
+          if constexpr (kOwnV)  // (V_{j-1}'s slot and phase from its position, it - 1)
+            mbar_wait2(k_full(s), phase, v_full(vslot_of(it - 1)), vphase_of(it - 1));
+          else if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
           take_turn();
           step(Prof::kStepTurn);
@@ -1624,10 +1678,14 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             if (rescale_prev) rescale_o(corr_prev);
             wg::fence();  // O's registers were written since the last fence
           }
-          issue_pv(s_prev);
+          if constexpr (kOwnV) issue_pv(vslot_of(it - 1));
+          else issue_pv(s_prev);
           pass_turn();
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
-          if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
+          if constexpr (K::kEarlyProbe) {
+            static_assert(!kOwnV, "the early probe takes V_j's slot as K_j's");
+            landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
+          }
           step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
@@ -1656,7 +1714,11 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          if constexpr (kOwnV) {
+            if (lane == 0) mbar_arrive(v_empty(vslot_of(it - 1)));
+          } else {
+            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
+          }
           if constexpr (K::kRescaleInTurn) {
             rescale_prev = rescale;
             corr_prev[0] = corr[0], corr_prev[1] = corr[1];
@@ -1684,6 +1746,10 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         // Drain: the last P V.
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
+        if constexpr (kOwnV) {  // (V's slot and phase of the last block, position it - 1)
+          s_prev = vslot_of(it - 1);
+          phase_prev = vphase_of(it - 1);
+        }
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();

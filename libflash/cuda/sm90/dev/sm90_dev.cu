@@ -333,6 +333,20 @@ template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
 };
+// Session 57: block-sparse with V's ring of depth V (Traits::kVStages; K's stays T's), QST Q buffers; the shared memory
+// as Shape::smem_bytes with Shape::v_stages (no reserve: launch adds the schedules' bytes and fails where they do not fit).
+template <class T, int V, int QST = 2>
+struct VStages : T {
+  static constexpr int kVStages = V;
+  static constexpr int kVSlots = T::kRings * V;
+  static constexpr int kBarSlots = T::kRingSlots > kVSlots ? T::kRingSlots : kVSlots;
+  static constexpr flash::sm90::Shape kShape{T::kHeadDim, T::kBlockN, T::kStages, T::kConsumers, T::kShape.store_o, V};
+  static constexpr int kQStages = QST;
+  static constexpr int kSmemBytes =
+      (QST * kShape.block_m() + kShape.rings(true) * kShape.kv_blocks() * kShape.block_n) * kShape.head_dim * 2 + 1024 +
+      kShape.o_stage_bytes();
+  static_assert(kSmemBytes + 1536 <= 232448, "shared memory");
+};
 template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
@@ -661,12 +675,10 @@ const Candidate kCandidates[] = {
     // slower: not kept.
     {"d128 (prod)", 128, false, run<128, 128, 2, 2, 0, 1>},
     {"d128 (prod again)", 128, false, run<128, 128, 2, 2, 0, 1>},
-    // Session 60: S ahead (Traits::kSAhead) on dense 96-key blocks, where the registers hold it (16 B of spills), against
-    // the same shape without it.
-    {"d128 s60 bn96", 128, false, run_k<Tr<128, 96, 2, 2, 1>>},
-    {"d128 s60 bn96 again", 128, false, run_k<Tr<128, 96, 2, 2, 1>>},
-    {"d128 s60 bn96 S ahead", 128, false, run_k<SAhead<Tr<128, 96, 2, 2, 1>>>},
-    {"d128 s60 bn96 S ahead again", 128, false, run_k<SAhead<Tr<128, 96, 2, 2, 1>>>},
+    // Session 60 (s60-2, 25 reps, two rounds, paired): S ahead (Traits::kSAhead) on dense 96-key blocks, where the
+    // registers hold it (16 B of spills), against the same shape without it: dense 1k / 4k / 8k / 16k 1.237-1.255 /
+    // 1.176-1.181 / 1.163-1.169 / 1.159-1.161 against 1.110-1.112 / 1.096-1.097 / 1.093-1.094 / 1.082-1.083, causal 1k /
+    // 4k / 16k 1.159-1.195 / 1.139-1.153 / 1.151-1.156 against 1.100-1.106 / 1.080-1.094 / 1.080-1.081. Not kept.
     // Session 57 (s57-9, two rounds of 80 reps, paired): the tile decoded by the producer (TileInSmem, v85's form; s49-1
     // before v84: causal 1k-4k 0.3-0.7% faster, dense within 0.4%): causal 1k 1.000 / .998, 2k .994 / .995, 4k .997 / .999,
     // dense 1k 1.002 / 1.007, 2k .996 / .998, 4k .9995 / .999, 8k 1.004 / 1.003 (the warm copy .998-1.002). Not taken:
@@ -1012,12 +1024,17 @@ const Candidate kCandidates[] = {
     // setmaxnreg), no spills: 4k s = .1 / .25 / .5 1.149-1.169 / 1.240-1.252 / 1.259-1.270, 8k s = .1 1.224-1.231, 16k
     // s = .1 1.255-1.261 (production's warm copy .983-.999); with the softmax pinned before the P V wait (kPinSoftmax 3)
     // 1.18-1.30; the same kernel on one CTA an SM (OnePerSm) 1.53-1.89. Not kept.
-    // Session 60: S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead) on 64-key blocks (at 128 keys ptxas serialises
-    // the wgmmas for registers, C7512, 208 B of spills), against the same shape without it (s58-7's 1.046 at 4k s = .1).
-    {"d128 bs s60 bn64x4", 128, true, run_k<Tr<128, 64, 4, 2, 2, true>>},
-    {"d128 bs s60 bn64x4 again", 128, true, run_k<Tr<128, 64, 4, 2, 2, true>>},
-    {"d128 bs s60 bn64x4 S ahead", 128, true, run_k<SAhead<Tr<128, 64, 4, 2, 2, true>>>},
-    {"d128 bs s60 bn64x4 S ahead again", 128, true, run_k<SAhead<Tr<128, 64, 4, 2, 2, true>>>},
+    // Session 60 (s60-2, 40 reps, two rounds, paired, dirty flush): S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead)
+    // on 64-key blocks, four stages (at 128 keys ptxas serialises the wgmmas for registers, C7512, 208 B of spills): 4k s =
+    // .1 / .25 / .5 1.106-1.152 / 1.295-1.320 / 1.346-1.364, 16k s = .1 1.428-1.432, against the same shape without it
+    // 1.032-1.042 / 1.159-1.168 / 1.186-1.196 / 1.254-1.257. On d128 dense 96-key blocks (16 B of spills) 6-14% slower
+    // than without it (d128 s60 bn96 above). Not kept.
+    // Session 60 (s60-4): a third stage of V (K2V3, s57-2's .991 against the warm copy's .979, measured then without the
+    // flush) or of K (K3V2), two Q buffers, under fa-bench's dirty flush, at 4k s = .1 (the short lists' instantiation).
+    {"d128 bs s60 v3", 128, true, run_k<VStages<Tr<128, 128, 2, 2, 2, true>, 3>>},
+    {"d128 bs s60 v3 again", 128, true, run_k<VStages<Tr<128, 128, 2, 2, 2, true>, 3>>},
+    {"d128 bs s60 k3", 128, true, run_k<VStages<Tr<128, 128, 3, 2, 2, true>, 2>>},
+    {"d128 bs s60 k3 again", 128, true, run_k<VStages<Tr<128, 128, 3, 2, 2, true>, 2>>},
     // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush
     // (SM90_DEV_FLUSH=256), 50-60 reps, H100. A candidate whose code differs from the launch before it runs with a cold
     // instruction cache, as production's first copy does; a copy right after it runs warm, as "(prod again)" (.983-.995):

@@ -226,11 +226,7 @@ struct Traits {
   static constexpr bool kBF16 = kDType == DType::BF16;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;
-  static_assert(kConsumers >= 1 && kConsumers <= 3, "consumer warpgroups");
-  // CTAs resident per SM: the launch bounds ask ptxas for registers that let this many share an SM, and the persistent
-  // grid has this many per SM. One consumer warpgroup (dev, session 60: d128 block-sparse short lists on 64-row tiles)
-  // runs two CTAs an SM, so that one CTA's tile boundary runs beside the other's loop; every other instantiation one.
-  static constexpr int kCtasPerSm = kConsumers_ == 1 ? 2 : 1;
+  static_assert(kConsumers == 2 || kConsumers == 3, "consumer warpgroups");
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -242,12 +238,6 @@ struct Traits {
   static constexpr bool kTwoRings = kSparse_ && kConsumers_ == 3;
   static constexpr int kRings = kTwoRings ? 2 : 1;
   static constexpr int kRingSlots = kRings * kStages;  // ring r's stage s is slot r * kStages + s
-  // V's ring depth where it differs from K's (block-sparse only, dev: sm90_dev's VStages, session 57): V_j is consumed one
-  // turn after K_j, so a short list's next tile waits on V more than on K (s43-4). V's slots and barriers follow the same
-  // layout with kVStages per ring; the mixin also sets the shape's shared memory (Shape::v_stages).
-  static constexpr int kVStages = kStages;
-  static constexpr int kVSlots = kRings * kVStages;  // (a mixin that sets kVStages sets these two too)
-  static constexpr int kBarSlots = kRingSlots > kVSlots ? kRingSlots : kVSlots;
   // Ring `ring`'s position `at` (blocks loaded into it before): its slot (the loaders and the consumers).
   __device__ __forceinline__ static int ring_slot(int ring, int at) { return ring * kStages + at % kStages; }
   // Two rings since session 42 (perf-log v75): the three warpgroups take the dense kernel's turns, products and SFU, the
@@ -257,7 +247,7 @@ struct Traits {
   // free (a run-time choice per tile), measured no faster than none (s42-14), like d128's SFU turns switched at run time
   // (s33-3).
   static constexpr bool kRingTurns = kTwoRings;
-  static constexpr bool kPingPong = (!kTwoRings || kRingTurns) && kConsumers_ > 1;  // (one warpgroup: no partner)
+  static constexpr bool kPingPong = !kTwoRings || kRingTurns;
   // O's rescale by the previous block's correction done inside the turn, after S_j is issued and before P_{j-1} V_{j-1}
   // (FlashAttention-3's place), so its FMULs run in the shadow of S_j's wgmmas instead of on the chain between the
   // P V wait and the next turn (perf-log v45: sm90_dev s25-1, +1-4% at every head dim, dense and causal, 2k-16k, and the
@@ -313,13 +303,12 @@ struct Traits {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes(kSparse);
-  static_assert(kSmemBytes <= kShape.smem_limit(), "shared memory");
+  static_assert(kSmemBytes <= 232448, "shared memory");
   // Registers per thread after setmaxnreg: 128 x producer + 256 x consumer <= 64K. The scheduler warp
   // builds block-sparse schedules with all lanes: 40 keeps it from spilling there, except at d256, whose
   // consumers need all 240 (their O alone is 128); that producer's few spills stay in L1.
   // Three consumer warpgroups: 128 x 32 + 384 x 160 = 64K, FlashAttention-3's split.
-  // One consumer warpgroup, two CTAs an SM: 128 x 40 + 128 x 216 = 32K, half the register file each.
-  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kConsumers == 1 || (kSparse && kHeadDim_ < 256) ? 40 : 24;
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kSparse && kHeadDim_ < 256 ? 40 : 24;
   // The tile's decode (Tile: its query block, head and batch, up to six integer divisions) done once by the producer
   // (the block-sparse scheduler warp) and published beside its index, instead of by every consumer thread at the tile
   // start (perf-log v71, v72). The block-sparse instantiations but d256's (whose 24-register producer was not measured
@@ -338,7 +327,7 @@ struct Traits {
   // .5 1.006 / 1.006, 8k s = .1 1.012 (round 2); d128 4k s = .1 1.023 / 1.031, .25 1.006 / 1.011, .5 .998 / 1.002, 8k-16k
   // 1.001-1.006.
   static constexpr bool kLoaderMhb = kSparse && kTileInSmem;
-  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kConsumers == 1 ? 216 : kSparse && kHeadDim_ < 256 ? 232 : 240;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kSparse && kHeadDim_ < 256 ? 232 : 240;
   // Two-kernel forms (shapes.h, Rows): the PDL primary lets the dependent launch start once all its CTAs run, the
   // secondary's CTAs wait for the primary's end before they exit. Both instructions do nothing without PDL.
   // - d64 dense's rows (d64_split_rows; perf-log v53): the three-warpgroup dense instantiation, then the two-warpgroup
@@ -430,15 +419,6 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
-  // kSAhead (dev, session 60): S_{j+1} issued in the turn that issues P_{j-1} V_{j-1}, so the softmax of S_j runs under
-  // both products and no warpgroup waits for its own S at the head of a block. The loop's chain is then turn, issue,
-  // softmax, the products' remainder, pack -- instead of turn, issue, S's wait, softmax, P V's wait, pack. Its registers
-  // are the production loop's: S_j's copy (sv, where the softmax writes P_j in fp32) is the second S tile, S_{j+1} lands
-  // in acc_s. K_{j+1} is needed one block earlier. (v23, session 17, was another form: two S tiles and a copy, the loop
-  // unrolled by two, 64-key blocks for the registers; 10-30% slower.) The first block's S_1 goes out under S_0's softmax;
-  // the last block issues its P V alone (the loop's last turn peeled, so no wgmma sits under a branch of its own).
-  // One ring, no first-block or last-block skips.
-  static constexpr bool kSAhead = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -714,7 +694,7 @@ struct Prof {
 
 // ---- The kernel -------------------------------------------------------------------------------------
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const __grid_constant__ Args args) {
+__global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_constant__ Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const FwdParams& p = args.p;
   constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kStages = K::kStages, kPages = K::kPages;
@@ -728,9 +708,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
   // launch, take_claim) and one unused. Two rings (Traits::kTwoRings): ring 1's stages follow ring
   // 0's in every array (slots kStages .. 2 kStages - 1), in the barriers and in shared memory alike.
   constexpr int kSlots = K::kRingSlots;
-  // V's slots (Traits::kVStages: as many as K's but in sm90_dev's VStages); each barrier array has room for the larger.
-  static_assert(K::kVStages == K::kStages || K::kSparse, "V's own ring depth: block-sparse producers only");
-  __shared__ alignas(8) uint64_t bars[8 + 4 * K::kBarSlots];
+  __shared__ alignas(8) uint64_t bars[8 + 4 * kSlots];
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
@@ -758,19 +736,19 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
   const uint32_t v_smem0 = k_smem0 + kSlots * K::kKVBytes;
   // After the ring: O's staging tile (kTmaStoreO), then, block-sparse only (launch adds the bytes), two
   // schedules of sched_stride ints and the list bitmap.
-  const uint32_t o_stage0 = v_smem0 + K::kVSlots * K::kKVBytes;
+  const uint32_t o_stage0 = v_smem0 + kSlots * K::kKVBytes;
   int32_t* const sched_base = reinterpret_cast<int32_t*>(smem_raw + (o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   uint32_t* const sched_bits = reinterpret_cast<uint32_t*>(sched_base + 2 * K::kRings * args.sched_stride);
   const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   auto q_full = [&](int slot) { return bar0 + 8 * slot; };
-  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * K::kBarSlots + slot); };
+  auto tile_full = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + slot); };
   auto q_empty = [&](int slot) { return bar0 + 16 + 8 * slot; };
   auto k_full = [&](int s) { return bar0 + 32 + 8 * s; };
-  auto v_full = [&](int s) { return bar0 + 32 + 8 * (K::kBarSlots + s); };
-  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * K::kBarSlots + s); };
-  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * K::kBarSlots + s); };
-  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * K::kBarSlots + 2 + slot); };
-  [[maybe_unused]] const uint32_t claimed = bar0 + 32 + 8 * (4 * K::kBarSlots + 2);  // dense (sched_empty(0)'s place)
+  auto v_full = [&](int s) { return bar0 + 32 + 8 * (kSlots + s); };
+  auto k_empty = [&](int s) { return bar0 + 32 + 8 * (2 * kSlots + s); };
+  auto v_empty = [&](int s) { return bar0 + 32 + 8 * (3 * kSlots + s); };
+  auto sched_empty = [&](int slot) { return bar0 + 32 + 8 * (4 * kSlots + 2 + slot); };
+  [[maybe_unused]] const uint32_t claimed = bar0 + 32 + 8 * (4 * kSlots + 2);  // dense (sched_empty(0)'s place)
 
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
@@ -786,24 +764,13 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
       mbar_init(tile_full(slot), K::kSparse ? 32 : 1);
       if constexpr (K::kSparse) mbar_init(sched_empty(slot), 128 * K::kConsumers + K::kLoaders + 1);
     }
-    if constexpr (K::kVStages == K::kStages) {
-      for (int s = 0; s < kSlots; ++s) {
-        // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
-        const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
-        mbar_init(k_full(s), 1);
-        mbar_init(v_full(s), 1);
-        mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
-        mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
-      }
-    } else {
-      for (int s = 0; s < kSlots; ++s) {
-        mbar_init(k_full(s), 1);
-        mbar_init(k_empty(s), 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers));
-      }
-      for (int s = 0; s < K::kVSlots; ++s) {
-        mbar_init(v_full(s), 1);
-        mbar_init(v_empty(s), 4 * (K::kTwoRings ? (s < K::kVStages ? 2 : 1) : K::kConsumers));
-      }
+    for (int s = 0; s < kSlots; ++s) {
+      // One arrival per consumer warp of the ring: two rings, the pair's warpgroups (ring 0) or the single one (ring 1).
+      const uint32_t warps = 4 * (K::kTwoRings ? (s < kStages ? 2 : 1) : K::kConsumers);
+      mbar_init(k_full(s), 1);
+      mbar_init(v_full(s), 1);
+      mbar_init(k_empty(s), warps + (K::kOStageInRing ? 1 : 0));  // (+1: see Traits::kOStageInRing)
+      mbar_init(v_empty(s), warps + (K::kOStageInRing ? 1 : 0));
     }
     if constexpr (!K::kSparse) mbar_init(claimed, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -840,23 +807,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         tma_coords(c, pos, pg * 64, K::kDevKVHot ? 0 : n * kBlockN, h_kv, b);
         tma_load_4d(smem0 + (at % kStages) * K::kKVBytes + pg * kBlockN * 128, map, full, c[0], c[1], c[2], c[3]);
       }
-    };
-    // V_n into ring `ring`'s position `at` where V's ring has a depth of its own (Traits::kVStages; block-sparse, dev).
-    [[maybe_unused]] auto load_own_v = [&](int ring, int n, int at, int h_kv, int b) {
-      const int sl = ring * K::kVStages + at % K::kVStages;
-      mbar_wait(v_empty(sl), ((at / K::kVStages) & 1) ^ 1);
-      mbar_arrive_expect_tx(v_full(sl), K::kKVBytes);
-      int c[4];
-#pragma unroll
-      for (int pg = 0; pg < kPages; ++pg) {
-        tma_coords(c, args.v_pos, pg * 64, n * kBlockN, h_kv, b);
-        tma_load_4d(v_smem0 + sl * K::kKVBytes + pg * kBlockN * 128, &args.tv, v_full(sl), c[0], c[1], c[2], c[3]);
-      }
-    };
-    // Block-sparse, one ring: V_n into ring position `at`.
-    auto load_sparse_v = [&](int n, int at, int h_kv, int b) {
-      if constexpr (K::kVStages != K::kStages) load_own_v(0, n, at, h_kv, b);
-      else load_kv(&args.tv, args.v_pos, v_smem0, v_full(at % kStages), v_empty(at % kStages), n, at, h_kv, b);
     };
     // The wait for the Q buffer of the tile_iter-th tile (buffer tile_iter % kQStages) to be released, and Q_i's load
     // into it (rows from q_begin of query head h, batch b).
@@ -1000,13 +950,8 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             auto load_ring = [&](bool v, int n, int at) {  // (this ring's slots from ring * kStages on)
               const int sl = K::ring_slot(ring, at);
               const uint32_t ring0 = ring * kStages * K::kKVBytes;
-              if constexpr (K::kVStages != K::kStages) {  // V's ring of its own depth
-                if (v) load_own_v(ring, n, at, h_kv, tile.b);
-                else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
-              } else {
-                if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
-                else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
-              }
+              if (v) load_kv(&args.tv, args.v_pos, v_smem0 + ring0, v_full(sl), v_empty(sl), n, at, h_kv, tile.b);
+              else load_kv(&args.tk, args.k_pos, k_smem0 + ring0, k_full(sl), k_empty(sl), n, at, h_kv, tile.b);
             };
             // This thread's ring's schedule, read directly (not through KeyBlocks: the producer has 32 registers here).
             const int32_t* sr = sched_base + (slot * 2 + ring) * args.sched_stride;
@@ -1024,12 +969,12 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             int v_pending = -1, v_at = 0;
             for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
               load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-              if (v_pending >= 0) load_sparse_v(v_pending, v_at, h_kv, tile.b);
+              if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
               v_pending = n;
               v_at = it;
             }
             mbar_arrive(sched_empty(slot));  // the schedule is read
-            if (v_pending >= 0) load_sparse_v(v_pending, v_at, h_kv, tile.b);
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
           }
         }
       }
@@ -1157,17 +1102,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
       if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / kStages) & 1;
       else return (i / kStages) & 1;
     };
-    // V's slot and phase at position i where its ring's depth is its own (Traits::kVStages); else slot_of / phase_of's,
-    // which the loop carries for the previous block as s_prev / phase_prev.
-    [[maybe_unused]] auto vslot_of = [](int i) {
-      if constexpr (K::kTwoRings) return (i >> 30) * K::kVStages + (i & 0x3fffffff) % K::kVStages;
-      else return i % K::kVStages;
-    };
-    [[maybe_unused]] auto vphase_of = [](int i) -> uint32_t {
-      if constexpr (K::kTwoRings) return ((i & 0x3fffffff) / K::kVStages) & 1;
-      else return (i / K::kVStages) & 1;
-    };
-    constexpr bool kOwnV = K::kVStages != K::kStages;
     // O staged in Q with two Q buffers (d128 block-sparse): the previous tile's Q buffer is released in this
     // tile's prologue, once its O store has surely read it, instead of thread 0 waiting for that read at the
     // end of the epilogue (which held its warpgroup's next turn; the next Q is in the other buffer anyway).
@@ -1511,9 +1445,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         wg::fence_regs(acc_s);
         __syncwarp();
         if (lane == 0) mbar_arrive(k_empty(s_prev));  // S_0 done: K_0's slot may be refilled
-        if constexpr (K::kSAhead) {
-          // (the prologue's softmax is S-ahead's, after the turn of S_1: below)
-        } else if constexpr (K::kDevNoSoftmax0) {
+        if constexpr (K::kDevNoSoftmax0) {
           dev_keep_alive(acc_s, p.scale != 12345.f, q_smem);  // (probe) S_0 computed all the same
           pack_p(acc_s, p_frag, 0);                           // P_0 = 0
         } else {
@@ -1553,111 +1485,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
               acc_o[4 * i + 2 * r + 1] *= c[r];
             }
         };
-        static_assert(!K::kSAhead || (!K::kTwoRings && !K::kHalfDiag && !K::kSkipDiag && !K::kUpward && !K::kEarlyProbe &&
-                                      !K::kDevNoSoftmax0 && K::kRescaleInTurn && !K::kProfile),
-                      "S ahead: one ring, no first-block or last-block skips, the rescale in the turn");
-        if constexpr (K::kSAhead) {
-          // Traits::kSAhead. On entry S_0 is done in acc_s and `it` is block 1's ring position.
-          float sv[K::kSRegs];
-          float corr[2];
-#pragma unroll
-          for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-          int n_cur = n;  // the block whose S is in sv
-          int n_next = blocks.next();
-          auto pin = [&]() {
-            if constexpr (K::kPinSoftmax == 3) {
-              const uint32_t now = static_cast<uint32_t>(clock());
-              asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.u32 [%0], %1;\n}\n" ::"r"(
-                               static_cast<uint32_t>(__cvta_generic_to_shared(&pin_sink[threadIdx.x / 32]))),
-                           "r"(now), "r"(lane));
-            }
-          };
-          if (n_next < 0) {  // a one-block tile: its P V is the drain's
-            mask(sv, n_cur, kBlockN);
-            softmax(sv, true, corr, kBlockN);
-            pack_p(sv, p_frag, kBlockN);
-          } else {
-            {  // S_1 under S_0's softmax
-              const int s1 = slot_of(it);
-              const uint32_t ph1 = phase_of(it);
-              mbar_wait(k_full(s1), ph1);
-              take_turn();
-              wg::fence();
-              issue_s(s1);
-              pass_turn();
-              mask(sv, n_cur, kBlockN);
-              softmax(sv, true, corr, kBlockN);
-              pin();
-              wg::wait<0>();
-              wg::fence_regs(acc_s);
-              __syncwarp();
-              if (lane == 0) mbar_arrive(k_empty(s1));  // S_1 done
-              pack_p(sv, p_frag, kBlockN);
-            }
-            // Block j >= 1: S_j done in acc_s at ring position `it`, P_{j-1} packed, V_{j-1} in s_prev.
-            for (;;) {
-              const int s = slot_of(it);
-              const uint32_t phase = phase_of(it);
-              n_cur = n_next;
-#pragma unroll
-              for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-              n_next = blocks.next();
-              if (n_next >= 0) {
-                const int s1 = slot_of(it + 1);
-                const uint32_t ph1 = phase_of(it + 1);
-                mbar_wait2(k_full(s1), ph1, v_full(s_prev), phase_prev);  // K_{j+1} and V_{j-1} have landed
-                take_turn();
-                wg::fence();
-                issue_s(s1);
-                if (rescale_prev) rescale_o(corr_prev);
-                wg::fence();
-                issue_pv(s_prev);
-                pass_turn();
-                mask(sv, n_cur, kBlockN);
-                const bool rescale = softmax(sv, false, corr, kBlockN);
-                pin();
-                wg::wait<0>();
-                wg::fence_regs(acc_o);
-                wg::fence_regs(p_frag);
-                wg::fence_regs(acc_s);
-                __syncwarp();
-                if (lane == 0) {
-                  mbar_arrive(v_empty(s_prev));  // P_{j-1} V_{j-1} done
-                  mbar_arrive(k_empty(s1));      // S_{j+1} done
-                }
-                rescale_prev = rescale;
-                corr_prev[0] = corr[0], corr_prev[1] = corr[1];
-                pack_p(sv, p_frag, kBlockN);
-                s_prev = s;
-                phase_prev = phase;
-                ++it;
-              } else {  // the last block: P_{j-1} V_{j-1} alone in its turn
-                mbar_wait(v_full(s_prev), phase_prev);
-                take_turn();
-                wg::fence();
-                if (rescale_prev) rescale_o(corr_prev);
-                wg::fence();
-                issue_pv(s_prev);
-                pass_turn();
-                mask(sv, n_cur, kBlockN);
-                const bool rescale = softmax(sv, false, corr, kBlockN);
-                pin();
-                wg::wait<0>();
-                wg::fence_regs(acc_o);
-                wg::fence_regs(p_frag);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(v_empty(s_prev));
-                rescale_prev = rescale;
-                corr_prev[0] = corr[0], corr_prev[1] = corr[1];
-                pack_p(sv, p_frag, kBlockN);
-                s_prev = s;
-                phase_prev = phase;
-                ++it;
-                break;
-              }
-            }
-          }
-        } else
         for (n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
           const int s = slot_of(it);
           const uint32_t phase = phase_of(it);
@@ -1666,9 +1493,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             mbar_wait(k_full(s), phase);
             step_k += static_cast<uint32_t>(clock()) - t0;
           }
-          if constexpr (kOwnV)  // (V_{j-1}'s slot and phase from its position, it - 1)
-            mbar_wait2(k_full(s), phase, v_full(vslot_of(it - 1)), vphase_of(it - 1));
-          else if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
+          if (!(K::kEarlyProbe && landed)) mbar_wait2(k_full(s), phase, v_full(s_prev), phase_prev);  // K_j and V_{j-1} have landed
           step(Prof::kStepWaitKV);
           take_turn();
           step(Prof::kStepTurn);
@@ -1678,14 +1503,10 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
             if (rescale_prev) rescale_o(corr_prev);
             wg::fence();  // O's registers were written since the last fence
           }
-          if constexpr (kOwnV) issue_pv(vslot_of(it - 1));
-          else issue_pv(s_prev);
+          issue_pv(s_prev);
           pass_turn();
           // The next block's K (the ring's next position: if this tile has no next block, the probe is not used) and V_j.
-          if constexpr (K::kEarlyProbe) {
-            static_assert(!kOwnV, "the early probe takes V_j's slot as K_j's");
-            landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
-          }
+          if constexpr (K::kEarlyProbe) landed = mbar_test2(k_full(slot_of(it + 1)), phase_of(it + 1), v_full(s), phase);
           step(Prof::kStepIssue);
           wg::wait<1>();  // S_j is ready; P_{j-1} V_{j-1} may still run
           step(Prof::kStepWaitS);
@@ -1714,11 +1535,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
           wg::fence_regs(acc_o);
           wg::fence_regs(p_frag);
           __syncwarp();
-          if constexpr (kOwnV) {
-            if (lane == 0) mbar_arrive(v_empty(vslot_of(it - 1)));
-          } else {
-            if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
-          }
+          if (lane == 0) mbar_arrive(v_empty(s_prev));  // this warp no longer reads V_{j-1}
           if constexpr (K::kRescaleInTurn) {
             rescale_prev = rescale;
             corr_prev[0] = corr[0], corr_prev[1] = corr[1];
@@ -1746,10 +1563,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kCtasPerSm) fwd_kernel(const _
         // Drain: the last P V.
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
-        if constexpr (kOwnV) {  // (V's slot and phase of the last block, position it - 1)
-          s_prev = vslot_of(it - 1);
-          phase_prev = vphase_of(it - 1);
-        }
         mbar_wait(v_full(s_prev), phase_prev);
         take_turn();
         wg::fence();
@@ -2068,7 +1881,7 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
-  int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id) * K::kCtasPerSm);
+  int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   // A pair's primary or secondary (Rows::pieces) takes the pair's plan, made for the same grid (sm90.cpp, pair_split):

@@ -20,12 +20,7 @@ struct Shape {
   // last key block in the K/V ring (warpgroup 1 in K's, warpgroup 0 in V's), held until the store has read them;
   // 0 direct stores.
   int store_o = 0;
-  int v_stages = 0;  // V's ring depth where it differs from K's (dev: fwd_kernel.cuh Traits::kVStages); 0: stages
   constexpr int block_m() const { return 64 * consumers; }
-  // A CTA's shared memory at most: H100's 227 KB, or with one consumer warpgroup (two CTAs an SM, dev) half of the SM's
-  // 228 KB less the 1 KB each CTA reserves.
-  constexpr int smem_limit() const { return consumers == 1 ? (233472 - 2 * 1024) / 2 : 232448; }
-  constexpr int kv_blocks() const { return stages + (v_stages > 0 ? v_stages : stages); }  // K's and V's stages
   constexpr int o_stage_bytes() const { return store_o == 1 ? block_m() * head_dim * 2 : 0; }
   // K/V rings: block-sparse with three consumer warpgroups has two (fwd_kernel.cuh, Traits::kTwoRings): a 192-row tile
   // spans two 128-row mask blocks, whose lists differ; every other instantiation one.
@@ -33,12 +28,12 @@ struct Shape {
   // Q buffers: two where they fit in H100's 227 KB (with the O staging tile, or 4 KB left for block-sparse
   // schedules).
   constexpr int q_stages(bool sparse) const {
-    return (2 * block_m() + rings(sparse) * kv_blocks() * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
-                       o_stage_bytes() <= smem_limit()
+    return (2 * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
+                       o_stage_bytes() <= 232448
                ? 2 : 1;
   }
   constexpr int smem_bytes(bool sparse) const {
-    return (q_stages(sparse) * block_m() + rings(sparse) * kv_blocks() * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
+    return (q_stages(sparse) * block_m() + 2 * rings(sparse) * stages * block_n) * head_dim * 2 + 1024 + o_stage_bytes();
   }
 };
 

@@ -333,33 +333,9 @@ template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
 };
-// Session 57: block-sparse with V's ring of depth V (Traits::kVStages; K's stays T's), QST Q buffers; the shared memory
-// as Shape::smem_bytes with Shape::v_stages (no reserve: launch adds the schedules' bytes and fails where they do not fit).
-template <class T, int V, int QST = 2>
-struct VStages : T {
-  static constexpr int kVStages = V;
-  static constexpr int kVSlots = T::kRings * V;
-  static constexpr int kBarSlots = T::kRingSlots > kVSlots ? T::kRingSlots : kVSlots;
-  static constexpr flash::sm90::Shape kShape{T::kHeadDim, T::kBlockN, T::kStages, T::kConsumers, T::kShape.store_o, V};
-  static constexpr int kQStages = QST;
-  static constexpr int kSmemBytes =
-      (QST * kShape.block_m() + kShape.rings(true) * kShape.kv_blocks() * kShape.block_n) * kShape.head_dim * 2 + 1024 +
-      kShape.o_stage_bytes();
-  static_assert(kSmemBytes + 1536 <= 232448, "shared memory");
-};
 template <class T>
 struct AlwaysRescale : T {
   static constexpr bool kDevAlwaysRescale = true;
-};
-// Session 60: S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead).
-template <class T, bool ON = true>
-struct SAhead : T {
-  static constexpr bool kSAhead = ON;
-};
-// Session 60: one CTA an SM whatever the Traits' consumers (the one-warpgroup kernel's comparison).
-template <class T>
-struct OnePerSm : T {
-  static constexpr int kCtasPerSm = 1;
 };
 // Session 50: each CTA's start and end (Traits::kDevCtaTimes; sm90_dev's "ctatimes" mode).
 template <class T>
@@ -1023,18 +999,18 @@ const Candidate kCandidates[] = {
     // mask block's K/V crosses L2 -> SMEM twice. Tr<128, 64, 2, 1, 2, true>, 128 + 0 registers (40 / 216 after
     // setmaxnreg), no spills: 4k s = .1 / .25 / .5 1.149-1.169 / 1.240-1.252 / 1.259-1.270, 8k s = .1 1.224-1.231, 16k
     // s = .1 1.255-1.261 (production's warm copy .983-.999); with the softmax pinned before the P V wait (kPinSoftmax 3)
-    // 1.18-1.30; the same kernel on one CTA an SM (OnePerSm) 1.53-1.89. Not kept.
+    // 1.18-1.30; the same kernel on one CTA an SM (OnePerSm) 1.53-1.89. Commit 2438f06 has the code (consumers 1,
+    // Traits::kCtasPerSm, Shape::smem_limit). Not kept.
     // Session 60 (s60-2, 40 reps, two rounds, paired, dirty flush): S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead)
     // on 64-key blocks, four stages (at 128 keys ptxas serialises the wgmmas for registers, C7512, 208 B of spills): 4k s =
     // .1 / .25 / .5 1.106-1.152 / 1.295-1.320 / 1.346-1.364, 16k s = .1 1.428-1.432, against the same shape without it
     // 1.032-1.042 / 1.159-1.168 / 1.186-1.196 / 1.254-1.257. On d128 dense 96-key blocks (16 B of spills) 6-14% slower
-    // than without it (d128 s60 bn96 above). Not kept.
-    // Session 60 (s60-4): a third stage of V (K2V3, s57-2's .991 against the warm copy's .979, measured then without the
-    // flush) or of K (K3V2), two Q buffers, under fa-bench's dirty flush, at 4k s = .1 (the short lists' instantiation).
-    {"d128 bs s60 v3", 128, true, run_k<VStages<Tr<128, 128, 2, 2, 2, true>, 3>>},
-    {"d128 bs s60 v3 again", 128, true, run_k<VStages<Tr<128, 128, 2, 2, 2, true>, 3>>},
-    {"d128 bs s60 k3", 128, true, run_k<VStages<Tr<128, 128, 3, 2, 2, true>, 2>>},
-    {"d128 bs s60 k3 again", 128, true, run_k<VStages<Tr<128, 128, 3, 2, 2, true>, 2>>},
+    // than without it (d128 s60 bn96 above). Commit 2438f06 has Traits::kSAhead. Not kept.
+    // Session 60 (s60-4): a third stage of V (K2V3, s57-2's .991 against the warm copy's .979) or of K (K3V2), two Q
+    // buffers (sm90_dev's VStages mixin over s57-2's Traits::kVStages), under fa-bench's dirty flush.
+    //   Three rounds of 60 reps (commit 2438f06 has the code): 4k s = .1 K2V3 .999 / .999 / .995 cold, .987 / .984 / .984
+    //   warm against production's warm copy .988 / .982 / .986; K3V2 1.007-1.009 / .994-.997; s = .25 K2V3 1.035-1.044,
+    //   K3V2 1.019-1.030. Outputs bit-identical. Neither deeper ring pays under the dirty flush either. Removed.
     // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush
     // (SM90_DEV_FLUSH=256), 50-60 reps, H100. A candidate whose code differs from the launch before it runs with a cold
     // instruction cache, as production's first copy does; a copy right after it runs warm, as "(prod again)" (.983-.995):

@@ -1003,12 +1003,12 @@ const Candidate kCandidates[] = {
     // Traits::kCtasPerSm, Shape::smem_limit). Not kept.
     // Session 60 (s60-2, 40 reps, two rounds, paired, dirty flush): S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead)
     // on 64-key blocks, four stages (at 128 keys ptxas serialises the wgmmas for registers, C7512, 208 B of spills): 4k s =
-    // .1 / .25 / .5 1.106-1.152 / 1.295-1.320 / 1.346-1.364, 16k s = .1 1.428-1.432, against the same shape without it
-    // 1.032-1.042 / 1.159-1.168 / 1.186-1.196 / 1.254-1.257. On d128 dense 96-key blocks (16 B of spills) 6-14% slower
+    // .1 / .25 / .5 1.103-1.152 / 1.294-1.320 / 1.346-1.364, 16k s = .1 1.428-1.432, against the same shape without it
+    // 1.024-1.042 / 1.157-1.168 / 1.186-1.196 / 1.254-1.257. On d128 dense 96-key blocks (16 B of spills) 6-14% slower
     // than without it (d128 s60 bn96 above). Commit 2438f06 has Traits::kSAhead. Not kept.
     // Session 60 (s60-4): a third stage of V (K2V3, s57-2's .991 against the warm copy's .979) or of K (K3V2), two Q
     // buffers (sm90_dev's VStages mixin over s57-2's Traits::kVStages), under fa-bench's dirty flush.
-    //   Three rounds of 60 reps (commit 2438f06 has the code): 4k s = .1 K2V3 .999 / .999 / .995 cold, .987 / .984 / .984
+    //   Three rounds of 60 reps (commit 2438f06 has the code): 4k s = .1 K2V3 1.000 / .999 / .995 cold, .987 / .984 / .984
     //   warm against production's warm copy .988 / .982 / .986; K3V2 1.007-1.009 / .994-.997; s = .25 K2V3 1.035-1.044,
     //   K3V2 1.019-1.030. Outputs bit-identical. Neither deeper ring pays under the dirty flush either. Removed.
     // Session 59 (perf-log "Tried and not kept -- session 59"; removed), paired against production with the dirty flush

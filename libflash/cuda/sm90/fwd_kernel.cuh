@@ -419,11 +419,6 @@ struct Traits {
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
   // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
   static constexpr bool kDevCtaTimes = false;
-  // Dev (session 60): the prologue's S_0 (kDevFreeS0) or the drain's last P V (kDevFreeDrain) issued without a ping-pong
-  // turn, so a warpgroup starting or ending a tile does not wait for the other's turn there (both warpgroups of a tile
-  // skip the same turns, so the turns of the loop still alternate). Not with kSkipDiag or kUpward (their empty turns).
-  static constexpr bool kDevFreeS0 = false;
-  static constexpr bool kDevFreeDrain = false;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -1433,11 +1428,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         lap(Prof::kProSetup);
         mbar_wait(k_full(s_prev), phase_prev);
         lap(Prof::kProWaitK);
-        if constexpr (!K::kDevFreeS0) take_turn();
+        take_turn();
         lap(Prof::kProTurn);
         wg::fence();
         issue_s(s_prev);
-        if constexpr (!K::kDevFreeS0) pass_turn();
+        pass_turn();
         release_prev_q();  // (while S_0 runs)
         flush_o();         // (kDeferO: the previous tile's O store, while S_0 runs)
         if constexpr (K::kSkipDiag)
@@ -1569,10 +1564,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         if constexpr (K::kRescaleInTurn)
           if (rescale_prev) rescale_o(corr_prev);
         mbar_wait(v_full(s_prev), phase_prev);
-        if constexpr (!K::kDevFreeDrain) take_turn();
+        take_turn();
         wg::fence();
         issue_pv(s_prev);
-        if constexpr (!K::kDevFreeDrain) pass_turn();
+        pass_turn();
         wg::wait<0>();
         wg::fence_regs(acc_o);
         wg::fence_regs(p_frag);

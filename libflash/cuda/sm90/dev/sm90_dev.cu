@@ -329,12 +329,6 @@ template <class T, bool ON = true>
 struct LoaderMhb : T {
   static constexpr bool kLoaderMhb = ON;
 };
-// Session 60: the prologue's S_0 (S0) and the drain's P V (DRAIN) without a ping-pong turn (Traits::kDevFreeS0 / kDevFreeDrain).
-template <class T, bool S0, bool DRAIN>
-struct FreeTurns : T {
-  static constexpr bool kDevFreeS0 = S0;
-  static constexpr bool kDevFreeDrain = DRAIN;
-};
 template <class T>
 struct KVHot : T {
   static constexpr bool kDevKVHot = true;
@@ -999,13 +993,10 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 60 (s60-6): S_0 and / or the drain's P V issued without a ping-pong turn (Traits::kDevFreeS0, kDevFreeDrain).
-    {"d128 bs s60 free s0", 128, true, run_turns_by_length<FreeTurns<Tr<128, 128, 2, 2, 2, true>, true, false>>},
-    {"d128 bs s60 free s0 again", 128, true, run_turns_by_length<FreeTurns<Tr<128, 128, 2, 2, 2, true>, true, false>>},
-    {"d128 bs s60 free drain", 128, true, run_turns_by_length<FreeTurns<Tr<128, 128, 2, 2, 2, true>, false, true>>},
-    {"d128 bs s60 free drain again", 128, true, run_turns_by_length<FreeTurns<Tr<128, 128, 2, 2, 2, true>, false, true>>},
-    {"d128 bs s60 free both", 128, true, run_turns_by_length<FreeTurns<Tr<128, 128, 2, 2, 2, true>, true, true>>},
-    {"d128 bs s60 free both again", 128, true, run_turns_by_length<FreeTurns<Tr<128, 128, 2, 2, 2, true>, true, true>>},
+    // Session 60 (s60-6, three rounds of 60 reps, dirty flush; code in commit b6052d4): S_0
+    // and / or the drain's P V issued without a ping-pong turn. Warm against production's warm copy (.983-.988 at 4k s =
+    // .1): S_0 free .982-.986, the drain free .985-.988, both .988-.991; at 4k s = .25 and 8k s = .1 S_0 free 1.010-1.012
+    // warm (production .989-.994). Nothing measurable at s = .1, slower on longer lists. Removed.
     // Session 60 (s60-1, 40 reps, two rounds, paired against production's first copy with the dirty flush): one consumer
     // warpgroup per CTA and two CTAs an SM (Traits::kCtasPerSm), 64-row tiles and 64-key blocks (two Q buffers, two
     // stages, O staged in Q: 97 KB a CTA), so that one CTA's tile boundary runs beside the other CTA's loop; each 128-row

@@ -1000,7 +1000,7 @@ const Candidate kCandidates[] = {
     // Session 60 (s60-1, 40 reps, two rounds, paired against production's first copy with the dirty flush): one consumer
     // warpgroup per CTA and two CTAs an SM (Traits::kCtasPerSm), 64-row tiles and 64-key blocks (two Q buffers, two
     // stages, O staged in Q: 97 KB a CTA), so that one CTA's tile boundary runs beside the other CTA's loop; each 128-row
-    // mask block's K/V crosses L2 -> SMEM twice. Tr<128, 64, 2, 1, 2, true>, 128 + 0 registers (40 / 216 after
+    // mask block's K/V crosses L2 -> SMEM twice. Tr<128, 64, 2, 1, 2, true>, 128 registers at launch (40 / 216 after
     // setmaxnreg), no spills: 4k s = .1 / .25 / .5 1.149-1.169 / 1.240-1.252 / 1.259-1.270, 8k s = .1 1.224-1.231, 16k
     // s = .1 1.255-1.261 (production's warm copy .983-.999); with the softmax pinned before the P V wait (kPinSoftmax 3)
     // 1.18-1.30; the same kernel on one CTA an SM (OnePerSm) 1.53-1.89. Commit 2438f06 has the code (consumers 1,
@@ -1008,8 +1008,8 @@ const Candidate kCandidates[] = {
     // Session 60 (s60-2, 40 reps, two rounds, paired, dirty flush): S_{j+1} issued with P_{j-1} V_{j-1} (Traits::kSAhead)
     // on 64-key blocks, four stages (at 128 keys ptxas serialises the wgmmas for registers, C7512, 208 B of spills): 4k s =
     // .1 / .25 / .5 1.103-1.152 / 1.294-1.320 / 1.346-1.364, 16k s = .1 1.428-1.432, against the same shape without it
-    // 1.024-1.042 / 1.157-1.168 / 1.186-1.196 / 1.254-1.257. On d128 dense 96-key blocks (16 B of spills) 6-14% slower
-    // than without it (d128 s60 bn96 above). Commit 2438f06 has Traits::kSAhead. Not kept.
+    // 1.024-1.042 / 1.157-1.168 / 1.186-1.196 / 1.254-1.257. On d128 dense 96-key blocks (16 B of spills) 5-12% slower
+    // than without it (the dense comment above). Commit 2438f06 has Traits::kSAhead. Not kept.
     // Session 60 (s60-4): a third stage of V (K2V3, s57-2's .991 against the warm copy's .979) or of K (K3V2), two Q
     // buffers (sm90_dev's VStages mixin over s57-2's Traits::kVStages), under fa-bench's dirty flush.
     //   Three rounds of 60 reps (commit 2438f06 has the code): 4k s = .1 K2V3 1.000 / .999 / .995 cold, .987 / .984 / .984

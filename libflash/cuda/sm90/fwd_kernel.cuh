@@ -46,7 +46,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -560,12 +559,6 @@ struct Tile {
     int bh;
     if (p.window_right >= 0 && p.window_left < 0) {
       CausalOrder{num_bh, a.num_m_blocks, a.l2_group, a.l2_full_groups}.tile(x, m_block, bh);
-    } else if (a.bh_group > 1) {
-      // DEV (s61): groups of bh_group pairs, query-block-major inside a group (heads innermost).
-      const int per = a.bh_group * a.num_m_blocks, g = x / per, within = x - g * per;
-      const int gsize = min(a.bh_group, num_bh - g * a.bh_group), m_rev = within / gsize;
-      bh = g * a.bh_group + (within - m_rev * gsize);
-      m_block = a.num_m_blocks - 1 - m_rev;
     } else {
       m_block = a.num_m_blocks - 1 - x % a.num_m_blocks;
       bh = x / a.num_m_blocks;
@@ -1926,7 +1919,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     args.l2_group = order.group;
     args.l2_full_groups = order.full_groups;
   }
-  if (const char* e = std::getenv("LIBFLASH_SM90_BH_GROUP"); e && p.has_block_mask) args.bh_group = std::atoi(e);  // DEV (s61)
   if (t.units > 0) {
     const uintptr_t base = (reinterpret_cast<uintptr_t>(p.workspace) + kTailAlign - 1) & ~uintptr_t(kTailAlign - 1);
     args.tail_count = reinterpret_cast<int32_t*>(base);

@@ -35,8 +35,6 @@ struct Args {
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)
   float* tail_part;      // two partial slots per CTA (shapes.h, tail_workspace_bytes)
-  int32_t bh_group;      // DEV (s61): non-causal orders, (batch, head) pairs per group whose query blocks interleave
-                         // (heads innermost); 0 or 1: one pair's query blocks consecutive (production)
 };
 
 // A launch's epoch for the dynamic order's counter (Args::epoch; fwd_kernel.cuh, take_claim): a process-wide sequence

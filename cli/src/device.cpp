@@ -61,21 +61,10 @@ class CudaDevice final : public Device {
       *error = "CUDA device " + std::to_string(id_) + ": " + error_;
       return false;
     }
-    // DEV (s61): does the first case's slow mode follow the flush buffer's or the tensors' placement?
-    if (const char* e = std::getenv("FA_BENCH_DEV_PREALLOC_MB")) {  // allocate and free N MB first
-      void* p = nullptr;
-      if (cudaMalloc(&p, size_t(std::atoll(e)) << 20) == cudaSuccess) cudaFree(p);
-    }
-    if (const char* e = std::getenv("FA_BENCH_DEV_KEEP_MB")) {  // allocate N MB first and keep them
-      void* p = nullptr;
-      if (cudaMalloc(&p, size_t(std::atoll(e)) << 20) == cudaSuccess) keep_ = p;
-    }
-    if (std::getenv("FA_BENCH_DEV_FLUSH_EARLY") && !ok(cudaMalloc(&flush_buffer_, flush_))) flush_buffer_ = nullptr;
     return true;
   }
   ~CudaDevice() override {
     if (flush_buffer_) cudaFree(flush_buffer_);
-    if (keep_) cudaFree(keep_);
     if (start_) cudaEventDestroy(start_);
     if (stop_) cudaEventDestroy(stop_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -132,7 +121,6 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   void* flush_buffer_ = nullptr;
-  void* keep_ = nullptr;  // DEV (s61)
   unsigned char stamp_ = 0;
   std::string error_;
 };

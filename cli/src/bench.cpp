@@ -121,7 +121,8 @@ json base_row(const Case& c, const std::string& device) {
                         "io_model_naive_bytes", "io_model_flash_bytes", "io_model_bytes", "io_model_gbps",
                         "max_abs_error", "max_rel_error", "check_tolerance", "check_passed", "check_sampled_heads",
                         "check_sampled_rows", "check_scope", "dq_max_rel_error", "dk_max_rel_error",
-                        "dv_max_rel_error", "grad_check_tolerance", "speedup_over_naive", "error"})
+                        "dv_max_rel_error", "grad_check_tolerance", "speedup_over_naive", "sm_clock_mhz_median",
+                        "sm_clock_mhz_min", "clock_limited_reps", "error"})
     row[k] = nullptr;
   return row;
 }
@@ -361,9 +362,14 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   if (c.mode == "bwd") dev.time_call([&] { return call_status = flash_fwd(&args); }, &status);
   for (int w = 0; w < cfg.warmup && status == FLASH_OK; ++w) dev.time_call(call, &status);
   std::vector<double> times;
+  std::vector<int> clocks;  // the SM clock just after each timed call, where the driver says (Device::sample_clock)
+  int limited_reps = 0;
   for (int r = 0; r < cfg.reps && status == FLASH_OK; ++r) {
     if (cfg.flush) dev.flush_cache();
     times.push_back(dev.time_call(call, &status));
+    int mhz = 0;
+    bool limited = false;
+    if (dev.sample_clock(&mhz, &limited)) clocks.push_back(mhz), limited_reps += limited;
   }
   if (status != FLASH_OK) {
     if (call_status == FLASH_OK)
@@ -385,6 +391,14 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   row["time_ms_min"] = sorted.front();
   row["time_ms_max"] = sorted.back();
   row["time_ms_mean"] = mean;
+  if (!clocks.empty()) {
+    // A clock limit (the power cap, mostly) left by earlier calls slows a call as much as a slower kernel would: the
+    // clock the reps saw goes into the row, so ratios between rows can be read against it.
+    std::sort(clocks.begin(), clocks.end());
+    row["sm_clock_mhz_median"] = clocks[clocks.size() / 2];
+    row["sm_clock_mhz_min"] = clocks.front();
+    row["clock_limited_reps"] = limited_reps;
+  }
   row["tflops"] = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
   row["tflops_peak"] = sorted.front() > 0 ? flops / (sorted.front() * 1e-3) / 1e12 : 0.0;
   if (!backward) {
@@ -507,7 +521,10 @@ json make_meta(const RunConfig& cfg) {
                     {"warmup", cfg.warmup},
                     {"reps", cfg.reps},
                     {"cache_flush", cfg.flush ? "a buffer of twice the last-level cache (l2_cache_bytes) is written before each timed call"
-                                              : "none (--no-flush)"}};
+                                              : "none (--no-flush)"},
+                    {"clock_sampling", "the SM clock and the driver's clock-limit reasons (power cap, thermal, hardware "
+                                       "slowdown) read through NVML after each timed call, where the driver has NVML: "
+                                       "sm_clock_mhz_median, sm_clock_mhz_min, clock_limited_reps; null elsewhere"}};
   meta["flop_model"] =
       "forward: 4 * head_dim FLOPs per visible (query, key) pair, pairs counted exactly from the mask applied "
       "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward";

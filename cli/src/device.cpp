@@ -11,6 +11,7 @@
 
 #ifdef FA_BENCH_WITH_CUDA
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #endif
 
 namespace fabench {
@@ -52,6 +53,56 @@ class HostDevice final : public Device {
 };
 
 #ifdef FA_BENCH_WITH_CUDA
+// The driver's management library, opened at run time (fa-bench links no libnvidia-ml, and CI's machines have none):
+// the SM clock and the active clock-limit reasons of one device, found by its PCI bus id (CUDA's and NVML's device
+// orders can differ). Every call fails quietly where the library or the device is missing.
+class Nvml {
+ public:
+  explicit Nvml(int cuda_device) {
+    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib_) return;
+    using Init = int (*)();
+    using ByBus = int (*)(const char*, void**);
+    auto init = reinterpret_cast<Init>(dlsym(lib_, "nvmlInit_v2"));
+    auto by_bus = reinterpret_cast<ByBus>(dlsym(lib_, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_ = reinterpret_cast<Clock>(dlsym(lib_, "nvmlDeviceGetClockInfo"));
+    reasons_ = reinterpret_cast<Reasons>(dlsym(lib_, "nvmlDeviceGetCurrentClocksEventReasons"));
+    if (!reasons_) reasons_ = reinterpret_cast<Reasons>(dlsym(lib_, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+    char bus[32] = {};
+    if (!init || !by_bus || !clock_ || init() != 0 || cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_device) != cudaSuccess ||
+        by_bus(bus, &device_) != 0)
+      device_ = nullptr;
+  }
+  ~Nvml() {
+    if (lib_) {
+      if (device_)
+        if (auto shutdown = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlShutdown"))) shutdown();
+      dlclose(lib_);
+    }
+  }
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+  bool sample(int* mhz, bool* limited) const {
+    unsigned int sm = 0;
+    if (!device_ || clock_(device_, 1 /* NVML_CLOCK_SM */, &sm) != 0) return false;
+    unsigned long long why = 0;
+    // Software power cap 0x4, hardware slowdown 0x8, software thermal 0x20, hardware thermal 0x40, power brake 0x80
+    // (nvmlClocksEventReasons); not idle (0x1), which a finished call sets.
+    const bool known = reasons_ && reasons_(device_, &why) == 0;
+    *mhz = int(sm);
+    *limited = known && (why & 0xECull) != 0;
+    return true;
+  }
+
+ private:
+  using Clock = int (*)(void*, int, unsigned int*);
+  using Reasons = int (*)(void*, unsigned long long*);
+  void* lib_ = nullptr;
+  void* device_ = nullptr;
+  Clock clock_ = nullptr;
+  Reasons reasons_ = nullptr;
+};
+
 class CudaDevice final : public Device {
  public:
   CudaDevice(int id, int64_t llc) : id_(id), flush_(flush_size(llc)) {}
@@ -61,6 +112,7 @@ class CudaDevice final : public Device {
       *error = "CUDA device " + std::to_string(id_) + ": " + error_;
       return false;
     }
+    nvml_ = std::make_unique<Nvml>(id_);
     return true;
   }
   ~CudaDevice() override {
@@ -106,6 +158,7 @@ class CudaDevice final : public Device {
     cudaEventElapsedTime(&ms, start_, stop_);
     return ms;
   }
+  bool sample_clock(int* mhz, bool* limited) override { return nvml_ && nvml_->sample(mhz, limited); }
   void* stream() override { return stream_; }
   const char* timing_method() const override { return "cuda_events"; }
   std::string last_error() const override { return error_; }
@@ -123,6 +176,7 @@ class CudaDevice final : public Device {
   void* flush_buffer_ = nullptr;
   unsigned char stamp_ = 0;
   std::string error_;
+  std::unique_ptr<Nvml> nvml_;
 };
 #endif
 

@@ -26,6 +26,13 @@ class Device {
   // Runs `call` once and returns its time in milliseconds (CUDA events around it on the stream, or
   // steady_clock on the host). *status receives call()'s return value.
   virtual double time_call(const std::function<int32_t()>& call, int32_t* status) = 0;
+  // The SM clock (MHz) now, just after a timed call, and whether the driver reports a clock limit active (power cap,
+  // thermal or hardware slowdown): NVML, loaded at run time where the driver has it. False where unknown (the host,
+  // no NVML), leaving *mhz and *limited untouched.
+  virtual bool sample_clock(int* mhz, bool* limited) {
+    (void)mhz, (void)limited;
+    return false;
+  }
   virtual void* stream() = 0;  // what goes into flash_fwd_args::stream
   virtual const char* timing_method() const = 0;
   virtual std::string last_error() const = 0;

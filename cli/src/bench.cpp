@@ -122,7 +122,7 @@ json base_row(const Case& c, const std::string& device) {
                         "max_abs_error", "max_rel_error", "check_tolerance", "check_passed", "check_sampled_heads",
                         "check_sampled_rows", "check_scope", "dq_max_rel_error", "dk_max_rel_error",
                         "dv_max_rel_error", "grad_check_tolerance", "speedup_over_naive", "sm_clock_mhz_median",
-                        "sm_clock_mhz_min", "clock_limited_reps", "error"})
+                        "sm_clock_mhz_min", "clock_limited_reps", "host_call_us_median", "host_call_us_max", "error"})
     row[k] = nullptr;
   return row;
 }
@@ -364,9 +364,11 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   std::vector<double> times;
   std::vector<int> clocks;  // the SM clock just after each timed call, where the driver says (Device::sample_clock)
   int limited_reps = 0;
+  std::vector<double> host_us;  // the timed calls' host time (Device::last_host_call_us)
   for (int r = 0; r < cfg.reps && status == FLASH_OK; ++r) {
     if (cfg.flush) dev.flush_cache();
     times.push_back(dev.time_call(call, &status));
+    if (dev.last_host_call_us() >= 0) host_us.push_back(dev.last_host_call_us());
     int mhz = 0;
     bool limited = false;
     if (dev.sample_clock(&mhz, &limited)) clocks.push_back(mhz), limited_reps += limited;
@@ -391,6 +393,11 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   row["time_ms_min"] = sorted.front();
   row["time_ms_max"] = sorted.back();
   row["time_ms_mean"] = mean;
+  if (!host_us.empty()) {
+    std::sort(host_us.begin(), host_us.end());
+    row["host_call_us_median"] = host_us[host_us.size() / 2];
+    row["host_call_us_max"] = host_us.back();
+  }
   if (!clocks.empty()) {
     // A clock limit (the power cap, mostly) left by earlier calls slows a call as much as a slower kernel would: the
     // clock the reps saw goes into the row, so ratios between rows can be read against it.

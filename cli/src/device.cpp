@@ -148,7 +148,9 @@ class CudaDevice final : public Device {
   size_t flush_bytes() const override { return flush_; }
   double time_call(const std::function<int32_t()>& call, int32_t* status) override {
     cudaEventRecord(start_, stream_);
+    const auto t0 = std::chrono::steady_clock::now();
     *status = call();
+    host_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     cudaEventRecord(stop_, stream_);
     if (!ok(cudaEventSynchronize(stop_))) {
       if (*status == FLASH_OK) *status = FLASH_ERROR_CUDA;
@@ -159,6 +161,7 @@ class CudaDevice final : public Device {
     return ms;
   }
   bool sample_clock(int* mhz, bool* limited) override { return nvml_ && nvml_->sample(mhz, limited); }
+  double last_host_call_us() const override { return host_us_; }
   void* stream() override { return stream_; }
   const char* timing_method() const override { return "cuda_events"; }
   std::string last_error() const override { return error_; }
@@ -177,6 +180,7 @@ class CudaDevice final : public Device {
   unsigned char stamp_ = 0;
   std::string error_;
   std::unique_ptr<Nvml> nvml_;
+  double host_us_ = -1.0;
 };
 #endif
 

@@ -29,6 +29,9 @@ class Device {
   // The SM clock (MHz) now, just after a timed call, and whether the driver reports a clock limit active (power cap,
   // thermal or hardware slowdown): NVML, loaded at run time where the driver has it. False where unknown (the host,
   // no NVML), leaving *mhz and *limited untouched.
+  // How long the last timed call() took on the host (microseconds): the enqueueing, which the GPU waits for whenever it
+  // is longer than the work ahead of it in the stream (the flush). Negative where unknown.
+  virtual double last_host_call_us() const { return -1.0; }
   virtual bool sample_clock(int* mhz, bool* limited) {
     (void)mhz, (void)limited;
     return false;

@@ -362,16 +362,20 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   if (c.mode == "bwd") dev.time_call([&] { return call_status = flash_fwd(&args); }, &status);
   for (int w = 0; w < cfg.warmup && status == FLASH_OK; ++w) dev.time_call(call, &status);
   std::vector<double> times;
-  std::vector<int> clocks;  // the SM clock just after each timed call, where the driver says (Device::sample_clock)
-  int limited_reps = 0;
+  std::vector<double> clocks;  // the SM clock while each timed call ran, where the driver says (Device::call_clock)
+  int clock_min = 0, limited_reps = 0;
   std::vector<double> host_us;  // the timed calls' host time (Device::last_host_call_us)
   for (int r = 0; r < cfg.reps && status == FLASH_OK; ++r) {
     if (cfg.flush) dev.flush_cache();
     times.push_back(dev.time_call(call, &status));
     if (dev.last_host_call_us() >= 0) host_us.push_back(dev.last_host_call_us());
-    int mhz = 0;
+    double mean_mhz = 0;
+    int min_mhz = 0;
     bool limited = false;
-    if (dev.sample_clock(&mhz, &limited)) clocks.push_back(mhz), limited_reps += limited;
+    if (dev.call_clock(&mean_mhz, &min_mhz, &limited)) {
+      clock_min = clocks.empty() ? min_mhz : std::min(clock_min, min_mhz);
+      clocks.push_back(mean_mhz), limited_reps += limited;
+    }
   }
   if (status != FLASH_OK) {
     if (call_status == FLASH_OK)
@@ -399,11 +403,11 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     row["host_call_us_max"] = host_us.back();
   }
   if (!clocks.empty()) {
-    // A clock limit (the power cap, mostly) left by earlier calls slows a call as much as a slower kernel would: the
-    // clock the reps saw goes into the row, so ratios between rows can be read against it.
+    // The power cap lowers the clock of heavy calls, by an amount that can depend on what ran before: the clock the
+    // reps ran at goes into the row, so ratios between rows can be read against it.
     std::sort(clocks.begin(), clocks.end());
-    row["sm_clock_mhz_median"] = clocks[clocks.size() / 2];
-    row["sm_clock_mhz_min"] = clocks.front();
+    row["sm_clock_mhz_median"] = std::lround(clocks[clocks.size() / 2]);
+    row["sm_clock_mhz_min"] = clock_min;
     row["clock_limited_reps"] = limited_reps;
   }
   row["tflops"] = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
@@ -529,9 +533,11 @@ json make_meta(const RunConfig& cfg) {
                     {"reps", cfg.reps},
                     {"cache_flush", cfg.flush ? "a buffer of twice the last-level cache (l2_cache_bytes) is written before each timed call"
                                               : "none (--no-flush)"},
-                    {"clock_sampling", "the SM clock and the driver's clock-limit reasons (power cap, thermal, hardware "
-                                       "slowdown) read through NVML after each timed call, where the driver has NVML: "
-                                       "sm_clock_mhz_median, sm_clock_mhz_min, clock_limited_reps; null elsewhere"}};
+                    {"clock_sampling", "a host thread reads the SM clock and the driver's clock-limit reasons (power "
+                                       "cap, thermal, hardware slowdown) through NVML from each timed call's start to its "
+                                       "end, where the driver has NVML: sm_clock_mhz_median (the median over reps of a "
+                                       "call's mean), sm_clock_mhz_min (the lowest sample), clock_limited_reps (calls with "
+                                       "a limit in any sample); null elsewhere"}};
   meta["flop_model"] =
       "forward: 4 * head_dim FLOPs per visible (query, key) pair, pairs counted exactly from the mask applied "
       "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward";

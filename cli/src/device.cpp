@@ -2,9 +2,11 @@
 #include "device.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "flash.h"
@@ -82,6 +84,7 @@ class Nvml {
   }
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;
+  bool available() const { return device_ != nullptr; }
   bool sample(int* mhz, bool* limited) const {
     unsigned int sm = 0;
     if (!device_ || clock_(device_, 1 /* NVML_CLOCK_SM */, &sm) != 0) return false;
@@ -147,12 +150,29 @@ class CudaDevice final : public Device {
   }
   size_t flush_bytes() const override { return flush_; }
   double time_call(const std::function<int32_t()>& call, int32_t* status) override {
+    // The clock sampler runs from before the start event to after the stop event has completed (call_clock).
+    std::atomic<bool> done{false};
+    clock_n_ = 0, clock_sum_ = 0.0, clock_min_ = 0, clock_limited_ = false;
+    std::thread sampler;
+    if (nvml_ && nvml_->available())
+      sampler = std::thread([&] {
+        do {
+          int mhz = 0;
+          bool limited = false;
+          if (!nvml_->sample(&mhz, &limited)) break;
+          clock_min_ = clock_n_ == 0 ? mhz : std::min(clock_min_, mhz);
+          clock_sum_ += mhz, ++clock_n_, clock_limited_ = clock_limited_ || limited;
+        } while (!done.load(std::memory_order_relaxed));
+      });
     cudaEventRecord(start_, stream_);
     const auto t0 = std::chrono::steady_clock::now();
     *status = call();
     host_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     cudaEventRecord(stop_, stream_);
-    if (!ok(cudaEventSynchronize(stop_))) {
+    const cudaError_t synced = cudaEventSynchronize(stop_);
+    done.store(true, std::memory_order_relaxed);
+    if (sampler.joinable()) sampler.join();
+    if (!ok(synced)) {
       if (*status == FLASH_OK) *status = FLASH_ERROR_CUDA;
       return 0.0;
     }
@@ -160,7 +180,11 @@ class CudaDevice final : public Device {
     cudaEventElapsedTime(&ms, start_, stop_);
     return ms;
   }
-  bool sample_clock(int* mhz, bool* limited) override { return nvml_ && nvml_->sample(mhz, limited); }
+  bool call_clock(double* mean_mhz, int* min_mhz, bool* limited) const override {
+    if (clock_n_ == 0) return false;
+    *mean_mhz = clock_sum_ / clock_n_, *min_mhz = clock_min_, *limited = clock_limited_;
+    return true;
+  }
   double last_host_call_us() const override { return host_us_; }
   void* stream() override { return stream_; }
   const char* timing_method() const override { return "cuda_events"; }
@@ -181,6 +205,9 @@ class CudaDevice final : public Device {
   std::string error_;
   std::unique_ptr<Nvml> nvml_;
   double host_us_ = -1.0;
+  int clock_n_ = 0, clock_min_ = 0;  // the last call's clock samples (time_call's sampler thread)
+  double clock_sum_ = 0.0;
+  bool clock_limited_ = false;
 };
 #endif
 

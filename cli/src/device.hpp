@@ -26,14 +26,16 @@ class Device {
   // Runs `call` once and returns its time in milliseconds (CUDA events around it on the stream, or
   // steady_clock on the host). *status receives call()'s return value.
   virtual double time_call(const std::function<int32_t()>& call, int32_t* status) = 0;
-  // The SM clock (MHz) now, just after a timed call, and whether the driver reports a clock limit active (power cap,
-  // thermal or hardware slowdown): NVML, loaded at run time where the driver has it. False where unknown (the host,
-  // no NVML), leaving *mhz and *limited untouched.
   // How long the last timed call() took on the host (microseconds): the enqueueing, which the GPU waits for whenever it
   // is longer than the work ahead of it in the stream (the flush). Negative where unknown.
   virtual double last_host_call_us() const { return -1.0; }
-  virtual bool sample_clock(int* mhz, bool* limited) {
-    (void)mhz, (void)limited;
+  // The SM clock (MHz) while the last timed call ran -- the mean and the lowest of the samples a host thread took from
+  // the call's start to its end -- and whether the driver reported a clock limit (power cap, thermal or hardware
+  // slowdown) in any of them: NVML, loaded at run time where the driver has it. A heavy kernel runs under the power cap
+  // and the clock returns to its maximum as soon as the GPU idles, so only samples taken during the call say what it
+  // ran at. False where unknown (the host, no NVML), leaving the outputs untouched.
+  virtual bool call_clock(double* mean_mhz, int* min_mhz, bool* limited) const {
+    (void)mean_mhz, (void)min_mhz, (void)limited;
     return false;
   }
   virtual void* stream() = 0;  // what goes into flash_fwd_args::stream

@@ -533,11 +533,16 @@ json make_meta(const RunConfig& cfg) {
                     {"reps", cfg.reps},
                     {"cache_flush", cfg.flush ? "a buffer of twice the last-level cache (l2_cache_bytes) is written before each timed call"
                                               : "none (--no-flush)"},
-                    {"clock_sampling", "a host thread reads the SM clock and the driver's clock-limit reasons (power "
-                                       "cap, thermal, hardware slowdown) through NVML from each timed call's start to its "
-                                       "end, where the driver has NVML: sm_clock_mhz_median (the median over reps of a "
-                                       "call's mean), sm_clock_mhz_min (the lowest sample), clock_limited_reps (calls with "
-                                       "a limit in any sample); null elsewhere"}};
+                    {"clock_sampling", cfg.sample_clock == "none"
+                                           ? "none (--sample-clock)"
+                                           : std::string("the SM clock and the driver's clock-limit reasons (power cap, "
+                                                         "thermal, hardware slowdown) through NVML, ") +
+                                                 (cfg.sample_clock == "after" ? "once just after each timed call"
+                                                                              : "by a host thread from each timed call's "
+                                                                                "start to its end") +
+                                                 ": sm_clock_mhz_median (the median over reps of a call's mean), "
+                                                 "sm_clock_mhz_min (the lowest sample), clock_limited_reps (calls with a "
+                                                 "limit in any sample); null without NVML"}};
   meta["flop_model"] =
       "forward: 4 * head_dim FLOPs per visible (query, key) pair, pairs counted exactly from the mask applied "
       "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward";
@@ -587,6 +592,7 @@ json run_benchmark(const RunConfig& cfg) {
   std::string err;
   std::unique_ptr<Device> dev = open_device(cfg.device_type, cfg.device_id, info.l2_cache_bytes, &err);
   if (!dev) throw std::runtime_error(err);
+  dev->set_clock_sampling(cfg.sample_clock == "after" ? 1 : cfg.sample_clock == "during" ? 2 : 0);
   doc["meta"]["timing"]["cache_flush_bytes"] = cfg.flush ? dev->flush_bytes() : 0;
   const std::vector<Case> cases = expand_cases(cfg);
   const bool bar = cfg.progress && cases.size() > 1 && isatty(STDERR_FILENO);

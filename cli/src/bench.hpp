@@ -35,6 +35,7 @@ struct RunConfig {
   int warmup = -1, reps = -1;         // -1: per device (GPU 5 / 20, CPU 1 / 3)
   bool check = false;
   bool flush = true;
+  std::string sample_clock = "none";  // none | after | during (Device::set_clock_sampling)
   std::string json_path, csv_path;
   uint64_t seed = 0x5eed;
   bool progress = true;

@@ -154,15 +154,19 @@ class CudaDevice final : public Device {
     std::atomic<bool> done{false};
     clock_n_ = 0, clock_sum_ = 0.0, clock_min_ = 0, clock_limited_ = false;
     std::thread sampler;
-    if (nvml_ && nvml_->available())
+    const auto take = [&] {
+      int mhz = 0;
+      bool limited = false;
+      if (!nvml_->sample(&mhz, &limited)) return false;
+      clock_min_ = clock_n_ == 0 ? mhz : std::min(clock_min_, mhz);
+      clock_sum_ += mhz, ++clock_n_, clock_limited_ = clock_limited_ || limited;
+      return true;
+    };
+    const bool sampling = clock_mode_ > 0 && nvml_ && nvml_->available();
+    if (sampling && clock_mode_ == 2)
       sampler = std::thread([&] {
-        do {
-          int mhz = 0;
-          bool limited = false;
-          if (!nvml_->sample(&mhz, &limited)) break;
-          clock_min_ = clock_n_ == 0 ? mhz : std::min(clock_min_, mhz);
-          clock_sum_ += mhz, ++clock_n_, clock_limited_ = clock_limited_ || limited;
-        } while (!done.load(std::memory_order_relaxed));
+        while (take() && !done.load(std::memory_order_relaxed)) {
+        }
       });
     cudaEventRecord(start_, stream_);
     const auto t0 = std::chrono::steady_clock::now();
@@ -172,6 +176,7 @@ class CudaDevice final : public Device {
     const cudaError_t synced = cudaEventSynchronize(stop_);
     done.store(true, std::memory_order_relaxed);
     if (sampler.joinable()) sampler.join();
+    if (sampling && clock_mode_ == 1) take();
     if (!ok(synced)) {
       if (*status == FLASH_OK) *status = FLASH_ERROR_CUDA;
       return 0.0;
@@ -186,6 +191,7 @@ class CudaDevice final : public Device {
     return true;
   }
   double last_host_call_us() const override { return host_us_; }
+  void set_clock_sampling(int mode) override { clock_mode_ = mode; }
   void* stream() override { return stream_; }
   const char* timing_method() const override { return "cuda_events"; }
   std::string last_error() const override { return error_; }
@@ -205,7 +211,8 @@ class CudaDevice final : public Device {
   std::string error_;
   std::unique_ptr<Nvml> nvml_;
   double host_us_ = -1.0;
-  int clock_n_ = 0, clock_min_ = 0;  // the last call's clock samples (time_call's sampler thread)
+  int clock_mode_ = 0;               // set_clock_sampling
+  int clock_n_ = 0, clock_min_ = 0;  // the last call's clock samples (time_call)
   double clock_sum_ = 0.0;
   bool clock_limited_ = false;
 };

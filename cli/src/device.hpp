@@ -29,11 +29,14 @@ class Device {
   // How long the last timed call() took on the host (microseconds): the enqueueing, which the GPU waits for whenever it
   // is longer than the work ahead of it in the stream (the flush). Negative where unknown.
   virtual double last_host_call_us() const { return -1.0; }
-  // The SM clock (MHz) while the last timed call ran -- the mean and the lowest of the samples a host thread took from
-  // the call's start to its end -- and whether the driver reported a clock limit (power cap, thermal or hardware
-  // slowdown) in any of them: NVML, loaded at run time where the driver has it. A heavy kernel runs under the power cap
-  // and the clock returns to its maximum as soon as the GPU idles, so only samples taken during the call say what it
-  // ran at. False where unknown (the host, no NVML), leaving the outputs untouched.
+  // Clock sampling (--sample-clock): 0 none, 1 one sample just after each timed call, 2 a host thread sampling from
+  // the call's start to its end. The GPU's clock returns to its maximum as soon as it idles, so a sample after the call
+  // shows only limits that outlast it; samples during the call show what it ran at, but NVML answers slowly (a sample
+  // or two a millisecond) and its calls can slow the GPU work they watch (session 61).
+  virtual void set_clock_sampling(int mode) { (void)mode; }
+  // The last timed call's SM clock samples (MHz): their mean and lowest, and whether the driver reported a clock limit
+  // (power cap, thermal or hardware slowdown) in any: NVML, loaded at run time where the driver has it. False where
+  // unknown (sampling off, the host, no NVML), leaving the outputs untouched.
   virtual bool call_clock(double* mean_mhz, int* min_mhz, bool* limited) const {
     (void)mean_mhz, (void)min_mhz, (void)limited;
     return false;

@@ -91,6 +91,9 @@ cxxopts::Options make_options() {
     ("reps", "timed repetitions (default GPU 20, CPU 3)", cxxopts::value<int>())
     ("check", "compare the output with an fp64 reference (heads and rows sampled for large shapes)")
     ("no-flush", "do not flush the last-level cache between repetitions")
+    ("sample-clock", "none | after | during: read the SM clock and the clock-limit reasons through NVML just after each "
+     "timed call, or from a host thread while it runs (diagnostic: the thread's NVML calls can slow the calls it watches)",
+     cxxopts::value<std::string>()->default_value("none"))
     ("json", "write results as JSON (schema: bench_results/README.md)", cxxopts::value<std::string>())
     ("csv", "write results as CSV", cxxopts::value<std::string>())
     ("seed", "random seed for inputs and random block masks", cxxopts::value<uint64_t>()->default_value("24301"))
@@ -182,6 +185,9 @@ RunConfig parse_run_args(int argc, const char* const* argv) {
   if (r.count("reps") && cfg.reps < 1) throw std::invalid_argument("--reps must be >= 1");
   cfg.check = r.count("check") > 0;
   cfg.flush = r.count("no-flush") == 0;
+  cfg.sample_clock = r["sample-clock"].as<std::string>();
+  if (cfg.sample_clock != "none" && cfg.sample_clock != "after" && cfg.sample_clock != "during")
+    throw std::invalid_argument("--sample-clock '" + cfg.sample_clock + "': none, after or during");
   cfg.progress = r.count("no-progress") == 0;
   if (r.count("json")) cfg.json_path = r["json"].as<std::string>();
   if (r.count("csv")) cfg.csv_path = r["csv"].as<std::string>();

@@ -92,7 +92,7 @@ cxxopts::Options make_options() {
     ("check", "compare the output with an fp64 reference (heads and rows sampled for large shapes)")
     ("no-flush", "do not flush the last-level cache between repetitions")
     ("sample-clock", "none | after | during: read the SM clock and the clock-limit reasons through NVML just after each "
-     "timed call, or from a host thread while it runs (diagnostic: the thread's NVML calls can slow the calls it watches)",
+     "timed call, or from a host thread while it runs (about a sample a millisecond)",
      cxxopts::value<std::string>()->default_value("none"))
     ("json", "write results as JSON (schema: bench_results/README.md)", cxxopts::value<std::string>())
     ("csv", "write results as CSV", cxxopts::value<std::string>())

@@ -115,7 +115,6 @@ class CudaDevice final : public Device {
       *error = "CUDA device " + std::to_string(id_) + ": " + error_;
       return false;
     }
-    nvml_ = std::make_unique<Nvml>(id_);
     return true;
   }
   ~CudaDevice() override {
@@ -191,7 +190,10 @@ class CudaDevice final : public Device {
     return true;
   }
   double last_host_call_us() const override { return host_us_; }
-  void set_clock_sampling(int mode) override { clock_mode_ = mode; }
+  void set_clock_sampling(int mode) override {
+    clock_mode_ = mode;
+    if (mode > 0 && !nvml_) nvml_ = std::make_unique<Nvml>(id_);  // only when asked: NVML's init is not free
+  }
   void* stream() override { return stream_; }
   const char* timing_method() const override { return "cuda_events"; }
   std::string last_error() const override { return error_; }

@@ -1,0 +1,200 @@
+// libflash/cuda/sm90/dev/io_floor.cu -- the memory floor of issue 7's block-sparse cells under fa-bench's protocol.
+// Dev only (not built by CMake):
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor io_floor.cu && ./io_floor [reps]
+//
+// A kernel that moves exactly the bytes a block-sparse forward must move -- each (batch, head, query block)'s Q block,
+// the K and V blocks its list names, its O block written -- in the same [batch, seqlen, heads, head_dim] layout and the
+// same (batch, head)-major tile order (so K/V reuse in L2 is what the sm90 kernel gets), but with no arithmetic beyond an
+// XOR, one CTA per tile and eight CTAs an SM for as many loads in flight as the SM holds. Its time is what no kernel
+// with these loads and stores can beat on this GPU; with it, issue 7's ratio has a floor: floor / dense time.
+// Timed as fa-bench times a call: a buffer of twice L2 written (cudaMemsetAsync: the dirty flush) or written and read
+// back (clean), then CUDA events round the launch; the variants interleaved rep by rep, medians.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+struct Problem {
+  int batch, heads, seqlen, head_dim, block;  // block: the mask's rows and keys per block
+  int per_row;                                // key blocks listed per query block (0: no list, every block)
+  int heads_inner;                            // tile order: 0 (batch, head)-major as the sm90 kernel; 1 heads innermost
+};
+
+// Tiles (b, h, qb) in the order p.heads_inner names, taken t = blockIdx.x, + gridDim.x, ... (one CTA per tile when the
+// grid has a CTA per tile; a persistent walk when it has fewer). A row of head_dim bf16 is head_dim / 8 uint4.
+__global__ void __launch_bounds__(1024) tile_io(const uint4* __restrict__ q, const uint4* __restrict__ k,
+                                                const uint4* __restrict__ v, uint4* __restrict__ o,
+                                                const int* __restrict__ lists, Problem p) {
+  const int nqb = p.seqlen / p.block, nbh = p.batch * p.heads;
+  for (int t = blockIdx.x; t < nqb * nbh; t += gridDim.x) {
+  const int bh = p.heads_inner ? t % nbh : t / nqb, qb = p.heads_inner ? t / nbh : t % nqb;
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int chunks = p.head_dim / 8;                      // uint4 per row
+  const int rows_per_pass = int(blockDim.x) / chunks;
+  const int c = threadIdx.x % chunks, r0 = threadIdx.x / chunks;
+  const int64_t row_stride = int64_t(p.heads) * chunks;  // in uint4
+  const int64_t base = (int64_t(b) * p.seqlen * p.heads + h) * chunks + c;
+  const int n = p.per_row;
+  const int* list = lists + qb * n;
+  for (int r = r0; r < p.block; r += rows_per_pass) {
+    const int64_t qrow = int64_t(qb) * p.block + r;
+    uint4 acc = __ldg(q + base + qrow * row_stride);
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      const int64_t krow = int64_t(__ldg(list + j)) * p.block + r;
+      const uint4 kk = __ldg(k + base + krow * row_stride), vv = __ldg(v + base + krow * row_stride);
+      acc.x ^= kk.x ^ vv.x, acc.y ^= kk.y ^ vv.y, acc.z ^= kk.z ^ vv.z, acc.w ^= kk.w ^ vv.w;
+    }
+    o[base + qrow * row_stride] = acc;
+  }
+  }
+}
+
+// Every byte of Q, K and V read once and O written, contiguous: the best case of the same byte count.
+__global__ void __launch_bounds__(512) stream_io(const uint4* __restrict__ q, const uint4* __restrict__ k,
+                                                 const uint4* __restrict__ v, uint4* __restrict__ o, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 a = __ldg(q + i), bb = __ldg(k + i), cc = __ldg(v + i);
+    o[i] = make_uint4(a.x ^ bb.x ^ cc.x, a.y ^ bb.y ^ cc.y, a.z ^ bb.z ^ cc.z, a.w ^ bb.w ^ cc.w);
+  }
+}
+
+__global__ void read_back(const uint4* __restrict__ buf, int64_t n, unsigned* sink) {
+  unsigned x = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint4 a = __ldcg(buf + i);
+    x ^= a.x ^ a.w;
+  }
+  if (x == 0x12345678u) *sink = x;
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+  int sms = 0, l2 = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  const size_t flush_bytes = size_t(2) * size_t(l2);
+  void* flush;
+  CK(cudaMalloc(&flush, flush_bytes));
+  unsigned* sink;
+  CK(cudaMalloc(&sink, 4));
+  // Issue 7's shapes: batch 2, hidden 2048, 4k; d128 and d64; s = 3, 8, 16 of 32 key blocks (fa-bench's llround).
+  struct Case {
+    std::string name;
+    Problem p;
+    bool stream, clean;
+    int grid_per_sm, threads;  // 0: a CTA per tile
+  };
+  std::vector<Case> cases = {
+      {"d128 4k s=.1 (3/32) dirty", {2, 16, 4096, 128, 128, 3, 0}, false, false, 0, 256},
+      {"d128 4k s=.1 (3/32) clean", {2, 16, 4096, 128, 128, 3, 0}, false, true, 0, 256},
+      {"d128 4k s=.25 (8/32) dirty", {2, 16, 4096, 128, 128, 8, 0}, false, false, 0, 256},
+      {"d128 4k s=.5 (16/32) dirty", {2, 16, 4096, 128, 128, 16, 0}, false, false, 0, 256},
+      {"d128 4k all blocks listed (32/32) dirty", {2, 16, 4096, 128, 128, 32, 0}, false, false, 0, 256},
+      {"d64 4k s=.1 (3/32) dirty", {2, 32, 4096, 64, 128, 3, 0}, false, false, 0, 256},
+      {"d64 4k s=.25 (8/32) dirty", {2, 32, 4096, 64, 128, 8, 0}, false, false, 0, 256},
+      {"QKV read once, O written, contiguous, dirty", {2, 16, 4096, 128, 128, 0, 0}, true, false, 0, 256},
+      {"d128 8k s=.1 (6/64) dirty", {2, 16, 8192, 128, 128, 6, 0}, false, false, 0, 256},
+      {"d128 4k s=.1 dirty, 132 x 1024 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 1, 1024},
+      {"d128 4k s=.1 dirty, 264 x 1024 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 2, 1024},
+      {"d128 4k s=.1 dirty, 528 x 256 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 4, 256},
+      {"d128 4k s=.1 dirty, heads innermost", {2, 16, 4096, 128, 128, 3, 1}, false, false, 0, 256},
+      {"d128 4k s=.1 dirty, heads innermost, 132 x 1024", {2, 16, 4096, 128, 128, 3, 1}, false, false, 1, 1024},
+      {"d128 4k s=.1 clean, 132 x 1024 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, true, 1, 1024},
+      {"d128 4k s=.1 dirty, 132 x 256 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 1, 256},
+      {"d128 4k s=.1 dirty, 132 x 512 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 1, 512},
+      {"d128 4k s=.1 dirty, 264 x 256 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 2, 256},
+      {"d128 4k s=.1 dirty, 264 x 512 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 2, 512},
+      {"d128 4k s=.1 dirty, 396 x 256 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 3, 256},
+      {"d128 4k s=.1 dirty, 1056 x 128 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 8, 128},
+      {"d128 4k s=.1 dirty, 528 x 128 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 4, 128},
+  };
+  const size_t max_elems = size_t(2) * 8192 * 2048;  // batch x seqlen x hidden, bf16
+  uint4 *q, *k, *v, *o;
+  CK(cudaMalloc(&q, max_elems * 2));
+  CK(cudaMalloc(&k, max_elems * 2));
+  CK(cudaMalloc(&v, max_elems * 2));
+  CK(cudaMalloc(&o, max_elems * 2));
+  CK(cudaMemset(q, 1, max_elems * 2));
+  CK(cudaMemset(k, 2, max_elems * 2));
+  CK(cudaMemset(v, 3, max_elems * 2));
+  // Lists: per query block, per_row distinct key blocks, random, the same for every (batch, head) as fa-bench's.
+  std::vector<int*> lists(cases.size(), nullptr);
+  std::mt19937_64 rng(20261125);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Problem& p = cases[i].p;
+    if (p.per_row == 0) continue;
+    const int nb = p.seqlen / p.block;
+    std::vector<int> host;
+    std::vector<int> all(nb);
+    for (int qb = 0; qb < nb; ++qb) {
+      for (int j = 0; j < nb; ++j) all[j] = j;
+      for (int t = 0; t < p.per_row; ++t) std::swap(all[t], all[t + int(rng() % uint64_t(nb - t))]);
+      std::sort(all.begin(), all.begin() + p.per_row);
+      host.insert(host.end(), all.begin(), all.begin() + p.per_row);
+    }
+    CK(cudaMalloc(&lists[i], host.size() * 4));
+    CK(cudaMemcpy(lists[i], host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  }
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  int stamp = 0;
+  auto call = [&](size_t i) {
+    const Case& c = cases[i];
+    const Problem& p = c.p;
+    CK(cudaMemsetAsync(flush, ++stamp & 0xff, flush_bytes, s));
+    if (c.clean) read_back<<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(flush), int64_t(flush_bytes / 16), sink);
+    CK(cudaEventRecord(e0, s));
+    if (c.stream) {
+      const int64_t n = int64_t(p.batch) * p.seqlen * p.heads * p.head_dim / 8;
+      stream_io<<<sms * 4, 512, 0, s>>>(q, k, v, o, n);
+    } else {
+      const int tiles = p.batch * p.heads * (p.seqlen / p.block);
+      tile_io<<<c.grid_per_sm ? sms * c.grid_per_sm : tiles, c.threads, 0, s>>>(q, k, v, o, lists[i], p);
+    }
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaGetLastError());
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1000.f;
+  };
+  for (int w = 0; w < 5; ++w)
+    for (size_t i = 0; i < cases.size(); ++i) call(i);
+  std::vector<std::vector<float>> t(cases.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t j = 0; j < cases.size(); ++j) {
+      const size_t i = (j + r) % cases.size();
+      t[i].push_back(call(i));
+    }
+  std::printf("io_floor: %d SMs, L2 %d MB, flush %zu MB, %d reps interleaved, event-timed (us)\n", sms, l2 >> 20,
+              flush_bytes >> 20, reps);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    std::vector<float> v2 = t[i];
+    std::sort(v2.begin(), v2.end());
+    const Problem& p = cases[i].p;
+    const double qo = 2.0 * p.batch * p.seqlen * p.heads * p.head_dim * 2;  // Q read + O written
+    const double kv_all = qo;                                                // K + V, every block
+    std::printf("  %-50s median %8.2f  p10 %8.2f  p90 %8.2f   (Q + O %.1f MB, K + V at most %.1f MB)\n",
+                cases[i].name.c_str(), v2[v2.size() / 2], v2[v2.size() / 10], v2[v2.size() * 9 / 10], qo / 1e6,
+                kv_all / 1e6);
+  }
+  return 0;
+}

@@ -1,6 +1,9 @@
 // libflash/cuda/sm90/dev/io_floor.cu -- the memory floor of issue 7's block-sparse cells under fa-bench's protocol.
 // Dev only (not built by CMake):
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor io_floor.cu && ./io_floor [reps]
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor io_floor.cu && ./io_floor [reps] [grid]
+// Without "grid": d128 / d64 4k in several arrangements (grid x threads, tile order, flush). With "grid": every
+// block-sparse cell of issue 7's masks run (batch 2, hidden 2048, 4k-16k) and FlashAttention's convention at 4k (batch
+// 4), each in the two best arrangements of session 62 (4 x 256 and 8 x 128 threads an SM, persistent), dirty flush.
 //
 // A kernel that moves exactly the bytes a block-sparse forward must move -- each (batch, head, query block)'s Q block,
 // the K and V blocks its list names, its O block written -- in the same [batch, seqlen, heads, head_dim] layout and the
@@ -32,7 +35,16 @@ struct Problem {
   int batch, heads, seqlen, head_dim, block;  // block: the mask's rows and keys per block
   int per_row;                                // key blocks listed per query block (0: no list, every block)
   int heads_inner;                            // tile order: 0 (batch, head)-major as the sm90 kernel; 1 heads innermost
+  int head_perm;  // (batch, head)-major order's head sequence: 0 0, 1, 2, ...; S > 1: heads S apart in turn (0, S, 2S, ..,
+                  // 1, 1 + S, ..), so that the heads running together sit S x 256 B apart in each row; -1: batch innermost
+  const int* slot_of_sm;  // non-null: a CTA's first tile is slot_of_sm[%smid], not blockIdx.x (one CTA an SM)
 };
+
+__device__ __forceinline__ int smid() {
+  int s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
 
 // Tiles (b, h, qb) in the order p.heads_inner names, taken t = blockIdx.x, + gridDim.x, ... (one CTA per tile when the
 // grid has a CTA per tile; a persistent walk when it has fewer). A row of head_dim bf16 is head_dim / 8 uint4.
@@ -40,9 +52,18 @@ __global__ void __launch_bounds__(1024) tile_io(const uint4* __restrict__ q, con
                                                 const uint4* __restrict__ v, uint4* __restrict__ o,
                                                 const int* __restrict__ lists, Problem p) {
   const int nqb = p.seqlen / p.block, nbh = p.batch * p.heads;
-  for (int t = blockIdx.x; t < nqb * nbh; t += gridDim.x) {
+  extern __shared__ int hold_smem[];  // sized by the launch to keep one CTA an SM where slot_of_sm is used
+  const int first = p.slot_of_sm ? p.slot_of_sm[smid()] : int(blockIdx.x);
+  if (p.slot_of_sm && threadIdx.x == 0) hold_smem[0] = first;
+  for (int t = first; t < nqb * nbh; t += gridDim.x) {
   const int bh = p.heads_inner ? t % nbh : t / nqb, qb = p.heads_inner ? t / nbh : t % nqb;
-  const int b = bh / p.heads, h = bh % p.heads;
+  int b = bh / p.heads, h = bh % p.heads;
+  if (p.head_perm > 1) {
+    const int per = p.heads / p.head_perm;  // heads in each residue class
+    h = (h % per) * p.head_perm + h / per;
+  } else if (p.head_perm < 0) {
+    b = bh % p.batch, h = bh / p.batch;
+  }
   const int chunks = p.head_dim / 8;                      // uint4 per row
   const int rows_per_pass = int(blockDim.x) / chunks;
   const int c = threadIdx.x % chunks, r0 = threadIdx.x / chunks;
@@ -98,6 +119,7 @@ int main(int argc, char** argv) {
     Problem p;
     bool stream, clean;
     int grid_per_sm, threads;  // 0: a CTA per tile
+    int sm_map = 0;            // 0: none; 1 identity, 2 reversed, 3 x 37 mod SMs, 4 / 5 random (seeds): slot_of_sm
   };
   std::vector<Case> cases = {
       {"d128 4k s=.1 (3/32) dirty", {2, 16, 4096, 128, 128, 3, 0}, false, false, 0, 256},
@@ -122,8 +144,46 @@ int main(int argc, char** argv) {
       {"d128 4k s=.1 dirty, 396 x 256 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 3, 256},
       {"d128 4k s=.1 dirty, 1056 x 128 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 8, 128},
       {"d128 4k s=.1 dirty, 528 x 128 persistent", {2, 16, 4096, 128, 128, 3, 0}, false, false, 4, 128},
+      {"d128 4k s=.1 dirty, 132 x 1024, heads 4 apart", {2, 16, 4096, 128, 128, 3, 0, 4}, false, false, 1, 1024},
+      {"d128 4k s=.1 dirty, 132 x 1024, heads 2 apart", {2, 16, 4096, 128, 128, 3, 0, 2}, false, false, 1, 1024},
+      {"d128 4k s=.1 dirty, 132 x 1024, heads 8 apart", {2, 16, 4096, 128, 128, 3, 0, 8}, false, false, 1, 1024},
+      {"d128 4k s=.1 dirty, 132 x 1024, batch innermost", {2, 16, 4096, 128, 128, 3, 0, -1}, false, false, 1, 1024},
+      {"d128 4k s=.1 dirty, 264 x 512, heads 4 apart", {2, 16, 4096, 128, 128, 3, 0, 4}, false, false, 2, 512},
+      {"d128 4k s=.1 dirty, 528 x 256, heads 4 apart", {2, 16, 4096, 128, 128, 3, 0, 4}, false, false, 4, 256},
+      {"d128 4k s=.1 dirty, one-shot, heads 4 apart", {2, 16, 4096, 128, 128, 3, 0, 4}, false, false, 0, 256},
+      {"d64 4k s=.1 dirty, 132 x 1024", {2, 32, 4096, 64, 128, 3, 0}, false, false, 1, 1024},
+      {"d64 4k s=.1 dirty, 132 x 1024, heads 8 apart", {2, 32, 4096, 64, 128, 3, 0, 8}, false, false, 1, 1024},
   };
-  const size_t max_elems = size_t(2) * 8192 * 2048;  // batch x seqlen x hidden, bf16
+  if (argc > 2 && std::string(argv[2]) == "smid") {
+    cases.clear();
+    const char* names[] = {"blockIdx", "smid", "smid reversed", "smid x 37", "smid random 1", "smid random 2"};
+    for (int d : {128, 64})
+      for (int m = 0; m < 6; ++m)
+        cases.push_back({std::string("d") + std::to_string(d) + " 4k s=.1 dirty, 132 x 1024, 1 CTA/SM, first tile by " +
+                             names[m],
+                         {2, 2048 / d, 4096, d, 128, 3, 0, 0}, false, false, 1, 1024, m});
+  }
+  if (argc > 2 && std::string(argv[2]) == "grid") {
+    cases.clear();
+    for (int d : {128, 64})
+      for (int batch : {2, 4})
+        for (int n : {4096, 8192, 16384}) {
+          if (batch == 4 && n != 4096) continue;
+          for (double dens : {0.1, 0.25, 0.5}) {
+            const int nb = n / 128, per_row = std::max(1, int(std::llround(dens * nb)));
+            for (int arr = 0; arr < 2; ++arr) {
+              char name[96];
+              std::snprintf(name, sizeof name, "d%d b%d %dk s=%.2g (%d/%d) %s", d, batch, n / 1024, dens, per_row, nb,
+                            arr == 0 ? "4x256" : "8x128");
+              cases.push_back({name, {batch, 2048 / d, n, d, 128, per_row, 0, 0}, false, false, arr == 0 ? 4 : 8,
+                               arr == 0 ? 256 : 128});
+            }
+          }
+        }
+  }
+  size_t max_elems = 0;  // batch x seqlen x hidden, bf16
+  for (const Case& c : cases)
+    max_elems = std::max(max_elems, size_t(c.p.batch) * c.p.seqlen * c.p.heads * c.p.head_dim);
   uint4 *q, *k, *v, *o;
   CK(cudaMalloc(&q, max_elems * 2));
   CK(cudaMalloc(&k, max_elems * 2));
@@ -150,6 +210,20 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&lists[i], host.size() * 4));
     CK(cudaMemcpy(lists[i], host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   }
+  // slot_of_sm tables (maps 1..5), and the shared memory that keeps one CTA an SM.
+  std::vector<int*> sm_tables(6, nullptr);
+  for (int m = 1; m < 6; ++m) {
+    std::vector<int> tab(sms);
+    for (int i = 0; i < sms; ++i) tab[i] = m == 1 ? i : m == 2 ? sms - 1 - i : m == 3 ? (i * 37) % sms : i;
+    if (m >= 4) {
+      std::mt19937 g(m);
+      std::shuffle(tab.begin(), tab.end(), g);
+    }
+    CK(cudaMalloc(&sm_tables[m], sms * 4));
+    CK(cudaMemcpy(sm_tables[m], tab.data(), sms * 4, cudaMemcpyHostToDevice));
+  }
+  const int hold_bytes = 150 * 1024;
+  CK(cudaFuncSetAttribute(tile_io, cudaFuncAttributeMaxDynamicSharedMemorySize, hold_bytes));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -167,7 +241,10 @@ int main(int argc, char** argv) {
       stream_io<<<sms * 4, 512, 0, s>>>(q, k, v, o, n);
     } else {
       const int tiles = p.batch * p.heads * (p.seqlen / p.block);
-      tile_io<<<c.grid_per_sm ? sms * c.grid_per_sm : tiles, c.threads, 0, s>>>(q, k, v, o, lists[i], p);
+      Problem pp = p;
+      pp.slot_of_sm = c.sm_map ? sm_tables[c.sm_map] : nullptr;
+      const int smem = c.name.find("1 CTA/SM") != std::string::npos ? hold_bytes : 0;
+      tile_io<<<c.grid_per_sm ? sms * c.grid_per_sm : tiles, c.threads, smem, s>>>(q, k, v, o, lists[i], pp);
     }
     CK(cudaEventRecord(e1, s));
     CK(cudaEventSynchronize(e1));

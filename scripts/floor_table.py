@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Issue 7's block-sparse cells against their memory floor.
+
+    floor_table.py IO_FLOOR_GRID.txt FA_BENCH.json [FA_BENCH.json ...]
+
+IO_FLOOR_GRID.txt is the output of `io_floor REPS grid` (libflash/cuda/sm90/dev/io_floor.cu): for every cell, a kernel
+that only moves the cell's bytes (Q, the listed K and V blocks, O) in the same layout and tile order, in two
+arrangements. The floor of a cell is the faster arrangement's median. The fa-bench JSONs give the dense and block-sparse
+times of the same shapes (issue 7's masks run, and any other batch). Prints, per cell, the limit (s + 0.05), the
+fa-bench ratio, the floor as a ratio of the same dense time, and the kernel's time over the floor.
+"""
+import json
+import re
+import sys
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    floor = {}
+    pat = re.compile(r"^\s*d(\d+) b(\d+) (\d+)k s=([0-9.]+) \((\d+)/(\d+)\) (\S+)\s+median\s+([0-9.]+)")
+    for line in open(sys.argv[1]):
+        m = pat.match(line)
+        if not m:
+            continue
+        d, b, nk, s = int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))
+        key = (d, b, nk * 1024, s)
+        floor[key] = min(floor.get(key, 1e30), float(m.group(8)))
+    times = {}
+    for path in sys.argv[2:]:
+        for r in json.load(open(path))["results"]:
+            if r.get("time_ms_median") is None:
+                continue
+            times[(r["head_dim"], r["batch"], r["seqlen_q"], r["mask"])] = r["time_ms_median"] * 1000.0
+    print("cell                      limit   fa-bench   floor   kernel/floor   (us: kernel, floor, dense)")
+    for (d, b, n, s) in sorted(floor, key=lambda k: (-k[0], k[1], k[2], k[3])):
+        dense = times.get((d, b, n, "none"))
+        sparse = times.get((d, b, n, "block-sparse:%g:128" % s))
+        if dense is None or sparse is None:
+            continue
+        f = floor[(d, b, n, s)]
+        lim = s + 0.05
+        flag = " over" if sparse / dense > lim else ""
+        print("d%-3d b%d %2dk s=%-4g          %.2f    %.4f%-5s  %.4f   %.3f          (%.1f, %.1f, %.1f)"
+              % (d, b, n // 1024, s, lim, sparse / dense, flag, f / dense, sparse / f, sparse, f, dense))
+
+
+if __name__ == "__main__":
+    main()

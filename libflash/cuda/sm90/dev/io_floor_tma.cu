@@ -15,6 +15,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include "../fwd_kernel.cuh"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +36,13 @@
 
 namespace {
 
+using flash::sm90::mbar_arrive;
+using flash::sm90::mbar_arrive_expect_tx;
+using flash::sm90::mbar_init;
+using flash::sm90::mbar_wait;
+using flash::sm90::tma_load_4d;
+using flash::sm90::tma_store_4d;
+
 constexpr int kD = 128, kBlock = 128;
 constexpr uint32_t kTileBytes = kBlock * kD * 2;  // 32 KB: a Q, K, V or O block
 constexpr int kMaxDepth = 3;
@@ -49,41 +58,15 @@ struct Params {
   int last_scale;  // the stand-in arithmetic of each CTA's last tile, in quarters (4: as every tile; 0: none)
 };
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// A 128 x 128 block as two 64-column boxes; coordinates in the map's order (column, head, row, batch).
+// A 128 x 128 block as two 64-column boxes; coordinates in the map's order (column, head, row, batch). The PTX wrappers
+// are the production kernel's (fwd_kernel.cuh), so the skeleton issues the same instructions.
 __device__ __forceinline__ void load_block(uint32_t dst, const CUtensorMap* map, uint32_t bar, int head, int row, int b) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-        "[%6];\n" ::"r"(dst + half * (kTileBytes / 2)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(half * 64), "r"(head), "r"(row), "r"(b), "r"(bar)
-        : "memory");
+  for (int half = 0; half < 2; ++half) tma_load_4d(dst + half * (kTileBytes / 2), map, bar, half * 64, head, row, b);
 }
 __device__ __forceinline__ void store_block(const CUtensorMap* map, uint32_t src, int head, int row, int b) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(half * 64), "r"(head), "r"(row), "r"(b), "r"(src + half * (kTileBytes / 2))
-                 : "memory");
+  for (int half = 0; half < 2; ++half) tma_store_4d(map, src + half * (kTileBytes / 2), half * 64, head, row, b);
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 __device__ __forceinline__ void spin(long long cycles) {
@@ -121,7 +104,7 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
       mbar_wait(bar(kQEmpty, buf), ((it / p.nq) & 1) ^ 1);
       int b, h, qb;
       decode(t, b, h, qb);
-      mbar_expect(bar(kQFull, buf), kTileBytes);
+      mbar_arrive_expect_tx(bar(kQFull, buf), kTileBytes);
       load_block(q0 + buf * kTileBytes, &p.q, bar(kQFull, buf), h, qb * kBlock, b);
     }
   } else if (warp == 1) {  // the K/V loader: the lists' blocks through the two-stage ring
@@ -133,10 +116,10 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
         const int kb = p.lists[qb * p.per_row + j];
         const int ks = s % p.nk, vs = s % p.nv;
         mbar_wait(bar(kKEmpty, ks), ((s / p.nk) & 1) ^ 1);
-        mbar_expect(bar(kKFull, ks), kTileBytes);
+        mbar_arrive_expect_tx(bar(kKFull, ks), kTileBytes);
         load_block(k0 + ks * kTileBytes, &p.k, bar(kKFull, ks), h, kb * kBlock, b);
         mbar_wait(bar(kVEmpty, vs), ((s / p.nv) & 1) ^ 1);
-        mbar_expect(bar(kVFull, vs), kTileBytes);
+        mbar_arrive_expect_tx(bar(kVFull, vs), kTileBytes);
         load_block(v0 + vs * kTileBytes, &p.v, bar(kVFull, vs), h, kb * kBlock, b);
       }
     }

@@ -4,7 +4,7 @@
 // (Session 62's first run, s62-8, had the depths fixed at production's Q2 K2 V2; they are parameters since.)
 //
 // The skeleton of fwd_kernel.cuh's block-sparse producer and rings at d128 (one CTA an SM, persistent; two Q buffers of
-// 128 x 128; a ring of two K/V stages of 128 keys; TMA in the 128-byte swizzle with 64-column boxes; [batch, seqlen,
+// 128 x 128 and rings of two K and two V stages of 128 keys, production's depths, each a parameter here; TMA in the 128-byte swizzle with 64-column boxes; [batch, seqlen,
 // heads, head_dim] tensors with the axes sorted by stride, as tma.cpp encodes them), with the consumers reduced to one
 // thread that waits for each block and releases it, and stores O from the Q buffer (O = Q). A Q loader thread and a K/V
 // loader thread work ahead as in production. Optionally the consumer holds each K/V stage `block` cycles and each tile
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
       mbar_arrive_expect_tx(bar(kQFull, buf), kTileBytes);
       load_block(q0 + buf * kTileBytes, &p.q, bar(kQFull, buf), h, qb * kBlock, b);
     }
-  } else if (warp == 1) {  // the K/V loader: the lists' blocks through the two-stage ring
+  } else if (warp == 1) {  // the K/V loader: the lists' blocks through the K and V rings
     int s = 0;
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
       int b, h, qb;

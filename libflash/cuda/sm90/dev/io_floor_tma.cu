@@ -3,10 +3,11 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor_tma io_floor_tma.cu && ./io_floor_tma [reps]
 // (Session 62's first run, s62-8, had the depths fixed at production's Q2 K2 V2; they are parameters since.)
 //
-// The skeleton of fwd_kernel.cuh's block-sparse producer and rings at d128 (one CTA an SM, persistent; two Q buffers of
-// 128 x 128 and rings of two K and two V stages of 128 keys, production's depths, each a parameter here; TMA in the 128-byte swizzle with 64-column boxes; [batch, seqlen,
-// heads, head_dim] tensors with the axes sorted by stride, as tma.cpp encodes them), with the consumers reduced to one
-// thread that waits for each block and releases it, and stores O from the Q buffer (O = Q). A Q loader thread and a K/V
+// The skeleton of fwd_kernel.cuh's block-sparse producer and rings at d128: one CTA an SM, persistent; two Q buffers of
+// 128 x 128 and rings of two K and two V stages of 128 keys (production's depths, each a parameter here); TMA in the
+// 128-byte swizzle with 64-column boxes; [batch, seqlen, heads, head_dim] tensors with the axes sorted by stride, as
+// tma.cpp encodes them. The consumers are reduced to one thread that waits for each block and releases it, and stores O
+// from the Q buffer (O = Q). A Q loader thread and a K/V
 // loader thread work ahead as in production. Optionally the consumer holds each K/V stage `block` cycles and each tile
 // `tile` cycles more before its store (a stand-in for the arithmetic, spun on clock64), so the model can be set against
 // the production kernel's time and the two costs told apart.

@@ -15,6 +15,8 @@
 // back (clean), then CUDA events round the launch; the variants interleaved rep by rep, medians.
 #include <cuda_runtime.h>
 
+#include "io_floor_common.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -22,15 +24,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                             \
-    }                                                                                           \
-  } while (0)
 
 struct Problem {
   int batch, heads, seqlen, head_dim, block;  // block: the mask's rows and keys per block
@@ -199,17 +192,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < cases.size(); ++i) {
     const Problem& p = cases[i].p;
     if (p.per_row == 0) continue;
-    const int nb = p.seqlen / p.block;
-    std::vector<int> host;
-    std::vector<int> all(nb);
-    for (int qb = 0; qb < nb; ++qb) {
-      for (int j = 0; j < nb; ++j) all[j] = j;
-      for (int t = 0; t < p.per_row; ++t) std::swap(all[t], all[t + int(rng() % uint64_t(nb - t))]);
-      std::sort(all.begin(), all.begin() + p.per_row);
-      host.insert(host.end(), all.begin(), all.begin() + p.per_row);
-    }
-    CK(cudaMalloc(&lists[i], host.size() * 4));
-    CK(cudaMemcpy(lists[i], host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    lists[i] = random_lists(p.seqlen / p.block, p.per_row, rng);
   }
   // slot_of_sm tables (maps 1..5), and the shared memory that keeps one CTA an SM.
   std::vector<int*> sm_tables(6, nullptr);

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "../fwd_kernel.cuh"
+#include "io_floor_common.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -25,15 +26,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 namespace {
 
@@ -249,17 +241,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: buffers do not fit\n", c.name.c_str());
       return 1;
     }
-    std::vector<int> host, all(p.nqb);
-    for (int qb = 0; qb < p.nqb; ++qb) {
-      for (int j = 0; j < p.nqb; ++j) all[j] = j;
-      for (int t = 0; t < c.per_row; ++t) std::swap(all[t], all[t + int(rng() % uint64_t(p.nqb - t))]);
-      std::sort(all.begin(), all.begin() + c.per_row);
-      host.insert(host.end(), all.begin(), all.begin() + c.per_row);
-    }
-    int* dl;
-    CK(cudaMalloc(&dl, host.size() * 4));
-    CK(cudaMemcpy(dl, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-    p.lists = dl;
+    p.lists = random_lists(p.nqb, c.per_row, rng);
   }
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

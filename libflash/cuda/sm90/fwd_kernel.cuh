@@ -417,8 +417,10 @@ struct Traits {
   // which leaves out the first block, is off).
   static constexpr bool kUpward = false;
   // Dev (session 50, sm90_dev's CtaTimes): thread 0 writes its CTA's start and end (%globaltimer, ns) to
-  // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish.
+  // args.profile[2 c], [2 c + 1]: how evenly the persistent CTAs finish. Session 63: and its SM's %clock64 at the same
+  // two points to args.profile[kDevCtaClocks + 2 c], [+ 1], so the SM clock during the launch is their ratio.
   static constexpr bool kDevCtaTimes = false;
+  static constexpr int kDevCtaClocks = 2048;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -780,7 +782,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   }
   __syncthreads();
   if constexpr (K::kDevCtaTimes)
-    if (threadIdx.x == 0) args.profile[2 * blockIdx.x] = globaltimer();
+    if (threadIdx.x == 0) {
+      args.profile[2 * blockIdx.x] = globaltimer();
+      args.profile[K::kDevCtaClocks + 2 * blockIdx.x] = clock64();
+    }
 
   if (warpgroup == 0) {
     // ================================ producer ================================
@@ -1793,7 +1798,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
     if (threadIdx.x == 0) asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if constexpr (K::kDevCtaTimes) {
     __syncthreads();
-    if (threadIdx.x == 0) args.profile[2 * blockIdx.x + 1] = globaltimer();
+    if (threadIdx.x == 0) {
+      args.profile[2 * blockIdx.x + 1] = globaltimer();
+      args.profile[K::kDevCtaClocks + 2 * blockIdx.x + 1] = clock64();
+    }
   }
 #endif
 }

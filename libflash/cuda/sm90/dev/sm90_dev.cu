@@ -1365,21 +1365,21 @@ int main(int argc, char** argv) {
         {"d256 causal 1k", 256, 1024, 16, true, 0.0, run_cta_times<Tr<256, 80, 2, 2, 3>>},
         {"d64 3wg causal 1k", 64, 1024, 16, true, 0.0, run_cta_times<Tr<64, 128, 4, 3, 1>>},
     };
-    CK(cudaMalloc(&g_cta_times, 2 * 1024 * sizeof(unsigned long long)));
-    std::printf("%-20s %6s %9s %9s %9s %9s %9s %6s %9s %9s\n", "case", "seqlen", "span us", "start sd", "idle mean",
-                "idle max", "idle>1/2", "ctas", "event us", "ev-span");
+    CK(cudaMalloc(&g_cta_times, 4 * 1024 * sizeof(unsigned long long)));  // times, then clocks (kDevCtaClocks)
+    std::printf("%-20s %6s %9s %9s %9s %9s %9s %6s %9s %9s %8s %8s\n", "case", "seqlen", "span us", "start sd", "idle mean",
+                "idle max", "idle>1/2", "ctas", "event us", "ev-span", "MHz", "MHz min");
     for (const CtaCase& cc : cases) {
       const Problem pr{cc.d, cc.n, cc.batch, cc.causal, cc.density};
       const flash::BlockMaskParams bm = pr.density > 0 ? upload_pattern(pr.n, pr.density, 7) : flash::BlockMaskParams{};
       const FwdParams p = make_params(pr, q[1], k[1], v[1], o, bm);
-      std::vector<double> span_v, sd_v, mean_v, max_v, half_v, event_v;
+      std::vector<double> span_v, sd_v, mean_v, max_v, half_v, event_v, mhz_v, mhz_min_v;
       int ctas = 0;
       for (int rep = 0; rep < reps; ++rep) {
-        CK(cudaMemset(g_cta_times, 0, 2 * 1024 * sizeof(unsigned long long)));
+        CK(cudaMemset(g_cta_times, 0, 4 * 1024 * sizeof(unsigned long long)));
         // Session 63: timed as every other launch here (the SM90_DEV_FLUSH flush, then events round the call), so that the
         // event window can be set against the CTAs' span: what the window holds beyond the kernel's own work.
         event_v.push_back(1e3 * timed(cc.fn, p));
-        std::vector<unsigned long long> h(2 * 1024);
+        std::vector<unsigned long long> h(4 * 1024);
         CK(cudaMemcpy(h.data(), g_cta_times, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
         unsigned long long t0 = ~0ull, t1 = 0;
         ctas = 0;
@@ -1398,10 +1398,18 @@ int main(int argc, char** argv) {
         mean_v.push_back(idle / ctas / span);
         max_v.push_back(idle_max / span);
         half_v.push_back(double(half) / ctas);
+        // Session 63: each CTA's SM clock over its own run (%clock64 cycles over %globaltimer ns; kDevCtaClocks).
+        std::vector<double> mhz;
+        for (int c = 0; c < ctas; ++c) {
+          const unsigned long long* k = &h[Tr<64, 128, 2, 2, 1>::kDevCtaClocks + 2 * c];
+          if (h[2 * c + 1] > h[2 * c]) mhz.push_back(1e3 * double(k[1] - k[0]) / double(h[2 * c + 1] - h[2 * c]));
+        }
+        if (!mhz.empty()) mhz_v.push_back(median(mhz)), mhz_min_v.push_back(*std::min_element(mhz.begin(), mhz.end()));
       }
-      std::printf("%-20s %6d %9.1f %9.2f %9.4f %9.4f %9.3f %6d %9.2f %9.2f\n", cc.name, cc.n, median(span_v),
+      std::printf("%-20s %6d %9.1f %9.2f %9.4f %9.4f %9.3f %6d %9.2f %9.2f %8.0f %8.0f\n", cc.name, cc.n, median(span_v),
                   median(sd_v), median(mean_v), median(max_v), median(half_v), ctas, median(event_v),
-                  median(event_v) - median(span_v));
+                  median(event_v) - median(span_v), mhz_v.empty() ? 0.0 : median(mhz_v),
+                  mhz_min_v.empty() ? 0.0 : median(mhz_min_v));
     }
     return 0;
   }

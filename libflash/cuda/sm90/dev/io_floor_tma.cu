@@ -1,6 +1,6 @@
 // libflash/cuda/sm90/dev/io_floor_tma.cu -- the d128 block-sparse kernel's loads with no arithmetic: the memory floor of
 // its own arrangement. Dev only (not built by CMake):
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor_tma io_floor_tma.cu && ./io_floor_tma [reps]
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor_tma io_floor_tma.cu && ./io_floor_tma [reps] [qdefer]
 // (Session 62's first run, s62-8, had the depths fixed at production's Q2 K2 V2; they are parameters since.)
 //
 // The skeleton of fwd_kernel.cuh's block-sparse producer and rings at d128: one CTA an SM, persistent; two Q buffers of
@@ -49,6 +49,8 @@ struct Params {
   long long block_cycles, tile_cycles;
   int nq, nk, nv;  // buffers: Q (production 2), K stages, V stages (production 2 and 2)
   int last_scale;  // the stand-in arithmetic of each CTA's last tile, in quarters (4: as every tile; 0: none)
+  int q_defer;     // session 63: the next tile's Q issued only after the K/V loader has issued this many blocks of
+                   // the tile before it (0: as production, when its buffer is free; per_row: after the whole list)
 };
 
 // A 128 x 128 block as two 64-column boxes; coordinates in the map's order (column, head, row, batch). The PTX wrappers
@@ -78,7 +80,9 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
   const uint32_t q0 = base, k0 = q0 + p.nq * kTileBytes, v0 = k0 + p.nk * kTileBytes;
   enum { kQFull, kQEmpty, kKFull, kKEmpty, kVFull, kVEmpty };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ int kv_issued;  // blocks the K/V loader has issued (q_defer)
   if (threadIdx.x == 0) {
+    kv_issued = 0;
     for (int i = 0; i < 6 * kMaxDepth; ++i) mbar_init(bars + i * 8, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -97,6 +101,8 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
       mbar_wait(bar(kQEmpty, buf), ((it / p.nq) & 1) ^ 1);
       int b, h, qb;
       decode(t, b, h, qb);
+      if (p.q_defer > 0 && it > 0)
+        while (*static_cast<volatile int*>(&kv_issued) < (it - 1) * p.per_row + p.q_defer) __nanosleep(64);
       mbar_arrive_expect_tx(bar(kQFull, buf), kTileBytes);
       load_block(q0 + buf * kTileBytes, &p.q, bar(kQFull, buf), h, qb * kBlock, b);
     }
@@ -114,6 +120,7 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
         mbar_wait(bar(kVEmpty, vs), ((s / p.nv) & 1) ^ 1);
         mbar_arrive_expect_tx(bar(kVFull, vs), kTileBytes);
         load_block(v0 + vs * kTileBytes, &p.v, bar(kVFull, vs), h, kb * kBlock, b);
+        *static_cast<volatile int*>(&kv_issued) = s + 1;
       }
     }
   } else if (warp == 4) {  // the consumer: wait, hold, release; O = Q stored from the Q buffer
@@ -185,10 +192,11 @@ int main(int argc, char** argv) {
     std::string name;
     int nq = 2, nk = 2, nv = 2;
     int last_scale = 4;
+    int q_defer = 0;
   };
   // d128, batch 2, 16 heads: issue 7's 4k s = .1 (3 of 32 blocks) and 8k s = .1 (6 of 64). The stand-in arithmetic:
   // ncu's source page (s61-2) puts a loop block at ~2.7k consumer cycles and a tile's fixed cost at ~5.9k.
-  const std::vector<Case> cases = {
+  const std::vector<Case> all_cases = {
       {4096, 3, 0, 0, "4k s=.1, no arithmetic"},
       {4096, 3, 1350, 2950, "4k s=.1, half the stand-in"},
       {4096, 3, 2700, 5900, "4k s=.1, stand-in 2.7k a block + 5.9k a tile"},
@@ -214,6 +222,20 @@ int main(int argc, char** argv) {
       {4096, 3, 2700, 5900, "4k s=.1, full, last tile none", 2, 2, 2, 0},
       {4096, 3, 2700, 5900, "4k s=.1, full, last tile half of it", 2, 2, 2, 2},
   };
+  // Session 63 ("qdefer"): the next tile's Q issued later, after 1, 2 or all 3 of the previous tile's K/V blocks were
+  // issued, so that it queues behind the running tile's loads instead of ahead of them; with the half stand-in and none.
+  const std::vector<Case> qdefer_cases = {
+      {4096, 3, 1350, 2950, "4k s=.1, half"},
+      {4096, 3, 1350, 2950, "4k s=.1, half, Q after 1 block", 2, 2, 2, 4, 1},
+      {4096, 3, 1350, 2950, "4k s=.1, half, Q after 2 blocks", 2, 2, 2, 4, 2},
+      {4096, 3, 1350, 2950, "4k s=.1, half, Q after 3 blocks", 2, 2, 2, 4, 3},
+      {4096, 3, 0, 0, "4k s=.1, none"},
+      {4096, 3, 0, 0, "4k s=.1, none, Q after 3 blocks", 2, 2, 2, 4, 3},
+      {8192, 6, 1350, 2950, "8k s=.1, half"},
+      {8192, 6, 1350, 2950, "8k s=.1, half, Q after 3 blocks", 2, 2, 2, 4, 3},
+      {8192, 6, 1350, 2950, "8k s=.1, half, Q after 6 blocks", 2, 2, 2, 4, 6},
+  };
+  const std::vector<Case>& cases = (argc > 2 && std::string(argv[2]) == "qdefer") ? qdefer_cases : all_cases;
   const size_t elems = size_t(batch) * 8192 * heads * kD;
   void *q, *k, *v, *o;
   CK(cudaMalloc(&q, elems * 2));
@@ -236,7 +258,7 @@ int main(int argc, char** argv) {
     p.per_row = c.per_row, p.nqb = c.seqlen / kBlock, p.heads = heads, p.batch = batch;
     p.tiles = batch * heads * p.nqb;
     p.block_cycles = c.block_cycles, p.tile_cycles = c.tile_cycles;
-    p.nq = c.nq, p.nk = c.nk, p.nv = c.nv, p.last_scale = c.last_scale;
+    p.nq = c.nq, p.nk = c.nk, p.nv = c.nv, p.last_scale = c.last_scale, p.q_defer = c.q_defer;
     if (c.nq + c.nk + c.nv > 7 || std::max({c.nq, c.nk, c.nv}) > kMaxDepth) {
       std::fprintf(stderr, "%s: buffers do not fit\n", c.name.c_str());
       return 1;

@@ -421,10 +421,6 @@ struct Traits {
   // two points to args.profile[kDevCtaClocks + 2 c], [+ 1], so the SM clock during the launch is their ratio.
   static constexpr bool kDevCtaTimes = false;
   static constexpr int kDevCtaClocks = 2048;
-  // Block-sparse, one ring (session 63): the next tile's Q goes out only once the K/V loader has issued this many of the
-  // running tile's K/V blocks (N > 0: min(N, list), N < 0: max(1, list + N); 0: as soon as its buffer is free, as
-  // before), so it queues in DRAM behind the loads the consumers wait for next instead of ahead of them.
-  static constexpr int kQAfterKV = 0;
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };
@@ -718,8 +714,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // The tile in each tile slot, written by the producer (block-sparse: its scheduler warp) before its
   // tile_full arrive. Tile slots follow the Q buffers for dense masks and the two schedules for block-sparse.
   __shared__ int tile_ids[2];
-  // Traits::kQAfterKV: the tiles (counted from 1) whose gate of K/V blocks the K/V loader has issued; read by the Q loader.
-  [[maybe_unused]] __shared__ int kv_gate;
   [[maybe_unused]] __shared__ int tile_mhb[2][3];  // Traits::kTileInSmem: the tile's m_block, h, b beside its index
   // The profiled builds: when each Q buffer's load was issued (clock64, the producer's), for the tile start's Prof.
   [[maybe_unused]] __shared__ long long q_issued[2];
@@ -761,7 +755,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   // kUniformWg (Traits, perf-log v74): the warpgroup index broadcast from lane 0, so that ptxas knows it warp-uniform.
   const int warpgroup = K::kUniformWg ? __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) : int(threadIdx.x / 128);
   if (threadIdx.x == 0) {
-    if constexpr (K::kQAfterKV != 0) kv_gate = 0;
     for (int slot = 0; slot < K::kQStages; ++slot) {
       mbar_init(q_full(slot), 1);
       mbar_init(q_empty(slot), 128 * K::kConsumers);
@@ -929,10 +922,6 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // (Its own decode: the scheduler's, as the K/V loaders take it (kLoaderMhb), measured no faster here -- its Q goes
           // out a tile ahead; sm90_dev s57-13, commit 514b7da.)
           const Tile tile(args, x);
-          static_assert(K::kQAfterKV == 0 || !K::kTwoRings, "kQAfterKV: one ring only");
-          if constexpr (K::kQAfterKV != 0)  // (the tile before this one has its gate's K/V loads issued)
-            if (tile_iter > 0)
-              while (*static_cast<volatile int*>(&kv_gate) < tile_iter) __nanosleep(64);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
@@ -982,32 +971,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
             it += c;
           } else {
             KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched_base + slot * args.sched_stride);
-            // Traits::kQAfterKV: the next tile's Q waits until `gate` of this tile's blocks have their K and V issued.
-            [[maybe_unused]] int gate = 0, v_issued = 0;
-            if constexpr (K::kQAfterKV != 0) {
-              const int c = blocks.sched[0];
-              gate = K::kQAfterKV > 0 ? min(K::kQAfterKV, c) : min(c, max(1, c + K::kQAfterKV));
-              if (gate == 0) *static_cast<volatile int*>(&kv_gate) = tile_iter + 1;
-            }
-            auto v_done = [&] {
-              if constexpr (K::kQAfterKV != 0)
-                if (++v_issued == gate) *static_cast<volatile int*>(&kv_gate) = tile_iter + 1;
-            };
             int v_pending = -1, v_at = 0;
             for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it) {
               load_kv(&args.tk, args.k_pos, k_smem0, k_full(it % kStages), k_empty(it % kStages), n, it, h_kv, tile.b);
-              if (v_pending >= 0) {
-                load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
-                v_done();
-              }
+              if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
               v_pending = n;
               v_at = it;
             }
             mbar_arrive(sched_empty(slot));  // the schedule is read
-            if (v_pending >= 0) {
-              load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
-              v_done();
-            }
+            if (v_pending >= 0) load_kv(&args.tv, args.v_pos, v_smem0, v_full(v_at % kStages), v_empty(v_at % kStages), v_pending, v_at, h_kv, tile.b);
           }
         }
       }

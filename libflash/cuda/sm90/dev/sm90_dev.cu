@@ -324,11 +324,6 @@ template <class T, bool ON = true>
 struct SingleShift : T {
   static constexpr bool kSingleShift = ON;
 };
-// Session 63: the next tile's Q behind N of the running tile's K/V blocks (Traits::kQAfterKV).
-template <class T, int N>
-struct QAfterKV : T {
-  static constexpr int kQAfterKV = N;
-};
 // The block-sparse K/V loaders' tile decode from the scheduler (ON, Traits::kLoaderMhb) or their own divisions.
 template <class T, bool ON = true>
 struct LoaderMhb : T {
@@ -998,11 +993,11 @@ const Candidate kCandidates[] = {
     // 3-5%; the turns switched at run time in one instantiation, predicated or branched round, slower than none).
     {"d128 bs (prod)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
     {"d128 bs (prod again)", 128, true, run_turns_by_length<Tr<128, 128, 2, 2, 2, true>>},
-    // Session 63: the next tile's Q issued once 1 / 2 / all but one of the running tile's K/V blocks are (Traits::
-    // kQAfterKV; dev/io_floor_tma.cu's model, s63-6: 4k s = .1 -1%, 8k s = .1 -2% with the gate near the list's end).
-    {"d128 bs s63 Q after 1", 128, true, run_turns_by_length<QAfterKV<Tr<128, 128, 2, 2, 2, true>, 1>>},
-    {"d128 bs s63 Q after 2", 128, true, run_turns_by_length<QAfterKV<Tr<128, 128, 2, 2, 2, true>, 2>>},
-    {"d128 bs s63 Q after n-1", 128, true, run_turns_by_length<QAfterKV<Tr<128, 128, 2, 2, 2, true>, -1>>},
+    // Session 63 (s63-7, two rounds of 60 reps, paired, dirty flush; code in commit 8add64a, removed): the next tile's Q
+    // issued only once 1 / 2 / all but one of the running tile's K/V blocks were (Traits::kQAfterKV; dev/io_floor_tma.cu's
+    // model, s63-6, had it 1% faster at 4k s = .1 and 2% at 8k). Against production's first copy: 4k s = .1 .998-1.005 /
+    // .997-1.000 / .998-1.000 (the warm copy .985 / .994), .25 1.000-1.004, .5 1.004-1.009, 8k .998-1.008, 16k 1.006-1.011.
+    // Outputs bit-identical. Not kept.
     // Session 60 (s60-6, three rounds of 60 reps, dirty flush; code in commit b6052d4): S_0
     // and / or the drain's P V issued without a ping-pong turn. Warm against production's warm copy (.983-.988 at 4k s =
     // .1): S_0 free .982-.986, the drain free .985-.988, both .988-.991; at 4k s = .25 and 8k s = .1 S_0 free 1.010-1.012

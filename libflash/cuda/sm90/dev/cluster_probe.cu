@@ -4,19 +4,7 @@
 // sharing K and V by TMA multicast needs the persistent grid in pairs; if the GPCs leave SMs that no pair can use, the
 // multicast's gain must first pay for them. Not part of the build:
 //   nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -o cluster_probe libflash/cuda/sm90/dev/cluster_probe.cu
-#include <cuda_runtime.h>
-
-#include <cstdio>
-#include <cstdlib>
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    const cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "dev_common.h"
 
 // Each CTA spins for `cycles` SM clocks and records the SM it ran on.
 __global__ void spin(long long cycles, int* sm_of_cta) {

@@ -15,7 +15,7 @@
 // back (clean), then CUDA events round the launch; the variants interleaved rep by rep, medians.
 #include <cuda_runtime.h>
 
-#include "io_floor_common.h"
+#include "dev_common.h"
 
 #include <algorithm>
 #include <cstdint>

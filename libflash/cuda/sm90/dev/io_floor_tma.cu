@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "../fwd_kernel.cuh"
-#include "io_floor_common.h"
+#include "dev_common.h"
 
 #include <algorithm>
 #include <cstdint>

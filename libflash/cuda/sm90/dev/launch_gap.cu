@@ -4,27 +4,7 @@
 //   nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o launch_gap launch_gap.cu && ./launch_gap [reps] [spin_us]
 // The "call" is a persistent spin kernel (one CTA per SM, each spinning spin_us of globaltimer) that takes its CTAs'
 // first work from an int counter as the sm90 kernels do, so a memset ahead of it is on its critical path.
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
+#include "dev_common.h"
 
 // Each CTA spins spin_ns, then bumps the counter once (as a persistent CTA's last, failing take would).
 __global__ void spin(int* counter, unsigned long long spin_ns, int* sink) {
@@ -36,10 +16,6 @@ __global__ void spin(int* counter, unsigned long long spin_ns, int* sink) {
   if (v == -12345) *sink = v;
 }
 __global__ void zero(int* counter) { *counter = 0; }
-__global__ void flush_write(float4* buf, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    buf[i] = make_float4(1.f, 2.f, 3.f, 4.f);
-}
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 300;
@@ -50,7 +26,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&counter, 256));
   CK(cudaMalloc(&sink, 4));
   const size_t flush_bytes = size_t(256) << 20;
-  float4* flush;
+  uint4* flush;
   CK(cudaMalloc(&flush, flush_bytes));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -64,7 +40,7 @@ int main(int argc, char** argv) {
                                   "zeroing kernel + kernel", "memset outside the window + kernel"};
   std::vector<std::vector<float>> t(kVariants);
   auto call = [&](int v) {
-    flush_write<<<sms * 4, 512, 0, s>>>(flush, flush_bytes / sizeof(float4));
+    flush_write<<<sms * 4, 512, 0, s>>>(flush, flush_bytes / sizeof(uint4));
     if (v == kPlain || v == kMemsetOutside) CK(cudaMemsetAsync(counter, 0, 4, s));
     CK(cudaEventRecord(e0, s));
     if (v == kMemset) CK(cudaMemsetAsync(counter, 0, 4, s));

@@ -11,15 +11,9 @@
 //     same 200 KB dynamic shared memory as the call (the SMs' L1 / shared split then needs no change at the call);
 //   - programmatic stream serialisation on the call (griddepcontrol.wait first);
 //   - no flush, the call behind an identical call (the least a launch costs here).
-#include "io_floor_common.h"
+#include "dev_common.h"
 
 #include <cstring>
-
-__device__ __forceinline__ unsigned long long now_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // Thread 0 of each CTA spins spin_ns from its CTA's start; times[2 c], times[2 c + 1] = start, end.
 __global__ void spin(unsigned long long spin_ns, unsigned long long* times, int pdl_wait) {
@@ -30,12 +24,6 @@ __global__ void spin(unsigned long long spin_ns, unsigned long long* times, int 
   }
   times[2 * blockIdx.x] = t0;
   times[2 * blockIdx.x + 1] = now_ns();
-}
-__global__ void flush_write(uint4* buf, size_t n) {
-  extern __shared__ unsigned char smem[];
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    buf[i] = make_uint4(i, 1, 2, 3);
-  if (threadIdx.x == 1u << 30) smem[0] = 0;
 }
 
 int main(int argc, char** argv) {

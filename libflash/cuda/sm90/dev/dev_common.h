@@ -1,5 +1,6 @@
-// libflash/cuda/sm90/dev/io_floor_common.h -- what io_floor.cu and io_floor_tma.cu share (dev only): the CUDA error
-// check and the block lists they move.
+// libflash/cuda/sm90/dev/dev_common.h -- what the standalone dev tools share (dev only, none built by CMake): the CUDA
+// error check (all of them), the block lists io_floor.cu and io_floor_tma.cu move, and the GPU's nanosecond clock and the
+// cache-flushing write that launch_gap.cu and launch_overhead.cu time with. (io_floor_common.h until session 63.)
 #pragma once
 #include <cuda_runtime.h>
 
@@ -33,4 +34,18 @@ inline int* random_lists(int nb, int per_row, std::mt19937_64& rng) {
   CK(cudaMalloc(&d, host.size() * 4));
   CK(cudaMemcpy(d, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
   return d;
+}
+
+// The GPU's nanosecond clock, the same on every SM.
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Writes n 16-byte words (a flush of L2 by a kernel, as against cudaMemsetAsync). Its dynamic shared memory, if the
+// launch gives it any, is never touched: the launch only sets the SMs' L1 / shared split.
+__global__ void flush_write(uint4* buf, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    buf[i] = make_uint4(unsigned(i), 1u, 2u, 3u);
 }

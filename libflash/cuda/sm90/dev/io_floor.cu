@@ -99,12 +99,10 @@ __global__ void read_back(const uint4* __restrict__ buf, int64_t n, unsigned* si
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
-  int sms = 0, l2 = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const size_t flush_bytes = size_t(2) * size_t(l2);
-  void* flush;
-  CK(cudaMalloc(&flush, flush_bytes));
+  EventTimer timer;
+  const int sms = timer.sms, l2 = timer.l2;
+  const size_t flush_bytes = timer.flush_bytes;
+  void* const flush = timer.flush;
   unsigned* sink;
   CK(cudaMalloc(&sink, 4));
   // Issue 7's shapes: batch 2, hidden 2048, 4k; d128 and d64; s = 3, 8, 16 of 32 key blocks (fa-bench's llround).
@@ -178,14 +176,9 @@ int main(int argc, char** argv) {
   size_t max_elems = 0;  // batch x seqlen x hidden, bf16
   for (const Case& c : cases)
     max_elems = std::max(max_elems, size_t(c.p.batch) * c.p.seqlen * c.p.heads * c.p.head_dim);
-  uint4 *q, *k, *v, *o;
-  CK(cudaMalloc(&q, max_elems * 2));
-  CK(cudaMalloc(&k, max_elems * 2));
-  CK(cudaMalloc(&v, max_elems * 2));
-  CK(cudaMalloc(&o, max_elems * 2));
-  CK(cudaMemset(q, 1, max_elems * 2));
-  CK(cudaMemset(k, 2, max_elems * 2));
-  CK(cudaMemset(v, 3, max_elems * 2));
+  void *qb, *kb, *vb, *ob;
+  alloc_qkvo(max_elems * 2, &qb, &kb, &vb, &ob);
+  uint4 *q = static_cast<uint4*>(qb), *k = static_cast<uint4*>(kb), *v = static_cast<uint4*>(vb), *o = static_cast<uint4*>(ob);
   // Lists: per query block, per_row distinct key blocks, random, the same for every (batch, head) as fa-bench's.
   std::vector<int*> lists(cases.size(), nullptr);
   std::mt19937_64 rng(20261125);
@@ -208,53 +201,34 @@ int main(int argc, char** argv) {
   }
   const int hold_bytes = 150 * 1024;
   CK(cudaFuncSetAttribute(tile_io, cudaFuncAttributeMaxDynamicSharedMemorySize, hold_bytes));
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  int stamp = 0;
+  const cudaStream_t s = timer.stream;
   auto call = [&](size_t i) {
     const Case& c = cases[i];
     const Problem& p = c.p;
-    CK(cudaMemsetAsync(flush, ++stamp & 0xff, flush_bytes, s));
+    timer.dirty_flush();
     if (c.clean) read_back<<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(flush), int64_t(flush_bytes / 16), sink);
-    CK(cudaEventRecord(e0, s));
-    if (c.stream) {
-      const int64_t n = int64_t(p.batch) * p.seqlen * p.heads * p.head_dim / 8;
-      stream_io<<<sms * 4, 512, 0, s>>>(q, k, v, o, n);
-    } else {
-      const int tiles = p.batch * p.heads * (p.seqlen / p.block);
-      Problem pp = p;
-      pp.slot_of_sm = c.sm_map ? sm_tables[c.sm_map] : nullptr;
-      const int smem = c.name.find("1 CTA/SM") != std::string::npos ? hold_bytes : 0;
-      tile_io<<<c.grid_per_sm ? sms * c.grid_per_sm : tiles, c.threads, smem, s>>>(q, k, v, o, lists[i], pp);
-    }
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaGetLastError());
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1000.f;
+    return timer.time_us([&] {
+      if (c.stream) {
+        const int64_t n = int64_t(p.batch) * p.seqlen * p.heads * p.head_dim / 8;
+        stream_io<<<sms * 4, 512, 0, s>>>(q, k, v, o, n);
+      } else {
+        const int tiles = p.batch * p.heads * (p.seqlen / p.block);
+        Problem pp = p;
+        pp.slot_of_sm = c.sm_map ? sm_tables[c.sm_map] : nullptr;
+        const int smem = c.name.find("1 CTA/SM") != std::string::npos ? hold_bytes : 0;
+        tile_io<<<c.grid_per_sm ? sms * c.grid_per_sm : tiles, c.threads, smem, s>>>(q, k, v, o, lists[i], pp);
+      }
+    });
   };
-  for (int w = 0; w < 5; ++w)
-    for (size_t i = 0; i < cases.size(); ++i) call(i);
-  std::vector<std::vector<float>> t(cases.size());
-  for (int r = 0; r < reps; ++r)
-    for (size_t j = 0; j < cases.size(); ++j) {
-      const size_t i = (j + r) % cases.size();
-      t[i].push_back(call(i));
-    }
+  const std::vector<std::vector<float>> t = interleaved_rounds(cases.size(), reps, 5, call);
   std::printf("io_floor: %d SMs, L2 %d MB, flush %zu MB, %d reps interleaved, event-timed (us)\n", sms, l2 >> 20,
               flush_bytes >> 20, reps);
   for (size_t i = 0; i < cases.size(); ++i) {
-    std::vector<float> v2 = t[i];
-    std::sort(v2.begin(), v2.end());
     const Problem& p = cases[i].p;
     const double qo = 2.0 * p.batch * p.seqlen * p.heads * p.head_dim * 2;  // Q read + O written
     const double kv_all = qo;                                                // K + V, every block
     std::printf("  %-50s median %8.2f  p10 %8.2f  p90 %8.2f   (Q + O %.1f MB, K + V at most %.1f MB)\n",
-                cases[i].name.c_str(), v2[v2.size() / 2], v2[v2.size() / 10], v2[v2.size() * 9 / 10], qo / 1e6,
+                cases[i].name.c_str(), quantile(t[i], .5), quantile(t[i], .1), quantile(t[i], .9), qo / 1e6,
                 kv_all / 1e6);
   }
   return 0;

@@ -179,12 +179,8 @@ void encode(CUtensorMap* map, void* ptr, int batch, int seqlen, int heads) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 60;
-  int sms = 0, l2 = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const size_t flush_bytes = size_t(2) * size_t(l2);
-  void* flush;
-  CK(cudaMalloc(&flush, flush_bytes));
+  EventTimer timer;
+  const int sms = timer.sms;
   const int batch = 2, heads = 16;
   struct Case {
     int seqlen, per_row;
@@ -238,13 +234,7 @@ int main(int argc, char** argv) {
   const std::vector<Case>& cases = (argc > 2 && std::string(argv[2]) == "qdefer") ? qdefer_cases : all_cases;
   const size_t elems = size_t(batch) * 8192 * heads * kD;
   void *q, *k, *v, *o;
-  CK(cudaMalloc(&q, elems * 2));
-  CK(cudaMalloc(&k, elems * 2));
-  CK(cudaMalloc(&v, elems * 2));
-  CK(cudaMalloc(&o, elems * 2));
-  CK(cudaMemset(q, 1, elems * 2));
-  CK(cudaMemset(k, 2, elems * 2));
-  CK(cudaMemset(v, 3, elems * 2));
+  alloc_qkvo(elems * 2, &q, &k, &v, &o);
   CK(cudaFuncSetAttribute(floor_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   std::vector<Params> params(cases.size());
   std::mt19937_64 rng(20261125);
@@ -265,22 +255,9 @@ int main(int argc, char** argv) {
     }
     p.lists = random_lists(p.nqb, c.per_row, rng);
   }
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  int stamp = 0;
   auto call = [&](size_t i) {
-    CK(cudaMemsetAsync(flush, ++stamp & 0xff, flush_bytes, s));
-    CK(cudaEventRecord(e0, s));
-    floor_tma<<<sms, 384, kSmem, s>>>(params[i]);
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaGetLastError());
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1000.f;
+    timer.dirty_flush();
+    return timer.time_us([&] { floor_tma<<<sms, 384, kSmem, timer.stream>>>(params[i]); });
   };
   // O = Q: check one case's output once.
   call(0);
@@ -298,21 +275,12 @@ int main(int argc, char** argv) {
     std::printf("io_floor_tma: O = Q check, 4k: %zu of %zu elements differ\n", bad, ho.size());
     if (bad) return 1;
   }
-  for (int w = 0; w < 5; ++w)
-    for (size_t i = 0; i < cases.size(); ++i) call(i);
-  std::vector<std::vector<float>> t(cases.size());
-  for (int r = 0; r < reps; ++r)
-    for (size_t j = 0; j < cases.size(); ++j) {
-      const size_t i = (j + r) % cases.size();
-      t[i].push_back(call(i));
-    }
+  const std::vector<std::vector<float>> t = interleaved_rounds(cases.size(), reps, 5, call);
   std::printf("io_floor_tma: %d SMs (one CTA each), d128 batch 2 x 16 heads, dirty flush %zu MB, %d reps interleaved (us)\n",
-              sms, flush_bytes >> 20, reps);
+              sms, timer.flush_bytes >> 20, reps);
   for (size_t i = 0; i < cases.size(); ++i) {
-    std::vector<float> v2 = t[i];
-    std::sort(v2.begin(), v2.end());
-    std::printf("  %-48s median %8.2f  p10 %8.2f  p90 %8.2f\n", cases[i].name.c_str(), v2[v2.size() / 2], v2[v2.size() / 10],
-                v2[v2.size() * 9 / 10]);
+    std::printf("  %-48s median %8.2f  p10 %8.2f  p90 %8.2f\n", cases[i].name.c_str(), quantile(t[i], .5),
+                quantile(t[i], .1), quantile(t[i], .9));
   }
   return 0;
 }

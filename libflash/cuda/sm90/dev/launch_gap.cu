@@ -20,19 +20,12 @@ __global__ void zero(int* counter) { *counter = 0; }
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 300;
   const double spin_us = argc > 2 ? std::atof(argv[2]) : 150.0;
-  int sms = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  EventTimer timer(size_t(256) << 20);  // (flushed by flush_write below, not the timer's memset)
+  const int sms = timer.sms;
+  const cudaStream_t s = timer.stream;
   int *counter, *sink;
   CK(cudaMalloc(&counter, 256));
   CK(cudaMalloc(&sink, 4));
-  const size_t flush_bytes = size_t(256) << 20;
-  uint4* flush;
-  CK(cudaMalloc(&flush, flush_bytes));
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
   const unsigned long long spin_ns = (unsigned long long)(spin_us * 1000.0);
 
   enum { kPlain, kMemset, kZeroKernel, kMemsetOutside, kVariants };
@@ -40,17 +33,13 @@ int main(int argc, char** argv) {
                                   "zeroing kernel + kernel", "memset outside the window + kernel"};
   std::vector<std::vector<float>> t(kVariants);
   auto call = [&](int v) {
-    flush_write<<<sms * 4, 512, 0, s>>>(flush, flush_bytes / sizeof(uint4));
+    flush_write<<<sms * 4, 512, 0, s>>>(static_cast<uint4*>(timer.flush), timer.flush_bytes / sizeof(uint4));
     if (v == kPlain || v == kMemsetOutside) CK(cudaMemsetAsync(counter, 0, 4, s));
-    CK(cudaEventRecord(e0, s));
-    if (v == kMemset) CK(cudaMemsetAsync(counter, 0, 4, s));
-    if (v == kZeroKernel) zero<<<1, 1, 0, s>>>(counter);
-    spin<<<sms, 128, 0, s>>>(counter, spin_ns, sink);
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1000.f;
+    return timer.time_us([&] {
+      if (v == kMemset) CK(cudaMemsetAsync(counter, 0, 4, s));
+      if (v == kZeroKernel) zero<<<1, 1, 0, s>>>(counter);
+      spin<<<sms, 128, 0, s>>>(counter, spin_ns, sink);
+    });
   };
   for (int w = 0; w < 20; ++w)
     for (int v = 0; v < kVariants; ++v) call(v);
@@ -65,14 +54,8 @@ int main(int argc, char** argv) {
     diff_memset.push_back(x[kMemset] - x[kPlain]);
     diff_zero.push_back(x[kZeroKernel] - x[kPlain]);
   }
-  auto med = [](std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  auto pct = [](std::vector<float> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[size_t(q * (v.size() - 1))];
-  };
+  auto med = [](const std::vector<float>& v) { return quantile(v, .5); };
+  auto pct = [](const std::vector<float>& v, double q) { return quantile(v, q); };
   std::printf("launch_gap: %d SMs, spin %.1f us, %d reps interleaved (rotated), event-timed after a 256 MB flush\n", sms,
               spin_us, reps);
   for (int v = 0; v < kVariants; ++v)

@@ -29,22 +29,16 @@ __global__ void spin(unsigned long long spin_ns, unsigned long long* times, int 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 300;
   const double spin_us = argc > 2 ? std::atof(argv[2]) : 60.0;
-  int sms = 0, l2 = 0;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-  const size_t flush_bytes = size_t(2) * size_t(l2);
-  void* flush;
-  CK(cudaMalloc(&flush, flush_bytes));
+  EventTimer timer;
+  const int sms = timer.sms;
+  const size_t flush_bytes = timer.flush_bytes;
+  void* const flush = timer.flush;
   unsigned long long* times;
   CK(cudaMalloc(&times, 2 * sizeof(unsigned long long) * sms));
   const int big = 200 * 1024;
   CK(cudaFuncSetAttribute(spin, cudaFuncAttributeMaxDynamicSharedMemorySize, big));
   CK(cudaFuncSetAttribute(flush_write, cudaFuncAttributeMaxDynamicSharedMemorySize, big));
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  const cudaStream_t s = timer.stream;
   const unsigned long long spin_ns = (unsigned long long)(spin_us * 1000.0);
 
   struct Variant {
@@ -63,7 +57,6 @@ int main(int argc, char** argv) {
   };
   const int nv = int(sizeof(vs) / sizeof(vs[0]));
   std::vector<std::vector<float>> t(nv), span(nv);
-  unsigned stamp = 0;
   std::vector<unsigned long long> h(2 * sms);
   auto launch_call = [&](const Variant& v) {
     cudaLaunchConfig_t cfg{};
@@ -80,22 +73,16 @@ int main(int argc, char** argv) {
   };
   auto call = [&](int vi, float* sp) {
     const Variant& v = vs[vi];
-    if (v.flush == 0) CK(cudaMemsetAsync(flush, ++stamp & 0xff, flush_bytes, s));
+    if (v.flush == 0) timer.dirty_flush();
     if (v.flush == 1) flush_write<<<sms * 4, 512, 0, s>>>(static_cast<uint4*>(flush), flush_bytes / 16);
     if (v.flush == 2) flush_write<<<sms, 512, big, s>>>(static_cast<uint4*>(flush), flush_bytes / 16);
     if (v.flush == 3) launch_call(v);
-    CK(cudaEventRecord(e0, s));
-    launch_call(v);
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaGetLastError());
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const float us = timer.time_us([&] { launch_call(v); });
     CK(cudaMemcpy(h.data(), times, h.size() * 8, cudaMemcpyDeviceToHost));
     unsigned long long a = ~0ull, b = 0;
     for (int c = 0; c < sms; ++c) a = std::min(a, h[2 * c]), b = std::max(b, h[2 * c + 1]);
     *sp = float(double(b - a) / 1e3);
-    return ms * 1000.f;
+    return us;
   };
   float sp;
   for (int w = 0; w < 20; ++w)
@@ -106,15 +93,11 @@ int main(int argc, char** argv) {
       t[v].push_back(call(v, &sp));
       span[v].push_back(sp);
     }
-  auto pct = [](std::vector<float> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v[size_t(q * (v.size() - 1))];
-  };
   std::printf("launch_overhead: %d SMs, flush %zu MB, spin %.1f us, %d reps interleaved (rotated)\n", sms,
               flush_bytes >> 20, spin_us, reps);
   std::printf("  %-48s %9s %9s %9s %9s %12s\n", "variant", "event med", "p10", "p90", "span med", "event-spin");
   for (int v = 0; v < nv; ++v)
-    std::printf("  %-48s %9.2f %9.2f %9.2f %9.2f %12.2f\n", vs[v].name, pct(t[v], .5), pct(t[v], .1), pct(t[v], .9),
-                pct(span[v], .5), pct(t[v], .5) - float(spin_us));
+    std::printf("  %-48s %9.2f %9.2f %9.2f %9.2f %12.2f\n", vs[v].name, quantile(t[v], .5), quantile(t[v], .1),
+                quantile(t[v], .9), quantile(span[v], .5), quantile(t[v], .5) - float(spin_us));
   return 0;
 }

@@ -16,6 +16,8 @@
 #   sanitize-rings  compute-sanitizer on the two-ring kernel's test
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
+#   masks-runs  the masks phase $MASKS_RUNS times (default 2), each run's JSON, logs, masks_table.py's and floor_table.py's
+#           tables in $OUT/masks-$TAG-runN/, then all of them in one $OUT/$TAG-results.tgz ($TAG: default "masks")
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 #   build-dev  configure and build sm90_dev alone
 #   dev-dNNN / prof-NAME  sm90_dev's head-dim-NNN candidates on the dense and causal problems / the profile cases named NAME
@@ -183,6 +185,21 @@ for phase in "$@"; do
       ;;
     table)
       python3 scripts/sm90_table.py "$OUT/fa-bench-h100-sm90.json" "$OUT/torch-sdpa-h100.json" | tee "$OUT/table.txt"
+      ;;
+    masks-runs)
+      # (Sessions 61-63 wrote this loop into each call's script; the device returns few files, hence the tarball.)
+      tag=${TAG:-masks}
+      for r in $(seq 1 "${MASKS_RUNS:-2}"); do
+        bash "$0" masks > /dev/null 2>&1
+        dir="$OUT/masks-$tag-run$r"
+        mkdir -p "$dir" && mv "$OUT"/fa-bench-*masks* "$dir/"
+        python3 scripts/masks_table.py "$dir/fa-bench-h100-sm90-masks-d64.json" "$dir/fa-bench-h100-sm90-masks-d128.json" \
+          > "$dir/masks-table.txt" 2>&1
+        python3 scripts/floor_table.py bench_results/h100-2026-11-25/sm90-s62/final/io-floor-grid-s62-4.txt \
+          "$dir"/fa-bench-h100-sm90-masks-d*.json > "$dir/floor-table.txt" 2>&1
+        echo "masks run $r:"; cat "$dir/masks-table.txt"
+      done
+      (cd "$OUT" && tar czf "$tag-results.tgz" masks-"$tag"-run* && rm -rf masks-"$tag"-run*)
       ;;
     masks)
       B=$BUILD/cli/fa-bench

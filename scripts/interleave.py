@@ -9,6 +9,16 @@ def add_icache_argument(ap):
                          "mixed: the rule before session 50")
 
 
+def add_round_arguments(ap, reps=40):
+    """The interleaved scripts' shared options: --reps, --seed, --sleep (GPU cycles of torch.cuda._sleep before each timed
+    call), --icache and --json."""
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--seed", type=int, default=24301)
+    ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
+    add_icache_argument(ap)
+    ap.add_argument("--json")
+
+
 def time_rounds(fns, reps, cache, sleep, clean=None, icache="warm"):
     """{name: [ms per round]} for fns, a {name: callable} dict. Each round calls every fn once, in list order on even
     rounds and reversed on odd ones, so a change of clocks falls on all alike. Each call is preceded by a write of

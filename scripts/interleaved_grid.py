@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 import libflash
-from interleave import add_icache_argument, time_rounds
+from interleave import add_round_arguments, time_rounds
 from interleaved_libs import problem_inputs
 
 DEFAULT = ("d128-dense-1k=128:1024:16:16:none,d128-dense-2k=128:2048:8:16:none,d128-dense-4k=128:4096:4:16:none,"
@@ -47,11 +47,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grids", default="0,128,124", help="CTAs per launch (0: the variable unset, one per SM)")
     ap.add_argument("--problems", default=DEFAULT)
-    ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=24301)
-    ap.add_argument("--sleep", type=int, default=2_000_000)
-    add_icache_argument(ap)
-    ap.add_argument("--json")
+    add_round_arguments(ap)
     a = ap.parse_args()
     grids = [int(x) for x in a.grids.split(",")]
     names = ["g%d" % g if g > 0 else "sms" for g in grids]

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 import libflash
-from interleave import add_icache_argument, time_rounds
+from interleave import add_round_arguments, time_rounds
 from interleaved_masks import ints, random_block_mask
 
 
@@ -34,11 +34,7 @@ def main():
     ap.add_argument("--seqlens", type=ints, default=[4096])
     ap.add_argument("--densities", default="0.1,0.25,0.5")
     ap.add_argument("--algorithm", default="sm90")
-    ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=24301)
-    ap.add_argument("--sleep", type=int, default=2_000_000)
-    add_icache_argument(ap)
-    ap.add_argument("--json")
+    add_round_arguments(ap)
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
     limits = {0.1: 0.15, 0.25: 0.30, 0.5: 0.55}

@@ -27,7 +27,7 @@ import torch
 
 import libflash
 from libflash import _capi
-from interleave import add_icache_argument, time_rounds
+from interleave import add_round_arguments, time_rounds
 from interleaved_masks import random_block_mask
 
 DEFAULT = ("d64-4k-none=64:4096:2:32:none,d64-4k-bs.1=64:4096:2:32:0.1,d64-4k-bs.25=64:4096:2:32:0.25,"
@@ -56,11 +56,7 @@ def main():
                     help="another build's libflash.so (the binding's own, 'new', is LIBFLASH_PATH's); NAME=PATH to name it, "
                          "repeated for more builds (the first is the one new is compared with)")
     ap.add_argument("--problems", default=DEFAULT)
-    ap.add_argument("--reps", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=24301)
-    ap.add_argument("--sleep", type=int, default=2_000_000)
-    add_icache_argument(ap)
-    ap.add_argument("--json")
+    add_round_arguments(ap)
     a = ap.parse_args()
 
     fwd = {"new": _capi.flash_fwd}

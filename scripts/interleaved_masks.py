@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import libflash
-from interleave import add_icache_argument, time_rounds
+from interleave import add_round_arguments, time_rounds
 
 
 def ints(s):
@@ -48,14 +48,10 @@ def main():
     ap.add_argument("--seqlens", type=ints, default=[4096, 8192, 16384])
     ap.add_argument("--densities", default="0.1,0.25,0.5")
     ap.add_argument("--algorithm", default="sm90")
-    ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--seed", type=int, default=24301)
-    add_icache_argument(ap)
-    ap.add_argument("--sleep", type=int, default=2_000_000, help="GPU cycles of torch.cuda._sleep before each timed call (0: none)")
+    add_round_arguments(ap, reps=30)
     ap.add_argument("--flush", default="dirty", choices=["dirty", "clean"],
                     help="dirty: L2 evicted by a 256 MB write (fa-bench's and triton's way; its dirty lines are written back "
                          "during the call); clean: that write followed by a read of another 256 MB (ncu's state: clean L2)")
-    ap.add_argument("--json")
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
     limits = {0.1: 0.15, 0.25: 0.30, 0.5: 0.55}

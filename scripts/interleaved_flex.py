@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--window", type=int, default=256, help="the sliding window (W, 0) timed beside causal (0: neither)")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile's mode for flex_attention (e.g. max-autotune-no-cudagraphs: Triton configs tuned)")
     add_round_arguments(ap, reps=30)
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
@@ -91,7 +93,7 @@ def main():
     # limit of 8 recompilations, past which flex_attention would run uncompiled.
     torch._dynamo.config.recompile_limit = 256
     torch._dynamo.config.accumulated_recompile_limit = 1024
-    flex = torch.compile(flex_attention, dynamic=False)
+    flex = torch.compile(flex_attention, dynamic=False, mode=None if a.compile_mode == "default" else a.compile_mode)
     rows = []
     for d in a.hdims:
         for n in a.seqlens:

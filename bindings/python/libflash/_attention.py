@@ -135,9 +135,11 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
         "bottom_right" (FlashAttention-2, the default) or 0 for "top_left" (PyTorch's is_causal).
     window: (left, right): keys more than `left` before / `right` after the diagonal are masked (-1 =
         unbounded), placed by the same alignment; causal is window right = 0.
-    block_mask: a BlockMask, a compact (kv_num_blocks, kv_indices[, block_size]) tuple, or a dense boolean
-        [B|1, H|1, num_q_blocks, num_kv_blocks] map (True = kept). block_size (64 or 128, or a pair) is
-        inferred from a dense map's shape when not given; a compact tuple's block_n defaults to 128.
+    block_mask: a BlockMask, a compact (kv_num_blocks, kv_indices[, block_size]) tuple, a dense boolean
+        [B|1, H|1, num_q_blocks, num_kv_blocks] map (True = kept), or FlexAttention's BlockMask (its full and
+        partial blocks kept; partial ones only with a noop mask_mod: see BlockMask.from_flex). block_size (64 or
+        128, or a pair) is inferred from a dense map's shape when not given; a compact tuple's block_n defaults
+        to 128.
     softmax_scale: None = 1/sqrt(head_dim).
     return_lse: also return the fp32 log-sum-exp [batch, heads_q, seqlen_q] (-inf for rows that see no key).
     algorithm: "auto", "cpu", "naive", "sm80", "sm90" (or the FLASH_ALGO_* int).

@@ -4,6 +4,8 @@ Compact form (as FlexAttention's BlockMask): for query block qb of batch b and h
 are kv_indices[b, h, qb, :kv_num_blocks[b, h, qb]]. Arrays are int32, [B|1, H|1, num_q_blocks] and
 [B|1, H|1, num_q_blocks, max_kv_blocks]; a dimension of 1 broadcasts over batch or heads (stride 0).
 Dense form: a boolean [B|1, H|1, num_q_blocks, num_kv_blocks] map, True = the block is kept.
+FlexAttention's own BlockMask (torch.nn.attention.flex_attention) is taken too: its partial and full blocks become one
+list per query block (BlockMask.from_flex).
 Heads are the query heads (heads_q).
 """
 
@@ -51,6 +53,52 @@ def dense_to_compact(dense):
     return np.ascontiguousarray(counts), np.ascontiguousarray(order), int(counts.max()) if counts.size else 0
 
 
+def is_flex_block_mask(obj):
+    """Whether obj is FlexAttention's BlockMask (checked by its type's name, so that torch is never imported here)."""
+    t = type(obj)
+    return t.__name__ == "BlockMask" and t.__module__.startswith("torch.nn.attention")
+
+
+def _is_noop(mask_mod):
+    """FlexAttention's noop_mask (every element of a partial block visible), or no mask_mod at all."""
+    return mask_mod is None or (getattr(mask_mod, "__name__", "") == "noop_mask"
+                                and getattr(mask_mod, "__module__", "").startswith("torch.nn.attention"))
+
+
+def _flex_block_sizes(fm, nq, nk):
+    """(block_m, block_n) of a FlexAttention BlockMask: its BLOCK_SIZE pair in the order its block counts and
+    seq_lengths agree with (torch has named the pair's order differently over versions)."""
+    size = fm.BLOCK_SIZE
+    pair = (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
+    seq = getattr(fm, "seq_lengths", None)
+    for bm, bn in (pair, pair[::-1]):
+        if seq is None or (_cdiv(int(seq[0]), bm) == nq and _cdiv(int(seq[1]), bn) == nk):
+            return bm, bn
+    raise error(_capi.FLASH_ERROR_BAD_MASK, "FlexAttention BlockMask: BLOCK_SIZE %s does not match its %d x %d blocks "
+                "for seq_lengths %s" % (tuple(pair), nq, nk, tuple(seq)))
+
+
+def _union_lists(num_a, idx_a, num_b, idx_b):
+    """One compact list per query block: the first num_a entries of idx_a, then the first num_b of idx_b. numpy
+    arrays or torch tensors (on their device). FlexAttention's two sets are disjoint, so a list is no longer than the
+    key blocks, the wider array's width, to which the result is cut (a longer count is left for the ABI to refuse)."""
+    width = max(idx_a.shape[-1], idx_b.shape[-1])
+    if isinstance(num_a, np.ndarray):
+        idx = np.concatenate([idx_a, idx_b], axis=-1)
+        valid = np.concatenate([np.arange(idx_a.shape[-1]) < num_a[..., None],
+                                np.arange(idx_b.shape[-1]) < num_b[..., None]], axis=-1)
+        order = np.argsort(~valid, axis=-1, kind="stable")[..., :width]
+        return (num_a + num_b).astype(np.int32), np.take_along_axis(idx, order, -1).astype(np.int32)
+    import torch  # a FlexAttention mask of torch tensors: torch is there
+
+    idx = torch.cat([idx_a, idx_b], dim=-1)
+    ar_a = torch.arange(idx_a.shape[-1], device=idx.device)
+    ar_b = torch.arange(idx_b.shape[-1], device=idx.device)
+    valid = torch.cat([ar_a < num_a[..., None], ar_b < num_b[..., None]], dim=-1)
+    order = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)[..., :width]
+    return (num_a + num_b).to(torch.int32), torch.gather(idx, -1, order).to(torch.int32).contiguous()
+
+
 class BlockMask:
     """A block-sparse mask in the compact form, reusable across calls.
 
@@ -58,6 +106,7 @@ class BlockMask:
         [B|1, H|1, num_q_blocks, max_kv_blocks] (numpy, or device arrays of the inputs' framework).
     BlockMask.from_dense(block_map, block_size=128): from a boolean [B|1, H|1, num_q_blocks, num_kv_blocks]
         map (any array kind; device maps are copied to the host once, here).
+    BlockMask.from_flex(flex_block_mask, partial="error"): from FlexAttention's BlockMask, on its device.
     block_size: 64 or 128, or a (block_m, block_n) pair.
     """
 
@@ -72,6 +121,33 @@ class BlockMask:
     def from_dense(cls, block_map, block_size=128):
         counts, indices, maxk = dense_to_compact(to_host(block_map, "block_mask"))
         return cls(counts, indices, block_size, max_kv_blocks=maxk)
+
+    @classmethod
+    def from_flex(cls, flex_mask, partial="error"):
+        """From FlexAttention's BlockMask (torch.nn.attention.flex_attention.BlockMask), without a copy to the host.
+
+        Each query block keeps its full blocks and its partial ones, as one list. libflash keeps or drops whole
+        blocks and cannot run a mask_mod, so partial blocks are taken only where they mean whole blocks:
+          partial="error" (default): only when the mask's mask_mod is noop_mask (BlockMask.from_kv_blocks without
+              one); otherwise FlashError (FLASH_ERROR_BAD_MASK) says so;
+          partial="keep": partial blocks are kept whole, whatever the mask_mod. Give the element mask as causal= /
+              window= (they compose with the blocks: the visible set is the intersection), as for a mask made by
+              create_block_mask from a causal or sliding-window mask_mod.
+        The block sizes are the mask's BLOCK_SIZE; they must be ones libflash tiles by (64 or 128)."""
+        if partial not in ("error", "keep"):
+            raise ValueError("libflash: partial must be 'error' or 'keep', not %r" % (partial,))
+        num, idx = flex_mask.kv_num_blocks, flex_mask.kv_indices
+        full_num, full_idx = getattr(flex_mask, "full_kv_num_blocks", None), getattr(flex_mask, "full_kv_indices", None)
+        if partial == "error" and not _is_noop(getattr(flex_mask, "mask_mod", None)) and bool((num > 0).any()):
+            raise error(_capi.FLASH_ERROR_BAD_MASK,
+                        "this FlexAttention BlockMask has partial blocks, where its mask_mod %s decides element by "
+                        "element; libflash keeps or drops whole blocks. Build the mask from full blocks only, or take "
+                        "it with libflash.BlockMask.from_flex(mask, partial='keep') and give the element mask as "
+                        "causal= / window=" % getattr(flex_mask.mask_mod, "__name__", "?"))
+        bm, bn = _flex_block_sizes(flex_mask, int(num.shape[-1]), int(idx.shape[-1]))
+        if full_num is not None:
+            num, idx = _union_lists(num, idx, full_num, full_idx)
+        return cls(num, idx, (bm, bn))
 
     def __repr__(self):
         return "BlockMask(block_size=(%d, %d), kv_num_blocks shape %s, kv_indices shape %s)" % (
@@ -92,13 +168,15 @@ def _infer_block(n_blocks, seqlen, name):
 def build(block_mask, block_size, q, batch, heads_q, seqlen_q, seqlen_k, alloc):
     """A (flash_block_mask, keepalive) pair for attention(), or (None, None) when block_mask is None.
 
-    block_mask: a BlockMask; a (kv_num_blocks, kv_indices) or (kv_num_blocks, kv_indices, block_size) tuple;
-    or a dense boolean block map. q: the Desc of q (device and framework for uploads).
+    block_mask: a BlockMask; FlexAttention's BlockMask (BlockMask.from_flex's rule for partial blocks); a
+    (kv_num_blocks, kv_indices) or (kv_num_blocks, kv_indices, block_size) tuple; or a dense boolean block map. q: the Desc of q (device and framework for uploads).
     """
     if block_mask is None:
         return None, None
     bs = _pair(block_size)
     maxk = None
+    if is_flex_block_mask(block_mask):
+        block_mask = BlockMask.from_flex(block_mask)
     if isinstance(block_mask, BlockMask):
         if bs is None:
             bs = (block_mask.block_m, block_mask.block_n)

@@ -250,6 +250,82 @@ def test_block_mask_compact_forms():
         check(o, lse, q, k, v, block_map=dense, block=(64, 128))
 
 
+class _FakeFlexMask:
+    """Stands in for FlexAttention's BlockMask (torch.nn.attention.flex_attention) without torch: the same attributes,
+    numpy arrays, and a type named as torch's, which is what libflash recognises it by."""
+
+    def __init__(self, num, idx, full_num, full_idx, block_size, seq_lengths, mask_mod):
+        self.kv_num_blocks, self.kv_indices = num, idx
+        self.full_kv_num_blocks, self.full_kv_indices = full_num, full_idx
+        self.BLOCK_SIZE, self.seq_lengths, self.mask_mod = block_size, seq_lengths, mask_mod
+
+
+_FakeFlexMask.__name__ = "BlockMask"
+_FakeFlexMask.__module__ = "torch.nn.attention.flex_attention"
+
+
+def _fake_noop_mask(b, h, q_idx, kv_idx):
+    return True
+
+
+_fake_noop_mask.__name__ = "noop_mask"
+_fake_noop_mask.__module__ = "torch.nn.attention.flex_attention"
+
+
+def _flex_lists(rng, keep, width):
+    """FlexAttention's form of a boolean block map: per query block a count and the kept indices (shuffled), padded
+    to `width` with junk that must never be read."""
+    num = keep.sum(-1).astype(np.int32)
+    idx = rng.integers(0, 1000, keep.shape[:-1] + (width,)).astype(np.int32)
+    for pos in np.ndindex(keep.shape[:-1]):
+        kept = rng.permutation(np.flatnonzero(keep[pos]))
+        idx[pos][:len(kept)] = kept
+    return num, idx
+
+
+@pytest.mark.parametrize("block", [(128, 128), (64, 128), (128, 64)])
+def test_block_mask_flex_attention_form(block):
+    """FlexAttention's BlockMask: its partial and full blocks become one list; partial blocks are taken whole only
+    with a noop mask_mod, or with partial="keep"; BLOCK_SIZE's order is read from its shapes."""
+    rng = np.random.default_rng(35)
+    bm, bn = block
+    b, h, sq, sk = 2, 2, 300, 330
+    q, k, v = randn(rng, (b, sq, h, 32)), randn(rng, (b, sk, h, 32)), randn(rng, (b, sk, h, 32))
+    nq, nk = -(-sq // bm), -(-sk // bn)
+    kept = _random_map(rng, (b, 1, nq, nk), 0.6)
+    kept[0, 0, 1] = False  # a query block that sees no key
+    full = kept & (rng.random(kept.shape) < 0.5)
+    part = kept & ~full
+    num, idx = _flex_lists(rng, part, nk)
+    fnum, fidx = _flex_lists(rng, full, nk)
+    seq = (sq, sk)
+    # Both orders of BLOCK_SIZE (torch's attribute has been (Q, KV); the shapes decide).
+    for size in ({(128, 128): 128}.get(block, block), block[::-1]):
+        fm = _FakeFlexMask(num, idx, fnum, fidx, size, seq, _fake_noop_mask)
+        o, lse = libflash.attention(q, k, v, block_mask=fm, return_lse=True)
+        check(o, lse, q, k, v, block_map=kept, block=block)
+    # Full blocks only (no partial block), any mask_mod.
+    none = np.zeros_like(num)
+    fm = _FakeFlexMask(none, idx, fnum, fidx, block, seq, lambda b_, h_, i, j: i >= j)
+    o, lse = libflash.attention(q, k, v, block_mask=fm, return_lse=True)
+    check(o, lse, q, k, v, block_map=full, block=block)
+    # Partial blocks under a mask_mod libflash cannot run: refused, unless kept whole and the element mask given.
+    causal_mod = lambda b_, h_, i, j: i >= j  # noqa: E731
+    fm = _FakeFlexMask(num, idx, fnum, fidx, block, seq, causal_mod)
+    with pytest.raises(libflash.FlashError) as e:
+        libflash.attention(q, k, v, block_mask=fm)
+    assert e.value.status == libflash.capi.FLASH_ERROR_BAD_MASK and "partial" in str(e.value)
+    o, lse = libflash.attention(q, k, v, block_mask=libflash.BlockMask.from_flex(fm, partial="keep"), causal=True,
+                                causal_alignment="top_left", return_lse=True)
+    check(o, lse, q, k, v, block_map=kept, block=block, causal=True, alignment="top_left")
+    # No full blocks at all (full_kv_* None), as a mask made without them.
+    fm = _FakeFlexMask(num, idx, None, None, block, seq, _fake_noop_mask)
+    o, lse = libflash.attention(q, k, v, block_mask=fm, return_lse=True)
+    check(o, lse, q, k, v, block_map=part, block=block)
+    with pytest.raises(ValueError):
+        libflash.BlockMask.from_flex(fm, partial="drop")
+
+
 def test_block_mask_all_empty_and_all_dense():
     rng = np.random.default_rng(33)
     q, k, v = randn(rng, (1, 130, 2, 32)), randn(rng, (1, 130, 2, 32)), randn(rng, (1, 130, 2, 32))

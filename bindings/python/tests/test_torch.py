@@ -155,6 +155,58 @@ def test_block_mask_compact_on_gpu():
         assert_close(o, lse, ro, rlse, torch.bfloat16)
 
 
+def _flex_attention_module():
+    try:
+        from torch.nn.attention import flex_attention
+        return flex_attention if hasattr(flex_attention, "create_block_mask") else None
+    except ImportError:
+        return None
+
+
+@gpu
+@pytest.mark.skipif(_flex_attention_module() is None, reason="this torch has no FlexAttention")
+@pytest.mark.parametrize("algorithm", GPU_ALGOS)
+def test_block_mask_from_flex_attention(algorithm):
+    """FlexAttention's own BlockMask as block_mask=: full blocks from create_block_mask, lists from from_kv_blocks
+    (noop mask_mod), and a causal mask_mod's partial blocks (refused, then kept whole with causal=)."""
+    fa = _flex_attention_module()
+    g = torch.Generator().manual_seed(91)
+    b, h, sq, sk = 2, 4, 384, 512
+    q, k, v = (rand((b, s, h, 64), torch.bfloat16, gen=g) for s in (sq, sk, sk))
+    nq, nk = 3, 4
+    keep = torch.rand((1, h, nq, nk), generator=g) < 0.5
+    keep[0, 0, 1] = False  # a query block that sees no key
+    keep_dev = keep.to(DEV)
+
+    def block_mod(b_, h_, i, j):  # constant over each 128 x 128 block: create_block_mask marks kept blocks full
+        return keep_dev[0, h_, i // 128, j // 128]
+
+    fm = fa.create_block_mask(block_mod, None, h, sq, sk, device=DEV, BLOCK_SIZE=128)
+    assert not bool((fm.kv_num_blocks > 0).any())  # no partial block
+    o, lse = run(algorithm, q, k, v, block_mask=fm, return_lse=True)
+    ro, rlse = sdpa_ref(q, k, v, block_map=keep.numpy(), block=(128, 128))
+    assert_close(o, lse, ro, rlse, torch.bfloat16)
+
+    # from_kv_blocks with partial lists and no mask_mod (noop_mask: partial blocks are whole), per batch and head.
+    keep2 = torch.rand((b, h, nq, nk), generator=g) < 0.4
+    counts = keep2.sum(-1).to(torch.int32)
+    idx = torch.argsort((~keep2).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    fm2 = fa.BlockMask.from_kv_blocks(counts.to(DEV), idx.to(DEV), BLOCK_SIZE=128)
+    o, lse = run(algorithm, q, k, v, block_mask=fm2, return_lse=True)
+    ro, rlse = sdpa_ref(q, k, v, block_map=keep2.numpy(), block=(128, 128))
+    assert_close(o, lse, ro, rlse, torch.bfloat16)
+
+    # A causal mask_mod: the diagonal blocks are partial. Refused as it is; kept whole with causal= it is exact.
+    fm3 = fa.create_block_mask(lambda b_, h_, i, j: j <= i, None, None, sq, sk, device=DEV, BLOCK_SIZE=128)
+    with pytest.raises(FlashError) as e:
+        libflash.attention(q, k, v, block_mask=fm3, algorithm=algorithm)
+    assert e.value.status == capi.FLASH_ERROR_BAD_MASK
+    o, lse = run(algorithm, q, k, v, block_mask=libflash.BlockMask.from_flex(fm3, partial="keep"), causal=True,
+                 causal_alignment="top_left", return_lse=True)
+    ro, rlse = sdpa_ref(q, k, v, causal=True, alignment="top_left")
+    assert_close(o, lse, ro, rlse, torch.bfloat16)
+
+
 # ---- Strides, out=, result kind --------------------------------------------------------------------------
 @gpu
 def test_strided_inputs_and_out():

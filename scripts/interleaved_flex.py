@@ -34,23 +34,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 
 import libflash
 from interleave import add_round_arguments, time_rounds
-
-
-def ints(s):
-    return [int(x) for x in s.split(",")]
-
-
-def random_lists(n, density, rng, block=128):
-    """fa-bench's random pattern: per query block, round(density * key blocks) distinct key blocks (at least one)."""
-    nb = (n + block - 1) // block
-    per_row = min(nb, max(1, int(round(density * nb))))
-    return np.stack([np.sort(rng.choice(nb, per_row, replace=False)) for _ in range(nb)]).astype(np.int32)
-
-
-def libflash_mask(idx, block=128):
-    nb, per_row = idx.shape
-    counts = torch.full((1, 1, nb), per_row, dtype=torch.int32, device="cuda")
-    return libflash.BlockMask(counts, torch.from_numpy(idx)[None, None].cuda(), block)
+from interleaved_masks import block_mask_of, ints, random_lists
 
 
 def flex_mask(idx, block=128):
@@ -106,7 +90,7 @@ def main():
             masks_dense_flex = flex_mask(np.tile(np.arange(nb, dtype=np.int32), (nb, 1)))
             for s in densities:
                 idx = random_lists(n, s, rng)
-                masks["s=%g" % s] = (libflash_mask(idx), flex_mask(idx), idx.shape[1] / nb)
+                masks["s=%g" % s] = (block_mask_of(idx), flex_mask(idx), idx.shape[1] / nb)
             fns, outs = {}, {}
             for m, (lm, fm, _) in masks.items():
                 kw = {} if lm is None else {"block_mask": lm}

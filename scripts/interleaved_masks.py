@@ -33,13 +33,25 @@ def ints(s):
     return [int(x) for x in s.split(",")]
 
 
-def random_block_mask(n, density, rng, block=128):
-    """fa-bench's random pattern: per query block, round(density * key blocks) distinct key blocks (at least one)."""
+def random_lists(n, density, rng, block=128):
+    """fa-bench's random pattern: per query block, round(density * key blocks) distinct key blocks (at least one),
+    the same for every batch and head. An int32 [query blocks, per_row] array, each row sorted."""
     nb = (n + block - 1) // block
     per_row = min(nb, max(1, int(round(density * nb))))
-    idx = np.stack([np.sort(rng.choice(nb, per_row, replace=False)) for _ in range(nb)]).astype(np.int32)
+    return np.stack([np.sort(rng.choice(nb, per_row, replace=False)) for _ in range(nb)]).astype(np.int32)
+
+
+def block_mask_of(idx, block=128):
+    """A libflash.BlockMask on the GPU from random_lists' array (broadcast over batch and heads)."""
+    nb, per_row = idx.shape
     counts = torch.full((1, 1, nb), per_row, dtype=torch.int32, device="cuda")
-    return libflash.BlockMask(counts, torch.from_numpy(idx)[None, None].cuda(), block), per_row / nb
+    return libflash.BlockMask(counts, torch.from_numpy(idx)[None, None].cuda(), block)
+
+
+def random_block_mask(n, density, rng, block=128):
+    """(libflash.BlockMask, actual density) of fa-bench's random pattern (random_lists)."""
+    idx = random_lists(n, density, rng, block)
+    return block_mask_of(idx, block), idx.shape[1] / idx.shape[0]
 
 
 def main():

@@ -169,7 +169,8 @@ def build(block_mask, block_size, q, batch, heads_q, seqlen_q, seqlen_k, alloc):
     """A (flash_block_mask, keepalive) pair for attention(), or (None, None) when block_mask is None.
 
     block_mask: a BlockMask; FlexAttention's BlockMask (BlockMask.from_flex's rule for partial blocks); a
-    (kv_num_blocks, kv_indices) or (kv_num_blocks, kv_indices, block_size) tuple; or a dense boolean block map. q: the Desc of q (device and framework for uploads).
+    (kv_num_blocks, kv_indices) or (kv_num_blocks, kv_indices, block_size) tuple; or a dense boolean block map.
+    q: the Desc of q (device and framework for uploads).
     """
     if block_mask is None:
         return None, None

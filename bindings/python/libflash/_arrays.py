@@ -367,6 +367,19 @@ class Allocator:
                         "int32 arrays" % (_module(d.obj), type(d.obj).__name__))
 
 
+class _StreamHandle:
+    """A raw cudaStream_t under the CUDA stream protocol (__cuda_stream__ gives (version 0, the handle)), which CuPy 14's
+    Stream.from_external takes."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __cuda_stream__(self):
+        return (0, self.ptr)
+
+
 def _cupy_stream(ptr):
     import cupy
 
@@ -376,6 +389,8 @@ def _cupy_stream(ptr):
         return contextlib.nullcontext()
     if ptr == 0:
         return cupy.cuda.Stream.null
+    if hasattr(cupy.cuda.Stream, "from_external"):  # CuPy >= 14, where ExternalStream is deprecated
+        return cupy.cuda.Stream.from_external(_StreamHandle(ptr))
     return cupy.cuda.ExternalStream(ptr)
 
 

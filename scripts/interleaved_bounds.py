@@ -1,8 +1,8 @@
 """Issue 7's block-sparse cells with each input's DRAM traffic taken away in turn, timed interleaved in one process.
 
     PYTHONPATH=bindings/python:scripts LIBFLASH_PATH=build-h100/libflash.so \
-        python3 scripts/interleaved_bounds.py [--hdims 64,128] [--seqlens 4096] [--reps 30] [--flush dirty|clean]
-        [--json out.json]
+        python3 scripts/interleaved_bounds.py [--hdims 64,128] [--seqlens 4096] [--batch 2] [--reps 30]
+        [--flush dirty|clean] [--json out.json]
 
 Why (session 65): sessions 62-63 measured the memory side of d128 4k s = .1 (a kernel that only moves the cell's
 bytes, and a TMA skeleton of the kernel's own loads: 56 us against the kernel's 60) but never the other side -- how
@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--densities", default="0.1,0.25,0.5")
     ap.add_argument("--algorithm", default="sm90")
     ap.add_argument("--flush", default="dirty", choices=["dirty", "clean"])
+    ap.add_argument("--batch", type=int, default=2, help="batch (issue 7's grid: 2; FlashAttention's convention: 16384 / seqlen)")
     add_round_arguments(ap, reps=30)
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
@@ -81,7 +82,7 @@ def main():
     rows = []
     for d in a.hdims:
         for n in a.seqlens:
-            b, h = 2, 2048 // d
+            b, h = a.batch, 2048 // d
             real = [torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3)]
             small = [l2_view(b, n, h, d, gen) for _ in range(3)]
             ins = {"real": real, "q-l2": [small[0], real[1], real[2]], "kv-l2": [real[0], small[1], small[2]],
@@ -119,7 +120,7 @@ def main():
             rows.append(dict(d=d, n=n, b=b, h=h, reps=a.reps, flush=a.flush, ms=ms,
                              ms_min={name: min(t) for name, t in times.items()},
                              per_row={s: int(lists[s].shape[1]) for s in densities}, max_err=err))
-            print("d%-3d %6d  flush %s  (ms, and / the real dense call)" % (d, n, a.flush), flush=True)
+            print("d%-3d %6d  batch %d  flush %s  (ms, and / the real dense call)" % (d, n, b, a.flush), flush=True)
             dense = ms["real none"]
             for var in variants:
                 cells = ["dense %.4f (%.3f)" % (ms["%s none" % var], ms["%s none" % var] / dense)]

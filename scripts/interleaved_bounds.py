@@ -22,8 +22,9 @@ head_dim row a box row, as in the packed layout) stay exactly those of the real 
 O is always a packed tensor of its own. Every call is preceded by fa-bench's dirty flush (a 256 MB write; --flush clean
 also reads another 256 MB, so L2 holds no dirty lines) and a sleep kernel (scripts/interleave.py), every variant and
 mask once per round in alternating order. The L2 variants compute on other values than the real call, so their outputs
-are only checked to be finite; the real call's output is checked against a dense call's on the same values with the
-mask expanded to an element mask (fp32 reference on the GPU: max error printed).
+are only checked to be finite; the real call's output (first density) is checked against an fp32 reference on the GPU,
+softmax(QK^T / sqrt(d) + the block mask expanded to elements) V on every fourth head (max error printed; over 0.05 stops
+the run).
 """
 import argparse
 import json

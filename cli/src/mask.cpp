@@ -160,25 +160,44 @@ BlockPattern make_random_block_pattern(int64_t seqlen_q, int64_t seqlen_k, int32
   p.block_m = p.block_n = block;
   p.num_q_blocks = static_cast<int32_t>((seqlen_q + block - 1) / block);
   const int32_t kv_blocks = static_cast<int32_t>((seqlen_k + block - 1) / block);
-  int32_t per_row = static_cast<int32_t>(std::llround(density * kv_blocks));
-  if (density > 0.0 && per_row == 0) per_row = 1;
-  per_row = std::min(per_row, kv_blocks);
-  p.max_kv_blocks = per_row;
-  p.kv_num_blocks.assign(p.num_q_blocks, per_row);
-  p.kv_indices.resize(size_t(p.num_q_blocks) * size_t(per_row));
+  // The pattern's density is the one asked for, to the nearest block of the whole map: round(density * cells) blocks,
+  // base = total / num_q_blocks to every query block and one more to `extra` of them. (Rounding each row on its own, as
+  // fa-bench did before session 66, made "block-sparse:0.1" at 4k a map of 3 / 32 = .094.) Every query block keeps at
+  // least one key block when density > 0.
+  const int64_t cells = int64_t{p.num_q_blocks} * kv_blocks;
+  int64_t total = std::llround(density * double(cells));
+  if (density > 0.0) total = std::max<int64_t>(total, p.num_q_blocks);
+  total = std::min(total, cells);
+  const int32_t base = p.num_q_blocks > 0 ? static_cast<int32_t>(total / p.num_q_blocks) : 0;
+  const int32_t extra = p.num_q_blocks > 0 ? static_cast<int32_t>(total % p.num_q_blocks) : 0;
+  p.max_kv_blocks = base + (extra > 0 ? 1 : 0);
+  p.kv_num_blocks.assign(p.num_q_blocks, base);
+  p.kv_indices.assign(size_t(p.num_q_blocks) * size_t(p.max_kv_blocks), 0);
   // The seed is mixed with the shape so two shapes of one sweep do not share a prefix of choices.
   // mt19937_64's output is fixed by the standard; the reduction below (modulo) is ours, so the pattern is
   // the same with every standard library.
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(seqlen_q) << 32) ^ uint64_t(seqlen_k) ^ uint64_t(block) << 56);
+  // Which query blocks get the extra block: a random subset, drawn only where there is one, so maps with a whole
+  // number of blocks a row are the ones earlier fa-bench versions drew.
+  if (extra > 0) {
+    std::vector<int32_t> rows(p.num_q_blocks);
+    for (int32_t qb = 0; qb < p.num_q_blocks; ++qb) rows[qb] = qb;
+    for (int32_t t = 0; t < extra; ++t) {  // partial Fisher-Yates
+      const int32_t r = t + static_cast<int32_t>(rng() % uint64_t(p.num_q_blocks - t));
+      std::swap(rows[t], rows[r]);
+      ++p.kv_num_blocks[rows[t]];
+    }
+  }
   std::vector<int32_t> all(kv_blocks);
   for (int32_t qb = 0; qb < p.num_q_blocks; ++qb) {
+    const int32_t n = p.kv_num_blocks[qb];
     for (int32_t j = 0; j < kv_blocks; ++j) all[j] = j;
-    for (int32_t t = 0; t < per_row; ++t) {  // partial Fisher-Yates
+    for (int32_t t = 0; t < n; ++t) {  // partial Fisher-Yates
       const int32_t r = t + static_cast<int32_t>(rng() % uint64_t(kv_blocks - t));
       std::swap(all[t], all[r]);
     }
-    std::sort(all.begin(), all.begin() + per_row);
-    std::copy(all.begin(), all.begin() + per_row, p.kv_indices.begin() + size_t(qb) * per_row);
+    std::sort(all.begin(), all.begin() + n);
+    std::copy(all.begin(), all.begin() + n, p.kv_indices.begin() + size_t(qb) * p.max_kv_blocks);
   }
   return p;
 }

@@ -28,7 +28,7 @@ struct MaskSpec {
   int32_t window_left = -1;   // -1: unbounded
   int32_t window_right = -1;  // -1: unbounded
   enum class Block { kNone, kRandom, kFile } block = Block::kNone;
-  double density = 1.0;       // kRandom: fraction of key blocks listed for each query block
+  double density = 1.0;       // kRandom: fraction of (query block, key block) pairs listed
   int32_t block_size = 128;   // block_m = block_n
   std::string file;           // kFile
 
@@ -56,9 +56,10 @@ struct BlockPattern {
   double block_density(int64_t seqlen_k) const;
 };
 
-// Each query block lists round(density * key_blocks) distinct key blocks (at least one when density > 0),
-// drawn with a 64-bit Mersenne Twister seeded from `seed` and the shape, so a run is reproducible on any
-// platform. Throws std::invalid_argument for a density outside [0, 1] or a block size other than 64/128.
+// round(density * query_blocks * key_blocks) distinct (query block, key block) pairs, so the map's density is the one
+// asked for to the nearest block: every query block lists floor or ceil of the mean (at least one key block when
+// density > 0), the longer rows and each row's key blocks drawn with a 64-bit Mersenne Twister seeded from `seed` and
+// the shape, so a run is reproducible on any platform. Throws std::invalid_argument for a density outside [0, 1] or a block size other than 64/128.
 BlockPattern make_random_block_pattern(int64_t seqlen_q, int64_t seqlen_k, int32_t block, double density,
                                        uint64_t seed);
 // A JSON file {"block_m": 128, "block_n": 128, "kv_blocks": [[0, 3], [1], ...]} with one list of key blocks

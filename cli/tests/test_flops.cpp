@@ -2,6 +2,11 @@
 // definition, for causal with seqlen_q != seqlen_k in both alignments, windows and block masks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
 #include "bench.hpp"
 #include "mask.hpp"
 
@@ -98,6 +103,24 @@ TEST(Flops, RandomBlockPatternsAreReproducibleAndExact) {
   EXPECT_EQ(a.num_q_blocks, 8);
   EXPECT_EQ(a.max_kv_blocks, 4);  // round(0.25 * 16)
   EXPECT_DOUBLE_EQ(a.block_density(2000), 0.25);
+  // A density that is not a whole number of blocks a row: the map still has round(density * cells) blocks, every row
+  // floor or ceil of the mean, each row's key blocks distinct and sorted (4k at 0.1: 102 of 32 x 32, not 3 x 32).
+  for (const auto& [n, dens] : std::vector<std::pair<int64_t, double>>{{4096, 0.1}, {8192, 0.1}, {16384, 0.1}, {1000, 0.3}, {4096, 0.01}}) {
+    const BlockPattern r = make_random_block_pattern(n, n, 128, dens, 7);
+    const int64_t cells = int64_t{r.num_q_blocks} * r.num_q_blocks;
+    const int64_t want = std::max<int64_t>(r.num_q_blocks, std::llround(dens * double(cells)));
+    EXPECT_EQ(r.listed_blocks(), want) << n << " " << dens;
+    EXPECT_NEAR(r.block_density(n), dens, std::max(0.5 / double(cells), double(r.num_q_blocks) / double(cells)));
+    const int32_t lo = *std::min_element(r.kv_num_blocks.begin(), r.kv_num_blocks.end());
+    const int32_t hi = *std::max_element(r.kv_num_blocks.begin(), r.kv_num_blocks.end());
+    EXPECT_GE(lo, 1);
+    EXPECT_LE(hi - lo, 1);
+    EXPECT_EQ(r.max_kv_blocks, hi);
+    for (int32_t qb = 0; qb < r.num_q_blocks; ++qb)
+      for (int32_t t = 1; t < r.kv_num_blocks[qb]; ++t)
+        EXPECT_LT(r.kv_indices[size_t(qb) * r.max_kv_blocks + t - 1], r.kv_indices[size_t(qb) * r.max_kv_blocks + t]);
+  }
+  EXPECT_EQ(make_random_block_pattern(4096, 4096, 128, 0.1, 7).listed_blocks(), 102);
   // Dense pattern = no mask at all.
   const BlockPattern full = make_random_block_pattern(300, 500, 64, 1.0, 1);
   EXPECT_EQ(MaskModel(parse_mask_spec("none"), 300, 500, &full).total_pairs(), 300 * 500);

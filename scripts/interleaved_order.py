@@ -15,12 +15,7 @@ same work and the same bytes; only where the long rows fall in the order differs
 broadcast over batch and heads:
   longformer  a band of 3 blocks (|i - j| <= 1), plus global row 0 and global column 0;
   bigbird     longformer's, plus 2 random key blocks a query block;
-  heavy8      fa-bench's s = .1 map with its first 8 query blocks listing every key block;
-  exact.1     fa-bench's s = .1 map since session 66: round(.1 x nb^2) blocks, rows of floor or ceil of the mean;
-  rows.1      fa-bench's s = .1 map before it: round(.1 x nb) blocks every row (equal rows: both orders are the same
-              order, so "longest / plain" there is the decode's own cost).
-Each map also runs with the sm90 forward's longest-first order turned off (LIBFLASH_SM90_SPARSE_ORDER_PLAIN, read at
-every call; perf-log v88), so "longest / plain" is that order's gain on the same map.
+  heavy8      fa-bench's s = .1 map with its first 8 query blocks listing every key block.
 Every call is preceded by fa-bench's dirty flush (a 256 MB write) and a sleep kernel (scripts/interleave.py); the
 dense call is timed in the same rounds. "ideal" is the map's density x the dense time (the work's share). Each map's
 output is poisoned with NaN first, checked finite, and checked against an fp32 reference (every fourth head, both
@@ -28,7 +23,6 @@ images); over 0.05 stops the run.
 """
 import argparse
 import json
-import os
 import statistics
 
 import numpy as np
@@ -37,8 +31,6 @@ import torch
 import libflash
 from interleave import add_round_arguments, time_rounds
 from interleaved_masks import ints
-
-PLAIN = "LIBFLASH_SM90_SPARSE_ORDER_PLAIN"
 
 
 def maps(nb, rng):
@@ -54,16 +46,7 @@ def maps(nb, rng):
     for i in range(nb):
         heavy[i, rng.choice(nb, per_row, replace=False)] = True
     heavy[:8, :] = True
-    exact = np.zeros((nb, nb), dtype=bool)
-    total = int(round(0.1 * nb * nb))
-    counts = np.full(nb, total // nb)
-    counts[rng.choice(nb, total % nb, replace=False)] += 1
-    for i in range(nb):
-        exact[i, rng.choice(nb, counts[i], replace=False)] = True
-    rows = np.zeros((nb, nb), dtype=bool)
-    for i in range(nb):
-        rows[i, rng.choice(nb, per_row, replace=False)] = True
-    return {"longformer": lf, "bigbird": bb, "heavy8": heavy, "exact.1": exact, "rows.1": rows}
+    return {"longformer": lf, "bigbird": bb, "heavy8": heavy}
 
 
 def compact(block_map):
@@ -112,17 +95,8 @@ def main():
                 cases[name] = ({"block_mask": compact(m)}, m)
                 mir = m[::-1, ::-1].copy()
                 cases[name + "-mirror"] = ({"block_mask": compact(mir)}, mir)
-            for name in [c for c in cases if c != "none"]:
-                cases[name + "-plain"] = cases[name]
-
-            def call(name, kw):
-                if name.endswith("-plain"):
-                    os.environ[PLAIN] = "1"
-                try:
-                    libflash.attention(q, k, v, algorithm=a.algorithm, out=o, **kw)
-                finally:
-                    os.environ.pop(PLAIN, None)
-            fns = {name: (lambda name=name, kw=kw: call(name, kw)) for name, (kw, _) in cases.items()}
+            fns = {name: (lambda kw=kw: libflash.attention(q, k, v, algorithm=a.algorithm, out=o, **kw))
+                   for name, (kw, _) in cases.items()}
             errs = {}
             with torch.no_grad():
                 for name, fn in fns.items():
@@ -141,14 +115,13 @@ def main():
             print("d%-3d %6d  batch %d  dense %.4f ms  (max |O - ref| %.2g)" % (d, n, b, dense, max(errs.values())), flush=True)
             row = dict(d=d, n=n, b=b, h=h, reps=a.reps, ms=ms, err=errs, density={})
             for name, (_, m) in cases.items():
-                if m is None or name.endswith("-mirror") or name.endswith("-plain"):
+                if m is None or name.endswith("-mirror"):
                     continue
                 dens = float(m.mean())
                 row["density"][name] = dens
-                t, tm, tp, tmp = (ms[name + x] for x in ("", "-mirror", "-plain", "-mirror-plain"))
-                print("  %-10s density %.4f | longest first: as drawn %.4f (%.4f) mirror %.4f (%.4f) | plain: as drawn %.4f "
-                      "(%.4f) mirror %.4f (%.4f) | longest / plain %.3f, %.3f"
-                      % (name, dens, t, t / dense, tm, tm / dense, tp, tp / dense, tmp, tmp / dense, t / tp, tm / tmp), flush=True)
+                t, tm = ms[name], ms[name + "-mirror"]
+                print("  %-11s density %.4f  ideal %.4f  as drawn %.4f (%.4f)  mirror %.4f (%.4f)  drawn / mirror %.3f"
+                      % (name, dens, dens, t, t / dense, tm, tm / dense, t / tm), flush=True)
             rows.append(row)
     if a.json:
         with open(a.json, "w") as f:

@@ -504,44 +504,6 @@ TEST_P(GpuEdges, BlockSparseD64TwoRings) {
     }
 }
 
-// sm90 hands block-sparse tiles out longest list first (fwd_kernel.cuh, sparse_tile; perf-log v88) in the groups of
-// (batch, head) that its first round does not reach: a decode the scheduler warp makes by a radix select over the
-// group's list lengths, kept in a register for up to 32 query tiles and in the schedule slot for more, and the plain
-// order where the slot is too small. Rows of very unequal length (a quarter list every key block, one lists nothing,
-// the rest a third) and enough groups that most run longest first: d128 (128-row tiles, 36-40 a group) and d64 (lists
-// of 6 or more key blocks: the two-ring kernel's 192-row tiles; of 5 at most: the two-warpgroup one), per-head lists,
-// GQA; 4500 x 1000 takes the fallback (36 query tiles, a slot of 9 entries).
-TEST_P(GpuEdges, BlockSparseLongestFirst) {
-  if (GetParam() != FLASH_ALGO_SM90) GTEST_SKIP() << "tests sm90's tile order (the others launch a CTA per tile)";
-  REQUIRE_GPU_ALGORITHM(GetParam());
-  struct Size {
-    int64_t sq, sk, d;
-  };
-  // d128: 40 tiles a group (the slot: 42), 36 (the slot: 9, so the plain order); d64 two rings: 34 (the slot: 2 x 25), 22;
-  // d64's two-warpgroup kernel (lists of at most 5 blocks): 23.
-  const Size sizes[] = {{5000, 5200, 128}, {4500, 1000, 128}, {6500, 3000, 64}, {4100, 4300, 64}, {2900, 600, 64}};
-  int n = 0;
-  for (const Size& sz : sizes) {
-    CaseSpec s = base(sz.sq, sz.sk, sz.d, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
-    s.batch = 2, s.heads_q = 6, s.heads_kv = n % 2 ? 3 : 6;
-    fill_block_mask(s, 128, 128, 0, base_seed() + 4241 * n);
-    flash_ref::Mask& m = s.mask;
-    std::mt19937_64 pick(base_seed() ^ (0x1f57 + n));
-    for (int bh = 0; bh < m.mask_batch * m.mask_heads; ++bh)
-      for (int qb = 0; qb < m.n_qb; ++qb) {
-        uint8_t* row = m.listed.data() + (size_t(bh) * m.n_qb + qb) * m.n_kb;
-        const uint64_t r = pick() % 16;
-        if (r < 4) std::fill_n(row, m.n_kb, uint8_t{1});
-        if (r == 4) std::fill_n(row, m.n_kb, uint8_t{0});
-      }
-    std::mt19937_64 rng(base_seed() ^ (0x10f1 + n));
-    Case c = make_case(s, rng);
-    ASSERT_EQ(run_cuda(c, GetParam(), 0), FLASH_OK) << flash_last_error_message() << "\n  case: " << s.describe();
-    const Check ch = check_case(c);
-    EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed();
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Algorithms, GpuEdges, ::testing::ValuesIn(kGpuAlgorithms),
                          [](const auto& info) { return std::string(flash_algorithm_name(info.param)); });
 

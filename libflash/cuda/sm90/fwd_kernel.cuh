@@ -46,7 +46,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -571,75 +570,6 @@ struct Tile {
   }
 };
 
-// ---- Block-sparse tiles longest first (Args::longest_first; perf-log v88) ----------------------------------------------
-// Tile's order walks a (batch, head)'s query blocks from the last down, whatever their lists' lengths. Where the lengths
-// differ -- Longformer's and BigBird's global rows, or any map whose rows are not all alike -- the long tiles then come
-// wherever the map puts them, and a long tile handed out last is the launch's tail. With longest_first, position r of
-// group g (tiles g n .. g n + n - 1, n = num_m_blocks) is the query block of rank r in (weight descending, query block
-// descending): the longest tiles go out first and the shortest close the launch, and a map with equal rows keeps the
-// plain order exactly. Groups that the first round reaches (g n < gridDim.x) keep the plain order, so a CTA's first
-// tile (blockIdx.x) needs no lists: its Q loader issues Q at once, as before.
-// The weight of a tile: the key blocks listed for the mask row blocks under its 64-row slices, summed (for a 128-row tile
-// on 128-row mask blocks, twice its count; for the two-ring kernel's 192-row tile, its pair's and its single's).
-template <int kBlockM>
-__device__ __forceinline__ uint32_t tile_weight(const FwdParams& p, int b, int h, int m) {
-  const BlockMaskParams& bm = p.block_mask;
-  uint32_t w = 0;
-#pragma unroll
-  for (int s = 0; s < kBlockM / 64; ++s) {
-    const int row = m * kBlockM + 64 * s;
-    if (row < p.seqlen_q) {
-      const int qb = row / bm.block_m;
-      const int c = __ldg(bm.kv_num_blocks + b * bm.num_batch_stride + h * bm.num_head_stride + qb * bm.num_qblock_stride);
-      w += uint32_t(c < 0 ? 0 : (c > bm.max_kv_blocks ? bm.max_kv_blocks : c));
-    }
-  }
-  return w;
-}
-// The scheduler warp (all 32 lanes): tile x's decode under longest_first. The rank-r key among the group's n keys
-// (weight << mbits | m, 32 bits, the weight capped to what fits: distinct keys, so the rank is exact) by a radix select
-// from the top bit, one ballot per bit and 32 query blocks. The weights' bits are bounded by max_kv_blocks, so no pass
-// finds their maximum. Up to 32 keys (seqlen_q <= 4096 at 128-row tiles) stay in a register; more go to `scratch`, the
-// schedule slot the caller is about to build into (free: its sched_empty wait is done), and a group larger than that
-// (n > scratch_len: seqlen_q > seqlen_k + 128 with 128-key blocks) keeps the plain order. (Recomputed from the counts at
-// every bit instead, the keys made the 40-register producer spill.)
-template <int kBlockM>
-__device__ Tile sparse_tile(const Args& a, int x, int lane, uint32_t* scratch, int scratch_len) {
-  const FwdParams& p = a.p;
-  const int n = a.num_m_blocks;
-  const int g = x / n;
-  if (!a.longest_first || g * n < int(gridDim.x) || n > scratch_len) return Tile(a, x);
-  const int h = g % p.heads_q, b = g / p.heads_q;
-  const int mbits = n > 1 ? 32 - __clz(n - 1) : 0;
-  const uint32_t wmax = uint32_t(kBlockM / 64) * uint32_t(max(p.block_mask.max_kv_blocks, 0));
-  const uint32_t wcap = mbits == 0 ? ~0u : mbits >= 31 ? 1u : (1u << (32 - mbits)) - 1u;
-  const int nbits = mbits + (wmax > 0 ? 32 - __clz(min(wmax, wcap)) : 0);
-  uint32_t key0 = 0u;
-  for (int m = lane; m < n; m += 32) {
-    const uint32_t k = (min(tile_weight<kBlockM>(p, b, h, m), wcap) << mbits) | uint32_t(m);
-    if (m < 32)
-      key0 = k;
-    else
-      scratch[m] = k;
-  }
-  __syncwarp();
-  uint32_t r = uint32_t(x - g * n), prefix = 0u;  // prefix: the selected key's bits above `bit`
-  for (int bit = nbits - 1; bit >= 0; --bit) {
-    const uint32_t above = bit == 31 ? 0u : ~0u << (bit + 1);
-    uint32_t c = __popc(__ballot_sync(0xffffffffu, lane < n && ((key0 ^ prefix) & above) == 0 && ((key0 >> bit) & 1u)));
-    for (int base = 32; base < n; base += 32) {
-      const uint32_t k = base + lane < n ? scratch[base + lane] : 0u;
-      c += __popc(__ballot_sync(0xffffffffu, base + lane < n && ((k ^ prefix) & above) == 0 && ((k >> bit) & 1u)));
-    }
-    if (r < c)
-      prefix |= 1u << bit;
-    else
-      r -= c;
-  }
-  __syncwarp();  // every lane's scratch reads before the schedule's build overwrites it
-  return Tile(int(prefix & ((1u << mbits) - 1u)), b, h);
-}
-
 // Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
 // rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
 // Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
@@ -945,10 +875,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
-            int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
-            const Tile tile = K::kLoaderMhb ? sparse_tile<kBlockM>(args, x, lane, reinterpret_cast<uint32_t*>(sched), K::kRings * args.sched_stride)
-                                            : Tile(args, x);
+            const Tile tile(args, x);
             const int q_begin = tile.m_block * kBlockM - args.q_shift;
+            int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
             const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
             if constexpr (K::kTwoRings) {
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
@@ -984,21 +913,15 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           // The CTA's first tile is its own (blockIdx.x < the tile count: grid <= tiles), so its Q goes out at once,
           // while the scheduler still builds its schedule.
           int x = int(blockIdx.x);
-          // Longest first (sparse_tile): the scheduler's decode, read before the sched_empty arrive that frees the slot.
-          [[maybe_unused]] bool published = false;
-          [[maybe_unused]] int mhb[3] = {0, 0, 0};
           if (tile_iter > 0) {
             mbar_wait(tile_full(slot), (tile_iter >> 1) & 1);
             x = tile_ids[slot];
-            if constexpr (K::kLoaderMhb)
-              if (args.longest_first) published = true, mhb[0] = tile_mhb[slot][0], mhb[1] = tile_mhb[slot][1], mhb[2] = tile_mhb[slot][2];
           }
           mbar_arrive(sched_empty(slot));  // the tile index is read
           if (x >= args.num_tiles) break;
-          // (Its own decode otherwise: the scheduler's, as the K/V loaders take it (kLoaderMhb), measured no faster here --
-          // its Q goes out a tile ahead; sm90_dev s57-13, commit 514b7da. A CTA's first tile is decoded here either way:
-          // sparse_tile leaves the first round's groups in the plain order.)
-          const Tile tile = published ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(args, x);
+          // (Its own decode: the scheduler's, as the K/V loaders take it (kLoaderMhb), measured no faster here -- its Q goes
+          // out a tile ahead; sm90_dev s57-13, commit 514b7da.)
+          const Tile tile(args, x);
           wait_q_slot(tile_iter);
           load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
@@ -1891,7 +1814,6 @@ struct LaunchOptions {
   // The causal order's groups: their K and V within this many MB of L2 (0: a third of the device's L2, half at d64), and a last
   // group of at least tail_grids x grid tiles (0: shapes.h causal_tail_grids).
   int l2_budget_mb = 0;
-  bool plain_sparse_order = false;  // block-sparse: the plain tile order even where longest_first applies (A/B only)
   double tail_grids = 0;
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
@@ -1962,10 +1884,6 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
     const uintptr_t at = (reinterpret_cast<uintptr_t>(p.workspace) + 7) & ~uintptr_t{7};
     args.tile_counter = reinterpret_cast<unsigned long long*>(at);
     args.epoch = next_tile_epoch();
-    // Block-sparse maps without a window: longest tiles first (sparse_tile). Its decode reaches the Q loader and the
-    // consumers through tile_mhb (Traits::kLoaderMhb); windows keep their order (causal-like: CausalOrder's).
-    args.longest_first = K::kLoaderMhb && p.has_block_mask && p.window_left < 0 && p.window_right < 0 &&
-                         !opt.plain_sparse_order && std::getenv("LIBFLASH_SM90_SPARSE_ORDER_PLAIN") == nullptr;  // (A/B probe, s66)
   }
   auto* kernel = fwd_kernel<K>;
   if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));

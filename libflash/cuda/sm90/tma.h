@@ -31,8 +31,6 @@ struct Args {
   unsigned long long* tile_counter;  // dynamic order (causal-like and block-sparse masks), in the workspace: the
                          // launch's epoch and the tiles it handed out (fwd_kernel.cuh, take_claim). nullptr: static
   uint32_t epoch;        // dynamic order: this launch's (next_tile_epoch)
-  int32_t longest_first; // block-sparse, dynamic order, no window: a (batch, head)'s tiles longest list first
-                         // (fwd_kernel.cuh, sparse_tile), except in groups that the first round reaches
   TailSplit tail;        // static order: the last round split into pieces (shapes.h); tail.units == 0: none
   int32_t* tail_count;   // per split tile and consumer warpgroup: its pieces finished (zeroed by launch: a pair's, ahead
                          // of its primary; shapes.h, Rows::pieces)

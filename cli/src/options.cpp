@@ -81,7 +81,8 @@ cxxopts::Options make_options() {
      cxxopts::value<std::vector<std::string>>())
     ("causal", "causal mask (bottom-right aligned), added to every --mask")
     ("mask", "mask terms joined by '+', alternatives separated by ';': none, causal, causal-br, causal-tl, "
-             "window:L,R, window-tl:L,R, block-sparse:DENSITY[:BLOCK], block-sparse-file:PATH",
+             "window:L,R, window-tl:L,R, block-sparse:DENSITY[:BLOCK], block-sparse-file:PATH (DENSITY: a random map of "
+             "round(DENSITY x all blocks) blocks, every query block floor or ceil of the mean, from --seed)",
      cxxopts::value<std::string>()->default_value("none"))
     ("mode", "fwd | bwd | fwd_bwd, comma separated (bwd and fwd_bwd need libflash 1.1; an algorithm without a backward gives an error row)",
      cxxopts::value<std::vector<std::string>>()->default_value("fwd"))

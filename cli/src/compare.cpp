@@ -22,6 +22,7 @@ const char* kind_name(CompareEntry::Kind k) {
     case CompareEntry::Kind::kRemoved: return "removed";
     case CompareEntry::Kind::kBothFailed: return "failed in both";
     case CompareEntry::Kind::kFixed: return "fixed";
+    case CompareEntry::Kind::kMapChanged: return "map changed";
   }
   return "?";
 }
@@ -43,9 +44,10 @@ int rank(CompareEntry::Kind k) {
     case CompareEntry::Kind::kUnchanged: return 3;
     case CompareEntry::Kind::kAdded: return 4;
     case CompareEntry::Kind::kRemoved: return 5;
-    case CompareEntry::Kind::kBothFailed: return 6;
+    case CompareEntry::Kind::kMapChanged: return 6;
+    case CompareEntry::Kind::kBothFailed: return 7;
   }
-  return 7;
+  return 8;
 }
 std::string fixed(double v, int p) {
   char buf[64];
@@ -79,12 +81,14 @@ CompareResult compare_documents(const json& base, const json& fresh, double thre
     const json& b = *it->second;
     if (ok_row(b)) e.base_ms = b["time_ms_median"].get<double>();
     if (ok_row(r)) e.new_ms = r["time_ms_median"].get<double>();
+    const std::string changed = block_map_change(b, r);
     if (ok_row(b) && ok_row(r)) {
       e.ratio = e.base_ms > 0 ? e.new_ms / e.base_ms : 1.0;
       e.change_pct = (e.ratio - 1.0) * 100.0;
       e.kind = e.change_pct > threshold    ? CompareEntry::Kind::kRegression
                : e.change_pct < -threshold ? CompareEntry::Kind::kImproved
                                            : CompareEntry::Kind::kUnchanged;
+      if (!changed.empty()) e.kind = CompareEntry::Kind::kMapChanged, e.note = changed;
     } else if (ok_row(b)) {
       e.kind = CompareEntry::Kind::kRegression;
       e.note = "now fails: " + error_text(r);

@@ -18,6 +18,7 @@ struct CompareEntry {
     kRemoved,     // only in BASE
     kBothFailed,  // an error row in both
     kFixed,       // an error in BASE, a time in NEW
+    kMapChanged,  // block-sparse rows whose maps differ (density, seed, list length): times shown, not judged
   } kind;
   std::string key, label;
   double base_ms = 0, new_ms = 0;
@@ -35,7 +36,9 @@ struct CompareResult {
 };
 
 // Compares the median times; a row regresses when it is more than max_regression_pct slower, or when it
-// succeeded in BASE and has an error in NEW.
+// succeeded in BASE and has an error in NEW. Two block-sparse rows with the same mask label but different maps (their
+// block_sparse objects differ in block_density, seed, max_kv_blocks or block size -- e.g. a random map drawn by
+// fa-bench before and after session 66's exact-density maps) are kMapChanged: not a regression, not an improvement.
 CompareResult compare_documents(const nlohmann::json& base, const nlohmann::json& fresh, double max_regression_pct);
 const char* kind_name(CompareEntry::Kind k);
 void print_compare(const CompareResult& r, std::ostream& out);

@@ -204,6 +204,7 @@ void html_history(std::ostringstream& h, const DeviceView& dv, double thr) {
   struct Line {
     std::string key, label;
     std::vector<ChartPoint> pts;
+    std::vector<const json*> rows;  // each point's result row (block_map_change between neighbours)
     double last_change = 0;
     bool has_change = false;  // the last two points are both measured
     bool regressed = false;
@@ -228,15 +229,22 @@ void html_history(std::ostringstream& h, const DeviceView& dv, double thr) {
       }
       p.x_label = short_rev(run.revision);
       l.pts.push_back(p);
+      l.rows.push_back(&r);
     }
   }
   // Mark regressions: a point more than thr% slower (in time, i.e. in TFLOP/s for the same FLOPs) than the
-  // point before it, or failing after a success.
+  // point before it, or failing after a success. A point whose block map differs from the one before (results.hpp,
+  // block_map_change) is noted, not judged: its work changed.
   std::vector<Line*> order;
   for (auto& [k, l] : lines) {
     for (size_t i = 1; i < l.pts.size(); ++i) {
       const ChartPoint &a = l.pts[i - 1], &b = l.pts[i];
       bool reg = false;
+      if (const std::string changed = block_map_change(*l.rows[i - 1], *l.rows[i]); !changed.empty()) {
+        l.pts[i].tip += " — " + changed;
+        if (i + 1 == l.pts.size()) l.last_change = 0, l.has_change = false;
+        continue;
+      }
       if (!a.error && !b.error && b.y > 0) {
         const double change = (a.y / b.y - 1.0) * 100.0;  // time change
         reg = change > thr;

@@ -79,6 +79,18 @@ std::string row_key(const json& r) {
   return os.str();
 }
 
+std::string block_map_change(const json& b, const json& r) {
+  const json* mb = b.contains("block_sparse") && b["block_sparse"].is_object() ? &b["block_sparse"] : nullptr;
+  const json* mr = r.contains("block_sparse") && r["block_sparse"].is_object() ? &r["block_sparse"] : nullptr;
+  if (mb == nullptr && mr == nullptr) return "";
+  if (mb == nullptr || mr == nullptr) return std::string("block map only in ") + (mb ? "base" : "new");
+  std::string why;
+  for (const char* k : {"block_density", "seed", "max_kv_blocks", "block_m", "block_n", "num_q_blocks"})
+    if (mb->contains(k) && mr->contains(k) && (*mb)[k] != (*mr)[k])
+      why += std::string(why.empty() ? "" : ", ") + k + " " + (*mb)[k].dump() + " -> " + (*mr)[k].dump();
+  return why.empty() ? "" : "block map differs: " + why;
+}
+
 std::string row_label(const json& r) {
   std::ostringstream os;
   os << r.value("mode", "fwd") << ' ' << r.value("dtype", "") << ' ' << r.value("algo", "") << " b"

@@ -14,6 +14,10 @@ namespace fabench {
 std::string row_key(const nlohmann::json& row);
 // A short human label of the same axes.
 std::string row_label(const nlohmann::json& row);
+// Why two rows with one key ran different block maps ("block map differs: block_density 0.09375 -> 0.0996..., ..."),
+// or "" when they ran the same one or neither has one. Their times then differ because their work does (fa-bench's
+// random maps before and after session 66, a new --seed): compare and report show them, but do not judge them.
+std::string block_map_change(const nlohmann::json& base, const nlohmann::json& fresh);
 
 // Empty when `doc` is a valid result document of a schema version this fa-bench reads; otherwise the
 // problems, one a line.

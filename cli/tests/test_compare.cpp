@@ -4,6 +4,7 @@
 
 #include "bench.hpp"
 #include "compare.hpp"
+#include "report.hpp"
 #include "results.hpp"
 
 namespace fabench {
@@ -75,6 +76,48 @@ TEST(Compare, RowsMatchOnEveryAxis) {
   b = a;
   b["seqlen_k"] = 4096;
   EXPECT_NE(row_key(a), row_key(b));
+}
+
+// A block-sparse row whose map changed under the same label (fa-bench's random maps before and after session 66) is
+// reported, not judged: its time moved because its work did.
+TEST(Compare, ChangedBlockMapsAreNotJudged) {
+  json b = row("sm90", 4096, 0.060), r = row("sm90", 4096, 0.064);
+  b["mask"] = r["mask"] = "block-sparse:0.1:128";
+  b["block_sparse"] = {{"block_m", 128}, {"block_n", 128}, {"num_q_blocks", 32}, {"max_kv_blocks", 3},
+                       {"block_density", 0.09375}, {"seed", 24301}};
+  r["block_sparse"] = b["block_sparse"];
+  r["block_sparse"]["max_kv_blocks"] = 4;
+  r["block_sparse"]["block_density"] = 0.099609375;
+  json same = row("sm90", 8192, 0.2), slower = row("sm90", 8192, 0.3);
+  same["mask"] = slower["mask"] = "block-sparse:0.25:128";
+  same["block_sparse"] = slower["block_sparse"] = b["block_sparse"];
+  const CompareResult c = compare_documents(doc({b, same}), doc({r, slower}), 5.0);
+  ASSERT_EQ(c.entries.size(), 2u);
+  EXPECT_EQ(c.regressions, 1);  // the 0.25 row: the same map, 50% slower
+  const CompareEntry& changed = c.entries[1];
+  EXPECT_EQ(changed.kind, CompareEntry::Kind::kMapChanged);
+  EXPECT_NE(changed.note.find("block_density 0.09375 -> 0.099609375"), std::string::npos) << changed.note;
+  EXPECT_NEAR(changed.ratio, 0.064 / 0.060, 1e-12);
+}
+
+// The dashboard's history does the same: a step whose block map changed is noted in its tooltip, not flagged.
+TEST(Compare, DashboardHistoryNotesAChangedBlockMap) {
+  auto sparse = [](double ms, double density, int max_kv) {
+    json r = row("sm90", 4096, ms);
+    r["mask"] = "block-sparse:0.1:128";
+    r["tflops"] = 100.0 * density / ms;  // the FLOPs follow the map
+    r["block_sparse"] = {{"block_m", 128}, {"block_n", 128}, {"num_q_blocks", 32}, {"max_kv_blocks", max_kv},
+                         {"block_density", density}, {"seed", 24301}};
+    return r;
+  };
+  json d1 = doc({sparse(0.0600, 0.09375, 3)}, "aaa"), d2 = doc({sparse(0.0640, 0.099609375, 4)}, "bbb");
+  json d3 = doc({sparse(0.0700, 0.099609375, 4)}, "ccc");  // the same map, 9% slower: a regression
+  d1["meta"]["date"] = "2026-01-01T00:00:00Z", d2["meta"]["date"] = "2026-01-02T00:00:00Z", d3["meta"]["date"] = "2026-01-03T00:00:00Z";
+  const std::string two = render_html({{"1.json", d1}, {"2.json", d2}}, 5.0, "t");
+  EXPECT_NE(two.find("data-regressions=\"0\""), std::string::npos);
+  EXPECT_NE(two.find("block map differs: block_density 0.09375 -&gt; 0.099609375"), std::string::npos);
+  const std::string three = render_html({{"1.json", d1}, {"2.json", d2}, {"3.json", d3}}, 5.0, "t");
+  EXPECT_NE(three.find("data-regressions=\"1\""), std::string::npos);
 }
 
 TEST(Compare, MarkdownListsRegressionsFirst) {

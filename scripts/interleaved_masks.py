@@ -34,7 +34,8 @@ def ints(s):
 
 
 def random_lists(n, density, rng, block=128):
-    """fa-bench's random pattern: per query block, round(density * key blocks) distinct key blocks (at least one),
+    """fa-bench's random pattern before session 66: per query block, round(density * key blocks) distinct key blocks (at
+    least one; fa-bench now draws round(density * all blocks), rows floor or ceil of the mean),
     the same for every batch and head. An int32 [query blocks, per_row] array, each row sorted."""
     nb = (n + block - 1) // block
     per_row = min(nb, max(1, int(round(density * nb))))
@@ -66,7 +67,6 @@ def main():
                          "during the call); clean: that write followed by a read of another 256 MB (ncu's state: clean L2)")
     a = ap.parse_args()
     densities = [float(x) for x in a.densities.split(",")]
-    limits = {0.1: 0.15, 0.25: 0.30, 0.5: 0.55}
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     clean = torch.ones(256 << 20, dtype=torch.int8, device="cuda") if a.flush == "clean" else None
     rng = np.random.default_rng(a.seed)
@@ -100,7 +100,7 @@ def main():
             for s in densities:
                 m = "block-sparse:%g:128" % s
                 ratio = ms[m] / ms["none"]
-                lim = limits.get(s, row["density"][m] + 0.05)
+                lim = row["density"][m] + 0.05  # the map's own density (session 66: 3 / 32 at 4k s = .1, limit .1438)
                 cells.append("s=%g %.3f%s" % (s, ratio, "" if ratio <= lim + 1e-9 else " (>%g)" % lim))
             cells.append("causal/dense %.3f" % (ms["causal"] / ms["none"]))
             cells.append("causal/window(256,0) %.1fx" % (ms["causal"] / ms["window:256,0"]))

@@ -46,11 +46,17 @@ def l2_view(b, n, h, d, gen):
 
 def reference_check(q, k, v, o, idx, block=128):
     """Max |o - reference| for the real call: softmax(QK^T / sqrt(d) + block mask) V in fp32, head by head."""
-    b, n, h, d = q.shape
     nb = idx.shape[0]
     keep = torch.zeros(nb, nb, dtype=torch.bool, device="cuda")
     rows = torch.arange(nb, device="cuda")[:, None].expand_as(torch.from_numpy(idx))
     keep[rows.reshape(-1), torch.from_numpy(idx).cuda().reshape(-1).long()] = True
+    return map_reference_error(q, k, v, o, keep, block)
+
+
+def map_reference_error(q, k, v, o, keep, block=128):
+    """Max |o - reference| under a [query blocks, key blocks] bool map `keep` (on the GPU; broadcast over batch and
+    heads): softmax(QK^T / sqrt(d) + the map expanded to elements) V in fp32, on every fourth head."""
+    b, n, h, d = q.shape
     elem = keep.repeat_interleave(block, 0).repeat_interleave(block, 1)[:n, :n]
     worst = 0.0
     for bi in range(b):

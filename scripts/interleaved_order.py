@@ -30,6 +30,7 @@ import torch
 
 import libflash
 from interleave import add_round_arguments, time_rounds
+from interleaved_bounds import map_reference_error
 from interleaved_masks import ints
 
 
@@ -58,19 +59,6 @@ def compact(block_map):
         js = np.nonzero(block_map[i])[0]
         idx[i, :len(js)] = js
     return libflash.BlockMask(torch.from_numpy(counts)[None, None].cuda(), torch.from_numpy(idx)[None, None].cuda(), 128)
-
-
-def reference_error(q, k, v, o, block_map, block=128):
-    b, n, h, d = q.shape
-    elem = torch.from_numpy(block_map).cuda().repeat_interleave(block, 0).repeat_interleave(block, 1)[:n, :n]
-    worst = 0.0
-    for bi in range(b):
-        for hi in range(0, h, 4):
-            qf, kf, vf = (x[bi, :, hi].float() for x in (q, k, v))
-            s = ((qf @ kf.T) / d ** 0.5).masked_fill(~elem, float("-inf"))
-            ref = torch.softmax(s, dim=-1) @ vf
-            worst = max(worst, (o[bi, :, hi].float() - ref).abs().max().item())
-    return worst
 
 
 def main():
@@ -106,7 +94,7 @@ def main():
                     if not torch.isfinite(o).all():
                         raise SystemExit("non-finite output: d=%d n=%d %s" % (d, n, name))
                     if cases[name][1] is not None:
-                        errs[name] = reference_error(q, k, v, o, cases[name][1])
+                        errs[name] = map_reference_error(q, k, v, o, torch.from_numpy(cases[name][1]).cuda())
                         if not errs[name] < 0.05:
                             raise SystemExit("d=%d n=%d %s disagrees with the reference: %g" % (d, n, name, errs[name]))
                 times = time_rounds(fns, a.reps, cache, a.sleep, icache=a.icache)

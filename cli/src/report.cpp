@@ -240,15 +240,14 @@ void html_history(std::ostringstream& h, const DeviceView& dv, double thr) {
     for (size_t i = 1; i < l.pts.size(); ++i) {
       const ChartPoint &a = l.pts[i - 1], &b = l.pts[i];
       bool reg = false;
-      if (const std::string changed = block_map_change(*l.rows[i - 1], *l.rows[i]); !changed.empty()) {
-        l.pts[i].tip += " — " + changed;
-        if (i + 1 == l.pts.size()) l.last_change = 0, l.has_change = false;
-        continue;
-      }
+      const std::string changed = block_map_change(*l.rows[i - 1], *l.rows[i]);
+      if (!changed.empty()) l.pts[i].tip += " — " + changed;
       if (!a.error && !b.error && b.y > 0) {
-        const double change = (a.y / b.y - 1.0) * 100.0;  // time change
-        reg = change > thr;
-        if (i + 1 == l.pts.size()) l.last_change = change, l.has_change = true;
+        if (changed.empty()) {
+          const double change = (a.y / b.y - 1.0) * 100.0;  // time change
+          reg = change > thr;
+          if (i + 1 == l.pts.size()) l.last_change = change, l.has_change = true;
+        }
       } else if (!a.error && b.error) {
         reg = true;
       }

@@ -20,8 +20,9 @@
     }                                                                                         \
   } while (0)
 
-// Per query block, per_row distinct key blocks out of nb, random and sorted, one list for every (batch, head) as
-// fa-bench's random patterns; on the device, query block by query block.
+// Per query block, per_row distinct key blocks out of nb, random and sorted, one list for every (batch, head), as
+// fa-bench's random patterns were before session 66 (each row rounded on its own: 3 / 32 at 4k s = .1); on the device,
+// query block by query block. fa_bench_lists below is the map fa-bench runs now.
 inline int* random_lists(int nb, int per_row, std::mt19937_64& rng) {
   std::vector<int> host, all(nb);
   for (int qb = 0; qb < nb; ++qb) {
@@ -33,6 +34,60 @@ inline int* random_lists(int nb, int per_row, std::mt19937_64& rng) {
   int* d = nullptr;
   CK(cudaMalloc(&d, host.size() * 4));
   CK(cudaMemcpy(d, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// fa-bench's own random map (cli/src/mask.cpp make_random_block_pattern, session 66, rewritten here because the dev
+// tools build with nvcc alone): round(density x all blocks) blocks, every query block floor or ceil of the mean (at
+// least one), the longer rows and each row's blocks drawn from the same generator with the same seed mixing, so a
+// (seqlen, block, density, seed) names the map fa-bench ran (its default seed is 24301). On the device: idx, query block
+// qb's list at idx + qb x stride, cnt[qb] of them.
+struct DevLists {
+  int* idx = nullptr;
+  int* cnt = nullptr;
+  int stride = 0;
+  long long total = 0;  // blocks in the whole map (one (batch, head))
+  int cells = 0;        // query blocks x key blocks
+};
+inline long long fa_bench_map(int seqlen, int block, double density, uint64_t seed, std::vector<int>& cnt,
+                              std::vector<int>& idx, int& stride) {
+  const int nqb = (seqlen + block - 1) / block, nkb = nqb;
+  const long long cells = 1ll * nqb * nkb;
+  long long total = std::llround(density * double(cells));
+  if (density > 0.0) total = std::max<long long>(total, nqb);
+  total = std::min(total, cells);
+  const int base = int(total / nqb), extra = int(total % nqb);
+  stride = base + (extra > 0 ? 1 : 0);
+  cnt.assign(nqb, base), idx.assign(size_t(nqb) * stride, 0);
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(seqlen) << 32) ^ uint64_t(seqlen) ^ uint64_t(block) << 56);
+  if (extra > 0) {
+    std::vector<int> rows(nqb);
+    for (int qb = 0; qb < nqb; ++qb) rows[qb] = qb;
+    for (int t = 0; t < extra; ++t) {
+      const int r = t + int(rng() % uint64_t(nqb - t));
+      std::swap(rows[t], rows[r]);
+      ++cnt[rows[t]];
+    }
+  }
+  std::vector<int> all(nkb);
+  for (int qb = 0; qb < nqb; ++qb) {
+    for (int j = 0; j < nkb; ++j) all[j] = j;
+    for (int t = 0; t < cnt[qb]; ++t) std::swap(all[t], all[t + int(rng() % uint64_t(nkb - t))]);
+    std::sort(all.begin(), all.begin() + cnt[qb]);
+    std::copy(all.begin(), all.begin() + cnt[qb], idx.begin() + size_t(qb) * stride);
+  }
+  return total;
+}
+inline DevLists fa_bench_lists(int seqlen, int block, double density, uint64_t seed = 24301) {
+  std::vector<int> cnt, idx;
+  DevLists d;
+  d.total = fa_bench_map(seqlen, block, density, seed, cnt, idx, d.stride);
+  const int nqb = int(cnt.size());
+  d.cells = nqb * nqb;
+  CK(cudaMalloc(&d.idx, idx.size() * 4));
+  CK(cudaMemcpy(d.idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&d.cnt, nqb * 4));
+  CK(cudaMemcpy(d.cnt, cnt.data(), nqb * 4, cudaMemcpyHostToDevice));
   return d;
 }
 

@@ -1,9 +1,11 @@
 // libflash/cuda/sm90/dev/io_floor.cu -- the memory floor of issue 7's block-sparse cells under fa-bench's protocol.
 // Dev only (not built by CMake):
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor io_floor.cu && ./io_floor [reps] [grid]
-// Without "grid": d128 / d64 4k in several arrangements (grid x threads, tile order, flush). With "grid": every
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o io_floor io_floor.cu && ./io_floor [reps] [grid|famap|smid]
+// Without a mode: d128 / d64 4k in several arrangements (grid x threads, tile order, flush); "famap": the first six of
+// those, fa-bench's 4k s = .1 map beside the 3 / 32 one (session 67). With "grid": every
 // block-sparse cell of issue 7's masks run (batch 2, hidden 2048, 4k-16k) and FlashAttention's convention at 4k (batch
-// 4), each in the two best arrangements of session 62 (4 x 256 and 8 x 128 threads an SM, persistent), dirty flush.
+// 4), each in the two best arrangements of session 62 (4 x 256 and 8 x 128 threads an SM, persistent), dirty flush, on
+// fa-bench's own maps since session 67 (on maps rounded row by row before).
 //
 // A kernel that moves exactly the bytes a block-sparse forward must move -- each (batch, head, query block)'s Q block,
 // the K and V blocks its list names, its O block written -- in the same [batch, seqlen, heads, head_dim] layout and the
@@ -32,6 +34,8 @@ struct Problem {
   int head_perm;  // (batch, head)-major order's head sequence: 0 0, 1, 2, ...; S > 1: heads S apart in turn (0, S, 2S, ..,
                   // 1, 1 + S, ..), so that the heads running together sit S x 256 B apart in each row; -1: batch innermost
   const int* slot_of_sm;  // non-null: a CTA's first tile is slot_of_sm[%smid], not blockIdx.x (one CTA an SM)
+  const int* counts;      // non-null: query block qb lists counts[qb] key blocks at lists + qb x stride (fa-bench's
+  int stride;             // maps since session 66); null: per_row each, at lists + qb x per_row
 };
 
 __device__ __forceinline__ int smid() {
@@ -63,8 +67,8 @@ __global__ void __launch_bounds__(1024) tile_io(const uint4* __restrict__ q, con
     const int c = threadIdx.x % chunks, r0 = threadIdx.x / chunks;
     const int64_t row_stride = int64_t(p.heads) * chunks;  // in uint4
     const int64_t base = (int64_t(b) * p.seqlen * p.heads + h) * chunks + c;
-    const int n = p.per_row;
-    const int* list = lists + qb * n;
+    const int n = p.counts ? __ldg(p.counts + qb) : p.per_row;
+    const int* list = lists + qb * (p.counts ? p.stride : p.per_row);
     for (int r = r0; r < p.block; r += rows_per_pass) {
       const int64_t qrow = int64_t(qb) * p.block + r;
       uint4 acc = __ldg(q + base + qrow * row_stride);
@@ -112,8 +116,17 @@ int main(int argc, char** argv) {
     bool stream, clean;
     int grid_per_sm, threads;  // 0: a CTA per tile
     int sm_map = 0;            // 0: none; 1 identity, 2 reversed, 3 x 37 mod SMs, 4 / 5 random (seeds): slot_of_sm
+    double fa_density = 0;     // > 0: fa-bench's map of this density (fa_bench_lists), not per_row blocks a row
   };
   std::vector<Case> cases = {
+      // Session 67: fa-bench's maps since session 66 (102 / 1024 at 4k s = .1), in the kernel's arrangement (one tile an
+      // SM, 1024 threads) and the best of session 62 (4 x 256), beside the 3 / 32 map in the same arrangements.
+      {"d128 4k s=.1 fa-bench map, 132 x 1024", {2, 16, 4096, 128, 128, 0, 0}, false, false, 1, 1024, 0, 0.1},
+      {"d128 4k s=.1 fa-bench map, 528 x 256", {2, 16, 4096, 128, 128, 0, 0}, false, false, 4, 256, 0, 0.1},
+      {"d128 4k s=.1 (3/32), 132 x 1024", {2, 16, 4096, 128, 128, 3, 0}, false, false, 1, 1024},
+      {"d128 4k s=.1 (3/32), 528 x 256", {2, 16, 4096, 128, 128, 3, 0}, false, false, 4, 256},
+      {"d64 4k s=.1 fa-bench map, 132 x 1024", {2, 32, 4096, 64, 128, 0, 0}, false, false, 1, 1024, 0, 0.1},
+      {"d64 4k s=.1 fa-bench map, 528 x 256", {2, 32, 4096, 64, 128, 0, 0}, false, false, 4, 256, 0, 0.1},
       {"d128 4k s=.1 (3/32) dirty", {2, 16, 4096, 128, 128, 3, 0}, false, false, 0, 256},
       {"d128 4k s=.1 (3/32) clean", {2, 16, 4096, 128, 128, 3, 0}, false, true, 0, 256},
       {"d128 4k s=.25 (8/32) dirty", {2, 16, 4096, 128, 128, 8, 0}, false, false, 0, 256},
@@ -146,6 +159,7 @@ int main(int argc, char** argv) {
       {"d64 4k s=.1 dirty, 132 x 1024", {2, 32, 4096, 64, 128, 3, 0}, false, false, 1, 1024},
       {"d64 4k s=.1 dirty, 132 x 1024, heads 8 apart", {2, 32, 4096, 64, 128, 3, 0, 8}, false, false, 1, 1024},
   };
+  if (argc > 2 && std::string(argv[2]) == "famap") cases.resize(6);  // session 67's six
   if (argc > 2 && std::string(argv[2]) == "smid") {
     cases.clear();
     const char* names[] = {"blockIdx", "smid", "smid reversed", "smid x 37", "smid random 1", "smid random 2"};
@@ -162,13 +176,16 @@ int main(int argc, char** argv) {
         for (int n : {4096, 8192, 16384}) {
           if (batch == 4 && n != 4096) continue;
           for (double dens : {0.1, 0.25, 0.5}) {
-            const int nb = n / 128, per_row = std::max(1, int(std::llround(dens * nb)));
+            // fa-bench's map (since session 66): the name carries its blocks over its cells, which floor_table.py
+            // reads as the map's density.
+            const int nb = n / 128;
+            const long long total = std::min<long long>(std::max<long long>(std::llround(dens * nb * nb), nb), 1ll * nb * nb);
             for (int arr = 0; arr < 2; ++arr) {
               char name[96];
-              std::snprintf(name, sizeof name, "d%d b%d %dk s=%.2g (%d/%d) %s", d, batch, n / 1024, dens, per_row, nb,
+              std::snprintf(name, sizeof name, "d%d b%d %dk s=%.2g (%lld/%d) %s", d, batch, n / 1024, dens, total, nb * nb,
                             arr == 0 ? "4x256" : "8x128");
-              cases.push_back({name, {batch, 2048 / d, n, d, 128, per_row, 0, 0}, false, false, arr == 0 ? 4 : 8,
-                               arr == 0 ? 256 : 128});
+              cases.push_back({name, {batch, 2048 / d, n, d, 128, 0, 0, 0}, false, false, arr == 0 ? 4 : 8,
+                               arr == 0 ? 256 : 128, 0, dens});
             }
           }
         }
@@ -182,8 +199,14 @@ int main(int argc, char** argv) {
   // Lists: per query block, per_row distinct key blocks, random, the same for every (batch, head) as fa-bench's.
   std::vector<int*> lists(cases.size(), nullptr);
   std::mt19937_64 rng(20261125);
+  std::vector<DevLists> fa_lists(cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
-    const Problem& p = cases[i].p;
+    Problem& p = cases[i].p;
+    if (cases[i].fa_density > 0) {
+      fa_lists[i] = fa_bench_lists(p.seqlen, p.block, cases[i].fa_density);
+      lists[i] = fa_lists[i].idx, p.counts = fa_lists[i].cnt, p.stride = fa_lists[i].stride;
+      continue;
+    }
     if (p.per_row == 0) continue;
     lists[i] = random_lists(p.seqlen / p.block, p.per_row, rng);
   }

@@ -44,8 +44,9 @@ constexpr uint32_t kSmem = kBars + 6 * kMaxDepth * 8 + 1024;  // barriers + alig
 
 struct Params {
   CUtensorMap q, k, v, o;
-  const int* lists;  // per query block, per_row key blocks
-  int per_row, nqb, heads, batch, tiles;
+  const int* lists;   // per query block, per_row key blocks (at lists + qb x per_row), or, where counts is non-null,
+  const int* counts;  // counts[qb] of them at lists + qb x per_row (fa-bench's maps since session 66: per_row is then
+  int per_row, nqb, heads, batch, tiles;  // the longest list)
   long long block_cycles, tile_cycles;
   int nq, nk, nv;  // buffers: Q (production 2), K stages, V stages (production 2 and 2)
   int last_scale;  // the stand-in arithmetic of each CTA's last tile, in quarters (4: as every tile; 0: none)
@@ -94,15 +95,18 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
     const int bh = t / p.nqb;
     b = bh / p.heads, h = bh % p.heads;
   };
+  auto count = [&](int qb) { return p.counts ? p.counts[qb] : p.per_row; };
   if (warp == 0) {  // the Q loader: the next tile's Q as soon as its buffer is free
-    int it = 0;
+    int it = 0, prev_start = 0, prev_count = 0;  // the tile before this one: its first block's ring index, its blocks
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x, ++it) {
       const int buf = it % p.nq;
       mbar_wait(bar(kQEmpty, buf), ((it / p.nq) & 1) ^ 1);
       int b, h, qb;
       decode(t, b, h, qb);
       if (p.q_defer > 0 && it > 0)
-        while (*static_cast<volatile int*>(&kv_issued) < (it - 1) * p.per_row + p.q_defer) __nanosleep(64);
+        while (*static_cast<volatile int*>(&kv_issued) < prev_start + min(p.q_defer, prev_count)) __nanosleep(64);
+      if (it > 0) prev_start += prev_count;
+      prev_count = count(qb);
       mbar_arrive_expect_tx(bar(kQFull, buf), kTileBytes);
       load_block(q0 + buf * kTileBytes, &p.q, bar(kQFull, buf), h, qb * kBlock, b);
     }
@@ -111,7 +115,7 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
     for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
       int b, h, qb;
       decode(t, b, h, qb);
-      for (int j = 0; j < p.per_row; ++j, ++s) {
+      for (int j = 0; j < count(qb); ++j, ++s) {
         const int kb = p.lists[qb * p.per_row + j];
         const int ks = s % p.nk, vs = s % p.nv;
         mbar_wait(bar(kKEmpty, ks), ((s / p.nk) & 1) ^ 1);
@@ -132,7 +136,7 @@ __global__ void __launch_bounds__(384, 1) floor_tma(const __grid_constant__ Para
       decode(t, b, h, qb);
       const bool last = t + int(gridDim.x) >= p.tiles;
       const long long blk = last ? p.block_cycles * p.last_scale / 4 : p.block_cycles;
-      for (int j = 0; j < p.per_row; ++j, ++s) {
+      for (int j = 0; j < count(qb); ++j, ++s) {
         const int ks = s % p.nk, vs = s % p.nv;
         mbar_wait(bar(kKFull, ks), (s / p.nk) & 1);
         spin(blk / 2);
@@ -189,6 +193,7 @@ int main(int argc, char** argv) {
     int nq = 2, nk = 2, nv = 2;
     int last_scale = 4;
     int q_defer = 0;
+    double fa_density = 0;  // > 0: fa-bench's map of this density (dev_common.h fa_bench_lists), per_row ignored
   };
   // d128, batch 2, 16 heads: issue 7's 4k s = .1 (3 of 32 blocks) and 8k s = .1 (6 of 64). The stand-in arithmetic:
   // ncu's source page (s61-2) puts a loop block at ~2.7k consumer cycles and a tile's fixed cost at ~5.9k.
@@ -231,7 +236,19 @@ int main(int argc, char** argv) {
       {8192, 6, 1350, 2950, "8k s=.1, half, Q after 3 blocks", 2, 2, 2, 4, 3},
       {8192, 6, 1350, 2950, "8k s=.1, half, Q after 6 blocks", 2, 2, 2, 4, 6},
   };
-  const std::vector<Case>& cases = (argc > 2 && std::string(argv[2]) == "qdefer") ? qdefer_cases : all_cases;
+  // Session 67 ("famap"): fa-bench's map since session 66 (4k s = .1: 102 of 1024 blocks, rows of 3 and 4) beside the
+  // 3 / 32 map, with no arithmetic, half the stand-in and all of it.
+  const std::vector<Case> famap_cases = {
+      {4096, 3, 0, 0, "4k 3/32, no arithmetic"},
+      {4096, 0, 0, 0, "4k fa-bench map, no arithmetic", 2, 2, 2, 4, 0, 0.1},
+      {4096, 3, 1350, 2950, "4k 3/32, half the stand-in"},
+      {4096, 0, 1350, 2950, "4k fa-bench map, half the stand-in", 2, 2, 2, 4, 0, 0.1},
+      {4096, 3, 2700, 5900, "4k 3/32, the stand-in"},
+      {4096, 0, 2700, 5900, "4k fa-bench map, the stand-in", 2, 2, 2, 4, 0, 0.1},
+      {8192, 0, 0, 0, "8k fa-bench map, no arithmetic", 2, 2, 2, 4, 0, 0.1},
+  };
+  const std::string mode = argc > 2 ? argv[2] : "";
+  const std::vector<Case>& cases = mode == "qdefer" ? qdefer_cases : mode == "famap" ? famap_cases : all_cases;
   const size_t elems = size_t(batch) * 8192 * heads * kD;
   void *q, *k, *v, *o;
   alloc_qkvo(elems * 2, &q, &k, &v, &o);
@@ -253,7 +270,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: buffers do not fit\n", c.name.c_str());
       return 1;
     }
-    p.lists = random_lists(p.nqb, c.per_row, rng);
+    if (c.fa_density > 0) {
+      const DevLists l = fa_bench_lists(c.seqlen, kBlock, c.fa_density);
+      p.lists = l.idx, p.counts = l.cnt, p.per_row = l.stride;
+    } else {
+      p.lists = random_lists(p.nqb, c.per_row, rng);
+    }
   }
   auto call = [&](size_t i) {
     timer.dirty_flush();

@@ -4,8 +4,8 @@
 // Without a mode: d128 / d64 4k in several arrangements (grid x threads, tile order, flush); "famap": the first six of
 // those, fa-bench's 4k s = .1 map beside the 3 / 32 one (session 67). With "grid": every
 // block-sparse cell of issue 7's masks run (batch 2, hidden 2048, 4k-16k) and FlashAttention's convention at 4k (batch
-// 4), each in the two best arrangements of session 62 (4 x 256 and 8 x 128 threads an SM, persistent), dirty flush, on
-// fa-bench's own maps since session 67 (on maps rounded row by row before).
+// 4), each in the two best arrangements of session 62 (4 x 256 and 8 x 128 threads an SM, persistent) and, since session
+// 67, one tile an SM (1 x 1024), dirty flush, on fa-bench's own maps since session 67 (on maps rounded row by row before).
 //
 // A kernel that moves exactly the bytes a block-sparse forward must move -- each (batch, head, query block)'s Q block,
 // the K and V blocks its list names, its O block written -- in the same [batch, seqlen, heads, head_dim] layout and the
@@ -180,12 +180,15 @@ int main(int argc, char** argv) {
             // reads as the map's density.
             const int nb = n / 128;
             const long long total = std::min<long long>(std::max<long long>(std::llround(dens * nb * nb), nb), 1ll * nb * nb);
-            for (int arr = 0; arr < 2; ++arr) {
+            // Arrangements (CTAs an SM x threads): session 62's two best on its maps, and the kernel's own (one tile an
+            // SM, 1024 threads), the best on fa-bench's 4k s = .1 map (s67-1: 57.4 us against 59.9 / 60.2).
+            const int per_sm[3] = {4, 8, 1}, threads[3] = {256, 128, 1024};
+            const char* arr_name[3] = {"4x256", "8x128", "1x1024"};
+            for (int arr = 0; arr < 3; ++arr) {
               char name[96];
               std::snprintf(name, sizeof name, "d%d b%d %dk s=%.2g (%lld/%d) %s", d, batch, n / 1024, dens, total, nb * nb,
-                            arr == 0 ? "4x256" : "8x128");
-              cases.push_back({name, {batch, 2048 / d, n, d, 128, 0, 0, 0}, false, false, arr == 0 ? 4 : 8,
-                               arr == 0 ? 256 : 128, 0, dens});
+                            arr_name[arr]);
+              cases.push_back({name, {batch, 2048 / d, n, d, 128, 0, 0, 0}, false, false, per_sm[arr], threads[arr], 0, dens});
             }
           }
         }

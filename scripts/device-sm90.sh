@@ -18,7 +18,7 @@
 #   masks   issue 7's mask figures for sm90
 #   masks-runs  the masks phase $MASKS_RUNS times (default 2), each run's JSON, logs, masks_table.py's and floor_table.py's
 #           tables in $OUT/masks-$TAG-runN/, then all of them in one $OUT/$TAG-results.tgz ($TAG: default "masks");
-#           floor_table.py reads the io_floor grid $FLOOR_GRID (default session 62's, on the maps of before session 66)
+#           floor_table.py reads the io_floor grid $FLOOR_GRID (default session 67's s67-2, on fa-bench's maps)
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 #   build-dev  configure and build sm90_dev alone
 #   dev-dNNN / prof-NAME  sm90_dev's head-dim-NNN candidates on the dense and causal problems / the profile cases named NAME
@@ -196,7 +196,7 @@ for phase in "$@"; do
         mkdir -p "$dir" && mv "$OUT"/fa-bench-*masks* "$dir/"
         python3 scripts/masks_table.py "$dir/fa-bench-h100-sm90-masks-d64.json" "$dir/fa-bench-h100-sm90-masks-d128.json" \
           > "$dir/masks-table.txt" 2>&1
-        python3 scripts/floor_table.py "${FLOOR_GRID:-bench_results/h100-2026-11-25/sm90-s62/final/io-floor-grid-s62-4.txt}" \
+        python3 scripts/floor_table.py "${FLOOR_GRID:-bench_results/h100-2026-11-25/sm90-s67/final/io-floor-grid-s67-2.txt}" \
           "$dir"/fa-bench-h100-sm90-masks-d*.json > "$dir/floor-table.txt" 2>&1
         echo "masks run $r:"; cat "$dir/masks-table.txt"
       done

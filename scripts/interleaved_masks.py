@@ -42,6 +42,32 @@ def random_lists(n, density, rng, block=128):
     return np.stack([np.sort(rng.choice(nb, per_row, replace=False)) for _ in range(nb)]).astype(np.int32)
 
 
+def exact_map(n, density, rng, block=128):
+    """fa-bench's random pattern since session 66, as a [query blocks, key blocks] bool map: round(density x all blocks)
+    blocks (at least one a query block), every query block floor or ceil of the mean, the longer rows and each row's
+    blocks drawn at random (numpy's generator: the same kind of map as fa-bench's, not its very blocks)."""
+    nb = (n + block - 1) // block
+    total = min(nb * nb, max(nb, int(np.floor(density * nb * nb + 0.5))))
+    base, extra = divmod(total, nb)
+    counts = np.full(nb, base)
+    counts[rng.choice(nb, extra, replace=False)] += 1
+    keep = np.zeros((nb, nb), dtype=bool)
+    for i in range(nb):
+        keep[i, rng.choice(nb, counts[i], replace=False)] = True
+    return keep
+
+
+def compact(block_map, block=128):
+    """libflash.BlockMask on the GPU from a [nb, nb] bool map (broadcast over batch and heads)."""
+    nb = block_map.shape[0]
+    counts = block_map.sum(1).astype(np.int32)
+    idx = np.zeros((nb, max(1, int(counts.max()))), dtype=np.int32)
+    for i in range(nb):
+        js = np.nonzero(block_map[i])[0]
+        idx[i, :len(js)] = js
+    return libflash.BlockMask(torch.from_numpy(counts)[None, None].cuda(), torch.from_numpy(idx)[None, None].cuda(), block)
+
+
 def block_mask_of(idx, block=128):
     """A libflash.BlockMask on the GPU from random_lists' array (broadcast over batch and heads)."""
     nb, per_row = idx.shape

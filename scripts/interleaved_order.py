@@ -31,7 +31,7 @@ import torch
 import libflash
 from interleave import add_round_arguments, time_rounds
 from interleaved_bounds import map_reference_error
-from interleaved_masks import ints
+from interleaved_masks import compact, ints
 
 
 def maps(nb, rng):
@@ -48,17 +48,6 @@ def maps(nb, rng):
         heavy[i, rng.choice(nb, per_row, replace=False)] = True
     heavy[:8, :] = True
     return {"longformer": lf, "bigbird": bb, "heavy8": heavy}
-
-
-def compact(block_map):
-    """libflash.BlockMask on the GPU from a [nb, nb] bool map (broadcast over batch and heads)."""
-    nb = block_map.shape[0]
-    counts = block_map.sum(1).astype(np.int32)
-    idx = np.zeros((nb, max(1, int(counts.max()))), dtype=np.int32)
-    for i in range(nb):
-        js = np.nonzero(block_map[i])[0]
-        idx[i, :len(js)] = js
-    return libflash.BlockMask(torch.from_numpy(counts)[None, None].cuda(), torch.from_numpy(idx)[None, None].cuda(), 128)
 
 
 def main():

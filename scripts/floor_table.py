@@ -8,10 +8,11 @@ that only moves the cell's bytes (Q, the listed K and V blocks, O) in the same l
 arrangements. The floor of a cell is the faster arrangement's median. The fa-bench JSONs give the dense and block-sparse
 times of the same shapes (issue 7's masks run, and any other batch). Prints, per cell, the limit (s + 0.05), the
 fa-bench ratio, the floor as a ratio of the same dense time, and the kernel's time over the floor.
-The limit's s is the density of the map fa-bench ran (its JSON's block_sparse.block_density). io_floor's maps round
-each row on its own (3 / 32 at 4k s = .1); fa-bench's have, since session 66, the asked-for density to the nearest
-block of the whole map (102 / 1024 at 4k s = .1). Where the two maps' densities differ, the row says "floor of
-another map": its floor is then a lower bound of a smaller problem, not of this one.
+The limit's s is the density of the map fa-bench ran (its JSON's block_sparse.block_density). fa-bench's maps have,
+since session 66, the asked-for density to the nearest block of the whole map (102 / 1024 at 4k s = .1); io_floor's
+grid draws the same maps since session 67 (grids from before, e.g. session 62's, rounded each row on its own: 3 / 32).
+Where the two maps' densities differ, the row says "floor of another map": its floor is then a lower bound of another
+problem, not of this one.
 """
 import json
 import re

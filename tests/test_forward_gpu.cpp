@@ -504,6 +504,46 @@ TEST_P(GpuEdges, BlockSparseD64TwoRings) {
     }
 }
 
+// sm90's two-ring kernel ends a launch on smaller tiles where its whole 192-row tiles overflow the grid's rounds by a
+// few (shapes.h ring_tail_plan, RingOrder; perf-log "the two-ring tail"): the last c heads' last 256 rows run as two
+// 128-row tiles after every whole tile, whose third warpgroup has no rows of its own (its rows are the next tile's: they
+// must be neither listed nor stored), and the other heads' last 64 rows after them. Shapes with seqlen_q = 192 F + 64,
+// F odd, and enough heads that F x heads overflows a round of 132 (or 114) SMs: 640 x 48 heads (c = 12 on 132 SMs),
+// 1024 x 30 (c = 18), with causal and window edges, GQA, rows that list nothing or every key block in the tiles the plan
+// moves; on the other algorithms the same cases as more block-sparse coverage.
+TEST_P(GpuEdges, BlockSparseD64TwoRingsTail) {
+  REQUIRE_GPU_ALGORITHM(GetParam());
+  struct Size {
+    int64_t sq, sk;
+    int batch, heads_q, heads_kv;
+  };
+  const Size sizes[] = {{640, 777, 3, 16, 16}, {1024, 900, 2, 15, 5}};
+  int n = 0;
+  for (const Size& sz : sizes)
+    for (int variant = 0; variant < 3; ++variant) {
+      CaseSpec s = base(sz.sq, sz.sk, 64, ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16);
+      s.batch = sz.batch, s.heads_q = sz.heads_q, s.heads_kv = sz.heads_kv;
+      fill_block_mask(s, 128, 128, 0, base_seed() + 677 * n);
+      flash_ref::Mask& m = s.mask;
+      // The last heads (the plan's) and the first: their last two mask row blocks list nothing / every key block, and
+      // the other way round in the first head, so a 128-row tile and the 64-row one each see both.
+      const int nbh = m.mask_batch * m.mask_heads;
+      for (int bh : {0, nbh - 1, nbh - 2})
+        for (int qb = m.n_qb - 2; qb < m.n_qb; ++qb) {
+          const bool all = (qb == m.n_qb - 1) == (bh == 0);
+          std::fill_n(m.listed.begin() + (size_t(bh) * m.n_qb + qb) * m.n_kb, m.n_kb, uint8_t(all ? 1 : 0));
+        }
+      if (variant == 1) s.mask.causal = 1, s.mask.alignment = n % 2 ? FLASH_ALIGN_BOTTOM_RIGHT : FLASH_ALIGN_TOP_LEFT;
+      if (variant == 2) s.mask.window_left = 250, s.mask.window_right = 60;
+      std::mt19937_64 rng(base_seed() ^ (0x7a11 + n));
+      Case c = make_case(s, rng);
+      ASSERT_EQ(run_cuda(c, GetParam(), 0), FLASH_OK) << flash_last_error_message() << "\n  case: " << s.describe();
+      const Check ch = check_case(c);
+      EXPECT_TRUE(ch.ok) << ch.message << "\n  case: " << s.describe() << " seed " << base_seed() << " (plan on 132 SMs: "
+                         << flash::sm90::ring_tail_plan(sz.sq, int64_t(sz.batch) * sz.heads_q, 132) << " heads)";
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Algorithms, GpuEdges, ::testing::ValuesIn(kGpuAlgorithms),
                          [](const auto& info) { return std::string(flash_algorithm_name(info.param)); });
 

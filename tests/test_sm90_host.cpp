@@ -354,6 +354,75 @@ TEST(Sm90Instantiation, TwoRingChoice) {
   EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 128, 64), 200000));
 }
 
+// The two-ring kernel's tail plan (shapes.h ring_tail_plan) and tile order (RingOrder; fwd_kernel.cuh ring_tile): which
+// launches take a plan, and that every order covers each 64-row group of each head exactly once, its 128-row tiles one
+// mask row block each, with a plan's whole tiles filling rounds of the grid exactly and no more small tiles than CTAs.
+TEST(Sm90TwoRingTail, PlanChoice) {
+  using flash::sm90::ring_tail_plan;
+  EXPECT_EQ(ring_tail_plan(4096, 64, 132), 24);  // issue 7's d64 4k grid: 1344 = 10 x 132 + 24 whole tiles
+  EXPECT_EQ(ring_tail_plan(4096, 64, 128), 64);  // 1344 = 10 x 128 + 64: 64 + 64 small tiles for 128 CTAs
+  EXPECT_EQ(ring_tail_plan(4096, 32, 132), 12);
+  EXPECT_EQ(ring_tail_plan(4096, 44, 132), 0);   // 924 = 7 x 132: no overflow
+  EXPECT_EQ(ring_tail_plan(4096, 60, 132), 0);   // 1260 = 9 x 132 + 72, and 72 > 60 heads
+  EXPECT_EQ(ring_tail_plan(4096, 100, 132), 0);  // 2100 = 15 x 132 + 120: 100 + 120 small tiles > 132
+  EXPECT_EQ(ring_tail_plan(4096, 4, 132), 0);    // 84 whole tiles: less than a round
+  EXPECT_EQ(ring_tail_plan(4160, 64, 132), 0);   // 21 x 192 + 128: no 64-row tile
+  EXPECT_EQ(ring_tail_plan(832, 64, 132), 0);    // F = 4: the 128-row tiles would straddle a mask row block
+  EXPECT_EQ(ring_tail_plan(448, 64, 132), 0);    // F = 2: too short
+  EXPECT_EQ(ring_tail_plan(640, 48, 132), 12);   // the GPU test's shapes
+  EXPECT_EQ(ring_tail_plan(1024, 30, 132), 18);
+  EXPECT_EQ(ring_tail_plan(4096, 64, 0), 0);
+}
+
+TEST(Sm90TwoRingTail, OrderCoversEveryRowOnce) {
+  using flash::sm90::RingOrder;
+  using flash::sm90::ring_tail_plan;
+  std::mt19937_64 rng(67);
+  struct Shape {
+    int64_t sq;
+    int num_bh, grid;
+  };
+  std::vector<Shape> shapes = {{4096, 64, 132}, {4096, 64, 128}, {640, 48, 132}, {1024, 30, 132}, {4000, 64, 132},
+                               {4096, 44, 132}, {130, 12, 132}};
+  for (int i = 0; i < 300; ++i) {
+    const int64_t sq = i % 2 ? 64 + 192 * int64_t(rng() % 40) + int64_t(rng() % 3) * 64 - int64_t(rng() % 2) * 17
+                             : 192 * (3 + 2 * int64_t(rng() % 20)) + 64;  // the plan's shapes: 192 F + 64, F odd
+    shapes.push_back({sq, 1 + int(rng() % 150), int(100 + rng() % 40)});
+  }
+  int planned = 0;
+  for (const Shape& sh : shapes) {
+    if (sh.sq <= 0) continue;
+    const int nm = int((sh.sq + 191) / 192), groups_per_head = int((sh.sq + 63) / 64);
+    const int c = ring_tail_plan(sh.sq, sh.num_bh, sh.grid);
+    planned += c > 0;
+    const RingOrder order{sh.num_bh, nm, c};
+    std::vector<int> seen(size_t(sh.num_bh) * groups_per_head, 0);
+    int whole = 0, small = 0, last_whole = -1, first_small = -1;
+    for (int x = 0; x < nm * sh.num_bh; ++x) {
+      int bh, g, groups;
+      order.tile(x, bh, g, groups);
+      ASSERT_TRUE(bh >= 0 && bh < sh.num_bh && g >= 0 && g < groups_per_head && groups >= 1 && groups <= 3)
+          << "sq " << sh.sq << " bh " << sh.num_bh << " x " << x;
+      if (c == 0) {
+        EXPECT_EQ(bh, x / nm);  // the plain order, as before the plan
+        EXPECT_EQ(g, 3 * (nm - 1 - x % nm));
+      }
+      for (int k = g; k < g + groups && k < groups_per_head; ++k) ++seen[size_t(bh) * groups_per_head + k];
+      if (groups == 2) EXPECT_EQ(g % 2, 0) << "a 128-row tile straddles two mask row blocks";
+      if (groups == 3 && g + 3 <= groups_per_head) ++whole, last_whole = x;
+      else if (first_small < 0) first_small = x, ++small;
+      else ++small;
+    }
+    for (size_t k = 0; k < seen.size(); ++k) ASSERT_EQ(seen[k], 1) << "sq " << sh.sq << " bh " << sh.num_bh << " group " << k;
+    if (c > 0) {
+      EXPECT_EQ(whole % sh.grid, 0) << "sq " << sh.sq;
+      EXPECT_LE(small, sh.grid);
+      EXPECT_LT(last_whole, first_small);  // every tile under 192 rows after every whole one
+    }
+  }
+  EXPECT_GT(planned, 10);
+}
+
 // d128 block-sparse masks whose lists hold at least 6 key blocks of 128 run on the instantiation with SFU turns
 // (shapes.h, sfu_turns_by_length; perf-log v59), counted from the lists' capacity as the two-ring rule does.
 TEST(Sm90Instantiation, D128SfuTurnsChoice) {

@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "../../error.h"
 #include "../../params.h"
@@ -570,6 +571,20 @@ struct Tile {
   }
 };
 
+// Two rings (Traits::kTwoRings): a tile is 1-3 groups of 64 rows from group g, coded as m_block = g | groups << 16
+// (ring_rows decodes it), in shapes.h RingOrder's order: the plain one, or with a tail plan (Args::ring_tail_heads) the
+// whole tiles first and the launch ending on 128- and 64-row tiles.
+__device__ __forceinline__ Tile ring_tile(const Args& a, int x) {
+  int bh, g, groups;
+  RingOrder{a.p.heads_q * a.p.batch, a.num_m_blocks, a.ring_tail_heads}.tile(x, bh, g, groups);
+  return Tile(g | groups << 16, bh / a.p.heads_q, bh % a.p.heads_q);
+}
+// A two-ring tile's rows [q_begin, q_end): q_end clipped by seqlen_q. (Block-sparse tiles are never shifted.)
+__device__ __forceinline__ void ring_rows(const FwdParams& p, int m_block, int& q_begin, int& q_end) {
+  q_begin = (m_block & 0xffff) * 64;
+  q_end = min(q_begin + (m_block >> 16) * 64, p.seqlen_q);
+}
+
 // Static order (dense masks: every tile the same length): the persistent grid's r-th tile of CTA c,
 // rounds of gridDim.x tiles walked forwards in even rounds and backwards in odd ones (perf-log v3).
 // Causal and block-sparse masks take tiles from a counter in global memory instead (args.tile_counter,
@@ -875,16 +890,20 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           mbar_wait(sched_empty(slot), ((tile_iter >> 1) & 1) ^ 1);
           if (tile_iter > 0) sched_prof(Prof::kSchedWaitEmpty);
           if (x < args.num_tiles) {
-            const Tile tile(args, x);
-            const int q_begin = tile.m_block * kBlockM - args.q_shift;
+            const Tile tile = K::kTwoRings ? ring_tile(args, x) : Tile(args, x);
+            int q_begin = tile.m_block * kBlockM - args.q_shift, q_end = min(q_begin + kBlockM, p.seqlen_q);
+            if constexpr (K::kTwoRings) ring_rows(p, tile.m_block, q_begin, q_end);
             int32_t* sched = sched_base + slot * K::kRings * args.sched_stride;
-            const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), min(q_begin + kBlockM, p.seqlen_q), sched);
+            const KeyBlocks<kBlockN, true> blocks(p, max(q_begin, 0), q_end, sched);
             if constexpr (K::kTwoRings) {
               // Ring 0: the pair's list (from its first warpgroup's rows, the real ones if either's are), ring 1: the
-              // single warpgroup's.
+              // single warpgroup's. Rows past the tile's end (a tail plan's 128-row tile: its single's) list nothing:
+              // build_schedule leaves a row at seqlen_q empty.
               const int single = single_wg<K::kSingleShift>(p, q_begin);
-              blocks.build_schedule(p, tile.b, tile.h, q_begin + (single == 2 ? 0 : 64), sched, sched_bits, lane);
-              blocks.build_schedule(p, tile.b, tile.h, q_begin + 64 * single, sched + args.sched_stride, sched_bits, lane);
+              const int pair_row = q_begin + (single == 2 ? 0 : 64), single_row = q_begin + 64 * single;
+              blocks.build_schedule(p, tile.b, tile.h, pair_row < q_end ? pair_row : p.seqlen_q, sched, sched_bits, lane);
+              blocks.build_schedule(p, tile.b, tile.h, single_row < q_end ? single_row : p.seqlen_q,
+                                    sched + args.sched_stride, sched_bits, lane);
               if (lane == 0) {  // (lane 0 stored both counts)
                 ring_pos[slot][0] = pos0, ring_pos[slot][1] = pos1;
                 pos0 += sched[0], pos1 += sched[args.sched_stride];
@@ -921,9 +940,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           if (x >= args.num_tiles) break;
           // (Its own decode: the scheduler's, as the K/V loaders take it (kLoaderMhb), measured no faster here -- its Q goes
           // out a tile ahead; sm90_dev s57-13, commit 514b7da.)
-          const Tile tile(args, x);
+          const Tile tile = K::kTwoRings ? ring_tile(args, x) : Tile(args, x);
           wait_q_slot(tile_iter);
-          load_q(tile_iter, tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
+          load_q(tile_iter, K::kTwoRings ? (tile.m_block & 0xffff) * 64 : tile.m_block * kBlockM - args.q_shift, tile.h, tile.b);
         }
       } else if (threadIdx.x == 0 || (K::kTwoRings && threadIdx.x == 64)) {
         // The K/V loaders: lane 0 of warp 0 (two rings: ring 0's), and with two rings lane 0 of warp 2 (ring 1's), each
@@ -948,7 +967,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
           }
           // (Traits::kLoaderMhb: the scheduler's decode, read before this thread's sched_empty arrive below.)
           const Tile tile = K::kLoaderMhb ? Tile(tile_mhb[slot][0], tile_mhb[slot][2], tile_mhb[slot][1]) : Tile(args, x);
-          const int q_begin = tile.m_block * kBlockM - args.q_shift;
+          const int q_begin = tile.m_block * kBlockM - args.q_shift;  // (two rings: not used; m_block is ring_tile's code)
           const int h_kv = tile.h / p.head_ratio;
           // V_j trails K_j by one block, as in the dense producer below (see there why).
           if constexpr (K::kTwoRings) {
@@ -1194,9 +1213,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       // seqlen_q in the last tile, or rows before 0 in the first one when the tiles are shifted
       // (args.q_shift). Q's TMA box reads zeros there and O's TMA store drops them. (No q_first variable:
       // one more value live across the loop made d256's consumers spill, 24 -> 52 bytes.)
-      const int q_begin = tile.m_block * kBlockM - args.q_shift;
-      const int q_end = min(q_begin + kBlockM, p.seqlen_q);
+      int q_begin = tile.m_block * kBlockM - args.q_shift;
+      int q_end = min(q_begin + kBlockM, p.seqlen_q);
       if constexpr (K::kTwoRings) {
+        ring_rows(p, tile.m_block, q_begin, q_end);
         const int single = single_wg<K::kSingleShift>(p, q_begin);
         if constexpr (K::kFixedRings) {
           ring = wg == 2 ? 1 : 0;
@@ -1749,7 +1769,9 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
         // the warpgroup's 64 rows page by page (rows past seqlen_q fall outside the map and are dropped).
         wg::fence_proxy_async();
         named_sync(4 + wg, 128);
-        if (tid == 0 && write_out && q_begin + rg * 64 + 64 > 0) {  // (a box wholly before row 0: nothing to store)
+        // (A box wholly before row 0: nothing to store; two rings: nor one wholly past the tile's end, whose rows are
+        // another tile's.)
+        if (tid == 0 && write_out && q_begin + rg * 64 + 64 > 0 && (!K::kTwoRings || q_begin + rg * 64 < q_end)) {
           store_o_rows(o_stage, kOPage, q_begin + rg * 64, tile.h, tile.b);
           if constexpr (K::kOStageInQ && !kDeferQRelease) wg::bulk_wait_read();  // the store has read these Q rows
         }
@@ -1818,6 +1840,7 @@ struct LaunchOptions {
   bool tail_split = true;   // the static order's last round split into pieces where it pays (shapes.h, TailSplit)
   Rows rows;                // the query rows this launch covers and its part in a PDL pair (shapes.h, Rows)
   bool pdl_attr = true;     // a PDL secondary launched with programmatic stream serialisation (dev: false, plainly)
+  bool plain_ring_tail = false;  // two rings: no tail plan (ring_tile; shapes.h ring_tail_plan)
 };
 template <class K>
 int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
@@ -1890,6 +1913,11 @@ int32_t launch(const FwdParams& p, LaunchOptions opt = {}) {
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   int grid = persistent_grid(tiles, cuda::persistent_ctas(p.device_id));
+  // Two rings: end the launch on smaller tiles where the whole ones would leave a few CTAs a round behind (ring_tile).
+  args.ring_tail_heads = 0;
+  if constexpr (K::kTwoRings)
+    if (!opt.plain_ring_tail && std::getenv("LIBFLASH_SM90_RING_TAIL_PLAIN") == nullptr)  // (A/B probe, session 67)
+      args.ring_tail_heads = ring_tail_plan(p.seqlen_q, int64_t(p.heads_q) * p.batch, grid);
   // The tail split (shapes.h, TailSplit): dense instantiations, the static order, and a workspace of the size
   // flash_fwd_workspace_size gives (sm90.cpp, workspace); without one (sm90_dev's run_static) the last round runs whole.
   // A pair's primary or secondary (Rows::pieces) takes the pair's plan, made for the same grid (sm90.cpp, pair_split):

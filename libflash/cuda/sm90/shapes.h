@@ -360,6 +360,53 @@ inline int64_t list_blocks_128(const FwdParams& p) {
 // .0857 / .0850 against .0893 / .0876 ms) faster on two rings: the threshold is 3 (perf-log v74). Lists of 1 or 2
 // blocks (seqlen_k <= 2.5k at s = .1) were not measured and stay on two warpgroups.
 inline constexpr int64_t kTwoRingMinBlocks = 3;
+
+// The two-ring kernel's tail plan (fwd_kernel.cuh ring_tile; perf-log "the two-ring tail", session 67). Its tiles are 192
+// rows, and a head of seqlen_q = 192 F + 64 rows is F whole tiles and one of 64 rows. When the F x num_bh whole tiles
+// overflow whole rounds of the grid by c <= num_bh tiles, c CTAs run a round of whole tiles after every other CTA has
+// finished (d64 4k s = .1, batch 2 x 32 heads: 1344 = 10 x 132 + 24), and the 64-row tiles do not fill it. The plan
+// takes c heads' last whole tile and their 64-row tile as two 128-row tiles instead, and hands every tile under 192 rows
+// out after the whole ones: the whole tiles then fill rounds exactly, and each CTA ends on at most one small tile
+// (num_bh + c of them, at most one a CTA). Needs F - 1 even (the 128-row tiles start at 192 (F - 1), a multiple of 128:
+// one mask row block each). Returns c (0: the plain order).
+inline int ring_tail_plan(int64_t seqlen_q, int64_t num_bh, int grid) {
+  if (grid <= 0 || seqlen_q % 192 != 64) return 0;
+  const int64_t f = seqlen_q / 192;
+  if (f < 3 || (f - 1) % 2 != 0) return 0;
+  const int64_t c = (f * num_bh) % grid;
+  if (c == 0 || c > num_bh || num_bh + c > grid || f * num_bh < grid) return 0;
+  return int(c);
+}
+
+// The two-ring kernel's tile order (fwd_kernel.cuh ring_tile): work tile x -> (batch * heads + head) bh, its first group
+// of 64 rows g and its groups (1-3; rows past seqlen_q are clipped by the kernel). Without a plan (tail_heads = 0): each
+// (batch, head)'s num_m_blocks tiles of 3 groups together, from its last down. With one (ring_tail_plan, seqlen_q =
+// 192 F + 64, num_m_blocks = F + 1): the whole tiles of every head first, F each for the first num_bh - c heads and F - 1
+// for the last c, each head's from its last down; then those c heads' last 256 rows as two tiles of 2 groups (g = 3 (F -
+// 1), + 2); then the other heads' last 64 rows, one group at g = 3 F. The tile count is the same either way.
+struct RingOrder {
+  int num_bh, num_m_blocks, tail_heads;
+  FLASH_SM90_HD void tile(int x, int& bh, int& g, int& groups) const {
+    groups = 3;
+    const int nm = num_m_blocks, c = tail_heads;
+    if (c == 0) {
+      bh = x / nm, g = 3 * (nm - 1 - x % nm);
+      return;
+    }
+    const int f = nm - 1, plain = num_bh - c, whole = f * plain + (f - 1) * c;
+    if (x < f * plain) {
+      bh = x / f, g = 3 * (f - 1 - x % f);
+    } else if (x < whole) {
+      const int y = x - f * plain;
+      bh = plain + y / (f - 1), g = 3 * (f - 2 - y % (f - 1));
+    } else if (x < whole + 2 * c) {
+      const int y = x - whole;
+      bh = plain + y / 2, g = 3 * (f - 1) + 2 * (y % 2), groups = 2;
+    } else {
+      bh = x - whole - 2 * c, g = 3 * f, groups = 1;
+    }
+  }
+};
 inline bool use_two_rings(const FwdParams& p, int64_t smem_limit) {
   if (!p.has_block_mask || p.head_dim != 64 || p.block_mask.block_m != 128 || p.block_mask.block_n % 128 != 0) return false;
   if (list_blocks_128(p) < kTwoRingMinBlocks) return false;

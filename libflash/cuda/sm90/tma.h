@@ -25,6 +25,8 @@ struct Args {
   int32_t num_m_blocks;  // query blocks per (batch, head)
   int32_t sched_stride;  // block-sparse: ints per schedule buffer (1 + key blocks of kBlockN)
   int32_t q_shift;       // the first tile starts at row -q_shift (masks with a right edge; see launch)
+  int32_t ring_tail_heads;  // two rings: the (batch, head) pairs whose last 256 rows run as two 128-row tiles at the
+                            // launch's end (shapes.h ring_tail_plan; fwd_kernel.cuh ring_tile); 0: the plain order
   unsigned long long* profile;  // Traits::kProfile only (dev/sm90_dev.cu): phase cycle counters, else null
   int32_t l2_group;      // causal-like order: (batch, head) pairs per group whose K and V fit in L2 together
   int32_t l2_full_groups;  // groups of exactly l2_group pairs; one last group takes the rest (any size)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/device-sm90.sh PHASE... -- the Hopper forward's (issue 9) device runs. Results land in $OUT.
 #   build   configure + build (sm_90a only), ptxas report of the sm90 kernels (registers, spills, C75xx)
-#   test    GPU forward tests for sm90 (+ AUTO), with a hang guard
+#   test    GPU forward tests for sm90 (+ AUTO), with a hang guard; test-bwd  the backward's GPU tests on sm90
 #   testfast  the same without the long ones (split, long d128, small grid, backward, two rings, d64 windows): ~60 s
 #   sanitize compute-sanitizer memcheck/racecheck/synccheck on a reduced sm90 sweep
 #   sanitize-split  the same on the tail split's kernels on a 6-CTA grid (GpuSmallGrid)
@@ -92,8 +92,15 @@ for phase in "$@"; do
       grep -E "C75[0-9][0-9]" "$OUT/build.log" | sort | uniq -c | head
       ;;
     test)
-      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:*GpuTailSplit*:GpuSmallGrid*:GpuWorkspace*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
+      # The sm90 forward's tests (~530 s since session 67; with the backward's sm90 tests the suite outgrew one device call
+      # with its build: s67-7 stopped at 550 s in the last one), then test-bwd for the backward's.
+      timeout 550 $BUILD/tests/flash_gpu_tests --gtest_filter='*sm90*:GpuAuto*:*GpuTailSplit*:GpuSmallGrid*:GpuWorkspace*-*GpuBackward*' 2>&1 | tee "$OUT/gpu-tests-sm90.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -40
       echo "gpu tests (sm90): exit ${PIPESTATUS[0]}"
+      ;;
+    test-bwd)
+      # The backward's GPU tests on sm90 (~65 s).
+      timeout 300 $BUILD/tests/flash_gpu_tests --gtest_filter='*GpuBackward*sm90*' 2>&1 | tee "$OUT/gpu-tests-sm90-bwd.log" | grep -E 'FAILED|PASSED|Failure|tests ran' | tail -20
+      echo "gpu tests (sm90 backward): exit ${PIPESTATUS[0]}"
       ;;
     testfast)
       # The sm90 forward tests but the long ones (~60 s against the whole phase's ~470 s): the tail split, d128's long key

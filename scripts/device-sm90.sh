@@ -16,9 +16,12 @@
 #   sanitize-rings  compute-sanitizer on the two-ring kernel's test
 #   bench   fa-bench standard grid, sm90 and sm80, d 64/128/256, causal and not; PyTorch SDPA peers
 #   masks   issue 7's mask figures for sm90
-#   masks-runs  the masks phase $MASKS_RUNS times (default 2), each run's JSON, logs, masks_table.py's and floor_table.py's
-#           tables in $OUT/masks-$TAG-runN/, then all of them in one $OUT/$TAG-results.tgz ($TAG: default "masks");
-#           floor_table.py reads the io_floor grid $FLOOR_GRID (default session 67's s67-2, on fa-bench's maps)
+#   masks-runs  the masks and masks-std phases $MASKS_RUNS times (default 2), each run's JSON, logs, masks_table.py's
+#           tables (the batch-2 grid; the standard grid, --tokens 16384) and, on an H100, floor_table.py's in
+#           $OUT/masks-$TAG-runN/, then all of them in one $OUT/$TAG-results.tgz ($TAG: default "masks");
+#           floor_table.py reads the H100's io_floor grid $FLOOR_GRID (default session 67's s67-2, on fa-bench's maps)
+#   masks-std  issue 7's masks on the standard grid (fa-bench --grid standard, anchors.md: batch x seqlen = 16384,
+#           hidden 2048; 4k batch 4, 8k batch 2, 16k batch 1)
 #   dev     sm90_dev: candidate tile shapes, checked against the production one and timed
 #   build-dev  configure and build sm90_dev alone
 #   dev-dNNN / prof-NAME  sm90_dev's head-dim-NNN candidates on the dense and causal problems / the profile cases named NAME
@@ -198,14 +201,19 @@ for phase in "$@"; do
       # (Sessions 61-63 wrote this loop into each call's script; the device returns few files, hence the tarball.)
       tag=${TAG:-masks}
       for r in $(seq 1 "${MASKS_RUNS:-2}"); do
-        bash "$0" masks > /dev/null 2>&1
+        bash "$0" masks masks-std > /dev/null 2>&1
         dir="$OUT/masks-$tag-run$r"
         mkdir -p "$dir" && mv "$OUT"/fa-bench-*masks* "$dir/"
         python3 scripts/masks_table.py "$dir/fa-bench-h100-sm90-masks-d64.json" "$dir/fa-bench-h100-sm90-masks-d128.json" \
           > "$dir/masks-table.txt" 2>&1
-        python3 scripts/floor_table.py "${FLOOR_GRID:-bench_results/h100-2026-11-25/sm90-s67/final/io-floor-grid-s67-2.txt}" \
-          "$dir"/fa-bench-h100-sm90-masks-d*.json > "$dir/floor-table.txt" 2>&1
-        echo "masks run $r:"; cat "$dir/masks-table.txt"
+        python3 scripts/masks_table.py "$dir"/fa-bench-h100-sm90-masks-std-d{64,128}.json > "$dir/masks-table-std.txt" 2>&1
+        # The floor grid was measured on the H100 (sessions 62-67): on another GPU its bytes' times do not apply.
+        if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100; then
+          python3 scripts/floor_table.py "${FLOOR_GRID:-bench_results/h100-2026-11-25/sm90-s67/final/io-floor-grid-s67-2.txt}" \
+            "$dir"/fa-bench-h100-sm90-masks-d{64,128}.json > "$dir/floor-table.txt" 2>&1
+        fi
+        echo "masks run $r (batch 2):"; cat "$dir/masks-table.txt"
+        echo "masks run $r (standard grid):"; cat "$dir/masks-table-std.txt"
       done
       (cd "$OUT" && tar czf "$tag-results.tgz" masks-"$tag"-run* && rm -rf masks-"$tag"-run*)
       ;;
@@ -216,6 +224,16 @@ for phase in "$@"; do
            --mask "none;causal;window:256,0;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" \
            --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-sm90-masks-d$d.json" > "$OUT/fa-bench-sm90-masks-d$d.txt" 2>&1
         echo "fa-bench masks d$d: exit $?"
+      done
+      ;;
+    masks-std)
+      B=$BUILD/cli/fa-bench
+      for d in 64 128; do
+        timeout 200 $B run --grid standard --dtype bf16 --head-dim $d --seqlen 4096,8192,16384 --algo sm90 --check \
+           --mask "none;causal;window:256,0;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128" \
+           --warmup 5 --reps 30 --no-progress --json "$OUT/fa-bench-h100-sm90-masks-std-d$d.json" \
+           > "$OUT/fa-bench-sm90-masks-std-d$d.txt" 2>&1
+        echo "fa-bench masks-std d$d: exit $?"
       done
       ;;
     fwdbwd)

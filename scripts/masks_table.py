@@ -4,13 +4,11 @@ sparse time against its limit's), causal / dense, and dense-causal / window spee
 --check passed, and a verdict on each of the issue's three speed criteria over all the rows given.
 
 Usage: masks_table.py [--tokens N] RUN.json [RUN.json ...]
-  --tokens N  judge only the problems with batch x seqlen = N (16384: the standard grid, from files that also hold other
-              batches, e.g. the batch-2 grid's 8k rows, which are the standard grid's too)
+  --tokens N  judge only the problems with batch x seqlen = N (16384: the standard grid) and count only their --check
 
-The files may hold any mix of head dims, batches and seqlens (issue 7's batch-2 grid is two files, one a head dim; the
-standard grid of anchors.md, batch x seqlen = 16384, is one file a head dim and seqlen since fa-bench takes one batch a
-run). Rows are matched on (head dim, batch, seqlen): each block-sparse, causal and window row against the dense row of
-the same problem.
+The files may hold any mix of head dims, batches and seqlens (issue 7's batch-2 grid and the standard grid of
+anchors.md, `fa-bench --grid standard`, are each one file a head dim in device-sm90.sh's masks-runs). Rows are matched
+on (head dim, batch, seqlen): each block-sparse, causal and window row against the dense row of the same problem.
 
 The limit of a block-sparse cell is s + 0.05 with s the density of the map fa-bench actually ran (the JSON's
 block_sparse.block_density), not the nominal one in the mask's name: before session 66 fa-bench rounded each row on
@@ -29,21 +27,23 @@ MASKS = ["block-sparse:0.1:128", "block-sparse:0.25:128", "block-sparse:0.5:128"
 
 
 def load(paths):
-    """(d, batch, seqlen) -> {mask: (median ms, realised density or None)}, and every row's check_passed."""
-    probs, checks = {}, []
+    """(d, batch, seqlen) -> {mask: (median ms, realised density or None)}, and (d, batch, seqlen) -> its rows'
+    check_passed (None: the row was not checked, fa-bench run without --check)."""
+    probs, checks = {}, {}
     for path in paths:
         rows = json.load(open(path))
         rows = rows["results"] if isinstance(rows, dict) else rows
-        mine = {}
+        mine, mine_checks = {}, {}
         for r in rows:
-            checks.append(r.get("check_passed"))  # None: the row was not checked (fa-bench run without --check)
+            key = (r["head_dim"], r.get("batch", 0), r["seqlen_q"])
+            mine_checks.setdefault(key, []).append(r.get("check_passed"))
             if not r.get("time_ms_median"):
                 continue
             bs = r.get("block_sparse") or {}
-            key = (r["head_dim"], r.get("batch", 0), r["seqlen_q"])
             mine.setdefault(key, {})[r["mask"]] = (r["time_ms_median"], bs.get("block_density"))
         # A problem's ratios come from one run: a later file that holds the same problem replaces it whole.
         probs.update(mine)
+        checks.update(mine_checks)
     return probs, checks
 
 
@@ -51,6 +51,8 @@ def main(paths, tokens=None):
     probs, checks = load(paths)
     if tokens:
         probs = {k: v for k, v in probs.items() if k[1] * k[2] == tokens}
+        checks = {k: v for k, v in checks.items() if k[1] * k[2] == tokens}
+    checks = [c for rows in checks.values() for c in rows]
     sparse_cells, sparse_over, causal8k, window16k = 0, [], [], []
     for (d, b, n) in sorted(probs):
         t = probs[(d, b, n)]

@@ -723,20 +723,20 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuTailSplit, ::testing::Values(128, 256),
                          [](const auto& info) { return "d" + std::to_string(info.param); });
 
 namespace {
-// LIBFLASH_SM90_MAX_CTAS set for a scope; the caller's own setting, if any, is put back after.
+// LIBFLASH_MAX_CTAS set for a scope; the caller's own setting, if any, is put back after.
 struct ScopedMaxCtas {
-  const char* old = std::getenv("LIBFLASH_SM90_MAX_CTAS");
+  const char* old = std::getenv("LIBFLASH_MAX_CTAS");
   std::string saved = old != nullptr ? old : "";
   bool had = old != nullptr;
-  explicit ScopedMaxCtas(const char* value) { setenv("LIBFLASH_SM90_MAX_CTAS", value, 1); }
+  explicit ScopedMaxCtas(const char* value) { setenv("LIBFLASH_MAX_CTAS", value, 1); }
   ~ScopedMaxCtas() {
-    if (had) setenv("LIBFLASH_SM90_MAX_CTAS", saved.c_str(), 1);
-    else unsetenv("LIBFLASH_SM90_MAX_CTAS");
+    if (had) setenv("LIBFLASH_MAX_CTAS", saved.c_str(), 1);
+    else unsetenv("LIBFLASH_MAX_CTAS");
   }
 };
 }  // namespace
 
-// The same kernels on a persistent grid of 6 CTAs (LIBFLASH_SM90_MAX_CTAS, runtime.h persistent_ctas): problems a few
+// The same kernels on a persistent grid of 6 CTAs (LIBFLASH_MAX_CTAS, runtime.h persistent_ctas): problems a few
 // heads large that still split, and d128 causal long key ranges on the 192-key kernel (dynamic order, 9 tiles on 6
 // CTAs). Small enough for compute-sanitizer's racecheck (the device script's sanitize-split phase), and 128 query rows,
 // so both consumer warpgroups' merged rows are compared. The caller's workspace is sized for 6 CTAs: accepted only if

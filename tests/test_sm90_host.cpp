@@ -604,7 +604,7 @@ TEST(Sm90Grid, BalancedGrid) {
   EXPECT_EQ(balanced_grid(1000, 132), 125);  // 8 rounds, the last 76 tiles
   EXPECT_EQ(balanced_grid(900, 132), 132);   // 7 rounds: fewer than 8, kept
   EXPECT_EQ(balanced_grid(100, 132), 132);   // one round (persistent_grid makes it 100)
-  EXPECT_EQ(balanced_grid(50, 6), 6);        // 9 rounds on 6 CTAs (LIBFLASH_SM90_MAX_CTAS): none to spare
+  EXPECT_EQ(balanced_grid(50, 6), 6);        // 9 rounds on 6 CTAs (LIBFLASH_MAX_CTAS): none to spare
   EXPECT_EQ(balanced_grid(48 * 9, 50), 48);  // 9 rounds of 48 on 50
   EXPECT_EQ(balanced_grid(2048, 0), 0);
   for (int64_t tiles : {1057, 2048, 3001, 100000, 1 << 20})

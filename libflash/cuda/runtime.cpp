@@ -50,7 +50,8 @@ int compute_capability(int device_id) {
 int multiprocessor_count(int device_id) { return attribute(cudaDevAttrMultiProcessorCount, device_id); }
 int persistent_ctas(int device_id) {
   const int sms = multiprocessor_count(device_id);
-  if (const char* e = std::getenv("LIBFLASH_SM90_MAX_CTAS")) {
+  // LIBFLASH_MAX_CTAS: the persistent kernels' grid is at most this many CTAs; default one per SM.
+  if (const char* e = std::getenv("LIBFLASH_MAX_CTAS")) {
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
     if (end != e && *end == '\0' && v > 0 && (sms <= 0 || v < sms)) return int(v);

@@ -14,9 +14,9 @@ int device_count();                                // 0 without a driver or devi
 int32_t require_device(int device_id);            // FLASH_OK, or FLASH_ERROR_NO_CUDA_DEVICE with a message
 int compute_capability(int device_id);            // major*10 + minor, e.g. 90; 0 if unknown
 int multiprocessor_count(int device_id);
-// CTAs of the sm90 forward's persistent grid: one per SM, or LIBFLASH_SM90_MAX_CTAS if that is a smaller positive
-// number (read at every call). For running compute-sanitizer on the tile schedules -- the split last round, the
-// dynamic order -- at a scale it finishes (tests: GpuSmallGrid.Sm90SplitAndLongCausal), or to leave SMs to other work.
+// CTAs of the persistent kernels' grid: at most LIBFLASH_MAX_CTAS (a positive number smaller than the SM count;
+// read at every call), default one per SM. For running compute-sanitizer on the tile schedules -- the split last
+// round, the dynamic order -- at a scale it finishes (tests: GpuSmallGrid), or to leave SMs to other work.
 int persistent_ctas(int device_id);
 int64_t shared_mem_per_sm(int device_id);         // bytes
 int64_t shared_mem_per_block_optin(int device_id);

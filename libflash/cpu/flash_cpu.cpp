@@ -38,10 +38,10 @@ constexpr int kBlockN = 64;  // key rows per step: 64 x 256 fp32 K and V blocks 
 
 // The arithmetic type of S, the softmax and O: fp32 for fp16/bf16 inputs; double for fp32 ones. In fp32 the fused
 // algorithm's extra roundings (O and l rescaled at every new row max, P taken against a running max) put its error
-// at the size of naive fp32 attention's own, and past twice it on ~1 random case in 300 (session 18: max |o - ref|
+// at the size of naive fp32 attention's own, and past twice it on ~1 random case in 300 (max |o - ref|
 // 8.1e-7 against naive's 3.5e-7); computed in double, fp32 output is rounded once, as the project's accuracy rule
 // wants of every backend. The cost is the fp32 path's vector width: fa-bench on 2 cores, b 1, h 4, 1k, d 64, fp32:
-// forward 60 -> 99 ms, fwd_bwd 149 -> 290 ms (session 19). (16-bit inputs keep fp32: their output rounding, 2^-8 or
+// forward 60 -> 99 ms, fwd_bwd 149 -> 290 ms. (16-bit inputs keep fp32: their output rounding, 2^-8 or
 // 2^-11, dwarfs the arithmetic's; bf16 measured the same before and after.)
 template <DType T>
 using Acc = std::conditional_t<T == DType::FP32, double, float>;

@@ -8,8 +8,8 @@
 #   FA_BENCH_DEVICE          device to measure (default cuda:0)
 #   FA_BENCH_ALGOS           algorithms (default: sm90,sm80,naive -- whatever the GPU has is used)
 #   FA_BENCH_MAX_REGRESSION  allowed slowdown of a median time, percent (default 5)
-#   FA_BENCH_BASELINE        baseline file (default: the newest committed bench_results/*.json of this GPU)
-#   FA_BENCH_RUN_ARGS        the shape flags (default: the standard grid, bf16, d 64 and 128, causal and not)
+#   FA_BENCH_BASELINE        baseline file (default: the committed bench_results/*/fa-bench-fwd.json of this GPU)
+#   FA_BENCH_RUN_ARGS        the shape flags (default: the standard grid, bf16, d 64, 128 and 256, causal and not)
 #   FA_BENCH                 an fa-bench already built (skips the build)
 #   BUILD_DIR                build directory (default build-ci)
 #
@@ -28,8 +28,9 @@
 #       - uses: actions/upload-pages-artifact@v3      # or actions/upload-artifact@v4
 #         if: always()
 #         with: { path: bench-out }
-# To move the baseline forward after a reviewed change, commit the new file:
-#   cp bench-out/new.json bench_results/<gpu>-$(git rev-parse --short=12 HEAD)-grid.json
+# To move the baseline forward after a reviewed change, commit the new file over the device's baseline
+# (bench_results/README.md, "Layout"):
+#   cp bench-out/new.json bench_results/<gpu>/fa-bench-fwd.json
 set -euo pipefail
 
 OUT=${1:-bench-out}
@@ -59,23 +60,20 @@ if [ -z "$algos" ]; then
   exit 2
 fi
 
-# 3. The papers' standard grid: forward, bf16, d 64 and 128, causal and not, flash vs naive.
+# 3. The papers' standard grid: forward, bf16, d 64, 128 and 256, causal and not, flash vs naive.
 export FA_BENCH_GIT_REVISION=$(git rev-parse --short=12 HEAD)
 # shellcheck disable=SC2086  # FA_BENCH_RUN_ARGS is a list of flags
 "$FB" run --device "$DEVICE" --algo "$algos" \
-          ${FA_BENCH_RUN_ARGS:---grid standard --dtype bf16 --head-dim 64,128 --mode fwd} \
+          ${FA_BENCH_RUN_ARGS:---grid standard --dtype bf16 --head-dim 64,128,256 --mode fwd} \
           --mask "none;causal" --check --no-progress --json "$OUT/new.json"
 
-# 4. The baseline: the newest committed result file of the same GPU.
+# 4. The baseline: the committed forward standard-grid file of the same GPU (bench_results/<gpu>/fa-bench-fwd.json).
 gpu=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["meta"]["device"]["name"])' "$OUT/new.json" 2>/dev/null ||
       grep -m1 '"name"' "$OUT/new.json" | sed 's/.*"name": *"\(.*\)".*/\1/')
 baseline=${FA_BENCH_BASELINE:-}
 if [ -z "$baseline" ]; then
-  newest=""
-  for f in $(git ls-files 'bench_results/*.json'); do
-    grep -q "\"name\": \"$gpu\"" "$f" || continue
-    d=$(grep -m1 '"date"' "$f" | sed 's/.*"date": *"\(.*\)".*/\1/')
-    if [ -z "$newest" ] || [[ "$d" > "$newest" ]]; then newest=$d; baseline=$f; fi
+  for f in $(git ls-files 'bench_results/*/fa-bench-fwd.json'); do
+    if grep -q "\"name\": \"$gpu\"" "$f"; then baseline=$f; fi
   done
 fi
 

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# scripts/device.sh PHASE... -- what a maintainer runs on a GPU machine: build, the GPU tests, the sanitizers, the
+# benchmarks and the peer comparison. Phases run in the order given; results land under ${OUT:-out}/PHASE/.
+#
+#   build     configure and build (Release, CUDA on) into $BUILD; ptxas' register and spill report of the kernels
+#   test      the GPU test suites under ctest (label gpu: flash_gpu_tests, forward and backward, every algorithm)
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a reduced sm90 sweep ($SANITIZE_FILTER), the
+#             persistent grid capped at $SANITIZE_MAX_CTAS CTAs (LIBFLASH_MAX_CTAS) so racecheck finishes
+#   bench     fa-bench with --check: the standard grid (bf16, d 64/128/256, no mask and causal), forward and
+#             forward+backward, and the masks grid (d 64/128, 4k-16k: causal, a (256, 0) window, block-sparse at
+#             s = .1/.25/.5); JSON in $OUT/bench/fa-bench-{fwd,fwd_bwd,masks}.json
+#   peers     scripts/interleaved_peers.py: libflash (its fastest algorithm) against PyTorch SDPA's cuDNN and
+#             FlashAttention-2, interleaved in one process (needs torch with CUDA); $OUT/peers/peers.json
+#
+# Usage (from anywhere in the repository):
+#   bash scripts/device.sh build test sanitize bench peers
+#   OUT=/tmp/run bash scripts/device.sh bench
+# The bench and peers JSON are what bench_results/<gpu>/ keeps (bench_results/README.md, "Layout"):
+#   cp $OUT/bench/fa-bench-*.json $OUT/peers/peers.json bench_results/h200/
+#
+# Environment:
+#   OUT               results directory (default: out)
+#   BUILD             build directory (default: build-device)
+#   FLASH_CUDA_ARCHS  GPU targets (default: the first GPU's: 90a on Hopper, else 80)
+#   FLASH_REVISION    the revision the library and fa-bench report (for a copied tree whose .git is not the one
+#                     built; default: git's HEAD)
+#   JOBS              build jobs (default: nproc)
+#   TEST_JOBS         ctest's parallel tests in the test phase (default 4; the fp64 reference runs on the host)
+#   TEST_TIMEOUT      seconds a test may take before ctest stops it (default 900)
+#   SANITIZE_FILTER   gtest filter of the sanitize phase (default below)
+#   SANITIZE_MAX_CTAS the persistent grid's CTAs under the sanitizers (default 8)
+#   SANITIZE_TIMEOUT  seconds per sanitizer (default 900)
+#   BENCH_ALGOS       fa-bench's --algo in the bench phase (default: sm90,naive on Hopper, else sm80,naive)
+#   BENCH_REPS        timed calls per row (default 30, after 5 untimed)
+#   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
+# Exit status: 0 when every phase passed, else 1 (the phases after a failed one still run, except after build).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)
+BUILD=${BUILD:-build-device}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+[ -n "${FLASH_REVISION:-}" ] && export FA_BENCH_GIT_REVISION=$FLASH_REVISION
+FB=$BUILD/cli/fa-bench
+MASKS="none;causal;window:256,0;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128"
+# The reduced sm90 sweep: random problems with masks, the edge cases that have tiles see no key, windows and
+# block-sparse schedules, and the small-grid tests (the tail split and the dynamic tile order on a few CTAs).
+SANITIZE_FILTER_DEFAULT='Random/GpuSweep.MatchesReference/sm90_1:Random/GpuSweep.MatchesReference/sm90_2'\
+':Random/GpuSweep.MatchesReference/sm90_3:Algorithms/GpuEdges.EmptyRowsAndAlignments/sm90'\
+':Algorithms/GpuEdges.SlidingWindows/sm90:Algorithms/GpuEdges.TilesThatSeeNoKey/sm90'\
+':Algorithms/GpuEdges.BlockSparse/sm90:GpuSmallGrid.*:Random/GpuBackwardSweep.MatchesReference/sm90_1'
+
+status=0
+fail() { echo "FAILED: $*"; status=1; }
+# The first GPU's compute capability (9.0 on Hopper); empty without nvidia-smi.
+gpu_cap() { nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1; }
+
+for phase in "$@"; do
+  start=$(date +%s)
+  dir="$OUT/$phase"
+  mkdir -p "$dir"
+  echo "== $phase"
+  case "$phase" in
+    build)
+      nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.max.sm,power.limit,memory.total --format=csv \
+        > "$dir/nvidia-smi.csv" 2>&1
+      cat "$dir/nvidia-smi.csv"
+      archs=${FLASH_CUDA_ARCHS:-}
+      if [ -z "$archs" ]; then
+        case "$(gpu_cap)" in 9.0) archs=90a ;; *) archs=80 ;; esac
+      fi
+      if ! cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASH_WITH_CUDA=ON -DFLASH_CUDA_ARCHS="$archs" \
+             -DFLASH_CUDA_PTX=OFF -DFLASH_PTXAS_VERBOSE=ON -DFLASH_REVISION="${FLASH_REVISION:-}" > "$dir/build.log" 2>&1 ||
+         ! cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" >> "$dir/build.log" 2>&1; then
+        grep -B2 -A8 -m5 "error" "$dir/build.log" | head -60
+        echo "FAILED: build (log: $dir/build.log)"
+        exit 1
+      fi
+      echo "build ($archs): $(( $(date +%s) - start )) s on ${JOBS:-$(nproc)} jobs"
+      # Registers and spills of every kernel, counted by kind (a kernel that starts to spill shows here).
+      grep -E "Used [0-9]+ registers|spill stores" "$dir/build.log" | sed 's/ptxas info *: //' | sort | uniq -c | sort -rn \
+        | tee "$dir/ptxas-summary.txt" | head -20
+      ;;
+    test)
+      (cd "$BUILD" && ctest -L gpu -j "${TEST_JOBS:-4}" --timeout "${TEST_TIMEOUT:-900}" --output-on-failure) \
+        > "$dir/ctest.log" 2>&1 || fail "GPU tests (log: $dir/ctest.log)"
+      grep -E "tests passed|tests failed|Total Test time|\(Failed\)|\(Timeout\)|\*\*\*" "$dir/ctest.log" | tail -25
+      ;;
+    sanitize)
+      for tool in memcheck racecheck synccheck; do
+        LIBFLASH_MAX_CTAS=${SANITIZE_MAX_CTAS:-8} timeout "${SANITIZE_TIMEOUT:-900}" \
+          compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/flash_gpu_tests" --gtest_brief=1 \
+          --gtest_filter="${SANITIZE_FILTER:-$SANITIZE_FILTER_DEFAULT}" > "$dir/$tool.log" 2>&1
+        rc=$?
+        echo "compute-sanitizer $tool: exit $rc; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/$tool.log" | tail -1)"
+        [ $rc -eq 0 ] || fail "compute-sanitizer $tool (log: $dir/$tool.log)"
+      done
+      ;;
+    bench)
+      "$FB" devices > "$dir/devices.txt" 2>&1
+      # The fused kernel of this GPU against naive (materialised attention; its 16k rows may be out-of-memory rows).
+      case "$(gpu_cap)" in 9.0) fused=sm90 ;; *) fused=sm80 ;; esac
+      algos=${BENCH_ALGOS:-$fused,naive}
+      common=(--dtype bf16 --algo "$algos" --check --warmup 5 --reps "${BENCH_REPS:-30}" --no-progress)
+      for mode in fwd fwd_bwd; do
+        "$FB" run --grid standard --mode $mode --head-dim 64,128,256 --mask "none;causal" "${common[@]}" \
+          --json "$dir/fa-bench-$mode.json" > "$dir/fa-bench-$mode.txt" 2>&1 || fail "fa-bench $mode"
+        echo "fa-bench $mode: $(grep -c '"check_passed": true' "$dir/fa-bench-$mode.json" 2>/dev/null) rows checked"
+      done
+      # The masks grid on the standard grid's tokens (batch x seqlen = 16384, heads = 2048 / d), 4k to 16k.
+      "$FB" run --grid standard --mode fwd --head-dim 64,128 --seqlen 4096,8192,16384 --mask "$MASKS" "${common[@]}" \
+        --json "$dir/fa-bench-masks.json" > "$dir/fa-bench-masks.txt" 2>&1 || fail "fa-bench masks"
+      echo "fa-bench masks: $(grep -c '"check_passed": true' "$dir/fa-bench-masks.json" 2>/dev/null) rows checked"
+      if grep -q '"check_passed": false' "$dir"/fa-bench-*.json; then fail "fa-bench --check (a row's error is past its bound)"; fi
+      ;;
+    peers)
+      # shellcheck disable=SC2086  # PEERS_ARGS is a list of arguments
+      PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
+        python3 scripts/interleaved_peers.py ${PEERS_ARGS:-} --json "$dir/peers.json" > "$dir/peers.txt" 2>&1 ||
+        fail "interleaved_peers.py (log: $dir/peers.txt)"
+      tail -32 "$dir/peers.txt"
+      ;;
+    *)
+      echo "unknown phase '$phase' (build, test, sanitize, bench, peers)"
+      exit 2
+      ;;
+  esac
+  echo "== $phase: $(( $(date +%s) - start )) s"
+done
+exit $status

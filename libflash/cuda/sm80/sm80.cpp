@@ -7,9 +7,9 @@
 #include "../../algorithm.h"
 #include "../../error.h"
 #include "../runtime.h"
-#include "../sm80_bwd/bwd.h"
-#include "launch.h"
-#include "tile_table.h"
+#include "bwd/bwd.h"
+#include "fwd/launch.h"
+#include "fwd/tile_table.h"
 
 namespace flash {
 namespace sm80 {
@@ -110,6 +110,6 @@ int32_t fwd(const FwdParams& p) {
 
 extern const Algorithm kCudaSm80 = {FLASH_ALGO_SM80, "sm80", FLASH_DEVICE_CUDA, sm80::available, sm80::supports,
                                     sm80::workspace, sm80::fwd,
-                                    sm80_bwd::supports, sm80_bwd::workspace, sm80_bwd::run};  // ../sm80_bwd/
+                                    bwd::supports, bwd::workspace, bwd::run};  // bwd/
 
 }  // namespace flash

@@ -1,15 +1,15 @@
-// libflash/cuda/sm80_bwd/sm80_bwd.cpp -- what the sm80 backward supports, its workspace, and the switch
+// libflash/cuda/sm80/bwd/bwd.cpp -- what the sm80 backward supports, its workspace, and the switch
 // from a call's (head dim, dtype) to one compiled instantiation. Registered in the sm80 Algorithm record.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "../../../flash.h"
-#include "../../error.h"
-#include "../runtime.h"
+#include "../../../../flash.h"
+#include "../../../error.h"
+#include "../../runtime.h"
 #include "bwd.h"
 
-namespace flash::sm80_bwd {
+namespace flash::bwd {
 namespace {
 
 // cp.async and the 16-byte vector loads move 16-byte chunks: every row start must be 16-byte aligned, so
@@ -133,4 +133,4 @@ int32_t run(const BwdParams& p) {
   return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: no kernel compiled for head_dim ", p.head_dim);
 }
 
-}  // namespace flash::sm80_bwd
+}  // namespace flash::bwd

@@ -1,4 +1,4 @@
-// libflash/cuda/sm80_bwd/bwd_kernel.cuh -- FlashAttention-2's backward for sm_80 and newer (mma.sync).
+// libflash/cuda/sm80/bwd/bwd_kernel.cuh -- FlashAttention-2's backward for sm_80 and newer (mma.sync).
 //
 // Four kernels, one stream:
 //   [bmap]      block-sparse masks only: the compact per-query-block lists become a dense byte map, so a
@@ -25,20 +25,22 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../../params.h"
-#include "../../error.h"
-#include "../runtime.h"
-#include "../sm80/fwd_kernel.cuh"  // PTX wrappers (cp.async, ldmatrix, mma.sync) and Elem<dtype>
+#include "../../../params.h"
+#include "../../../error.h"
+#include "../../runtime.h"
+#include "../../ptx/sm80.cuh"
 #include "bwd.h"
 
-namespace flash::sm80_bwd {
+namespace flash::bwd {
 
-using sm80::cp_async_16;
-using sm80::cp_async_commit;
-using sm80::cp_async_wait;
-using sm80::Elem;
-using sm80::ldmatrix_x4;
-using sm80::ldmatrix_x4_trans;
+using ptx::cp_async_16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::Elem;
+using ptx::ld_acquire;
+using ptx::ldmatrix_x4;
+using ptx::ldmatrix_x4_trans;
+using ptx::st_release;
 
 struct KArgs {
   float* dq_acc;
@@ -260,15 +262,6 @@ struct KeyBlockWork {
 };
 
 // ---- Main kernel -----------------------------------------------------------------------------------------
-__device__ __forceinline__ int ld_acquire(const int32_t* ptr) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(int32_t* ptr, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(ptr), "r"(v) : "memory");
-}
-
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __grid_constant__ BwdParams p, const KArgs w) {
   using E = Elem<K::kDType>;
@@ -546,8 +539,8 @@ int32_t launch_bwd(const BwdParams& p) {
   return launch_bwd_with<K>(p, bwd_main<K>, K::kSmem);
 }
 
-}  // namespace flash::sm80_bwd
+}  // namespace flash::bwd
 
 // One line per .cu file: FLASH_SM80_BWD_INSTANTIATE(128, 0, BF16)
 #define FLASH_SM80_BWD_INSTANTIATE(D, VARIANT, DTYPE) \
-  template int32_t flash::sm80_bwd::launch_bwd<D, VARIANT, flash::DType::DTYPE>(const flash::BwdParams&);
+  template int32_t flash::bwd::launch_bwd<D, VARIANT, flash::DType::DTYPE>(const flash::BwdParams&);

@@ -1,13 +1,13 @@
-// libflash/cuda/sm80_bwd/bwd.h -- the host entry points of the sm80 backward (FlashAttention-2's backward
+// libflash/cuda/sm80/bwd/bwd.h -- the host entry points of the sm80 backward (FlashAttention-2's backward
 // with mma.sync), registered in the sm80 Algorithm record (libflash/cuda/sm80/sm80.cpp). No CUDA headers.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "../../params.h"
+#include "../../../params.h"
 
-namespace flash::sm80_bwd {
+namespace flash::bwd {
 
 bool supports(const BwdParams& p, std::string* why);
 size_t workspace(const BwdParams& p);
@@ -57,9 +57,9 @@ constexpr BwdShape bwd_shape(int d, int variant = 0) {
 }
 constexpr int bwd_compiled_head_dim(int d) { return d <= 0 ? 0 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
 
-}  // namespace flash::sm80_bwd
+}  // namespace flash::bwd
 
-namespace flash::sm80_bwd {
+namespace flash::bwd {
 
 // Workspace layout (bytes from p.workspace), shared by workspace() and the launch.
 //   dq_acc fp32 [b * hq][sq_pad][dc]     the dQ accumulator (atomics), zeroed by the preprocess
@@ -99,4 +99,4 @@ inline WsLayout ws_layout(const BwdParams& p) {
   return w;
 }
 
-}  // namespace flash::sm80_bwd
+}  // namespace flash::bwd

@@ -1,9 +1,9 @@
-// libflash/cuda/sm80/launch.h -- the host entry points of the sm80 forward kernels (no CUDA headers).
+// libflash/cuda/sm80/fwd/launch.h -- the host entry points of the sm80 forward kernels (no CUDA headers).
 // Each (head dim, tile variant, dtype) is instantiated in its own fwd_hdim*_*.cu file.
 #pragma once
 #include <cstdint>
 
-#include "../../params.h"
+#include "../../../params.h"
 
 namespace flash::sm80 {
 

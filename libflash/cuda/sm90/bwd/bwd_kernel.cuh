@@ -1,4 +1,4 @@
-// libflash/cuda/sm80_bwd/bwd_kernel_sm90.cuh -- the backward's main kernel with wgmma (sm_90a: H100, H200)
+// libflash/cuda/sm90/bwd/bwd_kernel.cuh -- the backward's main kernel with wgmma (sm_90a: H100, H200)
 // for head dims 64 and 128. Same algorithm, grid, workspace, masks and deterministic ordering as bwd_main
 // (bwd_kernel.cuh, whose preprocess / convert / block-map kernels it shares); only the matrix products
 // change: mma.sync fed by ldmatrix becomes wgmma reading its operands straight from shared memory.
@@ -21,10 +21,10 @@
 // Shared tiles keep bwd_main's layout: 64-column pages of 128-byte rows, 16-byte chunk ^= row % 8, which
 // is the wgmma 128-byte swizzle (8-row atoms of 1024 bytes; the base is aligned to 1024 here).
 #pragma once
-#include "bwd_kernel.cuh"
-#include "../wgmma.cuh"
+#include "../../sm80/bwd/bwd_kernel.cuh"
+#include "../../ptx/wgmma.cuh"
 
-namespace flash::sm80_bwd {
+namespace flash::bwd {
 
 // kBlockM: query rows per step (64; 128 at d64, where dQ splits its rows over the warpgroups instead of
 // its columns). kBulkDQ: dQ partials leave through shared memory as bulk reduce-adds (cp.reduce.async.bulk,
@@ -437,9 +437,9 @@ int32_t launch_bwd_sm90(const BwdParams& p) {
   return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
-}  // namespace flash::sm80_bwd
+}  // namespace flash::bwd
 
 // One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, 2, true)
 #define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE, RED)                          \
-  template int32_t flash::sm80_bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE, RED>( \
+  template int32_t flash::bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE, RED>( \
       const flash::BwdParams&);

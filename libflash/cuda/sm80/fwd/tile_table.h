@@ -1,4 +1,4 @@
-// libflash/cuda/sm80/tile_table.h -- the one table of tile shapes of the sm80 forward kernel.
+// libflash/cuda/sm80/fwd/tile_table.h -- the one table of tile shapes of the sm80 forward kernel.
 //
 // Starting point, the FlashAttention paper (Algorithm 1): with M bytes of on-chip memory, key blocks of
 // B_c = M / (4 d) rows and query blocks of B_r = min(B_c, d) rows fill it. On sm_80+ M is large (163 KB

@@ -1,4 +1,4 @@
-// libflash/cuda/wgmma.cuh -- what the sm_90a kernels (the sm90 forward, the sm90 backward) share around
+// libflash/cuda/ptx/wgmma.cuh -- what the sm_90a kernels (the sm90 forward, the sm90 backward) share around
 // wgmma: shared-memory matrix descriptors, the fence / commit / wait of the asynchronous pipeline, the
 // register fences that keep the compiler off in-flight operands, and the bulk-copy reduce. The wgmma
 // instructions themselves are in the generated wgmma_ops.h (gen_wgmma.py).

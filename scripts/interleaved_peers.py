@@ -20,6 +20,8 @@ first peer. The JSON's format is described in bench_results/README.md ("peers.js
 import argparse
 import datetime
 import json
+import os
+import re
 import statistics
 import sys
 
@@ -82,6 +84,7 @@ def main():
     peers = a.peers.split(",")
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
     rows = []
+    used = set()  # the algorithms libflash ran (auto resolves to the GPU's fastest)
     print("%4s %6s %6s %10s %10s %s  %s" % ("d", "mask", "seqlen", "libflash", "", "  ".join("%8s %6s" % (p, "ratio") for p in peers),
                                           "max|d|/max vs " + peers[0]), flush=True)
     for d in a.hdims:
@@ -109,6 +112,7 @@ def main():
                     ref = peer(peers[0]).float()
                     lib()
                     torch.cuda.synchronize()
+                    used.add(libflash.last_algorithm_used())
                     err = ((o_lib.float() - ref).abs().max() / ref.abs().max()).item()
                     times = time_rounds(fns, a.reps, cache, a.sleep, icache=a.icache)
                 flops = 4 * b * h * n * n * d / (2 if causal else 1)
@@ -121,10 +125,16 @@ def main():
                       "  ".join("%8.1f %6.2f" % (row["tflops"][p], lt / row["tflops"][p]) for p in peers), err), flush=True)
                 del q, k, v, o_lib, ref
     if a.json:
-        doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                   libflash_version=libflash.version(), libflash_build_info=libflash.build_info(),
-                   algorithm=a.algorithm, date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   argv=sys.argv, rows=rows)
+        # The revision as fa-bench records it (FA_BENCH_GIT_REVISION overrides, e.g. for a copied tree), else the one
+        # the library was built from, so that a report can pair this file with fa-bench's run of the same build.
+        info = libflash.build_info()
+        m = re.search(r"git ([0-9a-f]+)", info)
+        revision = os.environ.get("FA_BENCH_GIT_REVISION") or (m.group(1) if m else "")
+        doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
+                   libflash_build_info=info, git_revision=revision,
+                   algorithm=used.pop() if len(used) == 1 else a.algorithm, mode="fwd", dtype="bf16",
+                   date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
+                   rows=rows)
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)
 

@@ -3,7 +3,7 @@
 //   fa-bench [run] [flags]                       measure (the default command; `fa-bench run --help`)
 //   fa-bench compare BASE.json NEW.json [--max-regression PCT]
 //   fa-bench devices                             devices and the algorithms on each
-//   fa-bench report FILES_OR_DIRS [--html OUT.html] [--markdown[=OUT.md]] [--baseline BASE.json]
+//   fa-bench report FILES_OR_DIRS [--html OUT.html] [--markdown[=OUT.md]] [--baseline BASE.json] [--peers PEERS.json]
 //
 // Exit status: 0 success; 1 a regression (compare, report) or a failed --check (run); 2 bad usage or an
 // unreadable file.
@@ -29,7 +29,7 @@ const char* kUsage =
     "       fa-bench compare BASE.json NEW.json [--max-regression PCT]\n"
     "       fa-bench devices\n"
     "       fa-bench report FILES_OR_DIRS [--html OUT.html] [--markdown[=OUT.md]] [--baseline BASE.json]\n"
-    "                       [--max-regression PCT]\n";
+    "                       [--peers PEERS.json] [--max-regression PCT]\n";
 
 int cmd_run(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i)

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -15,6 +16,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <cxxopts.hpp>
 
@@ -32,21 +34,36 @@ json Run::as_document() const {
   return {{"schema_version", kSchemaVersion}, {"meta", meta}, {"results", results}};
 }
 
-std::vector<ReportInput> collect_inputs(const std::vector<std::string>& paths, std::vector<std::string>* skipped) {
-  std::vector<std::string> files;
+std::vector<ReportInput> collect_inputs(const std::vector<std::string>& paths, std::vector<std::string>* skipped,
+                                        std::vector<PeerInput>* peers) {
+  std::vector<std::pair<std::string, bool>> files;  // path, named on the command line
   for (const std::string& p : paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
       for (const auto& e : fs::recursive_directory_iterator(p, ec))
-        if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+        if (e.is_regular_file() && e.path().extension() == ".json") files.emplace_back(e.path().string(), false);
     } else {
-      files.push_back(p);
+      files.emplace_back(p, true);
     }
   }
   std::sort(files.begin(), files.end());
-  files.erase(std::unique(files.begin(), files.end()), files.end());
+  files.erase(std::unique(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+              files.end());
   std::vector<ReportInput> out;
-  for (const std::string& f : files) {
+  for (const auto& [f, named] : files) {
+    if (peers) {
+      // A peer-script file is not a result document; recognise it before load_document rejects it.
+      std::ifstream in(f);
+      const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (looks_like_peers(doc)) {
+        try {
+          peers->push_back({parse_peers(doc, f), named});
+        } catch (const std::exception& e) {
+          if (skipped) skipped->push_back(e.what());
+        }
+        continue;
+      }
+    }
     try {
       out.push_back({f, load_document(f)});
     } catch (const std::exception& e) {
@@ -112,6 +129,7 @@ svg.chart text{font-size:11px;fill:#333} svg.chart .ctitle{font-size:12px;font-w
 svg.chart .grid{stroke:#eee} svg.chart .axis,svg.chart .xtick{stroke:#888} svg.chart .ref{stroke:#999;stroke-dasharray:4 3}
 svg.chart .legend{font-size:11px} .reg{color:#c00;font-weight:600} .imp{color:#080} .err{color:#c00}
 tr.regression td{background:#fff0f0} details{margin:8px 0} summary{cursor:pointer;font-weight:600}
+ul.peer-files{font-size:13px;margin:4px 0;padding-left:20px} .peers h3{margin-top:14px}
 )CSS";
 
 struct DeviceView {
@@ -119,11 +137,47 @@ struct DeviceView {
   std::vector<Run> runs;
   std::map<std::string, json> current;  // row_key -> row (latest run wins)
   std::map<std::string, std::string> current_rev;
+  const DevicePeers* peers = nullptr;
 };
+
+// The peer backends of some cases, in the order drawn: cuDNN, FA2, any other, libflash-py last.
+std::vector<std::string> peer_backends(const std::vector<const PeerCase*>& cases) {
+  std::set<std::string> all;
+  for (const PeerCase* c : cases)
+    for (const auto& [b, ms] : c->peer->ms) all.insert(b);
+  std::vector<std::string> out;
+  for (const char* b : {"cudnn", "flash"})
+    if (all.erase(b)) out.push_back(b);
+  const bool lib = all.erase("libflash");
+  out.insert(out.end(), all.begin(), all.end());
+  if (lib) out.push_back("libflash");
+  return out;
+}
+
+std::string peer_source(const PeerCase& c) {
+  return fs::path(c.file->file.path).filename().string() + ", interleaved; run " + short_rev(c.revision);
+}
+
+// A speed ratio, three decimals (0.962, 1.538).
+std::string fmt_ratio(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", r);
+  return buf;
+}
+
+// libflash-py's speed over `backend`'s in the interleaved timing (peer time / libflash-py time), or < 0.
+double interleaved_ratio(const PeerCase& c, const std::string& backend) {
+  const auto lib = c.peer->ms.find("libflash"), other = c.peer->ms.find(backend);
+  if (lib == c.peer->ms.end() || other == c.peer->ms.end()) return -1;
+  return other->second / lib->second;
+}
 
 void html_groups(std::ostringstream& h, const DeviceView& dv) {
   std::map<std::string, std::vector<const json*>> groups;
   for (const auto& [k, r] : dv.current) groups[group_key(r)].push_back(&r);
+  std::map<std::string, std::vector<const PeerCase*>> peer_groups;
+  if (dv.peers)
+    for (const PeerCase& c : dv.peers->cases) peer_groups[group_key(*c.lib)].push_back(&c);
   for (const auto& [gk, rows] : groups) {
     const std::string title = group_title(*rows[0]);
     // Series per algorithm, points sorted by seqlen.
@@ -172,8 +226,42 @@ void html_groups(std::ostringstream& h, const DeviceView& dv) {
       if (!s.points.empty()) speedup.push_back(s);
       memory.push_back(m);
     }
+    // The peers of the same run (match_peers): each backend's TFLOP/s by fa-bench's FLOP count of the case, and
+    // libflash-py's speed over each peer's (interleaved: one process, the same tensors, alternating calls).
+    std::vector<ChartSeries> ratio;
+    if (const auto pg = peer_groups.find(gk); pg != peer_groups.end()) {
+      for (const std::string& b : peer_backends(pg->second)) {
+        const std::string name = peer_display_name(b);
+        ChartSeries t{name, series_color(name, idx++), {}}, q{name, "", {}};
+        t.dashed = b == "libflash";
+        q.color = t.color;
+        for (const PeerCase* c : pg->second) {
+          const auto ms = c->peer->ms.find(b);
+          if (ms == c->peer->ms.end()) continue;
+          const std::string where = name + " · seqlen " + std::to_string(c->peer->seqlen_q) + " · batch " +
+                                    std::to_string(c->peer->batch);
+          ChartPoint p;
+          p.x = double(c->peer->seqlen_q);
+          p.y = c->flops / ms->second / 1e9;
+          p.tip = where + ": " + format_number(p.y) + " TFLOP/s, " + format_number(ms->second) + " ms (" + peer_source(*c) + ")";
+          t.points.push_back(p);
+          const double rt = interleaved_ratio(*c, b);
+          if (b != "libflash" && rt > 0) {
+            ChartPoint r = p;
+            r.y = rt;
+            r.tip = "libflash-py ÷ " + name + " · seqlen " + std::to_string(c->peer->seqlen_q) + ": " + fmt_ratio(rt) +
+                    "x (" + format_number(c->peer->ms.at("libflash")) + " vs " + format_number(ms->second) + " ms; " +
+                    peer_source(*c) + ")";
+            q.points.push_back(r);
+          }
+        }
+        if (!t.points.empty()) tflops.push_back(t);
+        if (!q.points.empty()) ratio.push_back(q);
+      }
+    }
     h << "<div class=\"group\" data-group=\"" << html_escape(gk) << "\"><h3>" << html_escape(title) << "</h3><div class=\"charts\">";
     ChartSpec spec;
+    if (!ratio.empty()) spec.width = 316;  // four charts a row in 1400 px
     spec.kind = "tflops";
     spec.title = "TFLOP/s (exact mask FLOPs)";
     spec.x_label = "sequence length";
@@ -185,6 +273,14 @@ void html_groups(std::ostringstream& h, const DeviceView& dv) {
       spec.y_label = "× naive";
       spec.reference_y = 1.0;
       h << svg_line_chart(spec, speedup);
+      spec.reference_y = -1;
+    }
+    if (!ratio.empty()) {
+      spec.kind = "peers";
+      spec.title = "libflash ÷ peer, interleaved";
+      spec.y_label = "× peer (> 1: libflash faster)";
+      spec.reference_y = 1.0;
+      h << svg_line_chart(spec, ratio);
       spec.reference_y = -1;
     }
     spec.kind = "memory";
@@ -325,6 +421,97 @@ void html_table(std::ostringstream& h, const DeviceView& dv) {
   h << "</table></details>";
 }
 
+
+std::string case_title(const json& r) {
+  std::ostringstream os;
+  os << r.value("mode", "") << " " << r.value("dtype", "") << " d" << r.value("head_dim", int64_t{0}) << " "
+     << r.value("mask", "") << " b" << r.value("batch", int64_t{0}) << " h" << r.value("heads_q", int64_t{0});
+  if (r.value("heads_kv", int64_t{0}) != r.value("heads_q", int64_t{0})) os << "/" << r.value("heads_kv", int64_t{0});
+  os << " n" << format_seqlen(double(r.value("seqlen_q", int64_t{0})));
+  if (r.value("seqlen_k", int64_t{0}) != r.value("seqlen_q", int64_t{0}))
+    os << "×" << format_seqlen(double(r.value("seqlen_k", int64_t{0})));
+  return os.str();
+}
+
+std::string attachment_text(const PeerInput& p) {
+  std::string s = "<code>" + html_escape(fs::path(p.file.path).filename().string()) + "</code> (" +
+                  html_escape(p.file.path) + "; " + std::to_string(p.file.rows.size()) + " rows";
+  if (!p.file.torch.empty()) s += ", torch " + html_escape(p.file.torch);
+  if (!p.file.date.empty()) s += ", " + html_escape(p.file.date);
+  s += ", libflash algorithm " + html_escape(p.file.algorithm) + ")";
+  return s;
+}
+
+// libflash against the peers of the same run: the files read and the run each belongs to, then per case fa-bench's
+// libflash and naive, each peer, and the interleaved ratios.
+void html_peers(std::ostringstream& h, const DeviceView& dv) {
+  if (!dv.peers || dv.peers->files.empty()) return;
+  const DevicePeers& dp = *dv.peers;
+  h << "<div class=\"peers\"><h3>libflash against its peers (cuDNN and FlashAttention-2 through PyTorch SDPA)</h3>"
+       "<p class=\"sub\">From <code>scripts/interleaved_peers.py --json</code>: libflash through the Python binding "
+       "(libflash-py) and each SDPA backend timed interleaved in one process on the same tensors, so clock and power "
+       "drift fall on all alike; the ratios below are of those times (&gt; 1: libflash faster). TFLOP/s of the peers "
+       "use fa-bench's FLOP count of the case. A peers file is drawn only on its own device and beside the fa-bench "
+       "rows of its own run.</p><ul class=\"peer-files\">";
+  for (const auto& [p, a] : dp.files) {
+    h << "<li data-peers-file=\"" << html_escape(fs::path(p->file.path).filename().string()) << "\" data-drawn=\""
+      << (a.run >= 0 ? "1" : "0") << "\">" << attachment_text(*p);
+    if (a.run >= 0)
+      h << ": run <code>" << html_escape(short_rev(dv.runs[size_t(a.run)].revision)) << "</code> ("
+        << html_escape(dv.runs[size_t(a.run)].date) << "), " << html_escape(a.how);
+    else
+      h << ": <span class=\"err\">not drawn</span>, " << html_escape(a.why_not);
+    h << "</li>";
+  }
+  h << "</ul>";
+  if (!dp.cases.empty()) {
+    std::vector<const PeerCase*> all;
+    for (const PeerCase& c : dp.cases) all.push_back(&c);
+    std::vector<std::string> backends = peer_backends(all), others;
+    for (const std::string& b : backends)
+      if (b != "libflash") others.push_back(b);
+    const std::string lib_algo = dp.cases.front().lib->value("algo", "");
+    h << "<table class=\"peers\"><tr><th class=\"l\">case</th><th>libflash " << html_escape(lib_algo)
+      << "<br>(fa-bench)</th><th>naive<br>(fa-bench)</th>";
+    for (const std::string& b : others) h << "<th>" << html_escape(peer_display_name(b)) << "</th>";
+    h << "<th>libflash-py</th>";
+    for (const std::string& b : others) h << "<th>libflash ÷<br>" << html_escape(peer_display_name(b)) << "</th>";
+    h << "<th>max rel diff<br>vs " << html_escape(peer_display_name(others.empty() ? "libflash" : others.front()))
+      << "</th><th class=\"l\">run · peers file</th></tr>";
+    auto tf = [](const json* r) {
+      return r && r->at("tflops").is_number() ? format_number(r->at("tflops").get<double>())
+             : r && r->at("error").is_object() ? std::string("<span class=\"err\">") + html_escape(r->at("error").value("status", "error")) + "</span>"
+                                                : std::string("-");
+    };
+    for (const PeerCase& c : dp.cases) {
+      h << "<tr data-case=\"" << html_escape(c.key) << "\"><td class=\"l\">" << html_escape(case_title(*c.lib)) << "</td><td>"
+        << tf(c.lib) << "</td><td>" << tf(c.naive) << "</td>";
+      auto peer_tf = [&](const std::string& b) {
+        const auto ms = c.peer->ms.find(b);
+        return ms == c.peer->ms.end() ? std::string("-") : format_number(c.flops / ms->second / 1e9);
+      };
+      for (const std::string& b : others) h << "<td data-peer=\"" << html_escape(b) << "\">" << peer_tf(b) << "</td>";
+      h << "<td data-peer=\"libflash\">" << peer_tf("libflash") << "</td>";
+      for (const std::string& b : others) {
+        const double rt = interleaved_ratio(c, b);
+        h << "<td class=\"ratio " << (rt > 0 && rt < 1 ? "reg" : "") << "\" data-ratio-over=\"" << html_escape(b) << "\">"
+          << (rt > 0 ? fmt_ratio(rt) + "×" : "-") << "</td>";
+      }
+      char err[32] = "-";
+      if (c.peer->max_rel_err >= 0) std::snprintf(err, sizeof err, "%.1e", c.peer->max_rel_err);
+      h << "<td>" << err << "</td><td class=\"l\"><code>"
+        << html_escape(short_rev(c.revision)) << "</code> · " << html_escape(fs::path(c.file->file.path).filename().string())
+        << "</td></tr>";
+    }
+    h << "</table>";
+  }
+  if (!dp.not_drawn.empty()) {
+    h << "<details class=\"not-drawn\"><summary>" << dp.not_drawn.size() << " peer row(s) not drawn</summary><ul>";
+    for (const std::string& s : dp.not_drawn) h << "<li>" << html_escape(s) << "</li>";
+    h << "</ul></details>";
+  }
+  h << "</div>";
+}
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<Run>>> group_runs(const std::vector<ReportInput>& inputs) {
@@ -366,7 +553,77 @@ std::vector<std::pair<std::string, std::vector<Run>>> group_runs(const std::vect
   return out;
 }
 
-std::string render_html(const std::vector<ReportInput>& inputs, double thr, const std::string& title) {
+DevicePeers match_peers(const std::vector<std::pair<std::string, std::vector<Run>>>& devices, size_t device,
+                        const std::vector<PeerInput>& peers) {
+  DevicePeers out;
+  const std::vector<Run>& runs = devices[device].second;
+  // fa-bench's rows of the page (the latest run wins on equal axes), by case and algorithm, with their run.
+  struct Cell {
+    const json* row;
+    size_t run;
+  };
+  std::map<std::string, std::map<std::string, Cell>> cases;
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (const json& r : runs[i].results) cases[case_key(r)][r.value("algo", "")] = Cell{&r, i};
+  // The peers files of this device, each with its run; within a run a later file (date, then path) wins a case.
+  std::vector<std::pair<const PeerInput*, PeerAttachment>> mine;
+  for (const PeerInput& p : peers) {
+    PeerAttachment a = attach_peers(p.file, p.named, devices);
+    if (a.device == int(device)) mine.emplace_back(&p, a);
+  }
+  std::stable_sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first->file.date, a.first->file.path) < std::tie(b.first->file.date, b.first->file.path);
+  });
+  out.files = mine;
+  std::map<std::string, std::map<size_t, std::pair<const PeerRow*, const PeerInput*>>> cand;  // case -> run -> row
+  for (const auto& [p, a] : mine) {
+    if (a.run < 0) continue;
+    for (const PeerRow& r : p->file.rows) cand[case_key(r.as_case())][size_t(a.run)] = {&r, p};
+  }
+  for (const auto& [key, by_run] : cand) {
+    const auto& [run, pr] = *by_run.rbegin();  // the newest run with peers for this case
+    const auto& [row, file] = pr;
+    const std::string where = fs::path(file->file.path).filename().string() + ": " + case_title(row->as_case()) + ": ";
+    const auto c = cases.find(key);
+    const Cell* lib = nullptr;
+    if (c != cases.end()) {
+      const auto f = c->second.find(file->file.algorithm);
+      if (f != c->second.end()) lib = &f->second;
+    }
+    if (!lib) {
+      out.not_drawn.push_back(where + "no fa-bench " + file->file.algorithm + " row of this case");
+      continue;
+    }
+    if (lib->run != run) {
+      out.not_drawn.push_back(where + "fa-bench's " + file->file.algorithm + " row of this case is from run " +
+                              short_rev(runs[lib->run].revision) + ", the peers from run " + short_rev(runs[run].revision));
+      continue;
+    }
+    PeerCase pc;
+    pc.key = key;
+    pc.lib = lib->row;
+    const auto naive = c->second.find("naive");
+    if (naive != c->second.end() && naive->second.run == run) pc.naive = naive->second.row;
+    pc.peer = row;
+    pc.file = file;
+    pc.revision = runs[run].revision;
+    pc.flops = lib->row->at("flops").is_number() ? lib->row->at("flops").get<double>() : peer_case_flops(*row);
+    if (pc.flops <= 0) {
+      out.not_drawn.push_back(where + "no FLOP count for this case");
+      continue;
+    }
+    out.cases.push_back(pc);
+  }
+  std::stable_sort(out.cases.begin(), out.cases.end(), [](const PeerCase& a, const PeerCase& b) {
+    const std::string ga = group_key(*a.lib), gb = group_key(*b.lib);
+    if (ga != gb) return ga < gb;
+    return a.lib->at("seqlen_q").get<int64_t>() < b.lib->at("seqlen_q").get<int64_t>();
+  });
+  return out;
+}
+
+std::string render_html(const std::vector<ReportInput>& inputs, double thr, const std::string& title,
+                        const std::vector<PeerInput>& peers) {
   const auto devices = group_runs(inputs);
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(title)
@@ -377,12 +634,23 @@ std::string render_html(const std::vector<ReportInput>& inputs, double thr, cons
        "actually applied (4·d per visible query-key pair); peak memory is q+k+v+o+workspace. Hover a point for its "
        "numbers.</p>\n";
   if (devices.empty()) h << "<p>No fa-bench result files.</p>";
+  // Peers files of no device on the page: named, never drawn.
+  std::string orphans;
+  for (const PeerInput& p : peers) {
+    const PeerAttachment a = attach_peers(p.file, p.named, devices);
+    if (a.device < 0) orphans += "<li data-peers-file=\"" + html_escape(fs::path(p.file.path).filename().string()) +
+                                 "\" data-drawn=\"0\">" + attachment_text(p) + ": not drawn, " + html_escape(a.why_not) + "</li>";
+  }
+  if (!orphans.empty()) h << "<p class=\"sub\">Peers files not drawn:</p><ul class=\"peer-files\">" << orphans << "</ul>";
   h << "<ul class=\"toc\">";
   for (const auto& [dev, runs] : devices)
     h << "<li><a href=\"#dev-" << slug(dev) << "\">" << html_escape(dev) << "</a> (" << runs.size() << " run(s))</li>";
   h << "</ul>\n";
-  for (const auto& [dev, runs] : devices) {
+  for (size_t di = 0; di < devices.size(); ++di) {
+    const auto& [dev, runs] = devices[di];
+    const DevicePeers dp = match_peers(devices, di, peers);
     DeviceView dv;
+    dv.peers = &dp;
     dv.name = dev;
     dv.runs = runs;
     for (const Run& run : runs)
@@ -415,6 +683,7 @@ std::string render_html(const std::vector<ReportInput>& inputs, double thr, cons
         << run.results.size() << "</td><td>" << errors << "</td><td class=\"l\">" << html_escape(files) << "</td></tr>";
     }
     h << "</table>";
+    html_peers(h, dv);
     html_groups(h, dv);
     html_history(h, dv, thr);
     html_table(h, dv);
@@ -424,12 +693,49 @@ std::string render_html(const std::vector<ReportInput>& inputs, double thr, cons
   return h.str();
 }
 
-int render_markdown(const std::vector<ReportInput>& inputs, const json* baseline, double thr, std::string* out) {
+// libflash against the peers of the same run, one line a case (markdown).
+static void markdown_peers(std::ostringstream& md, const DevicePeers& dp) {
+  for (const auto& [p, a] : dp.files)
+    if (a.run < 0) md << "Peers file `" << fs::path(p->file.path).filename().string() << "` not drawn: " << a.why_not << ".\n\n";
+  if (dp.cases.empty()) return;
+  std::vector<const PeerCase*> all;
+  for (const PeerCase& c : dp.cases) all.push_back(&c);
+  std::vector<std::string> others;
+  for (const std::string& b : peer_backends(all))
+    if (b != "libflash") others.push_back(b);
+  md << "#### libflash against its peers (interleaved in one process; > 1: libflash faster)\n\n| case | libflash "
+     << dp.cases.front().lib->value("algo", "") << " TFLOP/s (fa-bench) |";
+  for (const std::string& b : others) md << " " << peer_display_name(b) << " TFLOP/s |";
+  for (const std::string& b : others) md << " libflash ÷ " << peer_display_name(b) << " |";
+  md << " run · file |\n|---|---:|";
+  for (size_t i = 0; i < 2 * others.size(); ++i) md << "---:|";
+  md << "---|\n";
+  for (const PeerCase& c : dp.cases) {
+    md << "| " << case_title(*c.lib) << " | "
+       << (c.lib->at("tflops").is_number() ? format_number(c.lib->at("tflops").get<double>()) : "-") << " |";
+    for (const std::string& b : others) {
+      const auto ms = c.peer->ms.find(b);
+      md << " " << (ms == c.peer->ms.end() ? "-" : format_number(c.flops / ms->second / 1e9)) << " |";
+    }
+    for (const std::string& b : others) {
+      const double rt = interleaved_ratio(c, b);
+      md << " " << (rt > 0 ? fmt_ratio(rt) : "-") << " |";
+    }
+    md << " `" << short_rev(c.revision) << "` " << fs::path(c.file->file.path).filename().string() << " |\n";
+  }
+  if (!dp.not_drawn.empty()) md << "\n" << dp.not_drawn.size() << " peer row(s) not matched to a fa-bench case of the same run.\n";
+  md << "\n";
+}
+
+int render_markdown(const std::vector<ReportInput>& inputs, const json* baseline, double thr, std::string* out,
+                    const std::vector<PeerInput>& peers) {
   std::ostringstream md;
   int regressions = 0;
   const auto devices = group_runs(inputs);
   if (devices.empty()) md << "No fa-bench result files.\n";
-  for (const auto& [dev, runs] : devices) {
+  for (size_t di = 0; di < devices.size(); ++di) {
+    const auto& [dev, runs] = devices[di];
+    const DevicePeers dp = match_peers(devices, di, peers);
     const Run& latest = runs.back();
     json base;
     if (baseline && device_of(*baseline) == dev) base = *baseline;
@@ -444,12 +750,18 @@ int render_markdown(const std::vector<ReportInput>& inputs, const json* baseline
            << (r["speedup_over_naive"].is_number() ? format_number(r["speedup_over_naive"].get<double>(), 3) : "-") << " |\n";
       }
       md << "\n";
+      markdown_peers(md, dp);
       continue;
     }
     const CompareResult c = compare_documents(base, latest.as_document(), thr);
     regressions += c.regressions;
     print_compare_markdown(c, md);
     md << "\n";
+    markdown_peers(md, dp);
+  }
+  for (const PeerInput& p : peers) {
+    const PeerAttachment a = attach_peers(p.file, p.named, devices);
+    if (a.device < 0) md << "Peers file `" << fs::path(p.file.path).filename().string() << "` not drawn: " << a.why_not << ".\n";
   }
   *out = md.str();
   return regressions;
@@ -464,6 +776,9 @@ int cmd_report(int argc, const char* const* argv) {
       ("max-regression", "percent slowdown marked as a regression", cxxopts::value<double>()->default_value("5"))
       ("title", "page title", cxxopts::value<std::string>()->default_value("libflash performance"))
       ("fail-on-regression", "exit 1 when the markdown summary finds a regression")
+      ("peers", "a peers file (scripts/interleaved_peers.py --json) to draw with its device's latest run, unless it sits "
+                "beside a run of that device or carries git_revision (repeatable; peers JSON found in the input "
+                "directories is read too)", cxxopts::value<std::vector<std::string>>())
       ("inputs", "", cxxopts::value<std::vector<std::string>>())("h,help", "this help");
   o.parse_positional({"inputs"});
   o.positional_help("FILES_OR_DIRS...");
@@ -475,22 +790,31 @@ int cmd_report(int argc, const char* const* argv) {
   if (!r.count("inputs")) throw std::invalid_argument("report needs result files or directories");
   if (!r.count("html") && !r.count("markdown")) throw std::invalid_argument("report needs --html FILE and/or --markdown");
   std::vector<std::string> skipped;
-  const auto inputs = collect_inputs(r["inputs"].as<std::vector<std::string>>(), &skipped);
+  std::vector<PeerInput> peers;
+  const auto inputs = collect_inputs(r["inputs"].as<std::vector<std::string>>(), &skipped, &peers);
   for (const std::string& s : skipped) std::cerr << "fa-bench report: skipped " << s << "\n";
+  if (r.count("peers"))
+    for (const std::string& f : r["peers"].as<std::vector<std::string>>()) {
+      const auto same = std::find_if(peers.begin(), peers.end(), [&](const PeerInput& p) {
+        return fs::weakly_canonical(p.file.path) == fs::weakly_canonical(f);
+      });
+      if (same != peers.end()) same->named = true;  // also found in a directory
+      else peers.push_back({load_peers(f), true});
+    }
   const double thr = r["max-regression"].as<double>();
   int regressions = 0;
   if (r.count("html")) {
     const std::string path = r["html"].as<std::string>();
     std::ofstream out(path);
     if (!out) throw std::runtime_error("cannot write " + path);
-    out << render_html(inputs, thr, r["title"].as<std::string>());
-    std::cerr << "wrote " << path << " (" << inputs.size() << " result file(s))\n";
+    out << render_html(inputs, thr, r["title"].as<std::string>(), peers);
+    std::cerr << "wrote " << path << " (" << inputs.size() << " result file(s), " << peers.size() << " peers file(s))\n";
   }
   if (r.count("markdown")) {
     json base;
     if (r.count("baseline")) base = load_document(r["baseline"].as<std::string>());
     std::string md;
-    regressions = render_markdown(inputs, r.count("baseline") ? &base : nullptr, thr, &md);
+    regressions = render_markdown(inputs, r.count("baseline") ? &base : nullptr, thr, &md, peers);
     const std::string path = r["markdown"].as<std::string>();
     if (path == "-") {
       std::cout << md;

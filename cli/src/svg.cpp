@@ -65,7 +65,9 @@ std::string format_bytes(double b) {
 
 std::string series_color(const std::string& name, size_t index) {
   static const std::map<std::string, std::string> fixed = {
-      {"sm90", "#1f77b4"}, {"sm80", "#ff7f0e"}, {"naive", "#6b6b6b"}, {"cpu", "#2ca02c"}, {"auto", "#9467bd"}};
+      {"sm90", "#1f77b4"}, {"sm80", "#ff7f0e"}, {"naive", "#6b6b6b"}, {"cpu", "#2ca02c"}, {"auto", "#9467bd"},
+      // the peers (scripts/interleaved_peers.py): SDPA's cuDNN and FlashAttention-2, libflash through Python
+      {"cuDNN", "#76b900"}, {"FA2", "#e377c2"}, {"libflash-py", "#17becf"}};
   static const char* palette[] = {"#17becf", "#bcbd22", "#e377c2", "#8c564b", "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c"};
   const auto it = fixed.find(name);
   if (it != fixed.end()) return it->second;
@@ -98,7 +100,18 @@ std::string tick_label(double v, bool bytes) {
 }  // namespace
 
 std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>& series) {
-  const double W = spec.width, H = spec.height, left = 68, right = 12, top = 30, bottom = 44;
+  const double W = spec.width, H = spec.height, left = 68, right = 12, bottom = 44;
+  // Legend entries left to right, wrapped onto more rows (each 13 px, above the plot) when they do not fit.
+  auto legend_width = [](const std::string& name) { return 24 + 6.5 * double(name.size()); };
+  int legend_rows = 1;
+  {
+    double x = left + 6;
+    for (const ChartSeries& s : series) {
+      if (x > left + 6 && x + legend_width(s.name) - 6 > W - right) ++legend_rows, x = left + 6;
+      x += legend_width(s.name);
+    }
+  }
+  const double top = 30 + 13 * (legend_rows - 1);
   const double pw = W - left - right, ph = H - top - bottom;
   // Ranges.
   std::set<double> xs;
@@ -184,7 +197,7 @@ std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>
       << fmt_coord(y) << "\"/>";
   }
   // Series.
-  double legend_x = left + 6;
+  double legend_x = left + 6, legend_y = 30;
   for (const ChartSeries& s : series) {
     o << "<g class=\"series\" data-series=\"" << html_escape(s.name) << "\">";
     std::string path;
@@ -193,7 +206,8 @@ std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>
       path += (path.empty() ? "" : " ") + fmt_coord(X(p.x)) + "," + fmt_coord(Y(p.y));
     }
     if (!path.empty())
-      o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\" points=\"" << path << "\"/>";
+      o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\""
+        << (s.dashed ? " stroke-dasharray=\"6 3\"" : "") << " points=\"" << path << "\"/>";
     for (const ChartPoint& p : s.points) {
       if (p.error) {
         const double x = X(p.x), y = top + ph - 6;
@@ -210,10 +224,11 @@ std::string svg_line_chart(const ChartSpec& spec, const std::vector<ChartSeries>
     }
     o << "</g>";
     // Legend entry.
-    o << "<rect x=\"" << fmt_coord(legend_x) << "\" y=\"" << top - 2 << "\" width=\"10\" height=\"3\" fill=\"" << s.color
-      << "\"/><text class=\"legend\" x=\"" << fmt_coord(legend_x + 13) << "\" y=\"" << top + 3 << "\">"
+    if (legend_x > left + 6 && legend_x + legend_width(s.name) - 6 > W - right) legend_x = left + 6, legend_y += 13;
+    o << "<rect x=\"" << fmt_coord(legend_x) << "\" y=\"" << legend_y - 2 << "\" width=\"10\" height=\"3\" fill=\"" << s.color
+      << "\"/><text class=\"legend\" x=\"" << fmt_coord(legend_x + 13) << "\" y=\"" << legend_y + 3 << "\">"
       << html_escape(s.name) << "</text>";
-    legend_x += 24 + 6.5 * double(s.name.size());
+    legend_x += legend_width(s.name);
   }
   o << "</svg>";
   return o.str();

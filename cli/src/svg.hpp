@@ -19,6 +19,7 @@ struct ChartPoint {
 struct ChartSeries {
   std::string name, color;
   std::vector<ChartPoint> points;
+  bool dashed = false;     // a dashed line (libflash-py, libflash timed by the peers script)
 };
 
 struct ChartSpec {

@@ -117,8 +117,8 @@ TEST(Browser, PageLoadsAndHasCharts) {
   ASSERT_FALSE(p.dom.empty()) << "chromium produced no DOM";
   EXPECT_NE(p.dom.find("NVIDIA H100 80GB HBM3 (fixture)"), std::string::npos);
   const Plotted plotted = parse_charts(p.dom);
-  // Group "none": TFLOP/s, speedup, memory. Group "causal": TFLOP/s, memory (no naive twin, no speedup).
-  EXPECT_EQ(plotted.charts, 5);
+  // Group "none": TFLOP/s, speedup, peers, memory. Group "causal": TFLOP/s, peers, memory (no naive twin, no speedup).
+  EXPECT_EQ(plotted.charts, 7);
 }
 
 TEST(Browser, PlottedNumbersMatchTheFixtures) {
@@ -147,6 +147,41 @@ TEST(Browser, PlottedNumbersMatchTheFixtures) {
     ++checked;
   }
   EXPECT_EQ(checked, 5);
+}
+
+// fixtures/peers.json lies beside both fixture runs, so it is of the latest (run2): its cuDNN, FA2 and libflash-py
+// times are drawn as TFLOP/s by fa-bench's FLOP count of the case, and libflash-py's speed over each peer's.
+// peers-a100.json (another device) and peers-other-run.json (a revision no run has) must not be drawn; nor must
+// peers.json's 4k row at batch 8, which no fa-bench row matches (it would overwrite the batch-4 point at x = 4096).
+TEST(Browser, PeersOfTheSameRunAreDrawn) {
+  const Plotted plotted = parse_charts(page().dom);
+  const json latest = fixture("h100-run2.json"), peers = fixture("peers.json");
+  int checked = 0;
+  for (const json& p : peers["rows"]) {
+    if (p["causal"].get<bool>() || p["b"] == 8) continue;  // the causal group's points share x with the dense group's
+    const std::string x = std::to_string(p["n"].get<int64_t>());
+    double flops = 0;
+    for (const json& r : latest["results"])
+      if (r["algo"] == "sm90" && r["mask"] == "none" && r["seqlen_q"] == p["n"] && r["batch"] == p["b"]) flops = r["flops"];
+    ASSERT_GT(flops, 0) << x;
+    for (const auto& [backend, series] : std::map<std::string, std::string>{{"cudnn", "cuDNN"}, {"flash", "FA2"},
+                                                                              {"libflash", "libflash-py"}}) {
+      const double ms = p["ms"][backend];
+      const auto t = plotted.points.find("tflops|" + series + "|" + x);
+      ASSERT_NE(t, plotted.points.end()) << "no TFLOP/s point for " << series << " at " << x;
+      EXPECT_NEAR(t->second, flops / ms / 1e9, 1e-5 * t->second) << series << " at " << x;
+      if (backend == "libflash") continue;
+      const auto r = plotted.points.find("peers|" + series + "|" + x);
+      ASSERT_NE(r, plotted.points.end()) << "no ratio point for " << series << " at " << x;
+      EXPECT_NEAR(r->second, ms / p["ms"]["libflash"].get<double>(), 1e-5) << series << " at " << x;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+  const std::string& dom = page().dom;
+  EXPECT_NE(dom.find("data-peers-file=\"peers.json\" data-drawn=\"1\""), std::string::npos);
+  EXPECT_NE(dom.find("data-peers-file=\"peers-a100.json\" data-drawn=\"0\""), std::string::npos);
+  EXPECT_NE(dom.find("data-peers-file=\"peers-other-run.json\" data-drawn=\"0\""), std::string::npos);
 }
 
 TEST(Browser, HistoryMarksTheRegression) {

@@ -1,6 +1,6 @@
 // libflash/cuda/ptx/wgmma.cuh -- what the sm_90a kernels (the sm90 forward, the sm90 backward) share around
 // wgmma: shared-memory matrix descriptors, the fence / commit / wait of the asynchronous pipeline, the
-// register fences that keep the compiler off in-flight operands, and the bulk-copy reduce. The wgmma
+// register fences that keep the compiler off in-flight operands, and the bulk-copy groups. The wgmma
 // instructions themselves are in the generated wgmma_ops.h (gen_wgmma.py).
 #pragma once
 #include <cstdint>
@@ -23,7 +23,7 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lead) {
 // The descriptor of the operand `bytes` (a multiple of 16) after the one d describes, with the same offsets and swizzle:
 // only the start address field (bits 0-13, address >> 4) moves. Shared addresses stay under 256 KB, so the field
 // never carries into the bits above it and a 32-bit add of bytes >> 4 to the low word is exact -- where desc() of the
-// summed address re-masks and re-shifts it (three integer instructions per operand and k-step, perf-log v73).
+// summed address re-masks and re-shifts it (three integer instructions per operand and k-step; docs/kernels.md).
 __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
   return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + (bytes >> 4));
 }
@@ -59,12 +59,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[R][4]) {
 // Generic-proxy shared stores (st.shared, cp.async) before the tensor cores or TMA read them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// global[0, bytes) += shared[0, bytes) in fp32 by the bulk-copy engine, one bulk group per commit.
-__device__ __forceinline__ void bulk_reduce_add(float* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
-               "r"(bytes)
-               : "memory");
-}
+// The bulk-copy groups (TMA stores): commit, wait until their shared-memory reads are done, wait until complete.
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }

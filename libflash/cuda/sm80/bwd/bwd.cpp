@@ -1,13 +1,14 @@
-// libflash/cuda/sm80/bwd/bwd.cpp -- what the sm80 backward supports, its workspace, and the switch
-// from a call's (head dim, dtype) to one compiled instantiation. Registered in the sm80 Algorithm record.
+// libflash/cuda/sm80/bwd/bwd.cpp -- the backward family's plan, and the entry points of the sm80 and sm90
+// Algorithm records that call it: what it supports, its workspace, and the launch of one compiled main kernel.
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "../../../../flash.h"
 #include "../../../error.h"
-#include "../../runtime.h"
 #include "bwd.h"
+#if defined(FLASH_BWD_WGMMA)
+#include "../../sm90/bwd/bwd_sm90.h"
+#endif
 
 namespace flash::bwd {
 namespace {
@@ -21,25 +22,76 @@ bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>>
   return true;
 }
 
+BwdPlan refuse(std::string* why, std::string reason) {
+  if (why) *why = std::move(reason);
+  return {};
+}
+
 }  // namespace
 
-bool supports(const BwdParams& p, std::string* why) {
-  if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
-    *why = "the sm80 backward supports fp16 and bf16 only";
-    return false;
+WsLayout ws_layout(const BwdParams& p) {
+  WsLayout w;
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  w.dc = bwd_compiled_head_dim(p.head_dim);
+  w.sq_pad = (int64_t(p.seqlen_q > 0 ? p.seqlen_q : 1) + 127) / 128 * 128;
+  const size_t bh = size_t(p.batch) * size_t(p.heads_q);
+  size_t off = 0;
+  w.dq_acc = off, off = align(off + bh * size_t(w.sq_pad) * size_t(w.dc) * 4);
+  w.lse2 = off, off = align(off + bh * size_t(w.sq_pad) * 4);
+  w.dsum = off, off = align(off + bh * size_t(w.sq_pad) * 4);
+  w.sem = off;
+  if (p.deterministic) off = align(off + bh * size_t(w.sq_pad / 64) * 4);
+  w.bmap = off;
+  if (p.has_block_mask) {
+    const BlockMaskParams& m = p.block_mask;
+    w.bm_b = (m.num_batch_stride == 0 && m.idx_batch_stride == 0) ? 1 : p.batch;
+    w.bm_h = (m.num_head_stride == 0 && m.idx_head_stride == 0) ? 1 : p.heads_q;
+    w.n_mqb = m.num_q_blocks;
+    w.n_mkb = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
+    off = align(off + size_t(w.bm_b) * w.bm_h * w.n_mqb * w.n_mkb);
   }
+  w.total = off;
+  return w;
+}
+
+BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why) {
+  if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return refuse(why, "the sm80 backward supports fp16 and bf16 only");
   const int d = bwd_compiled_head_dim(p.head_dim);
-  if (d == 0 || p.head_dim % 8 != 0) {
-    *why = "head_dim " + std::to_string(p.head_dim) + " is not a multiple of 8 in [8, 256]";
-    return false;
+  if (d == 0 || p.head_dim % 8 != 0)
+    return refuse(why, "head_dim " + std::to_string(p.head_dim) + " is not a multiple of 8 in [8, 256]");
+  // The mma.sync kernel: every head dim, every target.
+  const BwdShape s = bwd_shape(d);
+  if (int64_t(s.smem_bytes()) > dev.smem_per_block_optin)
+    return refuse(why, "the sm80 backward at head_dim " + std::to_string(p.head_dim) + " needs " +
+                           std::to_string(s.smem_bytes()) + " bytes of shared memory per block; this device offers " +
+                           std::to_string(dev.smem_per_block_optin));
+  if (p.has_block_mask && (p.block_mask.block_m % s.block_m != 0 || p.block_mask.block_n % 16 != 0))
+    return refuse(why, "the sm80 backward needs block-sparse block_m a multiple of " + std::to_string(s.block_m) +
+                           " and block_n a multiple of 16");
+  BwdPlan plan;
+  plan.kernel = MainKernel::kMma;
+  plan.row = bwd_shape_index(d);
+  plan.ws = ws_layout(p);
+#if defined(FLASH_BWD_WGMMA)
+  // sm_90 (H100, H200): the wgmma main kernel for d64 and d128, 1.27-1.38x the mma.sync one on the H100 at
+  // seqlen >= 2k (docs/kernels.md). Its query blocks are block_m rows: a block-sparse mask's must nest.
+  if (dev.compute_capability == 90) {
+    const int row = wgmma_bwd_row(d, p.deterministic);
+    if (row >= 0) {
+      const WgmmaBwdShape& w = kWgmmaBwdShapes[row];
+      if ((!p.has_block_mask || p.block_mask.block_m % w.block_m == 0) &&
+          int64_t(w.smem_bytes()) <= dev.smem_per_block_optin) {
+        plan.kernel = MainKernel::kWgmma;
+        plan.row = row;
+      }
+    }
   }
-  const int64_t optin = cuda::shared_mem_per_block_optin(p.device_id);
-  if (int64_t(bwd_shape(d).smem_bytes()) > optin) {
-    *why = "the sm80 backward at head_dim " + std::to_string(p.head_dim) + " needs " +
-           std::to_string(bwd_shape(d).smem_bytes()) + " bytes of shared memory per block; this device offers " +
-           std::to_string(optin);
-    return false;
-  }
+#endif
+  return plan;
+}
+
+bool supports(const BwdParams& p, std::string* why) {
+  if (!plan(p, cuda::device_limits(p.device_id), why).ok()) return false;
   const int64_t B = p.batch, SQ = p.seqlen_q, SK = p.seqlen_k, HQ = p.heads_q, HK = p.heads_kv;
   if (!aligned(p.q, {{p.q_batch_stride, B}, {p.q_row_stride, SQ}, {p.q_head_stride, HQ}}) ||
       !aligned(p.k, {{p.k_batch_stride, B}, {p.k_row_stride, SK}, {p.k_head_stride, HK}}) ||
@@ -67,70 +119,31 @@ bool supports(const BwdParams& p, std::string* why) {
     *why = "the sm80 backward needs batch * heads_q at most 65535 (grid dimension)";
     return false;
   }
-  if (p.has_block_mask && (p.block_mask.block_m % bwd_shape(d).block_m != 0 || p.block_mask.block_n % 16 != 0)) {
-    *why = "the sm80 backward needs block-sparse block_m a multiple of " + std::to_string(bwd_shape(d).block_m) +
-           " and block_n a multiple of 16";
-    return false;
-  }
   return true;
 }
 
-size_t workspace(const BwdParams& p) { return ws_layout(p).total; }
+size_t workspace(const BwdParams& p) { return plan(p, cuda::device_limits(p.device_id)).ws.total; }
 
 int32_t run(const BwdParams& p) {
   if (p.batch == 0 || p.heads_q == 0) return FLASH_OK;
-  const int d = bwd_compiled_head_dim(p.head_dim);
-  const bool bf16 = p.dtype == DType::BF16;
-#if defined(FLASH_SM80_BWD_SM90)
-  // sm_90 (H100, H200): the wgmma main kernel for d64/d128 (bwd_kernel_sm90.cuh; docs/perf-log.md
-  // "sm80 backward", v4: 1.27-1.38x the mma.sync kernel on the H100 at seqlen >= 2k). LIBFLASH_BWD_WGMMA=0
-  // keeps the mma.sync kernel (to time the two in one run).
-  static const bool use_wgmma = [] {
-    const char* e = std::getenv("LIBFLASH_BWD_WGMMA");
-    return e == nullptr || e[0] != '0';
-  }();
-  // d64 steps over 128 query rows: block-sparse masks need block_m a multiple of 128 there.
-  const bool m128_ok = !p.has_block_mask || p.block_mask.block_m % 128 == 0;
-  // LIBFLASH_BWD_SM90_VARIANT (development: time candidates in one run, scripts/device-bwd.sh VARIANTS):
-  // 0 the default below; 3 the in-step dQ (v4's schedule, kPipe 0); bf16 only (fp16 keeps the default):
-  // 7 the default schedule with returning atomics for dQ (kRed off), 8 kPipe 0 with them (v4 + the mask pass).
-  static const int variant = [] {
-    const char* e = std::getenv("LIBFLASH_BWD_SM90_VARIANT");
-    return e == nullptr ? 0 : std::atoi(e);
-  }();
-  if (use_wgmma && (d == 128 || (d == 64 && m128_ok)) && cuda::compute_capability(p.device_id) == 90) {
-    // Two warpgroups per CTA, dQ by fp32 reductions, dP/dV overlapping the softmax (one warpgroup per CTA was
-    // 0.62x at d128, bulk reduce-adds for dQ 0.98-1.0x), the dQ of step i computed and added during step i+1
-    // (kPipe; d64: at the top of the step, d128: before dK -- each the faster there; docs/perf-log.md v5).
-    // Deterministic mode keeps the in-step dQ (its counters order the adds per step).
-    const bool v4 = p.deterministic || variant == 3 || variant == 8;
-    const bool atom = bf16 && (variant == 7 || variant == 8);
-#define FLASH_BWD_SM90_LAUNCH(D, BM, PIPE, RED)                                  \
-  return bf16 ? launch_bwd_sm90<D, BM, 2, false, true, DType::BF16, PIPE, RED>(p) \
-              : launch_bwd_sm90<D, BM, 2, false, true, DType::FP16, PIPE, RED>(p)
-    if (atom) {  // (bf16 only: the fp16 instantiations of these are not compiled)
-      if (d == 64) return v4 ? launch_bwd_sm90<64, 128, 2, false, true, DType::BF16, 0, false>(p)
-                             : launch_bwd_sm90<64, 128, 2, false, true, DType::BF16, 1, false>(p);
-      return v4 ? launch_bwd_sm90<128, 64, 2, false, true, DType::BF16, 0, false>(p)
-                : launch_bwd_sm90<128, 64, 2, false, true, DType::BF16, 2, false>(p);
-    }
-    if (d == 64) {
-      if (v4) FLASH_BWD_SM90_LAUNCH(64, 128, 0, true);
-      FLASH_BWD_SM90_LAUNCH(64, 128, 1, true);
-    }
-    if (v4) FLASH_BWD_SM90_LAUNCH(128, 64, 0, true);
-    FLASH_BWD_SM90_LAUNCH(128, 64, 2, true);
-#undef FLASH_BWD_SM90_LAUNCH
-  }
+  std::string why;
+  const BwdPlan pl = plan(p, cuda::device_limits(p.device_id), &why);
+  if (!pl.ok()) return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: run called on a problem it does not support: ", why);
+  if (p.workspace_size < pl.ws.total || (pl.ws.total > 0 && p.workspace == nullptr))
+    return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: workspace of ", p.workspace_size, " bytes, need ", pl.ws.total);
+  return cuda::with_dtype(p.dtype, [&](auto dtype) {
+    constexpr DType T = decltype(dtype)::value;
+#if defined(FLASH_BWD_WGMMA)
+    if (pl.kernel == MainKernel::kWgmma)
+      return cuda::with_index<kWgmmaBwdShapeCount>(pl.row, [&](auto row) {
+        constexpr WgmmaBwdShape s = kWgmmaBwdShapes[decltype(row)::value];
+        return launch_bwd_sm90<s.head_dim, s.pipe, T>(p, pl);
+      });
 #endif
-  switch (d) {
-    // Variant 1 (4 warps x 64 keys, two CTAs per SM) measured 10-25% slower on the H100 (docs/perf-log.md,
-    // "sm80 backward"): not compiled; add bwd_hdim*_v1_*.cu files instantiating <d, 1, dtype> to time it again.
-    case 64: return bf16 ? launch_bwd<64, 0, DType::BF16>(p) : launch_bwd<64, 0, DType::FP16>(p);
-    case 128: return bf16 ? launch_bwd<128, 0, DType::BF16>(p) : launch_bwd<128, 0, DType::FP16>(p);
-    case 256: return bf16 ? launch_bwd<256, 0, DType::BF16>(p) : launch_bwd<256, 0, DType::FP16>(p);
-  }
-  return fail(FLASH_ERROR_INTERNAL, "sm80 bwd: no kernel compiled for head_dim ", p.head_dim);
+    return cuda::with_index<kBwdShapeCount>(pl.row, [&](auto row) {
+      return launch_bwd<kBwdShapes[decltype(row)::value].head_dim, T>(p, pl);
+    });
+  });
 }
 
 }  // namespace flash::bwd

@@ -1,32 +1,21 @@
-// libflash/cuda/sm80/bwd/bwd.h -- the host entry points of the sm80 backward (FlashAttention-2's backward
-// with mma.sync), registered in the sm80 Algorithm record (libflash/cuda/sm80/sm80.cpp). No CUDA headers.
+// libflash/cuda/sm80/bwd/bwd.h -- the host side of the backward family (no CUDA headers): FlashAttention-2's
+// backward with mma.sync (bwd_kernel.cuh, every target) and its wgmma main kernel on sm_90 (../../sm90/bwd).
+// Its plan picks one; the entry points below are the backward of both the sm80 and the sm90 Algorithm records.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "../../../params.h"
+#include "../../ptx/plan.h"
 
 namespace flash::bwd {
 
-bool supports(const BwdParams& p, std::string* why);
-size_t workspace(const BwdParams& p);
-int32_t run(const BwdParams& p);
-
-// One instantiation per (compiled head dim, dtype), each in its own bwd_hdim*_*.cu.
-template <int kHeadDim, int kVariant, DType kDType>
-int32_t launch_bwd(const BwdParams& p);
-// The wgmma main kernel (bwd_kernel_sm90.cuh; sm_90a builds only): head dims 64 and 128 on sm_90 devices.
-template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, bool kRed>
-int32_t launch_bwd_sm90(const BwdParams& p);
-
-// Tile shapes of the mma.sync main kernel (shared by the host code and the kernels). The wgmma main kernel
-// on sm_90 (bwd_kernel_sm90.cuh, BwdTraits90) uses 128 keys per CTA as well, 64 query rows per step at d128
-// and 128 at d64; its shared memory (v5, two dS^T buffers: ~162 KB at d64 and d128; 131-146 KB with one, in
-// deterministic mode) fits every sm_90 device (227 KB).
+// Tile shapes of the mma.sync main kernel (shared by the host code and the kernels), one per compiled head
+// dim; each is instantiated for fp16 and bf16 (generate_kernels.py, family SM80_BWD). One CTA of 8 warps per
+// SM: 4 warps x 64 keys with two CTAs per SM measured 10-25% slower on the H100 (docs/kernels.md).
 struct BwdShape {
-  int head_dim;
-  int variant;    // 0: 8 warps, one CTA per SM; 1: 4 warps, two CTAs per SM   // compiled head dim (a smaller multiple of 8 runs with zero-filled columns)
+  int head_dim;   // compiled head dim (a smaller multiple of 8 runs with zero-filled columns)
   int block_m;    // query rows per step of the main loop
   int block_n;    // key rows per CTA (16 per warp, or per pair of warps when split_d = 2)
   int warps;
@@ -41,27 +30,26 @@ struct BwdShape {
 
 // clang-format off
 inline constexpr BwdShape kBwdShapes[] = {
-  //  d  var block_m block_n warps split_d q_stages dq_cols
-  {  64,  0,  64,     128,    8,    1,      2,       64 },
-  {  64,  1,  64,      64,    4,    1,      2,       64 },
-  { 128,  0,  64,     128,    8,    1,      2,       64 },
-  { 128,  1,  64,      64,    4,    1,      2,       64 },
-  { 256,  0,  64,      64,    8,    2,      1,       64 },
+  //  d  block_m block_n warps split_d q_stages dq_cols
+  {  64,  64,     128,    8,    1,      2,       64 },
+  { 128,  64,     128,    8,    1,      2,       64 },
+  { 256,  64,      64,    8,    2,      1,       64 },
 };
 // clang-format on
+inline constexpr int kBwdShapeCount = int(sizeof(kBwdShapes) / sizeof(kBwdShapes[0]));
 
-constexpr BwdShape bwd_shape(int d, int variant = 0) {
-  for (const BwdShape& s : kBwdShapes)
-    if (s.head_dim == d && s.variant == variant) return s;
-  return BwdShape{0, 0, 0, 0, 0, 0, 0, 0};
-}
 constexpr int bwd_compiled_head_dim(int d) { return d <= 0 ? 0 : d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 0; }
+constexpr int bwd_shape_index(int d) {
+  for (int i = 0; i < kBwdShapeCount; ++i)
+    if (kBwdShapes[i].head_dim == d) return i;
+  return -1;
+}
+constexpr BwdShape bwd_shape(int d) {
+  const int i = bwd_shape_index(d);
+  return i >= 0 ? kBwdShapes[i] : BwdShape{0, 0, 0, 0, 0, 0, 0};
+}
 
-}  // namespace flash::bwd
-
-namespace flash::bwd {
-
-// Workspace layout (bytes from p.workspace), shared by workspace() and the launch.
+// Workspace layout (bytes from p.workspace), the same for both main kernels.
 //   dq_acc fp32 [b * hq][sq_pad][dc]     the dQ accumulator (atomics), zeroed by the preprocess
 //   lse2   fp32 [b * hq][sq_pad]         LSE * log2(e); +inf for rows that see no key and for padding
 //   dsum   fp32 [b * hq][sq_pad]         D = rowsum(dO o O)
@@ -73,30 +61,27 @@ struct WsLayout {
   int dc = 0;
   int bm_b = 0, bm_h = 0, n_mqb = 0, n_mkb = 0;
 };
+WsLayout ws_layout(const BwdParams& p);
 
-inline WsLayout ws_layout(const BwdParams& p) {
-  WsLayout w;
-  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  w.dc = bwd_compiled_head_dim(p.head_dim);
-  w.sq_pad = (int64_t(p.seqlen_q > 0 ? p.seqlen_q : 1) + 127) / 128 * 128;
-  const size_t bh = size_t(p.batch) * size_t(p.heads_q);
-  size_t off = 0;
-  w.dq_acc = off, off = align(off + bh * size_t(w.sq_pad) * size_t(w.dc) * 4);
-  w.lse2 = off, off = align(off + bh * size_t(w.sq_pad) * 4);
-  w.dsum = off, off = align(off + bh * size_t(w.sq_pad) * 4);
-  w.sem = off;
-  if (p.deterministic) off = align(off + bh * size_t(w.sq_pad / 64) * 4);
-  w.bmap = off;
-  if (p.has_block_mask) {
-    const BlockMaskParams& m = p.block_mask;
-    w.bm_b = (m.num_batch_stride == 0 && m.idx_batch_stride == 0) ? 1 : p.batch;
-    w.bm_h = (m.num_head_stride == 0 && m.idx_head_stride == 0) ? 1 : p.heads_q;
-    w.n_mqb = m.num_q_blocks;
-    w.n_mkb = int((int64_t(p.seqlen_k) + m.block_n - 1) / m.block_n);
-    off = align(off + size_t(w.bm_b) * w.bm_h * w.n_mqb * w.n_mkb);
-  }
-  w.total = off;
-  return w;
-}
+// What runs a backward call: the main kernel (mma.sync or wgmma), the row of its instantiation table, and the
+// workspace layout. The preprocess and convert kernels around it are the same for both.
+enum class MainKernel { kMma, kWgmma };
+struct BwdPlan {
+  MainKernel kernel = MainKernel::kMma;
+  int row = -1;     // kBwdShapes (kMma) or kWgmmaBwdShapes (kWgmma, ../../sm90/bwd/bwd_sm90.h); -1: none runs it
+  WsLayout ws;
+  bool ok() const { return row >= 0; }
+};
+
+// The one place the main kernel is chosen: supports(), workspace() and run() all call it.
+BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why = nullptr);
+
+bool supports(const BwdParams& p, std::string* why);
+size_t workspace(const BwdParams& p);
+int32_t run(const BwdParams& p);
+
+// One instantiation per (kBwdShapes head dim, dtype), each in its own generated .cu file.
+template <int kHeadDim, DType kDType>
+int32_t launch_bwd(const BwdParams& p, const BwdPlan& plan);
 
 }  // namespace flash::bwd

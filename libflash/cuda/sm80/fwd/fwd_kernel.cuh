@@ -36,6 +36,7 @@
 #include "../../runtime.h"
 #include "../../ptx/sm80.cuh"
 #include "blocks.cuh"
+#include "fwd.h"
 #include "tile_table.h"
 
 namespace flash::sm80 {
@@ -108,7 +109,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   // Launch order (CTAs start in blockIdx order; a 1-D grid also lifts the 65535 limit of gridDim.y/z):
   //  - causal (no left bound, right bound at the diagonal): query block m sees about m key blocks, so
   //    longest first over the whole grid -- every head's heaviest block before anyone's second heaviest,
-  //    which shortens the last wave's tail (measured +2..12% at d128, seqlen >= 2k; perf-log v3);
+  //    which shortens the last wave's tail (+2..12% at d128, seqlen >= 2k on the H100; docs/kernels.md);
   //  - otherwise every query block does about the same work: keep one (batch, head)'s blocks together
   //    so its K and V stay in L2 (the grid-wide order lost 3..9% there).
   const int num_bh = p.heads_q * p.batch;
@@ -459,36 +460,31 @@ __global__ void __launch_bounds__(K::kThreads) fwd_kernel(const __grid_constant_
   fwd_body<K, kSparse>(p);
 }
 
-// ---- Host launch, one instantiation per .cu file ----------------------------------------------------
+// ---- Host launch, one instantiation per generated .cu file ------------------------------------------
+// The plan (fwd.cpp) chose the tile entry and computed the shared memory and the grid.
 template <class K>
-int32_t launch(const FwdParams& p) {
+int32_t launch(const FwdParams& p, const FwdPlan& plan) {
   auto* kernel = p.has_block_mask ? fwd_kernel<K, true> : fwd_kernel<K, false>;
-  // Q, K, V tiles, then (block-sparse masks only) the list bitmaps; supports() bounded the latter.
-  const int smem_bytes =
-      K::kSmemBytes + (p.has_block_mask ? int(sparse_smem_bytes(K::kBlockM, K::kBlockN, p.block_mask.block_m,
-                                                                p.block_mask.block_n, p.seqlen_k))
-                                        : 0);
   // Above 48 KB a kernel must opt in to dynamic shared memory (per device; cheap to repeat).
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm80 fwd, MaxDynamicSharedMemorySize)");
-  const int64_t ctas = int64_t{(p.seqlen_q + K::kBlockM - 1) / K::kBlockM} * p.heads_q * p.batch;
-  if (ctas > 0x7fffffff)
-    return fail(FLASH_ERROR_UNSUPPORTED, "sm80: ", ctas, " query blocks exceed one launch (2^31-1 CTAs)");
-  const dim3 grid(static_cast<unsigned>(ctas));
-  kernel<<<grid, K::kThreads, smem_bytes, static_cast<cudaStream_t>(p.stream)>>>(p);
+  const dim3 grid(static_cast<unsigned>(plan.ctas));
+  kernel<<<grid, K::kThreads, plan.smem_bytes, static_cast<cudaStream_t>(p.stream)>>>(p);
   return cuda::check_launch("sm80 fwd kernel");
 }
 
 template <int kHeadDim, int kVariant, DType kDType>
-int32_t launch_fwd(const FwdParams& p) {
+int32_t launch_fwd(const FwdParams& p, const FwdPlan& plan) {
   constexpr TileShape t = tile_shape(kHeadDim, kVariant);
   static_assert(t.head_dim == kHeadDim, "no tile_table entry for this head dim / variant");
-  return launch<Traits<kHeadDim, t.block_m, t.block_n, t.warps, t.stages, kDType>>(p);
+  using K = Traits<kHeadDim, t.block_m, t.block_n, t.warps, t.stages, kDType>;
+  return launch<K>(p, plan);
 }
 
 }  // namespace flash::sm80
 
-// One line per .cu file: FLASH_SM80_INSTANTIATE(128, 0, BF16)
-#define FLASH_SM80_INSTANTIATE(D, VARIANT, DTYPE) \
-  template int32_t flash::sm80::launch_fwd<D, VARIANT, flash::DType::DTYPE>(const flash::FwdParams&);
+// One line per generated .cu file: FLASH_SM80_FWD_INSTANTIATE(128, 0, BF16)
+#define FLASH_SM80_FWD_INSTANTIATE(D, VARIANT, DTYPE) \
+  template int32_t flash::sm80::launch_fwd<D, VARIANT, flash::DType::DTYPE>(const flash::FwdParams&, \
+                                                                           const flash::sm80::FwdPlan&);

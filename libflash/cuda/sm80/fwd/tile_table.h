@@ -12,8 +12,9 @@
 //
 // A head dim may list several shapes in order of preference: d128's double-buffered shape only pays
 // when two CTAs still fit per SM (H100's 228 KB, not A100's 164 KB), d256's needs more than the 99 KB
-// of sm_86/sm_89. At run time pick_variant() takes the first shape that fits the device's reported
+// of sm_86/sm_89. At run time pick_tile() (called by the plan, fwd.cpp) takes the first shape that fits the device's reported
 // shared memory per block and per SM, so a new GPU gets a working choice with no code change.
+// Every entry is compiled, for fp16 and bf16 (generate_kernels.py, family SM80_FWD).
 #pragma once
 
 namespace flash::sm80 {
@@ -59,16 +60,19 @@ constexpr int compiled_head_dim(int d) {
   return 0;
 }
 
-// The variant to run for a compiled head dim on a device with this much shared memory per block (opt-in)
-// and per SM: the first in table order that fits one block and min_blocks blocks per SM (the runtime
-// reserves 1 KB per block); -1 if none fits.
-constexpr int pick_variant(int head_dim, long long smem_optin, long long smem_per_sm) {
-  for (const TileShape& t : kTileTable)
-    if (t.head_dim == head_dim && t.smem_bytes() <= smem_optin &&
-        t.min_blocks * (t.smem_bytes() + 1024LL) <= smem_per_sm)
-      return t.variant;
+// The entry (index into kTileTable) to run for a compiled head dim on a device with this much shared memory
+// per block (opt-in) and per SM: the first in table order that fits one block and min_blocks blocks per SM
+// (the runtime reserves 1 KB per block); -1 if none fits.
+constexpr int pick_tile(int head_dim, long long smem_optin, long long smem_per_sm) {
+  int i = 0;
+  for (const TileShape& t : kTileTable) {
+    if (t.head_dim == head_dim && t.smem_bytes() <= smem_optin && t.min_blocks * (t.smem_bytes() + 1024LL) <= smem_per_sm)
+      return i;
+    ++i;
+  }
   return -1;
 }
+inline constexpr int kTileCount = int(sizeof(kTileTable) / sizeof(kTileTable[0]));
 
 // Block-sparse masks: after its Q, K and V tiles the kernel keeps, in shared memory, one bitmap of the
 // listed mask key blocks per mask query block its rows cover ("parts": 1, or 2 when the mask's block_m is

@@ -1,12 +1,13 @@
-// libflash/cuda/sm90/bwd/bwd_kernel.cuh -- the backward's main kernel with wgmma (sm_90a: H100, H200)
-// for head dims 64 and 128. Same algorithm, grid, workspace, masks and deterministic ordering as bwd_main
-// (bwd_kernel.cuh, whose preprocess / convert / block-map kernels it shares); only the matrix products
-// change: mma.sync fed by ldmatrix becomes wgmma reading its operands straight from shared memory.
+// libflash/cuda/sm90/bwd/bwd_kernel.cuh -- the backward's main kernel with wgmma (sm_90a: H100, H200) for head
+// dims 64 and 128. Same algorithm, grid, workspace, masks and deterministic ordering as the mma.sync bwd_main
+// (../../sm80/bwd/bwd_kernel.cuh), between the same preprocess / convert / block-map kernels
+// (../../sm80/bwd/bwd_common.cuh); only the matrix products change: mma.sync fed by ldmatrix becomes wgmma
+// reading its operands straight from shared memory.
 //
 // Why: bwd_main is bound by shared-memory reads (each warp owns 16 key rows, so every warp ldmatrix-reads
 // all of Q_i and dO_i twice per step: ~0.58 ldmatrix.x4 per m16n8k16, ~5900 of the ~11000 cycles a d128
-// step takes on the H100, docs/perf-log.md "sm80 backward"). A warpgroup's wgmma reads each smem operand
-// once for 64 rows, so the same step needs ~2000 cycles of smem reads and is bound by the tensor cores.
+// step takes on the H100; docs/kernels.md). A warpgroup's wgmma reads each smem operand once for 64 rows,
+// so the same step needs ~2000 cycles of smem reads and is bound by the tensor cores.
 //
 // CTA: 2 warpgroups (8 warps), key block of 128 rows, warpgroup w owns keys 64w..64w+63, warp w' of the
 // CTA its 16 rows 16w'.. (exactly bwd_main's ownership, so masks and the dK/dV epilogue are unchanged:
@@ -16,48 +17,37 @@
 //   dV  += P^T dO_i, dK += dS^T Q_i             RS wgmma m64n{d}k16, A from the accumulators, B N-major
 //   dQ_i += dS K_j                              SS wgmma m64n64k16, A = dS M-major, B = K N-major;
 //                                              warpgroup w takes 64 x 64 piece w (d64: rows 64w..)
-// v5 (kPipe): step i's dQ is computed and added during step i+1 from a second dS^T buffer, so only one CTA
-// barrier per step remains and the dQ reductions overlap the tensor cores' next work.
+// dP^T and dV run as wgmma groups of their own, so the tensor cores work on them while P^T and dS^T are
+// computed. With a pipe (bwd_sm90.h), step i's dQ is computed and added during step i+1 from a second dS^T
+// buffer, so one CTA barrier per step remains and the dQ adds overlap the tensor cores' next work. One
+// warpgroup per CTA (two CTAs per SM) was 0.62x at d128; dQ by bulk reduce-adds from shared memory
+// 0.98-1.0x of the fp32 vector reductions (H100; docs/kernels.md).
 // Shared tiles keep bwd_main's layout: 64-column pages of 128-byte rows, 16-byte chunk ^= row % 8, which
 // is the wgmma 128-byte swizzle (8-row atoms of 1024 bytes; the base is aligned to 1024 here).
 #pragma once
-#include "../../sm80/bwd/bwd_kernel.cuh"
 #include "../../ptx/wgmma.cuh"
+#include "../../sm80/bwd/bwd_common.cuh"
+#include "bwd_sm90.h"
 
 namespace flash::bwd {
 
-// kBlockM: query rows per step (64; 128 at d64, where dQ splits its rows over the warpgroups instead of
-// its columns). kBulkDQ: dQ partials leave through shared memory as bulk reduce-adds (cp.reduce.async.bulk,
-// one 256-byte row segment each) instead of fp32 atomics (deterministic mode always uses the ordered atomics).
-// kOverlap: dP^T and dV run as wgmma groups of their own, so the tensor cores work on them while P^T and
-// dS^T are computed (wait_group 1 instead of 0).
-// kWGs: warpgroups per CTA, 64 keys each (kBlockN = 64 kWGs). One warpgroup per CTA runs two CTAs per SM,
-// so one CTA's wgmmas fill the tensor cores while the other computes P and dS or waits at a barrier.
-// kPipe: dQ deferred by one step (v5), so that no barrier waits for the other warpgroup's dS^T inside a step
-// (dS^T is double-buffered; the step's top barrier is the only one left). Step i's dQ = dS_i K is issued in
-// step i+1: 1 = at its top, in front of S^T and dP^T (its adds run while those are on the tensor cores);
-// 2 = after dS^T, in front of dK (its adds run while dK is on the tensor cores; fewer live registers).
-// 0: dQ in its own step after a second barrier (v4). Deterministic mode never takes kPipe (sm80_bwd.cpp).
-// kRed: the dQ adds as `red.global.add.v2.f32` (no return value) instead of atomicAdd(float2*), which compiles to
-// `atom.global.add.v2.f32` (ATOMG, a returning atomic: the SM keeps each in flight until L2 answers).
-template <int kHeadDim, int kBlockM_, int kWGs_, bool kBulkDQ_, bool kOverlap_, DType kDType_, int kPipe_ = 0,
-          bool kRed_ = false>
+// One row of kWgmmaBwdShapes (bwd_sm90.h): kBlockM query rows per step (64; 128 at d64, where dQ splits its
+// rows over the warpgroups instead of its columns), kPipe where step i's dQ is computed (0: in step i).
+template <int kHeadDim, int kPipe_, DType kDType_>
 struct BwdTraits90 {
   static constexpr DType kDType = kDType_;
   static constexpr int kD = kHeadDim;
-  static constexpr int kWGs = kWGs_;
-  static constexpr int kBlockM = kBlockM_, kBlockN = 64 * kWGs, kWarps = 4 * kWGs, kThreads = 128 * kWGs;
-  static constexpr int kQStages = 2, kMinBlocks = kWGs == 1 ? 2 : 1;
-  static constexpr bool kBulkDQ = kBulkDQ_, kOverlap = kOverlap_;
   static constexpr int kPipe = kPipe_;
-  static constexpr bool kRed = kRed_;
-  static_assert(!kPipe || (kWGs == 2 && !kBulkDQ && kOverlap), "pipelined dQ: 2 warpgroups, atomics, overlap");
+  static constexpr WgmmaBwdShape s = wgmma_bwd_shape(kHeadDim, kPipe_);
+  static_assert(s.head_dim == kHeadDim, "no kWgmmaBwdShapes row for this head dim and pipe");
+  static constexpr int kWGs = 2;  // warpgroups per CTA, 64 keys each
+  static constexpr int kBlockM = s.block_m, kBlockN = 64 * kWGs, kWarps = 4 * kWGs, kThreads = 128 * kWGs;
+  static constexpr int kQStages = 2;
   static constexpr int kDSBufs = kPipe ? 2 : 1;
   static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
   // dQ tile kBlockM x kD in 64 x 64 pieces, piece w (+ kWGs, ...) to warpgroup w.
   static constexpr int kDQTiles = (kBlockM / 64) * (kD / 64), kDQTilesPerWG = (kDQTiles + kWGs - 1) / kWGs;
-  static_assert(!kBulkDQ || kDQTilesPerWG == 1, "dQ staging holds one piece per warp");
-  static constexpr int kTag = 90;  // own copies of the helper kernels (bwd_kernel.cuh: launch_bwd_with)
+  static constexpr int kTag = 90;  // own copies of the helper kernels (bwd_common.cuh: launch_bwd_with)
   static_assert(kD == 64 || kD == 128, "sm90 backward: head dims 64 and 128");
   static constexpr uint32_t kKBytes = kBlockN * kD * 2;
   static constexpr uint32_t kQBytes = kBlockM * kD * 2;
@@ -67,21 +57,16 @@ struct BwdTraits90 {
   static constexpr uint32_t kOffDS = kOffDO + kQStages * kQBytes;        // dS^T [bufs][kBlockN][kBlockM], 1024-aligned
   static constexpr uint32_t kOffL = kOffDS + kDSBufs * kDSBytes;         // lse2 [stages][kBlockM]
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
-  static constexpr uint32_t kDQRow = 64 * 4 + 16;                        // staged dQ row (padded: no bank conflicts)
-  static constexpr uint32_t kOffDQ = kOffDsum + kQStages * kBlockM * 4;  // dQ staging [warp][16 rows][kDQRow]
-  static constexpr uint32_t kSmem = kOffDQ + (kBulkDQ ? kWarps * 16 * kDQRow : 0);
+  static constexpr uint32_t kSmem = kOffDsum + kQStages * kBlockM * 4;
   static constexpr uint32_t kSmemAlloc = kSmem + 1024;  // room to align the base to 1024 bytes
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
+  static_assert(kSmemAlloc == s.smem_bytes(), "the plan's shared memory");
 };
 
-
-// dst[0, 2) += (a, b) in fp32, one vector reduction (kRed) or atomic.
-template <bool kRed>
+// dst[0, 2) += (a, b) in fp32: one vector reduction, `red` (no return value). atomicAdd(float2*) compiles to a
+// returning `atom.global.add.v2.f32`, which the SM keeps in flight until L2 answers.
 __device__ __forceinline__ void add_v2(float* dst, float a, float b) {
-  if constexpr (kRed)
-    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
-  else
-    atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
 }
 
 // dQ = dS K_j for this warpgroup's 64 x 64 pieces: piece c is rows 64 (c / (kD / 64)) and columns 64 (c % (kD / 64))
@@ -122,13 +107,13 @@ __device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float* dst = dq_rows + 8 * r * kD + dt * 8;
-        add_v2<K::kRed>(dst, acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]);
+        add_v2(dst, acc[j][dt * 4 + 2 * r], acc[j][dt * 4 + 2 * r + 1]);
       }
   }
 }
 
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
+__global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using E = Elem<K::kDType>;
   using T = typename E::type;
@@ -143,7 +128,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int wgi = K::kWGs == 1 ? 0 : warp / 4;  // warpgroup (a constant with one: no divergent wgmma paths)
+  const int wgi = warp / 4;      // warpgroup
   const int kr0 = warp * 16;     // this warp's first key row in the block
   const int wq0 = (warp % 4) * 16;  // this warp's first query row in the warpgroup's dQ tile
 
@@ -208,26 +193,21 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
       const uint32_t koff = ((ks / 4) * kBlockN * 128 + (ks % 4) * 32) >> 4;
       const uint32_t qoff = ((ks / 4) * kBlockM * 128 + (ks % 4) * 32) >> 4;
       wg::SS<kBlockM, 0, 0, K::kDType>::mma(s, dk0 + koff, dq0 + qoff, ks > 0);
-      if constexpr (!K::kOverlap) wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
     }
     wg::commit();
-    if constexpr (K::kOverlap) {  // dP^T in a group of its own: it runs while P^T is computed
+    // dP^T in a group of its own: it runs while P^T is computed.
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint32_t koff = ((ks / 4) * kBlockN * 128 + (ks % 4) * 32) >> 4;
-        const uint32_t qoff = ((ks / 4) * kBlockM * 128 + (ks % 4) * 32) >> 4;
-        wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
-      }
-      wg::commit();
-      if constexpr (K::kPipe == 1) {
-        wg::wait<2>();  // the previous step's dQ (the oldest group) is done
-        if (have_prev) dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
-      }
-      wg::wait<1>();
-    } else {
-      wg::wait<0>();
-      wg::fence_regs(dp);
+    for (int ks = 0; ks < kD / 16; ++ks) {
+      const uint32_t koff = ((ks / 4) * kBlockN * 128 + (ks % 4) * 32) >> 4;
+      const uint32_t qoff = ((ks / 4) * kBlockM * 128 + (ks % 4) * 32) >> 4;
+      wg::SS<kBlockM, 0, 0, K::kDType>::mma(dp, dv0 + koff, ddo0 + qoff, ks > 0);
     }
+    wg::commit();
+    if constexpr (K::kPipe == 1) {
+      wg::wait<2>();  // the previous step's dQ (the oldest group) is done
+      if (have_prev) dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+    }
+    wg::wait<1>();
     wg::fence_regs(s);
 
     // P^T (recomputed from the LSE). Masked elements get P = 0.
@@ -239,7 +219,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
                            (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + p.diag_offset + p.window_right);
     // The mask is applied in a pass of its own (only for the blocks that need it): inside the exp2 loop it
     // was a branch around ~20 instructions per element (BSSY/BRA/BSYNC on the unmasked path too), which took
-    // about a third of a d64 step (ncu source counters, bwd-s14 run 1).
+    // about a third of a d64 step (H100, ncu source counters; docs/kernels.md).
     float pf[kNS * 4];
     uint32_t pk[kNS][2], dsk[kNS][2];
 #pragma unroll
@@ -268,19 +248,17 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #pragma unroll
       for (int r = 0; r < 2; ++r) pk[nt][r] = E::pack(pf[nt * 4 + 2 * r], pf[nt * 4 + 2 * r + 1]);
     const uint64_t dto0 = wg::desc(do_smem, kBlockM * 128), dtq0 = wg::desc(q_smem, kBlockM * 128);
-    if constexpr (K::kOverlap) {
-      // dV += P^T dO_i now (A from registers, B = dO_i N-major): it runs while dS^T is computed.
-      wg::fence_regs(pk);
-      wg::fence();
+    // dV += P^T dO_i now (A from registers, B = dO_i N-major): it runs while dS^T is computed.
+    wg::fence_regs(pk);
+    wg::fence();
 #pragma unroll
-      for (int kc = 0; kc < kBlockM / 16; ++kc) {
-        const uint32_t ap[4] = {pk[2 * kc][0], pk[2 * kc][1], pk[2 * kc + 1][0], pk[2 * kc + 1][1]};
-        wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
-      }
-      wg::commit();
-      wg::wait<1>();  // dP^T (the older group) is done
-      wg::fence_regs(dp);
+    for (int kc = 0; kc < kBlockM / 16; ++kc) {
+      const uint32_t ap[4] = {pk[2 * kc][0], pk[2 * kc][1], pk[2 * kc + 1][0], pk[2 * kc + 1][1]};
+      wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
     }
+    wg::commit();
+    wg::wait<1>();  // dP^T (the older group) is done
+    wg::fence_regs(dp);
 
     // dS^T = P^T o (dP^T - D).
 #pragma unroll
@@ -303,15 +281,13 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 
     if constexpr (K::kPipe == 2) dq_mma<K>(acc_pq, prev_ds, k_smem, wgi);
 
-    // dK += dS^T Q_i (and dV += P^T dO_i without overlap): A from registers, B = Q_i / dO_i N-major.
+    // dK += dS^T Q_i: A from registers, B = Q_i N-major.
     wg::fence_regs(pk);
     wg::fence_regs(dsk);
     wg::fence();
 #pragma unroll
     for (int kc = 0; kc < kBlockM / 16; ++kc) {
-      const uint32_t ap[4] = {pk[2 * kc][0], pk[2 * kc][1], pk[2 * kc + 1][0], pk[2 * kc + 1][1]};
       const uint32_t as[4] = {dsk[2 * kc][0], dsk[2 * kc][1], dsk[2 * kc + 1][0], dsk[2 * kc + 1][1]};
-      if constexpr (!K::kOverlap) wg::RS<kD, 1, K::kDType>::mma(acc_dv, ap, dto0 + kc * (2048 >> 4), 1);
       wg::RS<kD, 1, K::kDType>::mma(acc_dk, as, dtq0 + kc * (2048 >> 4), 1);
     }
     wg::commit();
@@ -333,69 +309,35 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
       step = step_next;
       continue;
     } else {
-    // Deterministic: wait until every earlier key block of this query block has added its dQ part.
-    int32_t* sem = nullptr;
-    int rank = 0;
-    if (det) {
-      sem = w.sem + bh * (sq_pad / 64) + i * (kBlockM / 64);
-      const int64_t k_first = q0 + p.diag_offset - (p.window_left >= 0 ? p.window_left : 0);
-      const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
-      rank = n_block - j_first;
-      if (tid == 0)
-        while (ld_acquire(sem) != rank) __nanosleep(32);
-    }
-    __syncthreads();  // dS^T complete in shared memory
+      // Deterministic: wait until every earlier key block of this query block has added its dQ part.
+      int32_t* sem = nullptr;
+      int rank = 0;
+      if (det) {
+        sem = w.sem + bh * (sq_pad / 64) + i * (kBlockM / 64);
+        const int64_t k_first = q0 + p.diag_offset - (p.window_left >= 0 ? p.window_left : 0);
+        const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
+        rank = n_block - j_first;
+        if (tid == 0)
+          while (ld_acquire(sem) != rank) __nanosleep(32);
+      }
+      __syncthreads();  // dS^T complete in shared memory
 
-    // dQ_i += dS K_j over this CTA's keys, in dq_mma's 64 x 64 pieces.
-    constexpr int kNP = kD / 64;
-    if constexpr (K::kWGs == 1) {  // dK done first: P^T, dS^T die before dQ's accumulators live (registers)
+      // dQ_i += dS K_j over this CTA's keys, in dq_mma's 64 x 64 pieces.
+      float acc[K::kDQTilesPerWG][32];
+      dq_mma<K>(acc, ds_smem, k_smem, wgi);
       wg::wait<0>();
-      wg::fence_regs(acc_dv);
+      dq_add<K>(acc, w.dq_acc, sq_pad, bh, q0, wgi, wq0, g, t);
+      wg::fence_regs(acc_dv);  // dV, dK (and their A operands P^T, dS^T) are final only after the wait
       wg::fence_regs(acc_dk);
       wg::fence_regs(pk);
       wg::fence_regs(dsk);
-    }
-    float acc[K::kDQTilesPerWG][32];
-    dq_mma<K>(acc, ds_smem, k_smem, wgi);
-    wg::wait<0>();
-    if (K::kBulkDQ && !det) {
-#pragma unroll
-      for (int j = 0; j < K::kDQTilesPerWG; ++j) {
-        const int c = wgi + j * K::kWGs;
-        if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
-        wg::fence_regs(acc[j]);
-        float* dq_rows = w.dq_acc + (bh * sq_pad + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64;
-        // This warp's 16 rows x 64 columns to its staging rows, then one bulk reduce-add per row.
-        const uint32_t st0 = smem0 + K::kOffDQ + warp * 16 * K::kDQRow;
-        if (lane < 16) wg::bulk_wait_read();  // the previous step's reduce has read the staging rows
-        __syncwarp();
-#pragma unroll
-        for (int dt = 0; dt < 8; ++dt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(st0 + (g + 8 * r) * K::kDQRow + dt * 32 + t * 8),
-                         "f"(acc[j][dt * 4 + 2 * r]), "f"(acc[j][dt * 4 + 2 * r + 1]));
-        wg::fence_proxy_async();
-        __syncwarp();
-        if (lane < 16) {
-          wg::bulk_reduce_add(dq_rows + lane * kD, st0 + lane * K::kDQRow, 64 * 4);
-          wg::bulk_commit();
-        }
+      if (det) {
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) st_release(sem, rank + 1);
       }
-    } else {
-      dq_add<K>(acc, w.dq_acc, sq_pad, bh, q0, wgi, wq0, g, t);
+      step = step_next;
     }
-    wg::fence_regs(acc_dv);  // dV, dK (and their A operands P^T, dS^T) are final only after the wait
-    wg::fence_regs(acc_dk);
-    wg::fence_regs(pk);
-    wg::fence_regs(dsk);
-    if (det) {
-      __threadfence();
-      __syncthreads();
-      if (tid == 0) st_release(sem, rank + 1);
-    }
-    step = step_next;
-    }  // !kPipe
   }
 
   if constexpr (K::kPipe) {  // the last step's dQ
@@ -407,8 +349,6 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
       dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
     }
   }
-
-  if (K::kBulkDQ && lane < 16) wg::bulk_wait();  // dQ reduces complete (and done reading shared memory)
 
   // Epilogue: dK * scale and dV, this warp's rows, straight from the accumulators.
   const float scale = p.scale;
@@ -431,15 +371,16 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main_sm90(cons
 #endif
 }
 
-template <int kHeadDim, int kBlockM, int kWGs, bool kBulkDQ, bool kOverlap, DType kDType, int kPipe, bool kRed>
-int32_t launch_bwd_sm90(const BwdParams& p) {
-  using K = BwdTraits90<kHeadDim, kBlockM, kWGs, kBulkDQ, kOverlap, kDType, kPipe, kRed>;
-  return launch_bwd_with<K>(p, bwd_main_sm90<K>, K::kSmemAlloc);
+// ---- Host launch, one instantiation per generated .cu file ----------------------------------------------
+template <int kHeadDim, int kPipe, DType kDType>
+int32_t launch_bwd_sm90(const BwdParams& p, const BwdPlan& plan) {
+  using K = BwdTraits90<kHeadDim, kPipe, kDType>;
+  return launch_bwd_with<K>(p, plan, bwd_main_sm90<K>, K::kSmemAlloc);
 }
 
 }  // namespace flash::bwd
 
-// One line per instantiation: FLASH_SM80_BWD_SM90_INSTANTIATE(128, 64, 2, false, true, BF16, 2, true)
-#define FLASH_SM80_BWD_SM90_INSTANTIATE(D, BLOCK_M, WGS, BULK_DQ, OVERLAP, DTYPE, PIPE, RED)                          \
-  template int32_t flash::bwd::launch_bwd_sm90<D, BLOCK_M, WGS, BULK_DQ, OVERLAP, flash::DType::DTYPE, PIPE, RED>( \
-      const flash::BwdParams&);
+// One line per generated .cu file: FLASH_SM90_BWD_INSTANTIATE(128, 2, BF16)
+#define FLASH_SM90_BWD_INSTANTIATE(D, PIPE, DTYPE) \
+  template int32_t flash::bwd::launch_bwd_sm90<D, PIPE, flash::DType::DTYPE>(const flash::BwdParams&, \
+                                                                            const flash::bwd::BwdPlan&);

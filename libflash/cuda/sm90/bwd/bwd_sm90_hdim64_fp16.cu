@@ -1,6 +1,0 @@
-// One (head dim, dtype) per file so the build compiles them in parallel (sm_90a only: wgmma). The default:
-// dQ deferred by one step (kPipe 1) and added by reductions; v4's in-step dQ for deterministic mode
-// (sm80_bwd.cpp picks one at run time; docs/perf-log.md "sm80 backward" v5).
-#include "bwd_kernel.cuh"
-FLASH_SM80_BWD_SM90_INSTANTIATE(64, 128, 2, false, true, FP16, 1, true)
-FLASH_SM80_BWD_SM90_INSTANTIATE(64, 128, 2, false, true, FP16, 0, true)

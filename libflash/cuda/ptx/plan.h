@@ -17,7 +17,7 @@
 
 namespace flash::cuda {
 
-// What a plan reads of the device (queried once per call; the runtime caches the attributes).
+// What a plan reads of the device (three cudaDeviceGetAttribute queries, cheap enough for every call).
 struct DeviceLimits {
   int compute_capability = 0;          // major * 10 + minor, e.g. 90
   int64_t smem_per_block_optin = 0;    // dynamic shared memory one block may opt in to, bytes

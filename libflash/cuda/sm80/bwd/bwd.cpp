@@ -68,10 +68,10 @@ BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why
   if (p.has_block_mask && (p.block_mask.block_m % s.block_m != 0 || p.block_mask.block_n % 16 != 0))
     return refuse(why, "the sm80 backward needs block-sparse block_m a multiple of " + std::to_string(s.block_m) +
                            " and block_n a multiple of 16");
-  BwdPlan plan;
-  plan.kernel = MainKernel::kMma;
-  plan.row = bwd_shape_index(d);
-  plan.ws = ws_layout(p);
+  BwdPlan pl;
+  pl.kernel = MainKernel::kMma;
+  pl.row = bwd_shape_index(d);
+  pl.ws = ws_layout(p);
 #if defined(FLASH_BWD_WGMMA)
   // sm_90 (H100, H200): the wgmma main kernel for d64 and d128, 1.27-1.38x the mma.sync one on the H100 at
   // seqlen >= 2k (docs/kernels.md). Its query blocks are block_m rows: a block-sparse mask's must nest.
@@ -81,13 +81,13 @@ BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why
       const WgmmaBwdShape& w = kWgmmaBwdShapes[row];
       if ((!p.has_block_mask || p.block_mask.block_m % w.block_m == 0) &&
           int64_t(w.smem_bytes()) <= dev.smem_per_block_optin) {
-        plan.kernel = MainKernel::kWgmma;
-        plan.row = row;
+        pl.kernel = MainKernel::kWgmma;
+        pl.row = row;
       }
     }
   }
 #endif
-  return plan;
+  return pl;
 }
 
 bool supports(const BwdParams& p, std::string* why) {

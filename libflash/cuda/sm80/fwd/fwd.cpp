@@ -31,13 +31,13 @@ FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why
   const int d = compiled_head_dim(p.head_dim);
   if (d == 0 || p.head_dim % 8 != 0)
     return refuse(why, "head_dim " + std::to_string(p.head_dim) + " is not a multiple of 8 in [8, 256]");
-  FwdPlan plan;
-  plan.tile = pick_tile(d, dev.smem_per_block_optin, dev.smem_per_sm);
-  if (plan.tile < 0)
+  FwdPlan pl;
+  pl.tile = pick_tile(d, dev.smem_per_block_optin, dev.smem_per_sm);
+  if (pl.tile < 0)
     return refuse(why, "no tile shape for head_dim " + std::to_string(p.head_dim) +
                            " fits this device's shared memory (" + std::to_string(dev.smem_per_block_optin) +
                            " bytes per block)");
-  const TileShape t = plan.shape = kTileTable[plan.tile];
+  const TileShape t = pl.shape = kTileTable[pl.tile];
   long long smem = t.smem_bytes();
   if (p.has_block_mask) {
     // A CTA covers 1 or 2 mask query blocks and a key tile 1 or 2 mask key blocks (or part of one): any
@@ -56,11 +56,11 @@ FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why
                              std::to_string(kMaxSparseSmemBytes) + ")");
     smem += bytes;
   }
-  plan.smem_bytes = int(smem);
-  plan.ctas = int64_t{(p.seqlen_q + t.block_m - 1) / t.block_m} * p.heads_q * p.batch;
-  if (plan.ctas > 0x7fffffff)
-    return refuse(why, std::to_string(plan.ctas) + " query blocks exceed one launch (2^31-1 CTAs)");
-  return plan;
+  pl.smem_bytes = int(smem);
+  pl.ctas = int64_t{(p.seqlen_q + t.block_m - 1) / t.block_m} * p.heads_q * p.batch;
+  if (pl.ctas > 0x7fffffff)
+    return refuse(why, std::to_string(pl.ctas) + " query blocks exceed one launch (2^31-1 CTAs)");
+  return pl;
 }
 
 bool supports(const FwdParams& p, std::string* why) {

@@ -1,5 +1,5 @@
 // tests/test_sm90_host.cpp -- host-side checks of two per-tile decisions of the sm90 forward that the kernel takes
-// from libflash/cuda/sm90/shapes.h:
+// from libflash/cuda/sm90/plan.h:
 // - the causal tile order (CausalOrder): the GPU tests' problems are too small to reach more than one group (their
 //   last group alone holds 2 x grid tiles), so the order's groups are checked here, in CI;
 // - which key blocks need the element mask (mask_bounds): a block wrongly taken as wholly visible would let masked
@@ -13,12 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "libflash/cuda/sm90/shapes.h"
+#include "libflash/cuda/sm90/fwd/plan.h"
 
 namespace {
 
@@ -82,7 +84,7 @@ TEST(Sm90CausalOrder, StandardGridShapes) {
     }
 }
 
-// The last group's size in grids (shapes.h causal_tail_grids, perf-log v79): one grid only at d256 with at most 8 query
+// The last group's size in grids (schedule.h causal_tail_grids): one grid only at d256 with at most 8 query
 // blocks a head (1k rows), two everywhere else.
 TEST(Sm90CausalOrder, TailGrids) {
   using flash::sm90::causal_tail_grids;
@@ -99,7 +101,7 @@ TEST(Sm90CausalOrder, TailGrids) {
   EXPECT_EQ(128 - o.full_groups * o.group, 32);
 }
 
-// Which masks walk their key blocks upwards (shapes.h use_upward_kernel, perf-log v82): d256 with a right edge and no
+// Which masks walk their key blocks upwards (plan.h use_upward_kernel): d256 with a right edge and no
 // left edge (causal, causal with a right extension), never a block mask, never dense or a window with a left edge, never
 // another head dim. And the causal order's budget (causal_l2_budget): two heads' K and V for the upward walk with at most 8
 // query blocks a head, else a third of L2 (d64: half).
@@ -215,7 +217,7 @@ TEST(Sm90Instantiation, ListedKernelChoice) {
   EXPECT_FALSE(use_listed_kernel(params(64, 16384, 16384, 255, 0), 100000));
 }
 
-// d64 dense in two kernels (d64_split_rows; perf-log v53): the three-warpgroup kernel's rows are whole 192-row tiles, the
+// d64 dense in two kernels (d64_split_rows): the three-warpgroup kernel's rows are whole 192-row tiles, the
 // two-warpgroup kernel's at most two 128-row tiles, together they cover seqlen_q, and the split has at least 64 junk rows
 // (rows of tiles past seqlen_q) fewer than whole 192-row tiles; only dense d64 problems split.
 TEST(Sm90Instantiation, D64RowSplit) {
@@ -259,7 +261,7 @@ TEST(Sm90Instantiation, D64RowSplit) {
   }
 }
 
-// d64 causal's first rows apart (d64_causal_top_rows; perf-log v76): under a right-edged mask without a left edge at d64,
+// d64 causal's first rows apart (d64_causal_top_rows): under a right-edged mask without a left edge at d64,
 // below 2048 rows, the first seqlen_q mod 192 rows when that is 1..64 and those rows see at most 128 keys; the rest are
 // whole 192-row tiles. rows_view moves Q, O, LSE and the diagonal together.
 TEST(Sm90Instantiation, D64CausalTopRows) {
@@ -322,10 +324,10 @@ TEST(Sm90Instantiation, D64CausalTopRows) {
 }
 
 // d64 block-sparse masks of 128-row blocks with lists of at least 3 key blocks (of 128) run on the two-ring instantiation
-// (shapes.h, use_two_rings; perf-log v39, v40), when it fits; everything else on the others.
+// (plan.h, use_two_rings), when it fits; everything else on the others.
 TEST(Sm90Instantiation, TwoRingChoice) {
   using flash::sm90::use_two_rings;
-  using flash::sm90::kTwoRingShape;
+  constexpr flash::sm90::Shape kTwoRingShape = flash::sm90::shape_of(flash::sm90::Variant::kD64TwoRings);
   constexpr int64_t kH100 = 232448;
   auto params = [](int d, int64_t sk, int32_t block_m, int32_t block_n, int32_t max_kv_blocks) {
     flash::FwdParams p{};
@@ -348,13 +350,13 @@ TEST(Sm90Instantiation, TwoRingChoice) {
   none.has_block_mask = false;
   EXPECT_FALSE(use_two_rings(none, kH100));
   // Its shared memory: Q x 2 + 2 rings x 2 stages x (K + V) + the O staging tile (+ 1 KB alignment), then the schedules.
-  EXPECT_EQ(kTwoRingShape.smem_bytes(true), (2 * 192 + 2 * 2 * 2 * 128) * 64 * 2 + 1024 + 192 * 64 * 2);
+  EXPECT_EQ(kTwoRingShape.smem_bytes(), (2 * 192 + 2 * 2 * 2 * 128) * 64 * 2 + 1024 + 192 * 64 * 2);
   EXPECT_TRUE(use_two_rings(params(64, 200000, 128, 128, 64), kH100));  // 4 x 1564 ints of schedules still fit
   EXPECT_FALSE(use_two_rings(params(64, int64_t(1) << 22, 128, 128, 64), kH100));
   EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 128, 64), 200000));
 }
 
-// The two-ring kernel's tail plan (shapes.h ring_tail_plan) and tile order (RingOrder; fwd_kernel.cuh ring_tile): which
+// The two-ring kernel's tail plan (plan.h ring_tail_plan) and tile order (RingOrder; fwd_kernel.cuh ring_tile): which
 // launches take a plan, and that every order covers each 64-row group of each head exactly once, its 128-row tiles one
 // mask row block each, with a plan's whole tiles filling rounds of the grid exactly and no more small tiles than CTAs.
 TEST(Sm90TwoRingTail, PlanChoice) {
@@ -424,7 +426,7 @@ TEST(Sm90TwoRingTail, OrderCoversEveryRowOnce) {
 }
 
 // d128 block-sparse masks whose lists hold at least 6 key blocks of 128 run on the instantiation with SFU turns
-// (shapes.h, sfu_turns_by_length; perf-log v59), counted from the lists' capacity as the two-ring rule does.
+// (plan.h, sfu_turns_by_length), counted from the lists' capacity as the two-ring rule does.
 TEST(Sm90Instantiation, D128SfuTurnsChoice) {
   using flash::sm90::sfu_turns_by_length;
   auto params = [](int32_t block_n, int32_t max_kv_blocks) {
@@ -445,7 +447,7 @@ TEST(Sm90Instantiation, D128SfuTurnsChoice) {
   EXPECT_FALSE(sfu_turns_by_length(none));
 }
 
-// The tail split (shapes.h): for grids and problem sizes around the standard grid's, when tail_split splits, every key
+// The tail split (plan.h): for grids and problem sizes around the standard grid's, when tail_split splits, every key
 // block of every split tile is covered by exactly one CTA's piece; a CTA has at most two pieces, in consecutive tiles,
 // with slots 2c and 2c + 1; cta_of names the owner of every unit, so a tile's merging piece, which looks at CTAs
 // cta_of(first unit) .. cta_of(last unit), visits exactly the CTAs with a piece of the tile, and tail_slot finds each
@@ -544,8 +546,7 @@ TEST(Sm90TailSplit, StandardGridChoices) {
   EXPECT_EQ(flash::sm90::tail_workspace_bytes(tail_split(2048, 132, 8, 6), 132, 128, 2), 0);
 }
 
-// d128 problems of >= 8192 keys without a block mask or a left window edge run on the 192-key instantiation (dense
-// ones from 4096 in sessions 25-27; since the 128-key kernel's softmax is pinned, perf-log v50, from 8192 like the rest).
+// d128 problems of >= 8192 keys without a block mask or a left window edge run on the 192-key instantiation.
 TEST(Sm90Instantiation, LongKeyRangeChoice) {
   using flash::sm90::use_long_kernel;
   flash::FwdParams p{};
@@ -567,7 +568,7 @@ TEST(Sm90Instantiation, LongKeyRangeChoice) {
   EXPECT_FALSE(use_long_kernel(p));
   p.head_dim = 128, p.has_block_mask = true;
   EXPECT_FALSE(use_long_kernel(p));
-  EXPECT_EQ(flash::sm90::kLongShape.smem_bytes(false), (128 + 2 * 2 * 192) * 128 * 2 + 1024);  // one Q buffer
+  EXPECT_EQ(flash::sm90::shape_of(flash::sm90::Variant::kD128Long).smem_bytes(), (128 + 2 * 2 * 192) * 128 * 2 + 1024);  // one Q buffer
 }
 
 // The tail split runs on instantiations of its own: dense (no window, no block mask) d128 and d256 from 8192 keys.
@@ -592,7 +593,7 @@ TEST(Sm90Instantiation, SplitKernelChoice) {
   EXPECT_FALSE(use_split_kernel(p));
 }
 
-// The balanced persistent grid (shapes.h, balanced_grid; session 54): the same number of rounds on the fewest CTAs,
+// The balanced persistent grid (plan.h, balanced_grid): the same number of rounds on the fewest CTAs,
 // from kBalancedMinRounds rounds; fewer rounds, or no more tiles than CTAs, keep the grid.
 TEST(Sm90Grid, BalancedGrid) {
   using flash::sm90::balanced_grid;
@@ -617,7 +618,7 @@ TEST(Sm90Grid, BalancedGrid) {
     }
 }
 
-// The PDL pair over the static order (shapes.h, pair_split; perf-log v54): dense d128 below kSplitMinKeys, planned on
+// The PDL pair over the static order (plan.h, pair_split): dense d128 below kSplitMinKeys, planned on
 // the 128-key split instantiation's blocks with the pair's margin (runs at least 12 blocks shorter than a tile). On the
 // standard grid (132 SMs, 16384 tokens, 16 heads; 2048 tiles, 68 left): 4k (runs of 17 of 32 blocks), not 1k or 2k (5
 // of 8, 9 of 16). The secondary's plan (pieces_only) has no whole rounds and the same pieces as the primary's would.
@@ -672,3 +673,143 @@ TEST(Sm90TailSplit, PairChoice) {
 }
 
 }  // namespace
+
+// ---- plan(): the one decision the support check, the workspace query and the launch take ------------------------------
+namespace {
+
+using flash::sm90::Launch;
+using flash::sm90::Variant;
+
+// A contiguous bf16 [batch, seqlen, heads, d] problem (fake, 16-byte aligned pointers: plan() never dereferences them).
+flash::FwdParams problem(int d, int batch, int heads, int64_t sq, int64_t sk, int32_t left = -1, int32_t right = -1) {
+  flash::FwdParams p{};
+  p.dtype = flash::DType::BF16;
+  p.head_dim = d, p.batch = batch, p.heads_q = heads, p.heads_kv = heads, p.head_ratio = 1;
+  p.seqlen_q = int32_t(sq), p.seqlen_k = int32_t(sk), p.window_left = left, p.window_right = right;
+  p.diag_offset = sk - sq;
+  p.scale = 0.125f;
+  auto* base = reinterpret_cast<void*>(uintptr_t(1) << 20);
+  p.q = p.k = p.v = base;
+  p.o = base;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = int64_t(heads) * d;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+  p.q_batch_stride = p.o_batch_stride = sq * heads * d;
+  p.k_batch_stride = p.v_batch_stride = sk * heads * d;
+  return p;
+}
+const flash::sm90::Device kH200{132, 232448, 60 << 20};
+
+std::vector<Variant> variants(const flash::sm90::FwdPlan& pl) {
+  std::vector<Variant> v;
+  for (int i = 0; i < pl.launches; ++i) v.push_back(pl.launch[i].variant);
+  return v;
+}
+
+}  // namespace
+
+TEST(Sm90Plan, StandardGridVariants) {
+  using flash::sm90::plan;
+  // d64 dense 1k: whole 192-row tiles, then the rows they leave behind them (PDL).
+  auto pl = plan(problem(64, 16, 32, 1024, 1024), kH200);
+  ASSERT_TRUE(pl.ok()) << pl.why;
+  EXPECT_EQ(variants(pl), (std::vector<Variant>{Variant::kD64, Variant::kD64Rows}));
+  EXPECT_EQ(pl.launch[0].pdl, Launch::kPrimary);
+  EXPECT_EQ(pl.launch[1].pdl, Launch::kSecondary);
+  EXPECT_EQ(pl.launch[0].row_end, 768);
+  EXPECT_EQ(pl.launch[1].row_begin, 768);
+  EXPECT_EQ(pl.workspace, 0u);
+  // d64 causal 1k: the first 64 rows of every head on the top-rows kernel; the rest from the counter.
+  pl = plan(problem(64, 16, 32, 1024, 1024, -1, 0), kH200);
+  EXPECT_EQ(variants(pl), (std::vector<Variant>{Variant::kD64, Variant::kD64TopRows}));
+  EXPECT_EQ(pl.launch[0].row_begin, 64);
+  EXPECT_TRUE(pl.launch[0].dynamic);
+  EXPECT_EQ(pl.workspace, flash::sm90::kTileCounterBytes);
+  // d128 dense 4k: the whole rounds, then the last round's pieces behind them; their workspace.
+  pl = plan(problem(128, 4, 16, 4096, 4096), kH200);
+  EXPECT_EQ(variants(pl), (std::vector<Variant>{Variant::kD128, Variant::kD128Pieces}));
+  EXPECT_EQ(pl.launch[0].tail_role, Launch::kRounds);
+  EXPECT_EQ(pl.launch[1].tail_role, Launch::kPieces);
+  EXPECT_EQ(pl.launch[0].num_tiles, pl.launch[0].tail.whole);
+  EXPECT_EQ(pl.launch[0].grid, 132);
+  EXPECT_EQ(pl.workspace, size_t(flash::sm90::tail_workspace_bytes(pl.launch[1].tail, 132, 128, 2)));
+  // d128 16k dense: 192-key blocks, the last round split in one kernel; causal: without the split.
+  pl = plan(problem(128, 1, 16, 16384, 16384), kH200);
+  EXPECT_EQ(variants(pl), (std::vector<Variant>{Variant::kD128LongSplit}));
+  pl = plan(problem(128, 1, 16, 16384, 16384, -1, 0), kH200);
+  EXPECT_EQ(variants(pl), (std::vector<Variant>{Variant::kD128Long}));
+  // d256: dense, split from 8k, causal upwards.
+  EXPECT_EQ(variants(plan(problem(256, 16, 8, 1024, 1024), kH200)), (std::vector<Variant>{Variant::kD256}));
+  EXPECT_EQ(variants(plan(problem(256, 2, 8, 8192, 8192), kH200)), (std::vector<Variant>{Variant::kD256Split}));
+  EXPECT_EQ(variants(plan(problem(256, 16, 8, 1024, 1024, -1, 0), kH200)), (std::vector<Variant>{Variant::kD256Up}));
+  // Dense problems of >= kBalancedMinRounds rounds with no tail of their own: the same rounds on fewer CTAs.
+  pl = plan(problem(256, 16, 8, 1024, 1024), kH200);
+  EXPECT_EQ(pl.launch[0].grid, flash::sm90::balanced_grid(pl.launch[0].num_tiles, 132));
+}
+
+TEST(Sm90Plan, MasksAndRefusals) {
+  using flash::sm90::plan;
+  flash::FwdParams p = problem(64, 2, 32, 4096, 4096);
+  p.has_block_mask = true;
+  p.block_mask.block_m = 128, p.block_mask.block_n = 128, p.block_mask.max_kv_blocks = 4;
+  EXPECT_EQ(variants(plan(p, kH200)), (std::vector<Variant>{Variant::kD64TwoRings}));
+  p.block_mask.max_kv_blocks = 2;
+  EXPECT_EQ(variants(plan(p, kH200)), (std::vector<Variant>{Variant::kD64Listed}));
+  p.head_dim = 128;
+  p.block_mask.max_kv_blocks = 8;
+  EXPECT_EQ(variants(plan(p, kH200)), (std::vector<Variant>{Variant::kD128SparseTurns}));
+  p.block_mask.block_n = 64;  // not a multiple of the 128-key blocks
+  EXPECT_FALSE(plan(p, kH200).ok());
+  // d64 windows of both edges and <= kListedMaxWindow keys: the block-sparse kernel's 128-row tiles.
+  EXPECT_EQ(variants(plan(problem(64, 1, 16, 4096, 4096, 256, 0), kH200)), (std::vector<Variant>{Variant::kD64Listed}));
+  // Refused with a reason (AUTO then runs sm80): fp32, head dims other than 64/128/256, negative scales, misaligned
+  // pointers, too little shared memory.
+  flash::FwdParams q = problem(128, 1, 1, 100, 100);
+  q.dtype = flash::DType::FP32;
+  EXPECT_NE(plan(q, kH200).why.find("fp16 and bf16"), std::string::npos);
+  EXPECT_NE(plan(problem(96, 1, 1, 100, 100), kH200).why.find("head_dim 96"), std::string::npos);
+  q = problem(128, 1, 1, 100, 100);
+  q.scale = -1.f;
+  EXPECT_FALSE(plan(q, kH200).ok());
+  q = problem(128, 1, 1, 100, 100);
+  q.k = reinterpret_cast<void*>((uintptr_t(1) << 20) + 8);
+  EXPECT_NE(plan(q, kH200).why.find("TMA"), std::string::npos);
+  EXPECT_FALSE(plan(problem(128, 1, 1, 100, 100), flash::sm90::Device{132, 100 * 1024, 50 << 20}).ok());
+  // An empty problem: supported, nothing to launch.
+  const auto empty = plan(problem(128, 0, 1, 100, 100), kH200);
+  EXPECT_TRUE(empty.ok());
+  EXPECT_EQ(empty.launches, 0);
+}
+
+// Every launch the plan makes fits its device and its tiles: the grid is at most the SM count and the tile count, the
+// shared memory at most the opt-in, the split's workspace within the plan's.
+TEST(Sm90Plan, LaunchesFitTheDevice) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int d = std::array<int, 3>{64, 128, 256}[rng() % 3];
+    const int64_t sq = 1 + rng() % 20000, sk = 1 + rng() % 20000;
+    const int32_t left = rng() % 3 == 0 ? int32_t(rng() % 1000) : -1, right = rng() % 2 ? int32_t(rng() % 300) : -1;
+    const flash::FwdParams p = problem(d, 1 + rng() % 4, 1 + rng() % 40, sq, sk, left, right);
+    const flash::sm90::Device dev{int(1 + rng() % 132), 232448, 50 << 20};
+    const auto pl = flash::sm90::plan(p, dev);
+    ASSERT_TRUE(pl.ok()) << pl.why;
+    ASSERT_GE(pl.launches, 1);
+    for (int i = 0; i < pl.launches; ++i) {
+      const Launch& l = pl.launch[i];
+      SCOPED_TRACE(::testing::Message() << "d" << d << " " << sq << "x" << sk << " window " << left << "," << right
+                                        << " launch " << i << " " << flash::sm90::variant_name(l.variant));
+      EXPECT_LT(l.row_begin, l.row_end);
+      EXPECT_LE(l.row_end, p.seqlen_q);
+      if (l.variant == Variant::kD64TopRows) continue;
+      EXPECT_GE(l.grid, 1);
+      EXPECT_LE(l.grid, dev.sms);
+      EXPECT_LE(l.grid, int64_t(l.num_m_blocks) * p.heads_q * p.batch);
+      EXPECT_LE(l.smem_bytes, dev.smem_optin);
+      if (l.tail_role != Launch::kNoTail) {
+        const auto s = flash::sm90::shape_of(l.variant);
+        EXPECT_GT(l.tail.units, 0);
+        EXPECT_LE(size_t(flash::sm90::tail_workspace_bytes(l.tail, l.grid, s.head_dim, s.consumers)), pl.workspace);
+      }
+      if (l.dynamic) EXPECT_GE(pl.workspace, flash::sm90::kTileCounterBytes);
+    }
+  }
+}

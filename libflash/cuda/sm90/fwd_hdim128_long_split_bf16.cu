@@ -1,5 +1,0 @@
-// One instantiation per file so the build compiles them in parallel: d128 with long key ranges, 192-key blocks, the
-// static order's last round split (shapes.h, use_split_kernel).
-#include "fwd_kernel.cuh"
-#include "shapes.h"
-FLASH_SM90_INSTANTIATE_LONG(BF16, true)

@@ -46,7 +46,7 @@ struct Shape {
   // left for block-sparse schedules.
   constexpr int q_stages() const {
     return (2 * block_m() + 2 * rings() * stages * block_n) * head_dim * 2 + 1024 + (sparse ? 4096 : 0) +
-                       o_stage_bytes() <= 232448
+                       o_stage_bytes() <= kHopperSmemOptin
                ? 2 : 1;
   }
   // Q + K/V ring(s) + O staging + alignment slack (block-sparse kernels add their schedules: sparse_extra_bytes).
@@ -92,9 +92,9 @@ inline constexpr size_t kTileCounterBytes = 16;
 // ---- The plan ------------------------------------------------------------------------------------------------------
 // What plan() needs of the device (runtime.h reads it; tests make their own).
 struct Device {
-  int sms = 132;                  // persistent CTAs (LIBFLASH_MAX_CTAS caps it)
-  int64_t smem_optin = 232448;    // shared memory per block with the opt-in
-  int64_t l2_bytes = 50 << 20;
+  int sms = kHopperSms;                   // persistent CTAs (LIBFLASH_MAX_CTAS caps it)
+  int64_t smem_optin = kHopperSmemOptin;  // shared memory per block with the opt-in
+  int64_t l2_bytes = 50 << 20;            // (H100: 50 MB; H200: 60 MB)
 };
 
 // One kernel launch: everything the launch (launch.cuh) writes into the kernel's arguments, decided here.

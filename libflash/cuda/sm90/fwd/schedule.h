@@ -88,8 +88,11 @@ FLASH_SM90_HD inline int tail_slot(const TailSplit& t, int grid, int c, int tile
 }
 
 // ---- Persistent grids ------------------------------------------------------------------------------------------------
-// One CTA per SM (132, an H100's or H200's, if the count is unknown), no more than there are tiles.
-inline int persistent_grid(int64_t tiles, int sms) { return int(std::min<int64_t>(tiles, sms > 0 ? sms : 132)); }
+// Hopper's SXM parts (H100, H200): the SMs and the shared memory a block may opt in to (227 KB).
+inline constexpr int kHopperSms = 132;
+inline constexpr int64_t kHopperSmemOptin = 232448;
+// One CTA per SM (kHopperSms if the count is unknown), no more than there are tiles.
+inline int persistent_grid(int64_t tiles, int sms) { return int(std::min<int64_t>(tiles, sms > 0 ? sms : kHopperSms)); }
 // The same number of rounds on the fewest CTAs, for dense problems with no tail of their own and at least
 // kBalancedMinRounds rounds: the idle SMs then rest through every round, and a round on fewer SMs runs faster.
 inline constexpr int64_t kBalancedMinRounds = 8;

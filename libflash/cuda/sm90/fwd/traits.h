@@ -99,7 +99,7 @@ struct Traits {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kOStageBytes = kShape.o_stage_bytes();  // after the K/V ring
   static constexpr int kSmemBytes = kShape.smem_bytes();
-  static_assert(kSmemBytes <= 232448, "shared memory");
+  static_assert(kSmemBytes <= kHopperSmemOptin, "shared memory");
   static constexpr int kSRegs = kBlockN / 2;   // S accumulator floats per thread (m64 x kBlockN / 128)
   static constexpr int kORegs = kHeadDim / 2;  // O accumulator floats per thread
 };

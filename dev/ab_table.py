@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""dev/ab_table.py -- times two fa-bench builds on the same grids, interleaved, and tables new / old per row.
+
+Each round runs every grid with both builds, in the order old, new in odd rounds and new, old in even ones, so clock
+and power drift fall on both alike. A row's time is the median over rounds of fa-bench's median. Rows whose ratio
+new / old exceeds --limit are re-run alone (old, new, new, old) and judged on all their samples. Writes the JSON of
+every run and table.md (the table, the rows past the limit, and the verdict) to --out; exits 1 when a row stays past
+the limit.
+"""
+import argparse, json, os, statistics, subprocess, sys, time
+
+GRIDS = {  # name: fa-bench run arguments
+    "fwd": ["--grid", "standard", "--mode", "fwd", "--head-dim", "64,128,256", "--mask", "none;causal"],
+    "fwd_bwd": ["--grid", "standard", "--mode", "fwd_bwd", "--head-dim", "64,128,256", "--mask", "none;causal"],
+    "masks": ["--grid", "standard", "--mode", "fwd", "--head-dim", "64,128", "--seqlen", "4096,8192,16384", "--mask",
+              "none;causal;window:256,0;block-sparse:0.1:128;block-sparse:0.25:128;block-sparse:0.5:128"],
+}
+
+
+def run(fb, args, json_path, reps):
+    cmd = [fb, "run", "--dtype", "bf16", "--algo", "sm90", "--warmup", "5", "--reps", str(reps), "--no-progress",
+           "--json", json_path] + args
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-2000:]}\n")
+    with open(json_path) as f:
+        return {row["name"]: row for row in json.load(f)["results"] if row.get("time_ms_median")}
+
+
+def key(row):
+    return row["name"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--new", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--limit", type=float, default=1.02)
+    ap.add_argument("--grids", default="fwd,fwd_bwd,masks")
+    a = ap.parse_args()
+    builds = {"old": a.old, "new": a.new}
+    samples = {}  # (grid, row name) -> {"old": [...], "new": [...]}
+    rows = {}
+    for rnd in range(1, a.rounds + 1):
+        order = ["old", "new"] if rnd % 2 else ["new", "old"]
+        for grid in a.grids.split(","):
+            for b in order:
+                got = run(builds[b], GRIDS[grid], os.path.join(a.out, f"{b}-{grid}-r{rnd}.json"), a.reps)
+                for name, row in got.items():
+                    samples.setdefault((grid, name), {"old": [], "new": []})[b].append(row["time_ms_median"])
+                    rows[(grid, name)] = row
+        print(f"round {rnd}: {time.strftime('%H:%M:%S')}", flush=True)
+
+    def ratio(s):
+        return statistics.median(s["new"]) / statistics.median(s["old"]) if s["old"] and s["new"] else float("nan")
+
+    # Rows past the limit: re-run alone, both builds interleaved, and judged on every sample.
+    moved = [k for k, s in samples.items() if ratio(s) > a.limit]
+    for grid, name in moved:
+        r = rows[(grid, name)]
+        args = ["--mode", r["mode"], "--batch", str(r["batch"]), "--heads", str(r["heads_q"]), "--seqlen", str(r["seqlen_q"]),
+                "--head-dim", str(r["head_dim"]), "--mask", r["mask"]]
+        for i, b in enumerate(["old", "new", "new", "old"]):
+            got = run(builds[b], args, os.path.join(a.out, f"rerun-{b}.json"), a.reps)
+            for row in got.values():
+                samples[(grid, name)][b].append(row["time_ms_median"])
+    lines = ["| grid | row | old ms | new ms | new / old |", "|---|---|---|---|---|"]
+    worst, past = 0.0, []
+    for (grid, name), s in sorted(samples.items()):
+        q = ratio(s)
+        worst = max(worst, q)
+        mark = " **past**" if q > a.limit else ""
+        if q > a.limit:
+            past.append(f"{grid} {name}")
+        lines.append(f"| {grid} | {name} | {statistics.median(s['old']):.4f} | {statistics.median(s['new']):.4f} | "
+                     f"{q:.3f}{mark} |")
+    ratios = sorted(ratio(s) for s in samples.values())
+    lines += ["", f"rows: {len(samples)}; re-run: {len(moved)}; new / old median {statistics.median(ratios):.3f}, "
+              f"min {ratios[0]:.3f}, max {worst:.3f}; past {a.limit}: {len(past)}"]
+    lines += [f"- {p}" for p in past]
+    text = "\n".join(lines) + "\n"
+    open(os.path.join(a.out, "table.md"), "w").write(text)
+    print(text)
+    return 1 if past else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

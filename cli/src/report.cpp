@@ -155,7 +155,10 @@ std::vector<std::string> peer_backends(const std::vector<const PeerCase*>& cases
 }
 
 std::string peer_source(const PeerCase& c) {
-  return fs::path(c.file->file.path).filename().string() + ", interleaved; run " + short_rev(c.revision);
+  std::string s = fs::path(c.file->file.path).filename().string() + ", interleaved; run " + short_rev(c.revision);
+  if (!c.charts_revision.empty())
+    s += "; the " + c.lib->value("algo", "") + " point at this length is run " + short_rev(c.charts_revision) + "'s";
+  return s;
 }
 
 // A speed ratio, three decimals (0.962, 1.538).
@@ -178,19 +181,49 @@ void html_groups(std::ostringstream& h, const DeviceView& dv) {
   std::map<std::string, std::vector<const PeerCase*>> peer_groups;
   if (dv.peers)
     for (const PeerCase& c : dv.peers->cases) peer_groups[group_key(*c.lib)].push_back(&c);
-  for (const auto& [gk, rows] : groups) {
+  // Groups with peers first (what a user compares), each part in group_key order.
+  std::vector<std::pair<std::string, std::vector<const json*>>> ordered(groups.begin(), groups.end());
+  std::stable_partition(ordered.begin(), ordered.end(), [&](const auto& g) { return peer_groups.count(g.first) > 0; });
+  for (const auto& [gk, rows] : ordered) {
     const std::string title = group_title(*rows[0]);
-    // Series per algorithm, points sorted by seqlen.
+    // Series per algorithm, points sorted by seqlen. Where an algorithm has two rows at one length (runs of different
+    // grids: the standard grid's batch 4 at 4k beside the masks grid's batch 2), one series per run, else per batch,
+    // so that no line joins points of different batches.
     std::map<std::string, std::vector<const json*>> by_algo;
     for (const json* r : rows) by_algo[(*r)["algo"].get<std::string>()].push_back(r);
+    auto has_dup = [](const std::vector<const json*>& rs) {
+      std::set<int64_t> seen;
+      for (const json* r : rs)
+        if (!seen.insert((*r)["seqlen_q"].get<int64_t>()).second) return true;
+      return false;
+    };
+    std::vector<std::tuple<std::string, std::string, std::vector<const json*>>> split;  // algo, series name, rows
+    for (const auto& [algo, rs] : by_algo) {
+      if (!has_dup(rs)) {
+        split.emplace_back(algo, algo, rs);
+        continue;
+      }
+      std::map<std::string, std::vector<const json*>> by_rev;
+      for (const json* r : rs) by_rev[dv.current_rev.at(row_key(*r))].push_back(r);
+      bool dup = by_rev.size() < 2;
+      for (const auto& [rev, part] : by_rev) dup |= has_dup(part);
+      if (!dup) {
+        for (const auto& [rev, part] : by_rev) split.emplace_back(algo, algo + " · " + short_rev(rev).substr(0, 7), part);
+      } else {
+        std::map<int64_t, std::vector<const json*>> by_batch;
+        for (const json* r : rs) by_batch[(*r)["batch"].get<int64_t>()].push_back(r);
+        for (const auto& [b, part] : by_batch) split.emplace_back(algo, algo + " · b" + std::to_string(b), part);
+      }
+    }
     std::vector<ChartSeries> tflops, speedup, memory;
     size_t idx = 0;
-    for (auto& [algo, rs] : by_algo) {
+    std::set<std::string> colored;
+    for (auto& [algo, name, rs] : split) {
       std::sort(rs.begin(), rs.end(), [](const json* a, const json* b) {
         return (*a)["seqlen_q"].get<int64_t>() < (*b)["seqlen_q"].get<int64_t>();
       });
-      const std::string color = series_color(algo, idx++);
-      ChartSeries t{algo, color, {}}, s{algo, color, {}}, m{algo, color, {}};
+      const std::string color = series_color(colored.insert(algo).second ? algo : "", idx++);
+      ChartSeries t{name, color, {}}, s{name, color, {}}, m{name, color, {}};
       for (const json* rp : rs) {
         const json& r = *rp;
         const double x = double(r["seqlen_q"].get<int64_t>());
@@ -442,6 +475,48 @@ std::string attachment_text(const PeerInput& p) {
   return s;
 }
 
+// The ratios at a glance: a row per configuration group (mode, dtype, d, mask, heads), a column per sequence length,
+// each cell libflash-py's speed over cuDNN's and FA2's (interleaved).
+void html_peer_summary(std::ostringstream& h, const DevicePeers& dp) {
+  std::vector<const PeerCase*> all;
+  for (const PeerCase& c : dp.cases) all.push_back(&c);
+  std::vector<std::string> others;
+  for (const std::string& b : peer_backends(all))
+    if (b != "libflash") others.push_back(b);
+  std::map<std::string, std::map<int64_t, const PeerCase*>> grid;  // group_key -> seqlen -> case
+  std::set<int64_t> lens;
+  for (const PeerCase& c : dp.cases) {
+    grid[group_key(*c.lib)][c.peer->seqlen_q] = &c;
+    lens.insert(c.peer->seqlen_q);
+  }
+  std::string names;
+  for (const std::string& b : others) names += (names.empty() ? "" : " / ") + peer_display_name(b);
+  h << "<table class=\"peer-summary\"><tr><th class=\"l\">libflash ÷ " << html_escape(names) << " (interleaved)</th>";
+  for (int64_t n : lens) h << "<th>" << format_seqlen(double(n)) << "</th>";
+  h << "</tr>";
+  for (const auto& [gk, by_len] : grid) {
+    const json& first = *by_len.begin()->second->lib;
+    h << "<tr data-group=\"" << html_escape(gk) << "\"><td class=\"l\">" << html_escape(group_title(first)) << "</td>";
+    for (int64_t n : lens) {
+      const auto c = by_len.find(n);
+      if (c == by_len.end()) {
+        h << "<td>-</td>";
+        continue;
+      }
+      std::string cell, tip = case_title(*c->second->lib) + ", run " + short_rev(c->second->revision) + ":";
+      for (size_t i = 0; i < others.size(); ++i) {
+        const double rt = interleaved_ratio(*c->second, others[i]);
+        cell += std::string(i ? " / " : "") + "<span class=\"" + (rt <= 0 ? "" : rt < 1 ? "reg" : "imp") + "\">" +
+                (rt > 0 ? fmt_ratio(rt) : "-") + "</span>";
+        tip += " ÷ " + peer_display_name(others[i]) + " " + (rt > 0 ? fmt_ratio(rt) : "-");
+      }
+      h << "<td title=\"" << html_escape(tip) << "\">" << cell << "</td>";
+    }
+    h << "</tr>";
+  }
+  h << "</table>";
+}
+
 // libflash against the peers of the same run: the files read and the run each belongs to, then per case fa-bench's
 // libflash and naive, each peer, and the interleaved ratios.
 void html_peers(std::ostringstream& h, const DeviceView& dv) {
@@ -464,7 +539,9 @@ void html_peers(std::ostringstream& h, const DeviceView& dv) {
     h << "</li>";
   }
   h << "</ul>";
+  if (!dp.cases.empty()) html_peer_summary(h, dp);
   if (!dp.cases.empty()) {
+    h << "<details class=\"peer-rows\"><summary>Every case (" << dp.cases.size() << "): TFLOP/s and ratios</summary>";
     std::vector<const PeerCase*> all;
     for (const PeerCase& c : dp.cases) all.push_back(&c);
     std::vector<std::string> backends = peer_backends(all), others;
@@ -500,10 +577,13 @@ void html_peers(std::ostringstream& h, const DeviceView& dv) {
       char err[32] = "-";
       if (c.peer->max_rel_err >= 0) std::snprintf(err, sizeof err, "%.1e", c.peer->max_rel_err);
       h << "<td>" << err << "</td><td class=\"l\"><code>"
-        << html_escape(short_rev(c.revision)) << "</code> · " << html_escape(fs::path(c.file->file.path).filename().string())
-        << "</td></tr>";
+        << html_escape(short_rev(c.revision)) << "</code> · " << html_escape(fs::path(c.file->file.path).filename().string());
+      if (!c.charts_revision.empty())
+        h << " <span class=\"sub\">(the charts' " << html_escape(c.lib->value("algo", "")) << " point: run <code>"
+          << html_escape(short_rev(c.charts_revision)) << "</code>)</span>";
+      h << "</td></tr>";
     }
-    h << "</table>";
+    h << "</table></details>";
   }
   if (!dp.not_drawn.empty()) {
     h << "<details class=\"not-drawn\"><summary>" << dp.not_drawn.size() << " peer row(s) not drawn</summary><ul>";
@@ -557,14 +637,14 @@ DevicePeers match_peers(const std::vector<std::pair<std::string, std::vector<Run
                         const std::vector<PeerInput>& peers) {
   DevicePeers out;
   const std::vector<Run>& runs = devices[device].second;
-  // fa-bench's rows of the page (the latest run wins on equal axes), by case and algorithm, with their run.
-  struct Cell {
-    const json* row;
-    size_t run;
-  };
-  std::map<std::string, std::map<std::string, Cell>> cases;
+  // fa-bench's rows by run, case and algorithm; and the run of each row the charts show (the latest run wins).
+  std::vector<std::map<std::string, std::map<std::string, const json*>>> by_run(runs.size());
+  std::map<std::string, size_t> shown_run;  // row_key -> run
   for (size_t i = 0; i < runs.size(); ++i)
-    for (const json& r : runs[i].results) cases[case_key(r)][r.value("algo", "")] = Cell{&r, i};
+    for (const json& r : runs[i].results) {
+      by_run[i][case_key(r)][r.value("algo", "")] = &r;
+      shown_run[row_key(r)] = i;
+    }
   // The peers files of this device, each with its run; within a run a later file (date, then path) wins a case.
   std::vector<std::pair<const PeerInput*, PeerAttachment>> mine;
   for (const PeerInput& p : peers) {
@@ -580,34 +660,34 @@ DevicePeers match_peers(const std::vector<std::pair<std::string, std::vector<Run
     if (a.run < 0) continue;
     for (const PeerRow& r : p->file.rows) cand[case_key(r.as_case())][size_t(a.run)] = {&r, p};
   }
-  for (const auto& [key, by_run] : cand) {
-    const auto& [run, pr] = *by_run.rbegin();  // the newest run with peers for this case
+  for (const auto& [key, runs_of_case] : cand) {
+    const auto& [run, pr] = *runs_of_case.rbegin();  // the newest run with peers for this case
     const auto& [row, file] = pr;
+    const std::string& algo = file->file.algorithm;
     const std::string where = fs::path(file->file.path).filename().string() + ": " + case_title(row->as_case()) + ": ";
-    const auto c = cases.find(key);
-    const Cell* lib = nullptr;
-    if (c != cases.end()) {
-      const auto f = c->second.find(file->file.algorithm);
-      if (f != c->second.end()) lib = &f->second;
+    // fa-bench's rows of the case in the peers' own run only: the algorithm the script ran (or a row that resolved to
+    // it, e.g. fa-bench's auto), and naive.
+    const json* lib = nullptr;
+    const json* naive = nullptr;
+    if (const auto c = by_run[run].find(key); c != by_run[run].end()) {
+      if (const auto f = c->second.find(algo); f != c->second.end()) lib = f->second;
+      for (const auto& [a, r] : c->second)
+        if (!lib && r->value("algo_used", json()).is_string() && (*r)["algo_used"] == algo) lib = r;
+      if (const auto f = c->second.find("naive"); f != c->second.end()) naive = f->second;
     }
     if (!lib) {
-      out.not_drawn.push_back(where + "no fa-bench " + file->file.algorithm + " row of this case");
-      continue;
-    }
-    if (lib->run != run) {
-      out.not_drawn.push_back(where + "fa-bench's " + file->file.algorithm + " row of this case is from run " +
-                              short_rev(runs[lib->run].revision) + ", the peers from run " + short_rev(runs[run].revision));
+      out.not_drawn.push_back(where + "no fa-bench " + algo + " row of this case in its run " + short_rev(runs[run].revision));
       continue;
     }
     PeerCase pc;
     pc.key = key;
-    pc.lib = lib->row;
-    const auto naive = c->second.find("naive");
-    if (naive != c->second.end() && naive->second.run == run) pc.naive = naive->second.row;
+    pc.lib = lib;
+    pc.naive = naive;
+    if (const size_t shown = shown_run.at(row_key(*lib)); shown != run) pc.charts_revision = runs[shown].revision;
     pc.peer = row;
     pc.file = file;
     pc.revision = runs[run].revision;
-    pc.flops = lib->row->at("flops").is_number() ? lib->row->at("flops").get<double>() : peer_case_flops(*row);
+    pc.flops = lib->at("flops").is_number() ? lib->at("flops").get<double>() : peer_case_flops(*row);
     if (pc.flops <= 0) {
       out.not_drawn.push_back(where + "no FLOP count for this case");
       continue;
@@ -706,9 +786,10 @@ static void markdown_peers(std::ostringstream& md, const DevicePeers& dp) {
   md << "#### libflash against its peers (interleaved in one process; > 1: libflash faster)\n\n| case | libflash "
      << dp.cases.front().lib->value("algo", "") << " TFLOP/s (fa-bench) |";
   for (const std::string& b : others) md << " " << peer_display_name(b) << " TFLOP/s |";
+  md << " libflash-py TFLOP/s |";
   for (const std::string& b : others) md << " libflash ÷ " << peer_display_name(b) << " |";
   md << " run · file |\n|---|---:|";
-  for (size_t i = 0; i < 2 * others.size(); ++i) md << "---:|";
+  for (size_t i = 0; i < 2 * others.size() + 1; ++i) md << "---:|";
   md << "---|\n";
   for (const PeerCase& c : dp.cases) {
     md << "| " << case_title(*c.lib) << " | "
@@ -717,6 +798,8 @@ static void markdown_peers(std::ostringstream& md, const DevicePeers& dp) {
       const auto ms = c.peer->ms.find(b);
       md << " " << (ms == c.peer->ms.end() ? "-" : format_number(c.flops / ms->second / 1e9)) << " |";
     }
+    const auto lib_ms = c.peer->ms.find("libflash");
+    md << " " << (lib_ms == c.peer->ms.end() ? "-" : format_number(c.flops / lib_ms->second / 1e9)) << " |";
     for (const std::string& b : others) {
       const double rt = interleaved_ratio(c, b);
       md << " " << (rt > 0 ? fmt_ratio(rt) : "-") << " |";

@@ -56,6 +56,7 @@ struct PeerCase {
   const PeerRow* peer = nullptr;
   const PeerInput* file = nullptr;
   std::string revision;              // the run both come from
+  std::string charts_revision;       // when the charts show `lib`'s axes from a later run: that run (else "")
   double flops = -1;                 // of the case (fa-bench's row, else peer_case_flops)
 };
 struct DevicePeers {
@@ -64,7 +65,8 @@ struct DevicePeers {
   std::vector<std::string> not_drawn;                           // peer rows left out, with the reason
 };
 // The peers of device `device` (an index into `devices`) matched to its fa-bench rows: a peer row is drawn only
-// when its case (case_key) has a fa-bench row of the algorithm the script ran, from the run the peers file belongs to.
+// when its case (case_key) has a fa-bench row of the algorithm the script ran in the run the peers file belongs to
+// (attach_peers); rows of other runs are never paired with it.
 DevicePeers match_peers(const std::vector<std::pair<std::string, std::vector<Run>>>& devices, size_t device,
                         const std::vector<PeerInput>& peers);
 int cmd_report(int argc, const char* const* argv);

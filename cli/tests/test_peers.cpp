@@ -191,14 +191,46 @@ TEST(Peers, MatchedCaseByCase) {
   EXPECT_DOUBLE_EQ(dense1k->peer->ms.at("cudnn"), 0.50);  // the other run's 0.13 is not mixed in
 }
 
-TEST(Peers, NotMixedWithAnotherRunsRows) {
+TEST(Peers, NeverPairedWithAnotherRunsRows) {
   Fixture f = fixture();
-  // The same peers, now said to be of run aaaa: the page shows run bbbb's sm90 rows, so none is drawn.
-  for (PeerInput& p : f.peers) p.file.git_revision = p.file.git_revision.empty() ? "aaaaaaaaaaaa" : p.file.git_revision;
+  // The same peers, now said to be of run aaaa (h100-run1.json), whose sm90 1k row is removed: the 1k case is not
+  // drawn although run bbbb has that row; the others pair with run aaaa's rows, not with the bbbb rows the charts show.
+  for (PeerInput& p : f.peers)
+    if (p.file.git_revision.empty()) p.file.git_revision = "aaaaaaaaaaaa";
+  for (ReportInput& in : f.inputs)
+    if (in.doc["meta"]["git_revision"] == "aaaaaaaaaaaa") in.doc["results"].erase(0);  // sm90 b16 sq1024 none
+  f.devices = group_runs(f.inputs);
   const DevicePeers dp = match_peers(f.devices, 0, f.peers);
-  EXPECT_TRUE(dp.cases.empty());
-  EXPECT_EQ(dp.not_drawn.size(), 5u);
-  EXPECT_NE(dp.not_drawn[0].find("from run bbbbbbbbbbbb, the peers from run aaaaaaaaaaaa"), std::string::npos) << dp.not_drawn[0];
+  ASSERT_EQ(dp.cases.size(), 3u);
+  ASSERT_EQ(dp.not_drawn.size(), 2u);  // the 1k case, and the batch-8 case as before
+  bool saw_1k = false;
+  for (const std::string& s : dp.not_drawn) saw_1k |= s.find("n1k: no fa-bench sm90 row of this case in its run aaaaaaaaaaaa") != std::string::npos;
+  EXPECT_TRUE(saw_1k) << dp.not_drawn[0] << " / " << dp.not_drawn[1];
+  const json run1 = read("h100-run1.json");
+  for (const PeerCase& c : dp.cases) {
+    EXPECT_EQ(c.revision, "aaaaaaaaaaaa");
+    EXPECT_EQ(c.charts_revision, "bbbbbbbbbbbb");  // the page's sm90 points are run bbbb's: said so
+    bool found = false;
+    for (const json& r : run1["results"])
+      if (case_key(r) == c.key && r["algo"] == "sm90") {
+        found = true;
+        EXPECT_EQ(*c.lib, r);
+      }
+    EXPECT_TRUE(found) << c.key;
+  }
+  const std::string html = render_html(f.inputs, 5.0, "t", f.peers);
+  EXPECT_NE(html.find("the sm90 point at this length is run bbbbbbbbbbbb&#39;s"), std::string::npos);
+}
+
+TEST(Peers, AnAutoRowStandsForTheAlgorithmItRan) {
+  Fixture f = fixture();
+  for (ReportInput& in : f.inputs)
+    for (json& r : in.doc["results"])
+      if (r["algo"] == "sm90") r["algo"] = "auto";  // algo_used stays sm90
+  f.devices = group_runs(f.inputs);
+  const DevicePeers dp = match_peers(f.devices, 0, f.peers);
+  ASSERT_EQ(dp.cases.size(), 4u);
+  EXPECT_EQ((*dp.cases[0].lib)["algo"], "auto");
 }
 
 TEST(Peers, PageAndMarkdownShowTheRatios) {
@@ -213,7 +245,7 @@ TEST(Peers, PageAndMarkdownShowTheRatios) {
   std::string md;
   render_markdown(f.inputs, nullptr, 5.0, &md, f.peers);
   EXPECT_NE(md.find("libflash against its peers"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 0.962 | 1.538 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 264.3 | 0.962 | 1.538 |"), std::string::npos) << md;  // libflash-py's TFLOP/s, the ratios
   EXPECT_NE(md.find("`peers-a100.json` not drawn"), std::string::npos) << md;
   // Without peers the page has no peers chart.
   EXPECT_EQ(render_html(f.inputs, 5.0, "t").find("data-chart=\"peers\""), std::string::npos);

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "libflash/cuda/sm90/shapes.h"
+#include "libflash/cuda/sm90/fwd/plan.h"
 #include "support/harness.hpp"
 #include "sweep.hpp"
 
@@ -141,8 +141,7 @@ TEST_P(GpuEdges, SlidingWindows) {
 }
 
 // Last tiles with few real rows: sm90 d64 runs 192-row tiles, so seqlen_q % 192 in 1..64 (or seqlen_q <= 64) leaves a
-// tile of one warpgroup's real rows and two of junk (session 19 split such tiles over the warpgroups' key blocks,
-// perf-log v34, and reverted it). Key counts of 1 to 17 blocks, with and without a left window edge (no right edge:
+// tile of one warpgroup's real rows and two of junk. Key counts of 1 to 17 blocks, with and without a left window edge (no right edge:
 // the tiles are not shifted, so the partial tile is the last), GQA, tiles before it in the same CTA.
 TEST_P(GpuEdges, ShortLastTiles) {
   REQUIRE_GPU_ALGORITHM(GetParam());
@@ -158,7 +157,7 @@ TEST_P(GpuEdges, ShortLastTiles) {
     }
 }
 
-// d64 dense in two kernels on sm90 (shapes.h, d64_split_rows): seqlen_q mod 192 in 1..64 (the last 192 + r rows on the
+// d64 dense in two kernels on sm90 (plan.h, d64_split_rows): seqlen_q mod 192 in 1..64 (the last 192 + r rows on the
 // two-warpgroup kernel), in 65..128 (the last r), 0 and > 128 (no split), and seqlen_q <= 128 (the second kernel
 // alone); seqlen_k != seqlen_q, GQA, both dtypes, LSE. Every algorithm runs the same cases.
 TEST_P(GpuEdges, D64DenseRowSplits) {
@@ -174,7 +173,7 @@ TEST_P(GpuEdges, D64DenseRowSplits) {
   }
 }
 
-// d64 causal's first rows apart on sm90 (shapes.h, d64_causal_top_rows; perf-log v76): the first seqlen_q mod 192 rows
+// d64 causal's first rows apart on sm90 (plan.h, d64_causal_top_rows): the first seqlen_q mod 192 rows
 // on the top-rows kernel, the rest as whole 192-row tiles on the three-warpgroup one, where that remainder is 1..64 below
 // 2048 rows (193, 232, 1000, 1024, 1984) and the top rows see at most 128 keys; not split: 128 (512), 1024 with 77 keys
 // more. Both alignments, seqlen_k below seqlen_q (bottom-right: the top rows see no key, O = 0 and LSE = -inf) and above
@@ -231,10 +230,10 @@ TEST_P(GpuEdges, D256DiagonalSkip) {
   expect_diag_cases(diags, 256);
 }
 
-// Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, shapes.h
+// Long key ranges at d128 (sm90 runs >= 8192 keys without a left window edge on 192-key blocks, plan.h
 // use_long_kernel): dense, both causal alignments with seqlen_q != seqlen_k, GQA, a one-sided window (still routed
 // there) and a two-sided one (not), key counts that cut the last 192-key block; and dense just above 4096 keys (on
-// 192-key blocks in sessions 25-27, on 128-key ones with the softmax pinned since session 28).
+// 128-key blocks).
 TEST_P(GpuEdges, LongKeyRangesD128) {
   REQUIRE_GPU_ALGORITHM(GetParam());
   CaseSpec s = base(300, 8192 + 37, 128, FLASH_DTYPE_BF16);
@@ -271,7 +270,7 @@ TEST_P(GpuEdges, TilesThatSeeNoKey) {
 }
 
 // sm90 runs d64 sliding windows no wider than 768 keys on its block-sparse instantiation, every key block of a tile's
-// range listed (shapes.h, use_listed_kernel; perf-log v37), and wider ones, one-sided ones and causal masks on the
+// range listed (plan.h, use_listed_kernel), and wider ones, one-sided ones and causal masks on the
 // dense one: both sides of the threshold, both alignments, seqlen_q != seqlen_k, GQA, shifted tiles, tiles that see no
 // key; and causal at the sizes that once routed there (seqlen_q <= 1024, v37's first form).
 TEST_P(GpuEdges, D64WindowsOnEitherKernel) {
@@ -447,7 +446,7 @@ TEST_P(GpuEdges, BlockSparseUnsortedRepeatedAndJunkIndices) {
 // after tile through two slots each; the other cases have fewer tiles than SMs, so each CTA sees one tile.
 // Here every CTA takes several (2 x 8 heads x 20 query blocks = 320 tiles on 132 SMs), with per-head random
 // lists, rows that list nothing, GQA, seqlen_q != seqlen_k, and the causal composition; fp16 as well (at d128 these
-// lists of 8 key blocks run on the instantiation with SFU turns, shapes.h sfu_turns_by_length, in both dtypes).
+// lists of 8 key blocks run on the instantiation with SFU turns, plan.h sfu_turns_by_length, in both dtypes).
 TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
   if (GetParam() != FLASH_ALGO_SM90) GTEST_SKIP() << "tests sm90's persistent tile order (the others launch a CTA per tile)";
   REQUIRE_GPU_ALGORITHM(GetParam());
@@ -470,12 +469,12 @@ TEST_P(GpuEdges, BlockSparseManyTilesPerCta) {
 }
 
 // sm90 runs d64 masks of 128-row blocks on 192-row tiles whose warpgroups follow two lists through two K/V rings
-// (shapes.h, use_two_rings; perf-log v39): the pair of warpgroups in one mask row block and the single one in the next,
+// (plan.h, use_two_rings): the pair of warpgroups in one mask row block and the single one in the next,
 // the single's rows at the tile's end in even tiles and at its start in odd ones. Lengths that leave one or two warpgroups of the last tile past seqlen_q (with or
 // without real rows beside them), lists of very different lengths between neighbouring row blocks (one lists nothing,
 // the next everything), per-head lists, GQA, seqlen_q != seqlen_k, the causal and window compositions, and many tiles
 // per CTA, so the rings' positions carry across tiles whose sides differ. (The two-ring kernel takes lists of at least
-// 6 key blocks since perf-log v40 (12 before) -- the harness gives max_kv_blocks = every key block -- so seqlen_k > 640;
+// 6 key blocks since (12 before) -- the harness gives max_kv_blocks = every key block -- so seqlen_k > 640;
 // the sizes below, chosen for the threshold of 12, are all past 1408.)
 TEST_P(GpuEdges, BlockSparseD64TwoRings) {
   REQUIRE_GPU_ALGORITHM(GetParam());
@@ -505,7 +504,7 @@ TEST_P(GpuEdges, BlockSparseD64TwoRings) {
 }
 
 // sm90's two-ring kernel ends a launch on smaller tiles where its whole 192-row tiles overflow the grid's rounds by a
-// few (shapes.h ring_tail_plan, RingOrder; perf-log "the two-ring tail"): the last c heads' last 256 rows run as two
+// few (plan.h ring_tail_plan, RingOrder): the last c heads' last 256 rows run as two
 // 128-row tiles after every whole tile, whose third warpgroup has no rows of its own (its rows are the next tile's: they
 // must be neither listed nor stored), and the other heads' last 64 rows after them. Shapes with seqlen_q = 192 F + 64,
 // F odd, and enough heads that F x heads overflows a round of 132 (or 114) SMs: 640 x 48 heads (c = 12 on 132 SMs),
@@ -644,8 +643,8 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
   EXPECT_NE(std::string(flash_last_error_message()).find("workspace"), std::string::npos) << flash_last_error_message();
 }
 
-// sm90 splits the static order's last round along the keys on dense d128 and d256 from 8192 keys (shapes.h, TailSplit,
-// use_split_kernel; perf-log v41). Problems sized from the device's SM count so that they split: one query tile per
+// sm90 splits the static order's last round along the keys on dense d128 and d256 from 8192 keys (plan.h, TailSplit,
+// use_split_kernel). Problems sized from the device's SM count so that they split: one query tile per
 // head (MQA and MHA), grid + grid / 3 or grid + grid / 5 tiles, 44-105 key blocks with a partial last one (runs of
 // 9-35 blocks, 2-6 pieces per tile). The test asserts that each problem splits, so it cannot pass without running
 // pieces and merges. One query row keeps the fp64 reference short (so the second consumer warpgroup's merge runs on
@@ -699,7 +698,7 @@ TEST_P(GpuTailSplit, Sm90DenseLastRoundSplit) {
   {
     for (int variant = 0; variant < 2; ++variant) {
       const int head_dim = d;
-      const flash::sm90::Shape sh = head_dim == 128 ? flash::sm90::kLongShape : flash::sm90::shape_for(head_dim);
+      const flash::sm90::Shape sh = flash::sm90::shape_of(head_dim == 128 ? flash::sm90::Variant::kD128Long : flash::sm90::Variant::kD256);
       const int64_t tiles = grid + (variant == 0 ? grid / 3 : grid / 5);
       const int64_t key_blocks = head_dim == 128 ? 44 + 4 * variant : 104 + variant;  // >= 8192 keys
       CaseSpec s;
@@ -748,7 +747,7 @@ TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
   std::mt19937_64 rng(base_seed() ^ 0x6c7d);
   int n = 0;
   for (int head_dim : {128, 256}) {
-    const flash::sm90::Shape sh = head_dim == 128 ? flash::sm90::kLongShape : flash::sm90::shape_for(head_dim);
+    const flash::sm90::Shape sh = flash::sm90::shape_of(head_dim == 128 ? flash::sm90::Variant::kD128Long : flash::sm90::Variant::kD256);
     for (int variant = 0; variant < 2; ++variant) {
       const int64_t tiles = kGrid + 2 + variant;  // one 128-row query tile per head
       const int64_t key_blocks = head_dim == 128 ? 44 + variant : 104 + 3 * variant;
@@ -780,7 +779,7 @@ TEST(GpuSmallGrid, Sm90SplitAndLongCausal) {
   }
 }
 
-// d64 dense's two kernels (shapes.h, d64_split_rows) on persistent grids of 2 CTAs each: every CTA runs many tiles of
+// d64 dense's two kernels (plan.h, d64_split_rows) on persistent grids of 2 CTAs each: every CTA runs many tiles of
 // both, and the second kernel's CTAs, launched behind the first with PDL, find free SMs at once -- they run beside the
 // first kernel and finish long before it. run_cuda copies the outputs back in stream order right behind the call, so
 // this fails if the second kernel's end let the stream go on while the first still wrote (Rows::kPdlSecondary's wait).
@@ -802,7 +801,7 @@ TEST(GpuSmallGrid, Sm90D64TwoKernels) {
   }
 }
 
-// d64 causal's first rows apart (shapes.h, d64_causal_top_rows) behind a three-warpgroup kernel on a persistent grid of 2
+// d64 causal's first rows apart (plan.h, d64_causal_top_rows) behind a three-warpgroup kernel on a persistent grid of 2
 // CTAs: the top-rows kernel's CTAs, launched behind it with PDL, find free SMs at once, run beside it and finish long
 // before it; run_cuda copies the outputs back in stream order right behind the call, so this fails if their end let the
 // stream go on while the first kernel still wrote (top_rows_kernel's griddepcontrol.wait). 1024 (64 top rows, bottom-right)
@@ -829,7 +828,7 @@ TEST(GpuSmallGrid, Sm90D64CausalTopRows) {
 }
 
 // d256 causal on a persistent grid of 2 CTAs, each taking eight tiles or more. d256 causal walks its key blocks upwards
-// (shapes.h use_upward_kernel, fwd_kernel.cuh Traits::kUpward): in most tiles warpgroup 0 sees none of the last
+// (plan.h use_upward_kernel, traits.h kUpward): in most tiles warpgroup 0 sees none of the last
 // (diagonal) 80-key block and hands its K and V slots back unread after its drain, with an empty turn, so the ring's
 // phases run on across tiles with one warpgroup's arrivals out of step (Traits::kSkipDiag did the same at the first
 // block when the walk went down) -- small enough for the sanitizers (device-sm90.sh sanitize-f). 1000 rows bottom-right;
@@ -852,7 +851,7 @@ TEST(GpuSmallGrid, Sm90D256CausalSkip) {
   }
 }
 
-// The balanced grid (shapes.h, balanced_grid; perf-log v83) on a grid of 20 CTAs: dense problems of 152 tiles (8 rounds
+// The balanced grid (plan.h, balanced_grid) on a grid of 20 CTAs: dense problems of 152 tiles (8 rounds
 // of 19) run on 19 CTAs, each taking 8 tiles of the static order -- d128 and d256 (128-row tiles: 2 query blocks, the
 // last partial, x 38 heads x 2) and d64 on its three-warpgroup kernel alone (192 rows, a whole tile: no rows kernel).
 // The test asserts that each grid shrinks, so it cannot pass without the balanced launch.
@@ -880,7 +879,7 @@ TEST(GpuSmallGrid, Sm90BalancedGrid) {
   }
 }
 
-// d128 dense on 128-key blocks as a PDL pair (shapes.h, pair_split): the whole rounds on the dense instantiation, the
+// d128 dense on 128-key blocks as a PDL pair (plan.h, pair_split): the whole rounds on the dense instantiation, the
 // last round's pieces on the split one behind it. On 2 CTAs the pieces' CTAs find free SMs at once and run beside the
 // primary, so their counts must wait for the primary's end (its CTA 0 zeroes them); on 6 they start as the primary's
 // CTAs leave. 15 and 21 tiles: one and three left for the last round, in runs of half a tile (26-27 key blocks). A

@@ -865,7 +865,9 @@ TEST(GpuSmallGrid, Sm90BalancedGrid) {
     s.batch = 2, s.heads_q = head_dim == 64 ? 76 : 38, s.heads_kv = n == 1 ? 19 : s.heads_q;
     s.seqlen_q = head_dim == 64 ? 192 : 250, s.seqlen_k = 333 + 41 * n, s.head_dim = head_dim;
     s.dtype = ++n % 2 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16;
-    const flash::sm90::Shape sh = flash::sm90::shape_for(head_dim);
+    const flash::sm90::Shape sh = flash::sm90::shape_of(head_dim == 64    ? flash::sm90::Variant::kD64
+                                                          : head_dim == 128 ? flash::sm90::Variant::kD128
+                                                                            : flash::sm90::Variant::kD256);
     const int64_t tiles = (s.seqlen_q + sh.block_m() - 1) / sh.block_m() * s.heads_q * s.batch;
     ASSERT_EQ(tiles, 152) << s.describe();
     ASSERT_EQ(flash::sm90::balanced_grid(tiles, 20), 19) << "the grid must shrink: " << s.describe();

@@ -28,7 +28,7 @@
 #   TEST_JOBS         ctest's parallel tests in the test phase (default 4; the fp64 reference runs on the host)
 #   TEST_TIMEOUT      seconds a test may take before ctest stops it (default 900)
 #   SANITIZE_FILTER   gtest filter of the sanitize phase (default below)
-#   SANITIZE_MAX_CTAS the persistent grid's CTAs under the sanitizers (default 8)
+#   SANITIZE_MAX_CTAS the persistent grid's CTAs under the sanitizers (default 8: several tiles a CTA; 0: one per SM)
 #   SANITIZE_TIMEOUT  seconds per sanitizer (default 900)
 #   BENCH_ALGOS       fa-bench's --algo in the bench phase (default: sm90,naive on Hopper, else sm80,naive)
 #   BENCH_REPS        timed calls per row (default 30, after 5 untimed)
@@ -85,7 +85,8 @@ for phase in "$@"; do
     test)
       (cd "$BUILD" && ctest -L gpu -j "${TEST_JOBS:-4}" --timeout "${TEST_TIMEOUT:-900}" --output-on-failure) \
         > "$dir/ctest.log" 2>&1 || fail "GPU tests (log: $dir/ctest.log)"
-      grep -E "tests passed|tests failed|Total Test time|\(Failed\)|\(Timeout\)|\*\*\*" "$dir/ctest.log" | tail -25
+      grep -E "tests passed|Total Test time|\*\*\*(Failed|Timeout|Exception)" "$dir/ctest.log" | tail -25
+      echo "skipped (no GPU, or an algorithm this GPU lacks): $(grep -c '\*\*\*Skipped' "$dir/ctest.log")"
       ;;
     sanitize)
       for tool in memcheck racecheck synccheck; do

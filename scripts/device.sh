@@ -35,6 +35,7 @@
 #   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
 # Exit status: 0 when every phase passed, else 1 (the phases after a failed one still run, except after build).
 set -uo pipefail
+[ $# -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)

@@ -19,8 +19,8 @@
 #   cp $OUT/bench/fa-bench-*.json $OUT/peers/peers.json bench_results/h200/
 #
 # Environment:
-#   OUT               results directory (default: out)
-#   BUILD             build directory (default: build-device)
+#   OUT               results directory (default: out; a relative path is taken from the repository root)
+#   BUILD             build directory (default: build-device, from the repository root)
 #   FLASH_CUDA_ARCHS  GPU targets (default: the first GPU's: 90a on Hopper, else 80)
 #   FLASH_REVISION    the revision the library and fa-bench report (for a copied tree whose .git is not the one
 #                     built; default: git's HEAD)
@@ -35,7 +35,7 @@
 #   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
 # Exit status: 0 when every phase passed, else 1 (the phases after a failed one still run, except after build).
 set -uo pipefail
-[ $# -gt 0 ] || { sed -n '2,35p' "$0"; exit 2; }
+[ $# -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=$(mkdir -p "${OUT:-out}" && cd "${OUT:-out}" && pwd)

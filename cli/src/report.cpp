@@ -217,12 +217,14 @@ void html_groups(std::ostringstream& h, const DeviceView& dv) {
     }
     std::vector<ChartSeries> tflops, speedup, memory;
     size_t idx = 0;
-    std::set<std::string> colored;
+    std::map<std::string, std::pair<size_t, std::string>> main_series;  // algo -> its longest series: the algo's colour
+    for (const auto& [algo, name, rs] : split)
+      if (rs.size() > main_series[algo].first) main_series[algo] = {rs.size(), name};
     for (auto& [algo, name, rs] : split) {
       std::sort(rs.begin(), rs.end(), [](const json* a, const json* b) {
         return (*a)["seqlen_q"].get<int64_t>() < (*b)["seqlen_q"].get<int64_t>();
       });
-      const std::string color = series_color(colored.insert(algo).second ? algo : "", idx++);
+      const std::string color = series_color(main_series[algo].second == name ? algo : "", idx++);
       ChartSeries t{name, color, {}}, s{name, color, {}}, m{name, color, {}};
       for (const json* rp : rs) {
         const json& r = *rp;
@@ -520,7 +522,13 @@ void html_peer_summary(std::ostringstream& h, const DevicePeers& dp) {
 // libflash against the peers of the same run: the files read and the run each belongs to, then per case fa-bench's
 // libflash and naive, each peer, and the interleaved ratios.
 void html_peers(std::ostringstream& h, const DeviceView& dv) {
-  if (!dv.peers || dv.peers->files.empty()) return;
+  if (!dv.peers) return;
+  if (dv.peers->files.empty()) {
+    h << "<p class=\"sub no-peers\">No peers file of this device was read: run <code>scripts/interleaved_peers.py "
+         "--json peers.json</code> with the build of a fa-bench run and put it beside that run's JSON (or pass it with "
+         "<code>--peers</code>) to draw libflash against cuDNN and FlashAttention-2 here.</p>";
+    return;
+  }
   const DevicePeers& dp = *dv.peers;
   h << "<div class=\"peers\"><h3>libflash against its peers (cuDNN and FlashAttention-2 through PyTorch SDPA)</h3>"
        "<p class=\"sub\">From <code>scripts/interleaved_peers.py --json</code>: libflash through the Python binding "

@@ -10,7 +10,8 @@
 # The old tree is a plain copy of the sources (git archive of a revision, without bench_results/), e.g. in a git-ignored
 # folder the device tool carries. Results: $OUT/ab/{old,new}-{fwd,fwd_bwd,masks}-r{N}.json, $OUT/ab/table.md.
 # Environment: OLD (required), NEW_BUILD, OUT (default out), JOBS (build jobs, default nproc / 2), AB_ROUNDS (default 2),
-# AB_REPS (timed calls per row, default 30), AB_LIMIT (default 1.02).
+# AB_REPS (timed calls per row, default 30), AB_LIMIT (default 1.02), AB_GRIDS (default fwd,fwd_bwd,masks), AB_HDIMS
+# (only these head dims).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -31,7 +32,8 @@ for phase in "$@"; do
       ;;
     bench)
       python3 dev/ab_table.py --old /tmp/ab/old/cli/fa-bench --new "${NEW_BUILD:-$ROOT/build-device}/cli/fa-bench" --out "$OUT/ab" \
-        --rounds "${AB_ROUNDS:-2}" --reps "${AB_REPS:-30}" --limit "${AB_LIMIT:-1.02}"
+        --rounds "${AB_ROUNDS:-2}" --reps "${AB_REPS:-30}" --limit "${AB_LIMIT:-1.02}" \
+        --grids "${AB_GRIDS:-fwd,fwd_bwd,masks}" ${AB_HDIMS:+--head-dim "$AB_HDIMS"}
       ;;
   esac
   echo "== $phase: $(( $(date +%s) - start )) s"

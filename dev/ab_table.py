@@ -40,7 +40,11 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--limit", type=float, default=1.02)
     ap.add_argument("--grids", default="fwd,fwd_bwd,masks")
+    ap.add_argument("--head-dim", help="only these head dims (e.g. 128), in every grid")
     a = ap.parse_args()
+    if a.head_dim:
+        for g in GRIDS.values():
+            g[g.index("--head-dim") + 1] = a.head_dim
     builds = {"old": a.old, "new": a.new}
     samples = {}  # (grid, row name) -> {"old": [...], "new": [...]}
     rows = {}

@@ -27,7 +27,7 @@ struct Consumer {
 
   const Args& a;
   const FwdParams& p;
-  const Smem<K>& sm;
+  const Smem<K> sm;
   const int wg;  // rows [64 wg, 64 wg + 64) of the query tile (two rings: see rg)
   const int tid, warp, lane, t, row_in_wg;
   const float scale_log2;
@@ -65,17 +65,27 @@ struct Consumer {
   }
 
   // ---- The products ---------------------------------------------------------------------------------------------------
-  // S = Q K_s^T: head_dim / 16 k-steps; step kk is 32 bytes into the 128-byte rows of page kk / 4.
-  __device__ __forceinline__ void issue_s(float (&acc_s)[K::kSRegs], uint32_t q_wg, int s) const {
-    const uint32_t k_s = sm.k0 + s * K::kKVBytes;
-    [[maybe_unused]] const uint64_t da0 = wg::desc(q_wg, 16), db0 = wg::desc(k_s, 16);  // kDescPlus
+  // Q's descriptors for the S k-steps (step kk is 32 bytes into the 128-byte rows of page kk / 4), for the prologue's and
+  // the loop's S.
+  __device__ __forceinline__ void q_descriptors(uint64_t (&dq)[K::kHeadDim / 16], uint32_t q_wg) const {
+    [[maybe_unused]] const uint64_t da0 = wg::desc(q_wg, 16);  // kDescPlus
 #pragma unroll
     for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
-      const uint32_t oa = (kk / 4) * K::kBlockM * 128 + (kk % 4) * 32, ob = (kk / 4) * K::kBlockN * 128 + (kk % 4) * 32;
-      const uint64_t da = K::kDescPlus ? wg::desc_plus(da0, oa) : wg::desc(q_wg + oa, 16);
+      const uint32_t oa = (kk / 4) * K::kBlockM * 128 + (kk % 4) * 32;
+      dq[kk] = K::kDescPlus ? wg::desc_plus(da0, oa) : wg::desc(q_wg + oa, 16);
+      if constexpr (K::kQDescOnce) asm volatile("" : "+l"(dq[kk]));  // opaque: not rebuilt beside each use
+    }
+  }
+  // S = Q K_s^T: head_dim / 16 k-steps.
+  __device__ __forceinline__ void issue_s(float (&acc_s)[K::kSRegs], const uint64_t (&dq)[K::kHeadDim / 16], int s) const {
+    const uint32_t k_s = sm.k0 + s * K::kKVBytes;
+    [[maybe_unused]] const uint64_t db0 = wg::desc(k_s, 16);  // kDescPlus
+#pragma unroll
+    for (int kk = 0; kk < K::kHeadDim / 16; ++kk) {
+      const uint32_t ob = (kk / 4) * K::kBlockN * 128 + (kk % 4) * 32;
       const uint64_t db = K::kDescPlus ? wg::desc_plus(db0, ob) : wg::desc(k_s + ob, 16);
-      if (kk == 0) wg::SS<K::kBlockN, 0, 0, K::kDType>::zero(acc_s, da, db);
-      else wg::SS<K::kBlockN, 0, 0, K::kDType>::mma(acc_s, da, db, 1);
+      if (kk == 0) wg::SS<K::kBlockN, 0, 0, K::kDType>::zero(acc_s, dq[kk], db);
+      else wg::SS<K::kBlockN, 0, 0, K::kDType>::mma(acc_s, dq[kk], db, 1);
     }
     wg::commit();
   }
@@ -245,6 +255,8 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
   float acc_s[K::kSRegs];
   uint32_t p_frag[kBlockN / 16][4];                                       // P_{j-1}, the A operand of the next P V
   const uint32_t q_wg = sm.q + q_slot * K::kQBytes + rg * 64 * 128;  // this warpgroup's 64 rows of page 0
+  uint64_t dq[K::kHeadDim / 16];
+  q_descriptors(dq, q_wg);
   int n = blocks.next();
   if (n < 0) return false;
 
@@ -277,7 +289,7 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
   ptx::mbar_wait(sm.k_full(s_prev), phase_prev);
   take_turn();
   wg::fence();
-  issue_s(acc_s, q_wg, s_prev);
+  issue_s(acc_s, dq, s_prev);
   pass_turn();
   release_prev_q(q_slot);  // (while S_0 runs)
   flush_o();               // (kDeferO: the previous tile's O store, while S_0 runs)
@@ -314,7 +326,7 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
     if (!(K::kEarlyProbe && landed)) ptx::mbar_wait2(sm.k_full(s), phase, sm.v_full(s_prev), phase_prev);  // K_j, V_{j-1}
     take_turn();
     wg::fence();
-    issue_s(acc_s, q_wg, s);                       // S_j = Q K_j^T
+    issue_s(acc_s, dq, s);                        // S_j = Q K_j^T
     if (rescale_prev) rescale_o<K>(acc_o, corr_prev);  // O *= exp(m_{j-2} - m_{j-1})
     wg::fence();                                   // (O's registers were written since the last fence)
     issue_pv(acc_o, p_frag, s_prev);               // O += P_{j-1} V_{j-1}

@@ -17,7 +17,7 @@ namespace flash::sm90 {
 template <class K>
 struct Producer {
   const Args& a;
-  const Smem<K>& sm;
+  const Smem<K> sm;
 
   // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at` (slot
   // at % kStages), once the consumers released the slot.

@@ -30,6 +30,7 @@
 #   SANITIZE_FILTER   gtest filter of the sanitize phase (default below)
 #   SANITIZE_MAX_CTAS the persistent grid's CTAs under the sanitizers (default 8: several tiles a CTA; 0: one per SM)
 #   SANITIZE_TIMEOUT  seconds per sanitizer (default 900)
+#   SANITIZE_TOOLS    the compute-sanitizer tools run (default: memcheck racecheck synccheck)
 #   BENCH_ALGOS       fa-bench's --algo in the bench phase (default: sm90,naive on Hopper, else sm80,naive)
 #   BENCH_REPS        timed calls per row (default 30, after 5 untimed)
 #   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
@@ -90,7 +91,7 @@ for phase in "$@"; do
       echo "skipped (no GPU, or an algorithm this GPU lacks): $(grep -c '\*\*\*Skipped' "$dir/ctest.log")"
       ;;
     sanitize)
-      for tool in memcheck racecheck synccheck; do
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
         LIBFLASH_MAX_CTAS=${SANITIZE_MAX_CTAS:-8} timeout "${SANITIZE_TIMEOUT:-900}" \
           compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD/tests/flash_gpu_tests" --gtest_brief=1 \
           --gtest_filter="${SANITIZE_FILTER:-$SANITIZE_FILTER_DEFAULT}" > "$dir/$tool.log" 2>&1

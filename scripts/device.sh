@@ -3,7 +3,7 @@
 # benchmarks and the peer comparison. Phases run in the order given; results land under ${OUT:-out}/PHASE/.
 #
 #   build     configure and build (Release, CUDA on) into $BUILD; ptxas' register and spill report of the kernels
-#   test      the GPU test suites under ctest (label gpu: flash_gpu_tests, forward and backward, every algorithm)
+#   test      the GPU test suite (flash_gpu_tests: forward and backward, every algorithm) in TEST_JOBS gtest shards
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a reduced sm90 sweep ($SANITIZE_FILTER), the
 #             persistent grid capped at $SANITIZE_MAX_CTAS CTAs (LIBFLASH_MAX_CTAS) so racecheck finishes
 #   bench     fa-bench with --check: the standard grid (bf16, d 64/128/256, no mask and causal), forward and
@@ -25,8 +25,8 @@
 #   FLASH_REVISION    the revision the library and fa-bench report (for a copied tree whose .git is not the one
 #                     built; default: git's HEAD)
 #   JOBS              build jobs (default: nproc)
-#   TEST_JOBS         ctest's parallel tests in the test phase (default 4; the fp64 reference runs on the host)
-#   TEST_TIMEOUT      seconds a test may take before ctest stops it (default 900)
+#   TEST_JOBS         gtest shards run side by side in the test phase (default 8; the fp64 reference runs on the host)
+#   TEST_TIMEOUT      seconds a shard may take (default 900)
 #   SANITIZE_FILTER   gtest filter of the sanitize phase (default below)
 #   SANITIZE_MAX_CTAS the persistent grid's CTAs under the sanitizers (default 8: several tiles a CTA; 0: one per SM)
 #   SANITIZE_TIMEOUT  seconds per sanitizer (default 900)
@@ -85,10 +85,20 @@ for phase in "$@"; do
         | tee "$dir/ptxas-summary.txt" | head -20
       ;;
     test)
-      (cd "$BUILD" && ctest -L gpu -j "${TEST_JOBS:-4}" --timeout "${TEST_TIMEOUT:-900}" --output-on-failure) \
-        > "$dir/ctest.log" 2>&1 || fail "GPU tests (log: $dir/ctest.log)"
-      grep -E "tests passed|Total Test time|\*\*\*(Failed|Timeout|Exception)" "$dir/ctest.log" | tail -25
-      echo "skipped (no GPU, or an algorithm this GPU lacks): $(grep -c '\*\*\*Skipped' "$dir/ctest.log")"
+      # The GPU test binary in TEST_JOBS shards run side by side (gtest's own sharding: the fp64 reference runs on the
+      # host, so the shards use the cores while they share the GPU); one log a shard.
+      n=${TEST_JOBS:-8}
+      pids=()
+      for i in $(seq 0 $((n - 1))); do
+        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-900}" "$BUILD/tests/flash_gpu_tests" \
+          --gtest_brief=1 > "$dir/shard$i.log" 2>&1 &
+        pids+=($!)
+      done
+      for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "GPU tests, shard $i (log: $dir/shard$i.log)"; done
+      echo "GPU tests: $(cat "$dir"/shard*.log | grep -cE '^\[       OK \]|^\[  PASSED  \]' ) lines OK/PASSED," \
+           "$(cat "$dir"/shard*.log | grep -cE '^\[  FAILED  \]') FAILED lines," \
+           "$(cat "$dir"/shard*.log | grep -E 'tests? from .* ran' | awk '{s += $2} END {print s}') tests ran in $n shards"
+      grep -h -E '^\[  FAILED  \]' "$dir"/shard*.log | sort -u | head -20
       ;;
     sanitize)
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do

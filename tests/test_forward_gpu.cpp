@@ -204,7 +204,7 @@ TEST_P(GpuEdges, D64CausalTopRows) {
 }
 
 // d64 tiles whose first (diagonal) key block the rows see none, half or all of (sm90's three-warpgroup kernel takes
-// S_0's softmax on only those columns, fwd_kernel.cuh Traits::kHalfDiag): causal with the diagonal at several offsets
+// S_0's softmax on only those columns, sm90/fwd/traits.h kHalfDiag): causal with the diagonal at several offsets
 // into a 128-key block (both alignments, seqlen_k above and below seqlen_q), right window edges that end inside a block's
 // first half or past it, a left edge as well, and dense problems whose sequence end lies in a block's first half.
 TEST_P(GpuEdges, D64DiagonalHalfBlocks) {
@@ -217,7 +217,7 @@ TEST_P(GpuEdges, D64DiagonalHalfBlocks) {
 }
 
 // Tiles whose first (diagonal) key block one warpgroup's rows see none of (sm90 d256's 128-row tiles end 16-64 keys into
-// an 80-key block, so warpgroup 0 starts at the next block, fwd_kernel.cuh Traits::kSkipDiag; d64's three warpgroups as
+// an 80-key block, so warpgroup 0 starts at the next block, sm90/fwd/traits.h kSkipDiag; d64's three warpgroups as
 // well, D64DiagonalHalfBlocks): causal 1024 and odd lengths with both alignments, seqlen_k above and below seqlen_q,
 // right window edges inside and past a block, a two-sided window (the skipping warpgroup's next block partly left of its
 // window), a tile of one block (nothing to start at: no skip), GQA, both dtypes.
@@ -577,7 +577,7 @@ TEST(GpuAuto, NegativeScaleFallsBack) {
 }
 
 // sm90 hands causal and block-sparse tiles out from a counter in the caller's workspace that no memset zeroes: each
-// launch claims the word for its epoch, and its last take leaves 0 behind (fwd_kernel.cuh, take_claim). A caller's
+// launch claims the word for its epoch, and its last take leaves 0 behind (sm90/fwd/tile_scheduler.cuh, take_claim). A caller's
 // workspace (not 8-byte aligned) holding anything -- 0xff bytes, small counts as the tail split leaves, a word that was
 // never a counter, or what the previous call left -- must give the right answer on each kernel that takes tiles (d128
 // causal: the dense producer, whose claim is a consumer thread's; d64 and d128 block-sparse: the two-ring and
@@ -648,8 +648,7 @@ TEST(GpuWorkspace, Sm90TileCounterInCallersWorkspace) {
 // head (MQA and MHA), grid + grid / 3 or grid + grid / 5 tiles, 44-105 key blocks with a partial last one (runs of
 // 9-35 blocks, 2-6 pieces per tile). The test asserts that each problem splits, so it cannot pass without running
 // pieces and merges. One query row keeps the fp64 reference short (so the second consumer warpgroup's merge runs on
-// rows past seqlen_q, which are not compared; sm90_dev compares the whole output of the standard grid's split problems
-// with the unsplit kernel's). MQA runs with the library's workspace; MHA with a caller's of exactly the size the split
+// rows past seqlen_q, which are not compared). MQA runs with the library's workspace; MHA with a caller's of exactly the size the split
 // needs at an odd address (the kernel rounds it up), twice (the counters the first call leaves must be zeroed by the
 // second), and one byte short (refused, naming the size query).
 class GpuTailSplit : public ::testing::TestWithParam<int> {};  // head dim (128: on 192-key blocks)
@@ -831,7 +830,7 @@ TEST(GpuSmallGrid, Sm90D64CausalTopRows) {
 // (plan.h use_upward_kernel, traits.h kUpward): in most tiles warpgroup 0 sees none of the last
 // (diagonal) 80-key block and hands its K and V slots back unread after its drain, with an empty turn, so the ring's
 // phases run on across tiles with one warpgroup's arrivals out of step (Traits::kSkipDiag did the same at the first
-// block when the walk went down) -- small enough for the sanitizers (device-sm90.sh sanitize-f). 1000 rows bottom-right;
+// block when the walk went down) -- small enough for the sanitizers (scripts/device.sh sanitize). 1000 rows bottom-right;
 // 1000 top-left with 37 keys more (GQA); a right extension of 37 keys (window (-1, 37)) over 700 rows and 1900 keys; and
 // 1000 rows over 600 keys, whose first 400 rows see none (O = 0, LSE = -inf).
 TEST(GpuSmallGrid, Sm90D256CausalSkip) {

@@ -356,7 +356,7 @@ TEST(Sm90Instantiation, TwoRingChoice) {
   EXPECT_FALSE(use_two_rings(params(64, 16384, 128, 128, 64), 200000));
 }
 
-// The two-ring kernel's tail plan (plan.h ring_tail_plan) and tile order (RingOrder; fwd_kernel.cuh ring_tile): which
+// The two-ring kernel's tail plan (plan.h ring_tail_plan) and tile order (RingOrder; tile_scheduler.cuh ring_tile): which
 // launches take a plan, and that every order covers each 64-row group of each head exactly once, its 128-row tiles one
 // mask row block each, with a plan's whole tiles filling rounds of the grid exactly and no more small tiles than CTAs.
 TEST(Sm90TwoRingTail, PlanChoice) {

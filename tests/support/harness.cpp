@@ -279,7 +279,7 @@ int32_t run_cuda(Case& c, int32_t algorithm, int device, int32_t* algorithm_used
   if (algorithm_used) *algorithm_used = args.algorithm_used;
   // The outputs are copied back in stream order, right behind the call, so every test also checks that work queued
   // after the call on its stream sees the outputs complete (sm90's d64 dense runs two kernels, the second of which may
-  // start before the first has finished: shapes.h, Rows).
+  // start before the first has finished: sm90/fwd/plan.h, Launch::Pdl).
   cudaMemcpyAsync(c.o.bytes.data(), o.ptr, c.o.bytes.size(), cudaMemcpyDeviceToHost, stream);
   if (c.spec.want_lse) cudaMemcpyAsync(c.lse.bytes.data(), lse.ptr, c.lse.bytes.size(), cudaMemcpyDeviceToHost, stream);
   const cudaError_t e = cudaStreamSynchronize(stream);

@@ -8,6 +8,8 @@
 // softmax on the SFU the others' wgmmas keep the tensor cores busy. Within a warpgroup S_{j+1} and P_j V_j are issued in
 // one turn and the softmax of S_{j+1} runs while P_j V_j does. K_j is released when S_j is done, V_j when P_j V_j is.
 #pragma once
+#include <type_traits>
+
 #include "../../ptx/hopper.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "key_blocks.cuh"

@@ -66,7 +66,7 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------------------------------ */
 #define FLASH_VERSION_MAJOR 1
-#define FLASH_VERSION_MINOR 1
+#define FLASH_VERSION_MINOR 2
 #define FLASH_VERSION_PATCH 0
 #define FLASH_VERSION_NUMBER (FLASH_VERSION_MAJOR * 10000 + FLASH_VERSION_MINOR * 100 + FLASH_VERSION_PATCH)
 
@@ -74,7 +74,7 @@ FLASH_API uint32_t flash_version_number(void); /* MAJOR*10000 + MINOR*100 + PATC
 FLASH_API uint32_t flash_version_major(void);
 FLASH_API uint32_t flash_version_minor(void);
 FLASH_API uint32_t flash_version_patch(void);
-FLASH_API const char* flash_version_string(void); /* "1.1.0", static storage */
+FLASH_API const char* flash_version_string(void); /* "1.2.0", static storage */
 FLASH_API const char* flash_build_info(void);     /* compiler, CUDA version, GPU targets; static storage */
 
 /* ---- Status codes (int32_t, pinned, with gaps; a value is never reused) --------------------------- */
@@ -282,6 +282,96 @@ FLASH_API int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* b
 FLASH_API int32_t flash_bwd(flash_bwd_args* args);
 
 #define FLASH_STRUCT_BWD_ARGS 5 /* for flash_struct_size (since 1.1) */
+
+/* ---- KV-cache attention (inference decode and chunked prefill; since 1.2) ----------------------------- */
+/* Attention of seqlen_new new query tokens per sequence over a key/value cache, with the new tokens' K and V
+ * optionally appended to the cache in place first (FlashAttention-2's flash_attn_with_kvcache semantics).
+ *
+ * The cache is one of:
+ *   contiguous: k_cache, v_cache [batch_cache, max_len, heads_kv, head_dim]; sequence i lives in cache row
+ *               cache_batch_idx[i] (or row i when cache_batch_idx is NULL; then batch_cache >= batch);
+ *   paged:      k_cache, v_cache [num_pages, page_size, heads_kv, head_dim] (any page_size >= 1) and
+ *               block_table [batch, max_pages_per_seq] int32: key position t of sequence i is row
+ *               t % page_size of page block_table[i, t / page_size].
+ * For sequence i, with n_i = cache_seqlens[i] (keys in the cache before the call):
+ *   1. if k_new/v_new are given, their seqlen_new rows are written into the cache at positions
+ *      n_i .. n_i + seqlen_new - 1 (nothing else in the cache is written);
+ *   2. the queries attend to the first L_i = n_i + seqlen_new keys (n_i when no k_new is given).
+ * Causal and windows are bottom-right aligned per sequence: query row r (0-based among the new tokens) sits
+ * at position L_i - seqlen_new + r and sees key j iff j <= that position (causal) and the window allows it,
+ * exactly flash_fwd's rule with seqlen_k = L_i. A row that sees no key gets O = 0 and LSE = -inf.
+ * Index arrays (cache_seqlens, cache_batch_idx, block_table) live on q's device. Host-resident arrays are
+ * checked element by element before anything is written: every position appended or read must fit
+ * (n_i >= 0, L_i <= max_len or max_pages_per_seq * page_size), every page used must be in [0, num_pages),
+ * every cache_batch_idx in [0, batch_cache), and no sequence may append to a cache row another sequence of
+ * the call appends to or reads.
+ * num_splits > 1 splits each sequence's keys into that many chunks computed separately and merged with
+ * flash_combine's arithmetic (split-KV, for long caches and small batches); 0 lets the library choose.
+ * Devices: the cpu algorithm (fp32, fp16, bf16). CUDA tensors are validated and then refused with
+ * FLASH_ERROR_ALGORITHM_UNAVAILABLE: the GPU kernels are not built yet. */
+typedef struct flash_kvcache_args {
+  size_t struct_size;          /* = sizeof(flash_kvcache_args), set by flash_kvcache_args_init */
+  flash_tensor q;              /* [batch, seqlen_new, heads_q, head_dim]; seqlen_new >= 1 */
+  flash_tensor k_cache;        /* in/out (written when k_new is given): contiguous or paged, see above;
+                                  dtype of q, heads_q % heads_kv == 0 (GQA/MQA) */
+  flash_tensor v_cache;        /* in/out: shape of k_cache */
+  flash_tensor k_new;          /* optional (data == NULL: no append): [batch, seqlen_new, heads_kv, head_dim] */
+  flash_tensor v_new;          /* given iff k_new is: shape of k_new */
+  flash_tensor o;              /* out: shape of q, dtype of q */
+  flash_tensor lse;            /* out, optional: fp32 [batch, heads_q, seqlen_new], natural log, as flash_fwd's */
+  const int32_t* cache_seqlens;   /* required: [batch], keys in the cache before this call */
+  const int32_t* cache_batch_idx; /* optional (contiguous cache only): [batch], cache row of each sequence */
+  const int32_t* block_table;     /* optional: non-NULL selects the paged cache; [batch, max_pages_per_seq] */
+  int32_t max_pages_per_seq;      /* columns of block_table (paged cache) */
+  int64_t block_table_stride;     /* elements between rows of block_table; 0 (default) = max_pages_per_seq */
+  float softmax_scale;         /* 0 (default) means 1/sqrt(head_dim) */
+  int32_t causal;              /* 0 or 1, bottom-right aligned per sequence; the same as window_right = 0 */
+  int32_t window_left;         /* -1 = unbounded (default); as flash_fwd_args, bottom-right aligned */
+  int32_t window_right;        /* -1 = unbounded (default) */
+  int32_t num_splits;          /* splits of each sequence's keys: 0 (default) = choose, 1 = none, up to 256 */
+  int32_t algorithm;           /* FLASH_ALGO_AUTO (default) or FLASH_ALGO_CPU; others: ALGORITHM_UNAVAILABLE */
+  uint32_t flags;              /* none defined yet; must be 0 */
+  int32_t algorithm_used;      /* out: the algorithm that ran */
+  int32_t num_splits_used;     /* out: the splits the call used */
+  void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
+  void* workspace;             /* optional scratch on q's device (8-byte aligned); NULL = the library allocates */
+  size_t workspace_size;       /* bytes at workspace */
+} flash_kvcache_args;
+
+FLASH_API int32_t flash_kvcache_args_init_sized(flash_kvcache_args* args, size_t struct_size);
+#define flash_kvcache_args_init(args) flash_kvcache_args_init_sized((args), sizeof(*(args)))
+/* Bytes of workspace flash_fwd_kvcache would use for these arguments (after num_splits = 0 is resolved);
+ * 0 when none is needed. Reads the host-resident index arrays, as flash_fwd_kvcache does. */
+FLASH_API int32_t flash_fwd_kvcache_workspace_size(const flash_kvcache_args* args, size_t* bytes /* out */);
+/* Appends k_new/v_new (if given) and writes O (and LSE) for the arguments. */
+FLASH_API int32_t flash_fwd_kvcache(flash_kvcache_args* args);
+
+/* ---- Combining partial attention results (since 1.2) ------------------------------------------------- */
+/* Given num_parts results (O_p, LSE_p) of the same queries over disjoint sets of keys (LSE in the NATURAL
+ * log, as flash_fwd and flash_fwd_kvcache write it; FlashInfer's merge_state uses base 2: multiply its LSE
+ * by ln 2 first), writes the result over the union of the keys:
+ *   M = max_p LSE_p,  w_p = exp(LSE_p - M),  O = sum_p w_p O_p / sum_p w_p,  LSE = M + log(sum_p w_p).
+ * A part with LSE = -inf (it saw no key) contributes nothing; a row where every part is -inf gets O = 0 and
+ * LSE = -inf. Computed in double on the CPU, O rounded once to o's dtype.
+ * Devices: CPU. CUDA tensors are validated and then refused with FLASH_ERROR_ALGORITHM_UNAVAILABLE (the GPU
+ * kernel is not built yet). */
+typedef struct flash_combine_args {
+  size_t struct_size;          /* = sizeof(flash_combine_args), set by flash_combine_args_init */
+  int32_t num_parts;           /* >= 1 */
+  const flash_tensor* o_parts;   /* [num_parts] descriptors, each [batch, seqlen, heads, head_dim], one dtype
+                                    for all parts (fp32, fp16 or bf16; fp32 partials keep the most accuracy) */
+  const flash_tensor* lse_parts; /* [num_parts] descriptors, each fp32 [batch, heads, seqlen] */
+  flash_tensor o;              /* out: [batch, seqlen, heads, head_dim], any supported dtype */
+  flash_tensor lse;            /* out, optional (data == NULL: not written): fp32 [batch, heads, seqlen] */
+  void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
+} flash_combine_args;
+
+FLASH_API int32_t flash_combine_args_init_sized(flash_combine_args* args, size_t struct_size);
+#define flash_combine_args_init(args) flash_combine_args_init_sized((args), sizeof(*(args)))
+FLASH_API int32_t flash_combine(flash_combine_args* args);
+
+#define FLASH_STRUCT_KVCACHE_ARGS 6 /* for flash_struct_size (since 1.2) */
+#define FLASH_STRUCT_COMBINE_ARGS 7 /* for flash_struct_size (since 1.2) */
 
 #ifdef __cplusplus
 } /* extern "C" */

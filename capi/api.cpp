@@ -363,6 +363,8 @@ FLASH_API size_t flash_struct_size(int32_t which) {
     case FLASH_STRUCT_BLOCK_MASK: return sizeof(flash_block_mask);
     case FLASH_STRUCT_DEVICE_INFO: return sizeof(flash_device_info);
     case FLASH_STRUCT_BWD_ARGS: return sizeof(flash_bwd_args);
+    case FLASH_STRUCT_KVCACHE_ARGS: return sizeof(flash_kvcache_args);
+    case FLASH_STRUCT_COMBINE_ARGS: return sizeof(flash_combine_args);
     default: return 0;
   }
 }

@@ -69,6 +69,8 @@ TEST(Abi, StructSizesMatchTheHeader) {
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_FWD_ARGS), sizeof(flash_fwd_args));
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_BLOCK_MASK), sizeof(flash_block_mask));
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_DEVICE_INFO), sizeof(flash_device_info));
+  EXPECT_EQ(flash_struct_size(FLASH_STRUCT_KVCACHE_ARGS), sizeof(flash_kvcache_args));
+  EXPECT_EQ(flash_struct_size(FLASH_STRUCT_COMBINE_ARGS), sizeof(flash_combine_args));
   EXPECT_EQ(flash_struct_size(12345), 0u);
 }
 
@@ -166,4 +168,45 @@ TEST(Abi, NewerCallerStructIsRefused) {
   ASSERT_EQ(flash_fwd(&b.args), FLASH_OK) << flash_last_error_message();
   b.args.struct_size = sizeof(b);
   EXPECT_EQ(flash_fwd(&b.args), FLASH_ERROR_STRUCT_SIZE);
+}
+
+// KV-cache and combine arguments (since 1.2): defaults, the caller's bytes only, newer structs refused.
+TEST(Abi, KvcacheAndCombineInit) {
+  flash_kvcache_args a;
+  std::memset(&a, 0x5a, sizeof(a));
+  ASSERT_EQ(flash_kvcache_args_init(&a), FLASH_OK);
+  EXPECT_EQ(a.struct_size, sizeof(a));
+  EXPECT_EQ(a.k_new.data, nullptr);
+  EXPECT_EQ(a.lse.data, nullptr);
+  EXPECT_EQ(a.cache_seqlens, nullptr);
+  EXPECT_EQ(a.cache_batch_idx, nullptr);
+  EXPECT_EQ(a.block_table, nullptr);
+  EXPECT_EQ(a.block_table_stride, 0);
+  EXPECT_EQ(a.softmax_scale, 0.0f);
+  EXPECT_EQ(a.causal, 0);
+  EXPECT_EQ(a.window_left, -1);
+  EXPECT_EQ(a.window_right, -1);
+  EXPECT_EQ(a.num_splits, 0);
+  EXPECT_EQ(a.algorithm, FLASH_ALGO_AUTO);
+  EXPECT_EQ(a.flags, 0u);
+  EXPECT_EQ(a.workspace, nullptr);
+  flash_combine_args c;
+  std::memset(&c, 0x5a, sizeof(c));
+  ASSERT_EQ(flash_combine_args_init(&c), FLASH_OK);
+  EXPECT_EQ(c.struct_size, sizeof(c));
+  EXPECT_EQ(c.num_parts, 0);
+  EXPECT_EQ(c.o_parts, nullptr);
+  EXPECT_EQ(c.lse.data, nullptr);
+  struct Padded {
+    flash_kvcache_args args;
+    unsigned char guard[64];
+  } buf;
+  std::memset(&buf, 0xAB, sizeof(buf));
+  ASSERT_EQ(flash_kvcache_args_init_sized(&buf.args, sizeof(flash_kvcache_args)), FLASH_OK);
+  for (unsigned char g : buf.guard) ASSERT_EQ(g, 0xAB);
+  EXPECT_EQ(flash_kvcache_args_init_sized(&buf.args, 8), FLASH_ERROR_STRUCT_SIZE);
+  EXPECT_EQ(flash_kvcache_args_init_sized(&buf.args, sizeof(flash_kvcache_args) + 16), FLASH_ERROR_STRUCT_SIZE);
+  EXPECT_NE(std::string(flash_last_error_message()).find("newer flash.h"), std::string::npos);
+  EXPECT_EQ(flash_combine_args_init_sized(&c, sizeof(c) + 8), FLASH_ERROR_STRUCT_SIZE);
+  EXPECT_EQ(flash_combine_args_init_sized(nullptr, sizeof(c)), FLASH_ERROR_NULL_POINTER);
 }

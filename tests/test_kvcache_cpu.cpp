@@ -552,8 +552,9 @@ TEST(Combine, AgainstOneShotReference) {
         for (int64_t h = 0; h < c.H; ++h) {
           const double lref = c.full_exact.lse[(b * c.H + h) * c.S + i];
           const double lgot = c.lse.get((b * c.H + h) * c.S + i);
-          if (lref == -inf) EXPECT_EQ(lgot, -inf);
-          else {
+          if (lref == -inf) {
+            EXPECT_EQ(lgot, -inf);
+          } else {
             ASSERT_FALSE(std::isnan(lgot));
             lse_err = std::max(lse_err, std::fabs(lgot - lref));
             lse_naive = std::max(lse_naive, std::fabs(c.full_naive.lse[(b * c.H + h) * c.S + i] - lref));
@@ -562,7 +563,9 @@ TEST(Combine, AgainstOneShotReference) {
             const int64_t x = ((b * c.S + i) * c.H + h) * c.D + e;
             const double got = c.o.get(x);
             ASSERT_FALSE(std::isnan(got)) << "O[" << x << "] is NaN";
-            if (lref == -inf) ASSERT_EQ(got, 0.0);
+            if (lref == -inf) {
+              ASSERT_EQ(got, 0.0);
+            }
             err = std::max(err, std::fabs(got - c.full_exact.o[x]));
             naive = std::max(naive, std::fabs(c.full_naive.o[x] - c.full_exact.o[x]));
             max_ref = std::max(max_ref, std::fabs(c.full_exact.o[x]));
@@ -745,10 +748,11 @@ TEST(KvcacheValidation, TensorsAndOptions) {
 // pointers are never dereferenced, so fake ones do.
 TEST(KvcacheValidation, CudaTensorsRefusedForNow) {
   BadCase b;
-  for (flash_tensor* t : {&b.a.q, &b.a.k_cache, &b.a.v_cache, &b.a.k_new, &b.a.v_new, &b.a.o, &b.a.lse}) {
+  for (flash_tensor* t : {&b.a.q, &b.a.k_cache, &b.a.v_cache, &b.a.k_new, &b.a.v_new, &b.a.o}) {
     t->device_type = FLASH_DEVICE_CUDA;
     t->dtype = FLASH_DTYPE_BF16;
   }
+  b.a.lse.device_type = FLASH_DEVICE_CUDA;
   b.expect(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "no GPU kernel yet");
   b.a.q.device_id = 1;
   b.expect(FLASH_ERROR_DEVICE_MISMATCH, "q is on cuda:1");

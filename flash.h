@@ -322,8 +322,8 @@ typedef struct flash_kvcache_args {
   const int32_t* cache_seqlens;   /* required: [batch], keys in the cache before this call */
   const int32_t* cache_batch_idx; /* optional (contiguous cache only): [batch], cache row of each sequence */
   const int32_t* block_table;     /* optional: non-NULL selects the paged cache; [batch, max_pages_per_seq] */
-  int32_t max_pages_per_seq;      /* columns of block_table (paged cache) */
   int64_t block_table_stride;     /* elements between rows of block_table; 0 (default) = max_pages_per_seq */
+  int32_t max_pages_per_seq;      /* columns of block_table (paged cache) */
   float softmax_scale;         /* 0 (default) means 1/sqrt(head_dim) */
   int32_t causal;              /* 0 or 1, bottom-right aligned per sequence; the same as window_right = 0 */
   int32_t window_left;         /* -1 = unbounded (default); as flash_fwd_args, bottom-right aligned */

@@ -330,8 +330,7 @@ std::string float_text(float x) {
 
 template <class Args>
 int32_t check_options(const Args& a) {
-  if (!std::isfinite(a.softmax_scale))
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is ", float_text(a.softmax_scale), ", not finite");
+  if (!std::isfinite(a.softmax_scale)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is not finite");
   if (std::fabs(a.softmax_scale) > kMaxSoftmaxScale)
     return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is ", float_text(a.softmax_scale),
                 " but |softmax_scale| must be at most 65536 (2^16)");

@@ -161,31 +161,35 @@ int64_t span_bytes(const int64_t* shape, const int64_t* strides, int ndim, int64
 }
 
 // Lays out a [d0, d1, d2, d3] tensor (d3 contiguous) with the outer dims in one of several memory orders
-// and gaps, places it in the arena and fills it (values in [-mag, mag], rounded to the dtype) or leaves
-// the canary there (outputs).
-flash_tensor make_tensor(Arena& a, FuzzedDataProvider& in, uint64_t& rng, const int64_t* shape, int ndim,
-                         int32_t dtype, bool fill, double mag) {
+// and gaps: the descriptor without its data, and in *gap the bytes to leave before it.
+flash_tensor plan_tensor(FuzzedDataProvider& in, const int64_t* shape, int ndim, int32_t dtype, size_t* gap) {
   flash_tensor t;
   std::memset(&t, 0, sizeof t);
   t.dtype = dtype, t.device_type = FLASH_DEVICE_CPU, t.device_id = 0, t.ndim = ndim;
   for (int i = 0; i < ndim; ++i) t.shape[i] = shape[i];
   // Memory order of the outer dims (innermost last): identity, or the [b, h, s, d] transpose of PyTorch.
   int order[4] = {0, 1, 2, 3};
-  if (ndim == 4 && in.ConsumeBool()) std::swap(order[1], order[2]);
-  if (ndim == 3 && in.ConsumeBool()) std::swap(order[1], order[2]);
+  if (in.ConsumeBool()) std::swap(order[1], order[2]);
   int64_t stride = 1;
   for (int k = ndim - 1; k >= 0; --k) {
     const int d = order[k];
     t.strides[d] = stride;
     stride = stride * shape[d] + (k < ndim - 1 ? in.ConsumeIntegralInRange<int64_t>(0, 3) * (in.ConsumeBool() ? 8 : 1) : 0);
   }
-  const int64_t bytes = span_bytes(t.shape, t.strides, ndim, esize(dtype));
-  uint8_t* p = a.place(static_cast<size_t>(bytes), esize(dtype), in.ConsumeIntegralInRange<size_t>(0, 48));
+  *gap = in.ConsumeIntegralInRange<size_t>(0, 48);
+  return t;
+}
+
+// Places a planned tensor in the arena and fills it (values in [-mag, mag], rounded to the dtype) or leaves
+// the canary there (outputs). False if it does not fit.
+bool place_tensor(Arena& a, flash_tensor& t, size_t gap, bool fill, uint64_t& rng, double mag) {
+  const int64_t bytes = span_bytes(t.shape, t.strides, t.ndim, esize(t.dtype));
+  uint8_t* p = a.place(static_cast<size_t>(bytes), esize(t.dtype), gap);
   t.data = p;
   if (p != nullptr && fill)
-    for (int64_t off : element_offsets(t, ndim))
-      store(p + off * esize(dtype), dtype, mag * (static_cast<double>(splitmix(rng) >> 11) * 0x1p-53 * 2 - 1));
-  return t;
+    for (int64_t off : element_offsets(t, t.ndim))
+      store(p + off * esize(t.dtype), t.dtype, mag * (static_cast<double>(splitmix(rng) >> 11) * 0x1p-53 * 2 - 1));
+  return p != nullptr;
 }
 
 // ---- the call ---------------------------------------------------------------------------------------------------
@@ -512,14 +516,29 @@ uint8_t* lse_ptr(const flash_tensor& t, int64_t b, int64_t h, int64_t i) {
   return static_cast<uint8_t*>(t.data) + (b * t.strides[0] + h * t.strides[1] + i * t.strides[2]) * 4;
 }
 
+// A [b, s, h, d] tensor decoded once into doubles, packed.
+struct Dense {
+  int64_t s, h, d;
+  std::vector<double> x;
+  Dense(const flash_tensor& t) : s(t.shape[1]), h(t.shape[2]), d(t.shape[3]), x(t.shape[0] * s * h * d) {
+    for (int64_t a = 0; a < t.shape[0]; ++a)
+      for (int64_t i = 0; i < s; ++i)
+        for (int64_t c = 0; c < h; ++c)
+          for (int64_t e = 0; e < d; ++e) x[((a * s + i) * h + c) * d + e] = at(t, a, i, c, e);
+  }
+  const double* row(int64_t a, int64_t i, int64_t c) const { return &x[((a * s + i) * h + c) * d]; }
+};
+
 // Scores row (scaled, -inf where masked) and its max |score|.
-void scores(const Problem& p, const flash_tensor& q, const flash_tensor& k, int64_t b, int64_t h, int64_t i,
+void scores(const Problem& p, const Dense& q, const Dense& k, int64_t b, int64_t h, int64_t i,
             std::vector<double>& s, double* smax_abs) {
   const int64_t hk = h / (p.hq / p.hkv);
+  const double* qr = q.row(b, i, h);
   for (int64_t j = 0; j < p.sk; ++j) {
     if (!visible(p, b, h, i, j)) { s[j] = -INFINITY; continue; }
+    const double* kr = k.row(b, j, hk);
     double dot = 0;
-    for (int64_t e = 0; e < p.d; ++e) dot += at(q, b, i, h, e) * at(k, b, j, hk, e);
+    for (int64_t e = 0; e < p.d; ++e) dot += qr[e] * kr[e];
     s[j] = dot * p.scale;
     *smax_abs = std::max(*smax_abs, std::fabs(s[j]));
   }
@@ -530,7 +549,8 @@ struct Ref {
   double smax = 0;
 };
 
-Ref forward_ref(const Problem& p, const flash_tensor& q, const flash_tensor& k, const flash_tensor& v) {
+Ref forward_ref(const Problem& p, const flash_tensor& qt, const flash_tensor& kt, const flash_tensor& vt) {
+  const Dense q(qt), k(kt), v(vt);
   Ref r;
   r.o.assign(p.b * p.sq * p.hq * p.d, 0.0);
   r.lse.assign(p.b * p.hq * p.sq, -INFINITY);
@@ -548,7 +568,7 @@ Ref forward_ref(const Problem& p, const flash_tensor& q, const flash_tensor& k, 
         const int64_t hk = h / (p.hq / p.hkv);
         for (int64_t j = 0; j < p.sk; ++j)
           if (s[j] != 0.0)
-            for (int64_t e = 0; e < p.d; ++e) r.o[((b * p.sq + i) * p.hq + h) * p.d + e] += s[j] / sum * at(v, b, j, hk, e);
+            for (int64_t e = 0; e < p.d; ++e) r.o[((b * p.sq + i) * p.hq + h) * p.d + e] += s[j] / sum * v.row(b, j, hk)[e];
       }
   return r;
 }
@@ -616,6 +636,7 @@ void fill_forward_outputs(const Call& c, const Problem& p) {
 void check_backward(const Call& c, const Problem& p) {
   const flash_tensor &q = c.q(), &k = c.k(), &v = c.v(), &o = *c.find("o")->t, &d_o = *c.find("d_o")->t,
                      &lse = *c.find("lse")->t, &dq = *c.find("dq")->t, &dk = *c.find("dk")->t, &dv = *c.find("dv")->t;
+  const Dense Q(q), K(k), V(v), O(o), DO(d_o);
   const int64_t ratio = p.hq / p.hkv;
   std::vector<double> gq(p.b * p.sq * p.hq * p.d, 0.0), gk(p.b * p.sk * p.hkv * p.d, 0.0), gv(gk.size(), 0.0);
   std::vector<double> s(p.sk);
@@ -624,23 +645,25 @@ void check_backward(const Call& c, const Problem& p) {
     for (int64_t h = 0; h < p.hq; ++h) {
       const int64_t hk = h / ratio;
       for (int64_t i = 0; i < p.sq; ++i) {
-        scores(p, q, k, b, h, i, s, &smax);
+        scores(p, Q, K, b, h, i, s, &smax);
         float l;
         std::memcpy(&l, lse_ptr(lse, b, h, i), 4);
         if (std::isinf(l)) continue;
         lmax = std::max(lmax, std::fabs(static_cast<double>(l)));
+        const double *dor = DO.row(b, i, h), *orow = O.row(b, i, h), *qr = Q.row(b, i, h);
         double D = 0;
-        for (int64_t e = 0; e < p.d; ++e) D += at(d_o, b, i, h, e) * at(o, b, i, h, e);
+        for (int64_t e = 0; e < p.d; ++e) D += dor[e] * orow[e];
         for (int64_t j = 0; j < p.sk; ++j) {
           if (s[j] == -INFINITY) continue;
           const double P = std::exp(s[j] - l);
+          const double *vr = V.row(b, j, hk), *kr = K.row(b, j, hk);
           double dP = 0;
-          for (int64_t e = 0; e < p.d; ++e) dP += at(d_o, b, i, h, e) * at(v, b, j, hk, e);
+          for (int64_t e = 0; e < p.d; ++e) dP += dor[e] * vr[e];
           const double dS = P * (dP - D);
           for (int64_t e = 0; e < p.d; ++e) {
-            gq[((b * p.sq + i) * p.hq + h) * p.d + e] += p.scale * dS * at(k, b, j, hk, e);
-            gk[((b * p.sk + j) * p.hkv + hk) * p.d + e] += p.scale * dS * at(q, b, i, h, e);
-            gv[((b * p.sk + j) * p.hkv + hk) * p.d + e] += P * at(d_o, b, i, h, e);
+            gq[((b * p.sq + i) * p.hq + h) * p.d + e] += p.scale * dS * kr[e];
+            gk[((b * p.sk + j) * p.hkv + hk) * p.d + e] += p.scale * dS * qr[e];
+            gv[((b * p.sk + j) * p.hkv + hk) * p.d + e] += P * dor[e];
           }
         }
       }
@@ -792,23 +815,52 @@ int run(const uint8_t* data, size_t size) {
   const bool bwd = op == BWD || op == BWD_QUERY;
   const int32_t dtype = in.ConsumeIntegralInRange(1, 3);
   // Mostly tiny problems; sometimes past one 64-row block so that block masks have several blocks.
-  const bool big = in.ConsumeIntegralInRange(0, 7) == 0;
-  const int64_t batch = in.ConsumeIntegralInRange(1, 2);
+  const bool big = in.ConsumeIntegralInRange(0, 31) == 0;
+  const int64_t batch = big ? 1 : in.ConsumeIntegralInRange(1, 2);
   const int64_t sq = big ? in.ConsumeIntegralInRange(60, 140) : in.ConsumeIntegralInRange(1, 9);
   const int64_t sk = big ? in.ConsumeIntegralInRange(60, 140) : in.ConsumeIntegralInRange(1, 9);
-  const int64_t hkv = in.ConsumeIntegralInRange(1, 2), hq = hkv * in.ConsumeIntegralInRange(1, 3);
+  const int64_t hkv = in.ConsumeIntegralInRange(1, 2), hq = hkv * (big ? 1 : in.ConsumeIntegralInRange(1, 3));
   const int64_t d = big ? 8 : 8 * in.ConsumeIntegralInRange(1, 4);
   const double mag = in.ConsumeBool() ? 1.0 : 4.0;
   uint64_t rng = in.ConsumeIntegral<uint64_t>();
 
-  const int64_t qs = batch * sq * hq * d, ks = batch * sk * hkv * d;
-  const size_t need = static_cast<size_t>((3 * qs + 3 * ks) * 4 * 4 + 4 * batch * hq * sq * 4 * 2 + 8192 + (1 << 16));
-  Arena a(need);
+  // Plan every array, then size the arena to hold them (with their gaps), the structs, the mask's arrays and
+  // a workspace (the naive path's S and P rows, the CPU backward's dQ accumulator and D).
+  const int64_t qshape[4] = {batch, sq, hq, d}, kshape[4] = {batch, sk, hkv, d}, lshape[3] = {batch, hq, sq};
+  struct Role {
+    const char* name;
+    int like;
+    bool input;
+  };
+  static const Role fwd_roles[] = {{"q", 0, true}, {"k", 1, true}, {"v", 1, true}, {"o", 0, false}, {"lse", 2, false}};
+  static const Role bwd_roles[] = {{"q", 0, true},   {"k", 1, true},   {"v", 1, true},  {"o", 0, true},  {"d_o", 0, true},
+                                   {"lse", 2, true}, {"dq", 0, false}, {"dk", 1, false}, {"dv", 1, false}};
+  const Role* roles = bwd ? bwd_roles : fwd_roles;
+  const size_t n_roles = bwd ? 9 : 5;
+  std::vector<flash_tensor> plans(n_roles);
+  std::vector<size_t> gaps(n_roles);
+  size_t total = 2 * sizeof(flash_bwd_args) + sizeof(flash_block_mask) + 64;
+  for (size_t i = 0; i < n_roles; ++i) {
+    const int ndim = roles[i].like == 2 ? 3 : 4;
+    plans[i] = plan_tensor(in, roles[i].like == 0 ? qshape : roles[i].like == 1 ? kshape : lshape, ndim,
+                           roles[i].like == 2 ? FLASH_DTYPE_FP32 : dtype, &gaps[i]);
+    total += static_cast<size_t>(span_bytes(plans[i].shape, plans[i].strides, ndim, esize(plans[i].dtype))) + gaps[i] + 8;
+  }
+  const bool want_mask = in.ConsumeIntegralInRange(0, 2) == 0;
+  const int32_t bm = in.ConsumeBool() ? 64 : 128, bn = in.ConsumeBool() ? 64 : 128;
+  const int64_t nqb = cdiv(sq, bm), nkb = cdiv(sk, bn);
+  // Mask arrays sized for the largest entry a mutation writes (2 batches x 4 heads x 2 x 3) at least.
+  const int64_t mb = std::max<int64_t>(batch, 2), mh = std::max<int64_t>(hq, 4), mq = std::max<int64_t>(nqb, 2),
+                mk = std::max<int64_t>(nkb, 3);
+  if (want_mask) total += static_cast<size_t>(mb * mh * mq * (1 + mk) * 4) + 2 * 32 + 16;
+  const bool want_ws = in.ConsumeIntegralInRange(0, 3) == 0;
+  if (want_ws) total += static_cast<size_t>(4 * (batch * hq * sq * (d + 2) + 4 * sq * sk + 1024)) + 64 + 64 + 16;
+
+  Arena a(total);
   Call c;
   c.op = op;
   c.args_size = bwd ? sizeof(flash_bwd_args) : sizeof(flash_fwd_args);
   c.args = a.place(c.args_size, 8, 0);
-  const int64_t qshape[4] = {batch, sq, hq, d}, kshape[4] = {batch, sk, hkv, d}, lshape[3] = {batch, hq, sq};
   if (bwd) {
     auto* x = static_cast<flash_bwd_args*>(c.args);
     flash_bwd_args_init(x);
@@ -823,11 +875,11 @@ int run(const uint8_t* data, size_t size) {
     c.tensors = {{"q", &x->q, 4, 0, true}, {"k", &x->k, 4, 1, true}, {"v", &x->v, 4, 1, true},
                  {"o", &x->o, 4, 0, false}, {"lse", &x->lse, 3, 2, false}};
   }
-  for (const Call::T& x : c.tensors) {
+  for (size_t i = 0; i < n_roles; ++i) {
+    const Call::T& x = c.tensors[i];
     const bool filled = x.input && strcmp(x.name, "o") && strcmp(x.name, "lse");
-    *x.t = make_tensor(a, in, rng, x.like == 0 ? qshape : x.like == 1 ? kshape : lshape, x.ndim,
-                       x.like == 2 ? FLASH_DTYPE_FP32 : dtype, filled, mag);
-    if (x.t->data == nullptr) return 0;
+    *x.t = plans[i];
+    if (!place_tensor(a, *x.t, gaps[i], filled, rng, mag)) violation("fuzzer bug", "arena too small for the tensors");
   }
   if (!bwd && in.ConsumeBool()) c.find("lse")->t->data = nullptr;  // the optional LSE not wanted
 
@@ -847,18 +899,15 @@ int run(const uint8_t* data, size_t size) {
     case 2: *c.softmax_scale = in.ConsumeBool() ? 65536.0f : -65536.0f; break;
     case 3: *c.softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-300.0, 300.0)); break;
   }
-  // Block mask: arrays sized for the largest mutation index (2 batches x 4 heads x 2 x 3) at least.
-  if (in.ConsumeIntegralInRange(0, 2) == 0) {
-    flash_block_mask* m = static_cast<flash_block_mask*>(a.place(sizeof(flash_block_mask), 8, 0));
+  if (want_mask) {
+    flash_block_mask* m = reinterpret_cast<flash_block_mask*>(a.place(sizeof(flash_block_mask), 8, 0));
     flash_block_mask_init(m);
-    m->block_m = in.ConsumeBool() ? 64 : 128, m->block_n = in.ConsumeBool() ? 64 : 128;
-    const int64_t nqb = cdiv(sq, m->block_m), nkb = cdiv(sk, m->block_n);
+    m->block_m = bm, m->block_n = bn;
     m->num_q_blocks = static_cast<int32_t>(nqb), m->max_kv_blocks = static_cast<int32_t>(nkb);
     const bool bcast_b = in.ConsumeBool(), bcast_h = in.ConsumeBool();
-    const int64_t mb = std::max<int64_t>(batch, 2), mh = std::max<int64_t>(hq, 4), mq = std::max<int64_t>(nqb, 2), mk = std::max<int64_t>(nkb, 3);
     int32_t* num = reinterpret_cast<int32_t*>(a.place(mb * mh * mq * 4, 4, in.ConsumeIntegralInRange<size_t>(0, 32)));
     int32_t* idx = reinterpret_cast<int32_t*>(a.place(mb * mh * mq * mk * 4, 4, in.ConsumeIntegralInRange<size_t>(0, 32)));
-    if (!m || !num || !idx) return 0;
+    if (!m || !num || !idx) violation("fuzzer bug", "arena too small for the mask");
     m->kv_num_blocks_strides[0] = bcast_b ? 0 : mh * mq, m->kv_num_blocks_strides[1] = bcast_h ? 0 : mq, m->kv_num_blocks_strides[2] = 1;
     m->kv_indices_strides[0] = bcast_b ? 0 : mh * mq * mk, m->kv_indices_strides[1] = bcast_h ? 0 : mq * mk;
     m->kv_indices_strides[2] = mk, m->kv_indices_strides[3] = 1;
@@ -875,7 +924,7 @@ int run(const uint8_t* data, size_t size) {
     *c.block_mask = m;
   }
   // Workspace: sometimes the caller's own (sized by the query), in the arena.
-  if (in.ConsumeIntegralInRange(0, 3) == 0) {
+  if (want_ws) {
     size_t ws = 0;
     const int32_t s = bwd ? flash_bwd_workspace_size(static_cast<flash_bwd_args*>(c.args), &ws)
                           : flash_fwd_workspace_size(static_cast<flash_fwd_args*>(c.args), &ws);
@@ -904,7 +953,7 @@ int run(const uint8_t* data, size_t size) {
   }
   const bool valid = rules.v == VALID;
   // A workspace smaller than what the query says is a documented error too (the query is the rule's source).
-  if (valid && *c.workspace != nullptr) {
+  if (valid && *c.workspace != nullptr && (op == FWD || op == BWD)) {  // a size query ignores the workspace
     size_t ws = 0;
     std::vector<uint8_t> copy(static_cast<uint8_t*>(c.args), static_cast<uint8_t*>(c.args) + c.args_size);
     const int32_t s = bwd ? flash_bwd_workspace_size(reinterpret_cast<flash_bwd_args*>(copy.data()), &ws)

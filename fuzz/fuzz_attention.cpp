@@ -736,6 +736,27 @@ void check_backward(const Call& c, const Problem& p, const Expected& x) {
         }
 }
 
+// Whether the reference comparison applies: the inputs hold the generator's values (finite, |x| <= 64) -- not
+// another array's bytes, which a mutation may point an input at (NaN or 1e38 from canary bytes make "the right
+// answer" a matter of fp32 overflow) -- and no two inputs share memory (the backward's o and lse, written here
+// from the forward of q, k, v, would change an input that overlaps them).
+bool comparable(const Call& c) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  for (const Call::T& x : c.tensors) {
+    if (!x.input || x.t->data == nullptr) continue;
+    const bool written_here = c.backward() && (!strcmp(x.name, "o") || !strcmp(x.name, "lse"));
+    if (!written_here)
+      for (int64_t off : element_offsets(*x.t, x.ndim))
+        if (!(std::fabs(load(static_cast<const uint8_t*>(x.t->data) + off * esize(x.t->dtype), x.t->dtype)) <= 64.0)) return false;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(x.t->data);
+    const uintptr_t hi = lo + static_cast<uintptr_t>(span_bytes(x.t->shape, x.t->strides, x.ndim, esize(x.t->dtype)));
+    for (const auto& [l, h] : ranges)
+      if (lo < h && l < hi) return false;
+    ranges.push_back({lo, hi});
+  }
+  return true;
+}
+
 std::string describe(const Call& c) {
   static const char* ops[] = {"flash_fwd", "flash_bwd", "flash_fwd_workspace_size", "flash_bwd_workspace_size"};
   std::string s = ops[c.op];
@@ -1040,10 +1061,11 @@ int run(const uint8_t* data, size_t size) {
   }
   Problem prob{};
   Expected expected;
+  const bool compare_results = rules.v == VALID && comparable(c);
   if (rules.v == VALID) {
     prob = problem_of(c);
-    if (bwd) fill_forward_outputs(c, prob);
-    expected = bwd ? expect_backward(c, prob) : expect_forward(c, prob);
+    if (bwd && compare_results) fill_forward_outputs(c, prob);
+    if (compare_results) expected = bwd ? expect_backward(c, prob) : expect_forward(c, prob);
   }
 
   g_call = describe(c);
@@ -1092,9 +1114,11 @@ int run(const uint8_t* data, size_t size) {
     ++g_counts.valid_ok;
     if (*c.algorithm_used != FLASH_ALGO_CPU && *c.algorithm_used != FLASH_ALGO_NAIVE)
       violation("algorithm_used", std::to_string(*c.algorithm_used));
-    if (bwd) check_backward(c, prob, expected);
-    else check_forward(c, prob, expected);
-    ++g_counts.compared;
+    if (compare_results) {
+      if (bwd) check_backward(c, prob, expected);
+      else check_forward(c, prob, expected);
+      ++g_counts.compared;
+    }
   }
   return 0;
 }

@@ -149,7 +149,7 @@ FLASH_API int32_t flash_algorithm_from_name(const char* name); /* FLASH_ALGO_*, 
  * Strides are in ELEMENTS (not bytes), may be any non-negative value, but the last dimension of
  * Q, K, V and O must be contiguous (stride 1). Unused trailing shape/stride entries are ignored. */
 typedef struct flash_tensor {
-  void* data;          /* host pointer (device_type CPU) or device pointer (CUDA) */
+  void* data;          /* host pointer (device_type CPU) or device pointer (CUDA), aligned to the dtype's size */
   int32_t dtype;       /* FLASH_DTYPE_* */
   int32_t device_type; /* FLASH_DEVICE_* */
   int32_t device_id;   /* CUDA ordinal; 0 for the CPU (any other id on the CPU is refused) */
@@ -166,8 +166,8 @@ FLASH_API flash_tensor flash_tensor_contiguous(void* data, int32_t dtype, int32_
 /* ---- Block-sparse mask (compact form, as FlexAttention's BlockMask) --------------------------------- */
 /* For query block qb (rows [qb*block_m, (qb+1)*block_m)) of batch b and head h, the key blocks kept are
  *   kv_indices[b, h, qb, 0 .. kv_num_blocks[b, h, qb] - 1]   (key rows [kb*block_n, (kb+1)*block_n)).
- * Arrays are int32, live on the same device as Q, and are indexed with the element strides below; a
- * stride of 0 broadcasts over batch or heads. Indices need not be sorted but must not repeat. */
+ * Arrays are int32 (4-byte aligned), live on the same device as Q, and are indexed with the element strides
+ * below; a stride of 0 broadcasts over batch or heads. Indices need not be sorted but must not repeat. */
 typedef struct flash_block_mask {
   size_t struct_size;
   int32_t block_m;             /* query rows per block: 64 or 128 */

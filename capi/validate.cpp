@@ -13,6 +13,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "../libflash/error.h"
@@ -55,6 +56,11 @@ int32_t check_tensor(const flash_tensor& t, const char* name, int ndim, bool con
   if (t.data == nullptr) return fail(FLASH_ERROR_NULL_POINTER, name, ".data is NULL");
   if (t.ndim != ndim) return fail(FLASH_ERROR_BAD_SHAPE, name, ".ndim is ", t.ndim, " but must be ", ndim);
   if (!valid_dtype(t.dtype)) return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, name, ".dtype is ", t.dtype, ", not a FLASH_DTYPE_* value");
+  // Every backend loads elements as their type (vector loads on the GPU): a pointer between elements is a caller's
+  // bug (a byte offset taken for an element offset), undefined behaviour on the CPU and a fault on the GPU.
+  if (const uintptr_t a = reinterpret_cast<uintptr_t>(t.data); a % (t.dtype == FLASH_DTYPE_FP32 ? 4 : 2) != 0)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".data is not aligned to its ", dtype_name(t.dtype), " elements (",
+                t.dtype == FLASH_DTYPE_FP32 ? 4 : 2, " bytes)");
   if (t.device_type != FLASH_DEVICE_CPU && t.device_type != FLASH_DEVICE_CUDA)
     return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_type is ", t.device_type, ", not a FLASH_DEVICE_* value");
   if (t.device_id < 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_id is ", t.device_id, " but must be >= 0");
@@ -198,6 +204,9 @@ int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64
                 kv_blocks, "]");
   if (m.kv_num_blocks == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "block_mask->kv_num_blocks is NULL");
   if (m.kv_indices == nullptr && m.max_kv_blocks > 0) return fail(FLASH_ERROR_NULL_POINTER, "block_mask->kv_indices is NULL");
+  for (const auto& [ptr, what] : {std::pair<const int32_t*, const char*>{m.kv_num_blocks, "kv_num_blocks"}, {m.kv_indices, "kv_indices"}})
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
+      return fail(FLASH_ERROR_BAD_MASK, "block_mask->", what, " is not aligned to its int32 elements (4 bytes)");
   for (int i = 0; i < 3; ++i)
     if (m.kv_num_blocks_strides[i] < 0)
       return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_num_blocks_strides[", i, "] is negative");

@@ -254,6 +254,7 @@ bool tensor_fields_ok(const flash_tensor& t, int ndim, std::string* why) {
   if (t.data == nullptr) return *why = "data NULL", false;
   if (t.ndim != ndim) return *why = "ndim", false;
   if (t.dtype != FLASH_DTYPE_FP32 && t.dtype != FLASH_DTYPE_FP16 && t.dtype != FLASH_DTYPE_BF16) return *why = "dtype", false;
+  if (reinterpret_cast<uintptr_t>(t.data) % esize(t.dtype)) return *why = "data not aligned to its elements", false;
   if (t.device_type != FLASH_DEVICE_CPU) return *why = "device_type (no GPU here)", false;
   if (t.device_id != 0) return *why = "CPU device_id != 0", false;
   for (int i = 0; i < ndim; ++i) {
@@ -379,6 +380,7 @@ Rules judge(const Call& c, const Arena& a, MaskView* mv, bool* skip) {
     if ((m->block_m != 64 && m->block_m != 128) || (m->block_n != 64 && m->block_n != 128)) bad("block size");
     if (m->kv_num_blocks == nullptr) bad("kv_num_blocks NULL");
     if (m->kv_indices == nullptr && m->max_kv_blocks > 0) bad("kv_indices NULL");
+    if (reinterpret_cast<uintptr_t>(m->kv_num_blocks) % 4 || reinterpret_cast<uintptr_t>(m->kv_indices) % 4) bad("array not aligned");
     for (int i = 0; i < 3; ++i)
       if (m->kv_num_blocks_strides[i] < 0) bad("negative stride");
     for (int i = 0; i < 4; ++i)

@@ -231,6 +231,21 @@ TEST(Reliability, SoftmaxScaleAtTheLimitIsFinite) {
     }
 }
 
+// A pointer between elements (a byte offset taken for an element offset) is refused: found by the fuzzer, an fp32
+// tensor 2 bytes off its alignment ran (undefined behaviour on the CPU; the GPU's vector loads would fault).
+TEST(Reliability, MisalignedDataRefused) {
+  Arena a;
+  a.fwd.v.data = reinterpret_cast<char*>(a.fwd.v.data) + 2;
+  expect_refused(a, &a.fwd, fwd, FLASH_ERROR_INVALID_ARGUMENT, "v.data is not aligned to its fp32 elements (4 bytes)");
+  Arena b;
+  b.forward();
+  b.bwd.dk.data = reinterpret_cast<char*>(b.bwd.dk.data) + 1;
+  expect_refused(b, &b.bwd, bwd, FLASH_ERROR_INVALID_ARGUMENT, "dk.data is not aligned");
+  Arena c;
+  c.mask.kv_indices = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(c.mask.kv_indices) + 2);
+  expect_refused(c, &c.fwd, fwd, FLASH_ERROR_BAD_MASK, "block_mask->kv_indices is not aligned to its int32 elements");
+}
+
 // A zero-filled struct with only struct_size set (no init call): refused, not run as window (0, 0).
 TEST(Reliability, UninitialisedArgsRefused) {
   Arena a;

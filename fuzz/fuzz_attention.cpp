@@ -743,10 +743,13 @@ void check_backward(const Call& c, const Problem& p, const Expected& x) {
 
 // Whether the reference comparison applies: the inputs hold the generator's values (finite, |x| <= 64) -- not
 // another array's bytes, which a mutation may point an input at (NaN or 1e38 from canary bytes make "the right
-// answer" a matter of fp32 overflow) -- and no two inputs share memory (the backward's o and lse, written here
-// from the forward of q, k, v, would change an input that overlaps them).
-bool comparable(const Call& c) {
+// answer" a matter of fp32 overflow) -- and no two inputs (block-mask arrays included) share memory (the
+// backward's o and lse, written here from the forward of q, k, v, would change an input that overlaps them).
+bool comparable(const Call& c, const MaskView& mv) {
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  // The mask's arrays too: the backward's o and lse are written here, and must not change them.
+  for (const Footprint* f : {&mv.num, &mv.idx})
+    if (mv.readable && f->base) ranges.push_back({reinterpret_cast<uintptr_t>(f->base), reinterpret_cast<uintptr_t>(f->base) + f->span});
   for (const Call::T& x : c.tensors) {
     if (!x.input || x.t->data == nullptr) continue;
     const bool written_here = c.backward() && (!strcmp(x.name, "o") || !strcmp(x.name, "lse"));
@@ -1066,7 +1069,7 @@ int run(const uint8_t* data, size_t size) {
   }
   Problem prob{};
   Expected expected;
-  const bool compare_results = rules.v == VALID && comparable(c);
+  const bool compare_results = rules.v == VALID && (op == FWD || op == BWD) && comparable(c, mv);
   if (rules.v == VALID) {
     prob = problem_of(c);
     if (bwd && compare_results) fill_forward_outputs(c, prob);

@@ -592,6 +592,9 @@ Ref forward_ref(const Problem& p, const flash_tensor& qt, const flash_tensor& kt
 }
 
 double eps_of(int32_t dtype) { return dtype == FLASH_DTYPE_BF16 ? 0x1p-8 : dtype == FLASH_DTYPE_FP16 ? 0x1p-11 : 0x1p-24; }
+// The spacing of the dtype's subnormals: an output below the normal range is rounded to this absolute grid (a tiny
+// softmax_scale gives gradients of 1e-9, which fp16 holds as 0).
+double subnormal_of(int32_t dtype) { return dtype == FLASH_DTYPE_BF16 ? 0x1p-133 : dtype == FLASH_DTYPE_FP16 ? 0x1p-24 : 0x1p-149; }
 double max_abs(const flash_tensor& t, int ndim) {
   double m = 0;
   for (int64_t off : element_offsets(t, ndim)) m = std::max(m, std::fabs(load(static_cast<uint8_t*>(t.data) + off * esize(t.dtype), t.dtype)));
@@ -630,8 +633,10 @@ Expected expect_forward(const Call& c, const Problem& p) {
   Expected x;
   x.r = forward_ref(p, c.q(), c.k(), c.v());
   const double u = 0x1p-24, vmax = max_abs(c.v(), 4);
-  x.rel = 64 * u * (1 + x.r.smax + p.d) + 8 * u * p.sk;
-  x.tol_o = vmax * (4 * eps_of(c.find("o")->t->dtype) + 4 * x.rel) + 1e-30;
+  // An fp32 score's rounding error follows sum |q_e k_e| * |scale|, which cancellation can put far above |score|.
+  const double dots = p.d * max_abs(c.q(), 4) * max_abs(c.k(), 4) * std::fabs(p.scale);
+  x.rel = 64 * u * (1 + x.r.smax + p.d + dots) + 8 * u * p.sk;
+  x.tol_o = vmax * (4 * eps_of(c.find("o")->t->dtype) + 4 * x.rel) + subnormal_of(c.find("o")->t->dtype) + 1e-30;
   return x;
 }
 
@@ -708,12 +713,12 @@ Expected expect_backward(const Call& c, const Problem& p) {
     }
   const double u = 0x1p-24;
   const double mq = max_abs(q, 4), mk = max_abs(k, 4), mv = max_abs(v, 4), mdo = max_abs(d_o, 4);
-  const double rel = 64 * u * (1 + smax + lmax + p.d) + 8 * u * (p.sk + p.sq);
+  const double rel = 64 * u * (1 + smax + lmax + p.d + p.d * mq * mk * std::fabs(p.scale)) + 8 * u * (p.sk + p.sq);
   const double dmag = 2 * p.d * mdo * std::max(mv, max_abs(o, 4));  // |dP| + |D|
   auto tol = [&](const std::vector<double>& g, double mag) {
     double m = 0;
     for (double x : g) m = std::max(m, std::fabs(x));
-    return 4 * eps_of(q.dtype) * m + 8 * rel * mag + 1e-30;
+    return 4 * eps_of(q.dtype) * m + 8 * rel * mag + subnormal_of(q.dtype) + 1e-30;
   };
   x.tq = tol(gq, std::fabs(p.scale) * p.sk * mk * dmag * p.d);
   x.tk = tol(gk, std::fabs(p.scale) * p.sq * ratio * mq * dmag * p.d);

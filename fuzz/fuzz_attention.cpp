@@ -397,6 +397,11 @@ Rules judge(const Call& c, const Arena& a, MaskView* mv, bool* skip) {
         const int64_t ispan = m->max_kv_blocks > 0 ? span_bytes(is, m->kv_indices_strides, 4, 4) : 0;
         if (nspan < 0 || ispan < 0) {
           bad("array span overflows");
+        } else if (ns[0] * ns[1] * ns[2] > (1 << 16)) {
+          // q claims more (batch, head) rows than the arena holds; the library (and this oracle) would check every
+          // entry of a broadcast mask for them: outside the arena's contract, like any array it does not hold.
+          *skip = true;
+          return r;
         } else if (!a.contains(m->kv_num_blocks, nspan) || (ispan > 0 && !a.contains(m->kv_indices, ispan))) {
           *skip = true;  // the library reads these while validating: they must be memory the caller owns
           return r;

@@ -35,6 +35,17 @@
  *    caller built against an older header is safe with a newer library: fields it lacks read as their
  *    defaults. A struct larger than the library knows (caller newer than library) is refused with
  *    FLASH_ERROR_STRUCT_SIZE rather than having its new fields silently ignored.
+ *  - A struct that skipped its init function is refused, not guessed at: a zero-filled flash_fwd_args or
+ *    flash_bwd_args with only struct_size set would otherwise mean window (0, 0) -- the diagonal only --
+ *    and return O = V. The init functions write algorithm_used = -1, and a call writes there the
+ *    algorithm that ran (never 0), so algorithm_used == 0 on entry is FLASH_ERROR_INVALID_ARGUMENT
+ *    ("the struct was not initialised"). Likewise a flash_block_mask with block_m == block_n == 0.
+ *        flash_fwd_args a;                          NOT: flash_fwd_args a = {0};
+ *        flash_fwd_args_init(&a);                         a.struct_size = sizeof a;
+ *        a.q = ...;                                       a.q = ...;   (refused)
+ *  - No array a call writes (o, lse, dq, dk, dv, the workspace) may overlap, in memory, any array the
+ *    call reads (q, k, v, o and d_o and lse for the backward, the block mask's kv_num_blocks and
+ *    kv_indices) or another array it writes: FLASH_ERROR_INVALID_ARGUMENT names the pair.
  *  - Fields written by the library are marked "out".
  *  - GPU calls are asynchronous on the stream the caller gives (NULL = the legacy default stream) and never
  *    synchronise the device. Loading the library makes no CUDA call.
@@ -138,10 +149,10 @@ FLASH_API int32_t flash_algorithm_from_name(const char* name); /* FLASH_ALGO_*, 
  * Strides are in ELEMENTS (not bytes), may be any non-negative value, but the last dimension of
  * Q, K, V and O must be contiguous (stride 1). Unused trailing shape/stride entries are ignored. */
 typedef struct flash_tensor {
-  void* data;          /* host pointer (device_type CPU) or device pointer (CUDA) */
+  void* data;          /* host pointer (device_type CPU) or device pointer (CUDA), aligned to the dtype's size */
   int32_t dtype;       /* FLASH_DTYPE_* */
   int32_t device_type; /* FLASH_DEVICE_* */
-  int32_t device_id;   /* CUDA ordinal; 0 for the CPU */
+  int32_t device_id;   /* CUDA ordinal; 0 for the CPU (any other id on the CPU is refused) */
   int32_t ndim;        /* 4 for q/k/v/o, 3 for lse */
   int64_t shape[4];
   int64_t strides[4];  /* in elements */
@@ -155,8 +166,8 @@ FLASH_API flash_tensor flash_tensor_contiguous(void* data, int32_t dtype, int32_
 /* ---- Block-sparse mask (compact form, as FlexAttention's BlockMask) --------------------------------- */
 /* For query block qb (rows [qb*block_m, (qb+1)*block_m)) of batch b and head h, the key blocks kept are
  *   kv_indices[b, h, qb, 0 .. kv_num_blocks[b, h, qb] - 1]   (key rows [kb*block_n, (kb+1)*block_n)).
- * Arrays are int32, live on the same device as Q, and are indexed with the element strides below; a
- * stride of 0 broadcasts over batch or heads. Indices need not be sorted but must not repeat. */
+ * Arrays are int32 (4-byte aligned), live on the same device as Q, and are indexed with the element strides
+ * below; a stride of 0 broadcasts over batch or heads. Indices need not be sorted but must not repeat. */
 typedef struct flash_block_mask {
   size_t struct_size;
   int32_t block_m;             /* query rows per block: 64 or 128 */
@@ -176,7 +187,8 @@ FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t str
 #define FLASH_FLAG_DETERMINISTIC 1u /* bitwise-reproducible results run to run (backward; forward always is) */
 
 typedef struct flash_fwd_args {
-  size_t struct_size;          /* = sizeof(flash_fwd_args), set by flash_fwd_args_init */
+  size_t struct_size;          /* = sizeof(flash_fwd_args), set by flash_fwd_args_init (always call it: a
+                                  struct it never saw is refused, see CONVENTIONS) */
   flash_tensor q;              /* [batch, seqlen_q, heads_q, head_dim] */
   flash_tensor k;              /* [batch, seqlen_k, heads_kv, head_dim]; heads_q % heads_kv == 0 (GQA/MQA) */
   flash_tensor v;              /* [batch, seqlen_k, heads_kv, head_dim] */
@@ -184,7 +196,11 @@ typedef struct flash_fwd_args {
   flash_tensor lse;            /* out, optional (data == NULL: not written): fp32 [batch, heads_q, seqlen_q],
                                   natural-log log-sum-exp of the scaled, masked scores; -inf for a row that
                                   sees no key */
-  float softmax_scale;         /* 0 (default) means 1/sqrt(head_dim) */
+  float softmax_scale;         /* 0 (default) means 1/sqrt(head_dim). Finite, |softmax_scale| <= 65536 (2^16),
+                                  else FLASH_ERROR_INVALID_ARGUMENT: the gradients grow with the scale and
+                                  leave fp16's range beyond it, and the kernels' fp32 scores would near
+                                  overflow (practical scales, 1/sqrt(d) or temperatures to ~100, are far
+                                  inside) */
   int32_t causal;              /* 0 or 1; the same as window_right = 0 */
   int32_t causal_alignment;    /* FLASH_ALIGN_BOTTOM_RIGHT (default) or FLASH_ALIGN_TOP_LEFT; also places
                                   the sliding window */
@@ -192,10 +208,12 @@ typedef struct flash_fwd_args {
   int32_t window_right;        /* keys more than window_right after the diagonal are masked; -1 = unbounded */
   int32_t algorithm;           /* FLASH_ALGO_*; default FLASH_ALGO_AUTO */
   uint32_t flags;              /* FLASH_FLAG_*; default 0 */
-  int32_t algorithm_used;      /* out: the algorithm that ran (useful with AUTO) */
+  int32_t algorithm_used;      /* out: the algorithm that ran (useful with AUTO); -1 from flash_fwd_args_init.
+                                  Leave it alone: 0 here marks a struct that was never initialised */
   const flash_block_mask* block_mask; /* optional block-sparse mask, NULL = dense */
   void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
-  void* workspace;             /* optional device (or host) scratch; NULL = the library allocates */
+  void* workspace;             /* optional device (or host) scratch; NULL = the library allocates. Must not
+                                  overlap any tensor or mask array of the call */
   size_t workspace_size;       /* bytes at workspace */
 } flash_fwd_args;
 
@@ -250,7 +268,7 @@ FLASH_API size_t flash_struct_size(int32_t which);
  * heads_q / heads_kv query heads that share that key/value head. A query row that sees no key
  * (LSE = -inf) contributes nothing and gets dq = 0; keys no query sees get dk = dv = 0. */
 typedef struct flash_bwd_args {
-  size_t struct_size;          /* = sizeof(flash_bwd_args), set by flash_bwd_args_init */
+  size_t struct_size;          /* = sizeof(flash_bwd_args), set by flash_bwd_args_init (always call it) */
   flash_tensor q;              /* [batch, seqlen_q, heads_q, head_dim] */
   flash_tensor k;              /* [batch, seqlen_k, heads_kv, head_dim]; heads_q % heads_kv == 0 (GQA/MQA) */
   flash_tensor v;              /* [batch, seqlen_k, heads_kv, head_dim] */
@@ -260,7 +278,7 @@ typedef struct flash_bwd_args {
   flash_tensor dq;             /* out: dL/dQ, shape and dtype of q (any strides, contiguous last dim) */
   flash_tensor dk;             /* out: dL/dK, shape and dtype of k */
   flash_tensor dv;             /* out: dL/dV, shape and dtype of v */
-  float softmax_scale;         /* as flash_fwd_args (0 = 1/sqrt(head_dim)) */
+  float softmax_scale;         /* as flash_fwd_args (0 = 1/sqrt(head_dim); |softmax_scale| <= 65536) */
   int32_t causal;              /* as flash_fwd_args */
   int32_t causal_alignment;    /* as flash_fwd_args */
   int32_t window_left;         /* as flash_fwd_args */

@@ -127,6 +127,13 @@ struct Call {
     if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
     if (const int32_t s = flash::read_versioned(user, default_args<Args>(), &args, "args", Pass<Args>::init); s != FLASH_OK)
       return s;
+    // The init functions write algorithm_used = -1 and a successful call writes the id of the algorithm that
+    // ran (never 0, FLASH_ALGO_AUTO): 0 means the struct never went through them -- typically zero-filled with
+    // struct_size set, whose window (0, 0) would silently mean "the diagonal only".
+    if (args.algorithm_used == 0)
+      return fail(FLASH_ERROR_INVALID_ARGUMENT, "args->algorithm_used is 0, which ", Pass<Args>::init,
+                  " never writes: the struct was not initialised (zero-filled, its window_left/window_right would be 0, "
+                  "the diagonal only). Call ", Pass<Args>::init, "(&args) first, then set the fields you need");
     if (args.block_mask != nullptr) {
       if (const int32_t s = flash::read_versioned(args.block_mask, default_block_mask(), &mask, "block_mask",
                                                   "flash_block_mask_init");

@@ -8,9 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "../libflash/error.h"
@@ -53,9 +56,17 @@ int32_t check_tensor(const flash_tensor& t, const char* name, int ndim, bool con
   if (t.data == nullptr) return fail(FLASH_ERROR_NULL_POINTER, name, ".data is NULL");
   if (t.ndim != ndim) return fail(FLASH_ERROR_BAD_SHAPE, name, ".ndim is ", t.ndim, " but must be ", ndim);
   if (!valid_dtype(t.dtype)) return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, name, ".dtype is ", t.dtype, ", not a FLASH_DTYPE_* value");
+  // Every backend loads elements as their type (vector loads on the GPU): a pointer between elements is a caller's
+  // bug (a byte offset taken for an element offset), undefined behaviour on the CPU and a fault on the GPU.
+  if (const uintptr_t a = reinterpret_cast<uintptr_t>(t.data); a % (t.dtype == FLASH_DTYPE_FP32 ? 4 : 2) != 0)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".data is not aligned to its ", dtype_name(t.dtype), " elements (",
+                t.dtype == FLASH_DTYPE_FP32 ? 4 : 2, " bytes)");
   if (t.device_type != FLASH_DEVICE_CPU && t.device_type != FLASH_DEVICE_CUDA)
     return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_type is ", t.device_type, ", not a FLASH_DEVICE_* value");
   if (t.device_id < 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_id is ", t.device_id, " but must be >= 0");
+  if (t.device_type == FLASH_DEVICE_CPU && t.device_id != 0)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_id is ", t.device_id,
+                " but the CPU is device 0 (a CPU tensor's device_id must be 0)");
   int64_t elements = 1;
   for (int i = 0; i < ndim; ++i) {
     if (t.shape[i] <= 0) return fail(FLASH_ERROR_BAD_SHAPE, name, ".shape[", i, "] is ", t.shape[i], " but must be positive");
@@ -93,19 +104,73 @@ int32_t check_no_self_overlap(const flash_tensor& t, const char* name) {
   return FLASH_OK;
 }
 
-struct ByteRange {
-  uintptr_t lo, hi;  // [lo, hi)
+// The arrays one call reads and writes, as byte ranges on a device, so that every array it writes can be
+// checked against every array it reads and every other array it writes: a written array overlapping one
+// the call reads would be read after it was overwritten (a block mask validated, then read again as
+// garbage), and two written arrays overlapping would race. Each entry point lists its arrays here (tensors,
+// the block mask's index arrays, the workspace; index arrays such as cu_seqlens or block tables as they
+// land) and calls check_disjoint() once, after each array's own fields were checked.
+class Arrays {
+ public:
+  void read(const flash_tensor& t, const char* name) { add(reads_, t, name); }
+  void write(const flash_tensor& t, const char* name) { add(writes_, t, name); }
+  // An int32 index array of `ndim` dimensions (shape and element strides given) at `data` on q's device.
+  // FLASH_ERROR_BAD_MASK (`status`) if its span overflows.
+  int32_t read_int32(const void* data, int ndim, const int64_t* shape, const int64_t* strides, int32_t device_type,
+                     int32_t device_id, const char* name, int32_t status) {
+    if (data == nullptr) return FLASH_OK;
+    int64_t last = 0;
+    for (int i = 0; i < ndim; ++i) {
+      const int64_t extent = shape[i] - 1;
+      if (extent > 0 && strides[i] > (std::numeric_limits<int64_t>::max() / 4 - last) / extent)
+        return fail(status, name, " spans more than 2^63 bytes with these strides");
+      last += extent * strides[i];
+    }
+    add_bytes(reads_, data, static_cast<uint64_t>(last + 1) * 4, device_type, device_id, name);
+    return FLASH_OK;
+  }
+  // Raw bytes the call may write (the caller's workspace).
+  void write_bytes(const void* data, uint64_t bytes, int32_t device_type, int32_t device_id, const char* name) {
+    if (data != nullptr && bytes > 0) add_bytes(writes_, data, bytes, device_type, device_id, name);
+  }
+  // FLASH_ERROR_INVALID_ARGUMENT naming the first written array that overlaps an array read or another array
+  // written ("o overlaps block_mask->kv_indices in memory").
+  int32_t check_disjoint() const {
+    for (size_t i = 0; i < writes_.size(); ++i) {
+      for (const Range& r : reads_)
+        if (writes_[i].overlaps(r)) return fail(FLASH_ERROR_INVALID_ARGUMENT, writes_[i].name, " overlaps ", r.name, " in memory");
+      for (size_t j = 0; j < i; ++j)
+        if (writes_[i].overlaps(writes_[j]))
+          return fail(FLASH_ERROR_INVALID_ARGUMENT, writes_[i].name, " overlaps ", writes_[j].name, " in memory");
+    }
+    return FLASH_OK;
+  }
+
+ private:
+  struct Range {
+    uintptr_t lo, hi;  // [lo, hi)
+    int32_t device_type, device_id;
+    const char* name;
+    bool overlaps(const Range& o) const {
+      return device_type == o.device_type && device_id == o.device_id && lo < o.hi && o.lo < hi;
+    }
+  };
+  static void add_bytes(std::vector<Range>& to, const void* data, uint64_t bytes, int32_t device_type, int32_t device_id,
+                        const char* name) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(data);
+    // A range past the end of the address space is clipped there (it still overlaps whatever it reaches).
+    const uintptr_t hi = bytes > std::numeric_limits<uintptr_t>::max() - lo ? std::numeric_limits<uintptr_t>::max()
+                                                                             : lo + static_cast<uintptr_t>(bytes);
+    to.push_back({lo, hi, device_type, device_id, name});
+  }
+  // A tensor whose own fields were checked (check_tensor: its span fits in 2^63 bytes).
+  static void add(std::vector<Range>& to, const flash_tensor& t, const char* name) {
+    if (t.data == nullptr) return;
+    const uint64_t esize = t.dtype == FLASH_DTYPE_FP32 ? 4 : 2;
+    add_bytes(to, t.data, static_cast<uint64_t>(span_elements(t)) * esize, t.device_type, t.device_id, name);
+  }
+  std::vector<Range> reads_, writes_;
 };
-ByteRange byte_range(const flash_tensor& t) {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
-  const int64_t esize = t.dtype == FLASH_DTYPE_FP32 ? 4 : 2;
-  return {lo, lo + static_cast<uintptr_t>(span_elements(t) * esize)};
-}
-bool overlaps(const flash_tensor& a, const flash_tensor& b) {
-  if (a.device_type != b.device_type || a.device_id != b.device_id) return false;
-  const ByteRange x = byte_range(a), y = byte_range(b);
-  return x.lo < y.hi && y.lo < x.hi;
-}
 
 int32_t check_dim(const flash_tensor& t, const char* tn, int td, const flash_tensor& ref, const char* rn, int rd) {
   if (t.shape[td] != ref.shape[rd])
@@ -120,7 +185,12 @@ int32_t check_dim(const flash_tensor& t, const char* tn, int td, const flash_ten
     if (status_ != FLASH_OK) return status_; \
   } while (0)
 
-int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64_t seqlen_k, FwdParams* p) {
+// The block mask's fields, then (host masks) its entries. Its two index arrays join `io`, the arrays the call
+// reads, before any entry is read (their spans are checked there).
+int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64_t seqlen_k, FwdParams* p, Arrays* io) {
+  if (m.block_m == 0 && m.block_n == 0)
+    return fail(FLASH_ERROR_BAD_MASK, "block_mask->block_m and block_n are 0: the mask was not initialised "
+                "(call flash_block_mask_init, which sets 128, then set its fields)");
   for (int32_t bs : {m.block_m, m.block_n})
     if (bs != 64 && bs != 128)
       return fail(FLASH_ERROR_BAD_MASK, "block_mask block size is ", bs, " but must be 64 or 128");
@@ -134,6 +204,9 @@ int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64
                 kv_blocks, "]");
   if (m.kv_num_blocks == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "block_mask->kv_num_blocks is NULL");
   if (m.kv_indices == nullptr && m.max_kv_blocks > 0) return fail(FLASH_ERROR_NULL_POINTER, "block_mask->kv_indices is NULL");
+  for (const auto& [ptr, what] : {std::pair<const int32_t*, const char*>{m.kv_num_blocks, "kv_num_blocks"}, {m.kv_indices, "kv_indices"}})
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
+      return fail(FLASH_ERROR_BAD_MASK, "block_mask->", what, " is not aligned to its int32 elements (4 bytes)");
   for (int i = 0; i < 3; ++i)
     if (m.kv_num_blocks_strides[i] < 0)
       return fail(FLASH_ERROR_BAD_MASK, "block_mask->kv_num_blocks_strides[", i, "] is negative");
@@ -153,6 +226,13 @@ int32_t check_block_mask(const flash_block_mask& m, const flash_tensor& q, int64
   b.block_n = m.block_n;
   b.num_q_blocks = m.num_q_blocks;
   b.max_kv_blocks = m.max_kv_blocks;
+  const int64_t num_shape[3] = {p->batch, p->heads_q, m.num_q_blocks};
+  const int64_t idx_shape[4] = {p->batch, p->heads_q, m.num_q_blocks, m.max_kv_blocks};
+  FLASH_CHECK(io->read_int32(m.kv_num_blocks, 3, num_shape, m.kv_num_blocks_strides, q.device_type, q.device_id,
+                             "block_mask->kv_num_blocks", FLASH_ERROR_BAD_MASK));
+  if (m.max_kv_blocks > 0)
+    FLASH_CHECK(io->read_int32(m.kv_indices, 4, idx_shape, m.kv_indices_strides, q.device_type, q.device_id,
+                               "block_mask->kv_indices", FLASH_ERROR_BAD_MASK));
   // Host-resident masks are checked element by element (device-resident ones cannot be read without a
   // synchronisation; the GPU kernels skip out-of-range entries instead of reading out of bounds).
   if (q.device_type == FLASH_DEVICE_CPU) {
@@ -239,19 +319,30 @@ int32_t check_lse_tensor(const flash_tensor& lse, const flash_tensor& q) {
   return FLASH_OK;
 }
 
-// An output: no two of its elements share memory, and it overlaps none of `others` (inputs, or outputs
-// already checked).
-int32_t check_output(const flash_tensor& t, const char* name, std::initializer_list<Named> others) {
-  FLASH_CHECK(check_no_self_overlap(t, name));
-  for (const Named& x : others)
-    if (overlaps(t, *x.t)) return fail(FLASH_ERROR_INVALID_ARGUMENT, name, " overlaps ", x.n, " in memory");
-  return FLASH_OK;
+// The scalar options, which flash_fwd_args and flash_bwd_args share field for field.
+// |softmax_scale| above this is refused (flash.h, softmax_scale). Every practical scale lies far inside
+// (1/sqrt(head_dim) is 0.06..0.35; temperatures reach ~100). Beyond it the gradients, which scale with
+// softmax_scale, leave fp16's range (65504) for unit inputs, and the scaled scores of fp16 inputs
+// (|q.k| <= 256 * 65504^2) would come within 2^12 of fp32's range, where the kernels' online softmax
+// (scale * s - scale * max) overflows to inf - inf = NaN.
+constexpr float kMaxSoftmaxScale = 65536.0f;
+
+// The shortest text that reads back as x ("3e+38", "-65536.01").
+std::string float_text(float x) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  return buf;
 }
 
-// The scalar options, which flash_fwd_args and flash_bwd_args share field for field.
 template <class Args>
 int32_t check_options(const Args& a) {
   if (!std::isfinite(a.softmax_scale)) return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is not finite");
+  if (std::fabs(a.softmax_scale) > kMaxSoftmaxScale)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is ", float_text(a.softmax_scale),
+                " but |softmax_scale| must be at most 65536 (2^16)");
   if (a.causal != 0 && a.causal != 1)
     return fail(FLASH_ERROR_INVALID_ARGUMENT, "causal is ", a.causal, " but must be 0 or 1");
   if (a.causal_alignment != FLASH_ALIGN_BOTTOM_RIGHT && a.causal_alignment != FLASH_ALIGN_TOP_LEFT)
@@ -269,7 +360,7 @@ int32_t check_options(const Args& a) {
 // Normalises what the forward and the backward share (q, k, v, o, lse, sizes, scale, mask, execution)
 // into *p, then checks the block mask. `lse` may have data == NULL (the forward's optional LSE).
 template <class Args>
-int32_t normalise_common(const Args& a, FwdParams* p) {
+int32_t normalise_common(const Args& a, FwdParams* p, Arrays* io) {
   const flash_tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o, &lse = a.lse;
   const bool want_lse = lse.data != nullptr;
   p->q = q.data;
@@ -306,8 +397,9 @@ int32_t normalise_common(const Args& a, FwdParams* p) {
   p->flags = a.flags;
   if (a.block_mask != nullptr) {
     p->has_block_mask = true;
-    FLASH_CHECK(check_block_mask(*a.block_mask, q, k.shape[1], p));
+    FLASH_CHECK(check_block_mask(*a.block_mask, q, k.shape[1], p, io));
   }
+  io->write_bytes(a.workspace, a.workspace_size, q.device_type, q.device_id, "workspace");
   return FLASH_OK;
 }
 
@@ -318,18 +410,19 @@ int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
   const flash_tensor &q = args->q, &k = args->k, &v = args->v, &o = args->o, &lse = args->lse;
 
   FLASH_CHECK(check_attention_tensors(q, k, v, {{&o, "o"}}, {}));
-
-  // Outputs: no aliasing inside o, and o must not overlap any input (it would be read after written).
-  FLASH_CHECK(check_output(o, "o", {{&q, "q"}, {&k, "k"}, {&v, "v"}}));
-
+  FLASH_CHECK(check_no_self_overlap(o, "o"));
   if (lse.data != nullptr) {
     FLASH_CHECK(check_lse_tensor(lse, q));
-    FLASH_CHECK(check_output(lse, "lse", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}}));
+    FLASH_CHECK(check_no_self_overlap(lse, "lse"));
   }
-
   FLASH_CHECK(check_options(*args));
+
+  Arrays io;
+  io.read(q, "q"), io.read(k, "k"), io.read(v, "v");
+  io.write(o, "o"), io.write(lse, "lse");
   *p = FwdParams{};
-  return normalise_common(*args, p);
+  FLASH_CHECK(normalise_common(*args, p, &io));
+  return io.check_disjoint();
 }
 
 int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p) {
@@ -340,16 +433,17 @@ int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p) {
   FLASH_CHECK(check_attention_tensors(q, k, v, {{&o, "o"}, {&d_o, "d_o"}, {&dq, "dq"}}, {{&dk, "dk"}, {&dv, "dv"}}));
   // The backward recomputes P from the forward's LSE: it is required.
   FLASH_CHECK(check_lse_tensor(lse, q));
-
-  // Outputs: none aliases itself, another gradient, or an input (inputs are read after outputs are written).
-  FLASH_CHECK(check_output(dq, "dq", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "d_o"}, {&lse, "lse"}}));
-  FLASH_CHECK(check_output(dk, "dk", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "d_o"}, {&lse, "lse"}, {&dq, "dq"}}));
-  FLASH_CHECK(check_output(dv, "dv", {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&d_o, "d_o"}, {&lse, "lse"}, {&dq, "dq"},
-                                      {&dk, "dk"}}));
-
+  FLASH_CHECK(check_no_self_overlap(dq, "dq"));
+  FLASH_CHECK(check_no_self_overlap(dk, "dk"));
+  FLASH_CHECK(check_no_self_overlap(dv, "dv"));
   FLASH_CHECK(check_options(*args));
+
+  Arrays io;
+  io.read(q, "q"), io.read(k, "k"), io.read(v, "v"), io.read(o, "o"), io.read(d_o, "d_o"), io.read(lse, "lse");
+  io.write(dq, "dq"), io.write(dk, "dk"), io.write(dv, "dv");
   *p = BwdParams{};
-  FLASH_CHECK(normalise_common(*args, p));
+  FLASH_CHECK(normalise_common(*args, p, &io));
+  FLASH_CHECK(io.check_disjoint());
   p->d_o = d_o.data;
   p->dq = dq.data;
   p->dk = dk.data;

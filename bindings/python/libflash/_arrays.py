@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from . import _capi
-from ._errors import error
+from ._errors import c_int, error
 
 # DLPack device codes (flash.h follows them: CPU 1, CUDA 2).
 _DL_CPU = 1
@@ -93,11 +93,11 @@ class Desc:
         t.data = self.ptr or None
         t.dtype = self.flash_dtype(name)
         t.device_type = self.device_type
-        t.device_id = self.device_id if self.is_cuda else 0
+        t.device_id = c_int(self.device_id, name + ".device_id", _capi.FLASH_ERROR_INVALID_ARGUMENT) if self.is_cuda else 0
         t.ndim = len(self.shape)
         for i, (s, st) in enumerate(zip(self.shape, self.strides)):
-            t.shape[i] = s
-            t.strides[i] = st
+            t.shape[i] = c_int(s, "%s.shape[%d]" % (name, i), _capi.FLASH_ERROR_BAD_SHAPE, 64)
+            t.strides[i] = c_int(st, "%s.strides[%d]" % (name, i), _capi.FLASH_ERROR_BAD_STRIDE, 64)
         return t
 
 

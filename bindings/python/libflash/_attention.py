@@ -6,7 +6,7 @@ from collections import namedtuple
 
 from . import _capi, _mask
 from ._arrays import Allocator, current_stream, describe, kind_of, stream_pointer
-from ._errors import FlashError, check, error
+from ._errors import FlashError, c_float, c_int, check, error
 
 _ALIGNMENTS = {
     "bottom_right": _capi.FLASH_ALIGN_BOTTOM_RIGHT,
@@ -25,7 +25,7 @@ def _algorithm_id(algorithm):
             raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "unknown algorithm %r (known: %s)"
                         % (algorithm, ", ".join(algorithm_names())))
         return a
-    return int(algorithm)
+    return c_int(algorithm, "algorithm", _capi.FLASH_ERROR_INVALID_ARGUMENT)
 
 
 def algorithm_names():
@@ -44,7 +44,7 @@ def _alignment(a):
         except KeyError:
             raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "causal_alignment is %r; use 'bottom_right' "
                         "(FlashAttention-2) or 'top_left' (PyTorch is_causal)" % (a,)) from None
-    return int(a)
+    return c_int(a, "causal_alignment", _capi.FLASH_ERROR_INVALID_ARGUMENT)
 
 
 def _window(window):
@@ -54,8 +54,8 @@ def _window(window):
         left, right = window
     except (TypeError, ValueError):
         raise ValueError("libflash: window must be a (left, right) pair, -1 meaning unbounded") from None
-    left = -1 if left is None else int(left)
-    right = -1 if right is None else int(right)
+    left = -1 if left is None else c_int(left, "window_left", _capi.FLASH_ERROR_BAD_MASK)
+    right = -1 if right is None else c_int(right, "window_right", _capi.FLASH_ERROR_BAD_MASK)
     return left, right
 
 
@@ -98,7 +98,7 @@ def _set_options(args, dq, shape, alloc, run_stream, causal, causal_alignment, w
     """The option fields flash_fwd_args and flash_bwd_args share. Returns what keeps the block mask alive."""
     batch, seqlen_q, heads_q, seqlen_k = shape
     if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
+        softmax_scale = c_float(softmax_scale, "softmax_scale", _capi.FLASH_ERROR_INVALID_ARGUMENT)
         if softmax_scale == 0.0:
             raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is 0; the ABI reads 0 as 'the default "
                         "1/sqrt(head_dim)'. Pass None for the default")
@@ -285,7 +285,9 @@ def device_info(device_type, device_id=0):
         device_type = {"cpu": _capi.FLASH_DEVICE_CPU, "cuda": _capi.FLASH_DEVICE_CUDA}[device_type.lower()]
     info = _capi.flash_device_info()
     check(_capi.flash_device_info_init(ctypes.byref(info)))
-    check(_capi.flash_get_device_info(int(device_type), int(device_id), ctypes.byref(info)))
+    device_type = c_int(device_type, "device_type", _capi.FLASH_ERROR_INVALID_ARGUMENT)
+    device_id = c_int(device_id, "device_id", _capi.FLASH_ERROR_INVALID_ARGUMENT)
+    check(_capi.flash_get_device_info(device_type, device_id, ctypes.byref(info)))
     return DeviceInfo(
         "cuda" if info.device_type == _capi.FLASH_DEVICE_CUDA else "cpu", info.device_id,
         info.name.decode("utf-8", "replace"), (info.cc_major, info.cc_minor), info.multiprocessors, info.clock_khz,
@@ -297,7 +299,8 @@ def device_count(device_type="cuda"):
     if isinstance(device_type, str):
         device_type = {"cpu": _capi.FLASH_DEVICE_CPU, "cuda": _capi.FLASH_DEVICE_CUDA}[device_type.lower()]
     n = ctypes.c_int32(0)
-    check(_capi.flash_device_count(int(device_type), ctypes.byref(n)))
+    check(_capi.flash_device_count(c_int(device_type, "device_type", _capi.FLASH_ERROR_INVALID_ARGUMENT),
+                                   ctypes.byref(n)))
     return n.value
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _capi
 from ._arrays import describe, kind_of, to_host
-from ._errors import error
+from ._errors import c_int, error
 
 BLOCK_SIZES = (64, 128)
 
@@ -26,9 +26,10 @@ def _pair(block_size):
     if isinstance(block_size, (tuple, list)):
         if len(block_size) != 2:
             raise ValueError("libflash: block_size must be an int or a (block_m, block_n) pair")
-        m, n = int(block_size[0]), int(block_size[1])
+        m = c_int(block_size[0], "block_size[0] (block_m)", _capi.FLASH_ERROR_BAD_MASK)
+        n = c_int(block_size[1], "block_size[1] (block_n)", _capi.FLASH_ERROR_BAD_MASK)
     else:
-        m = n = int(block_size)
+        m = n = c_int(block_size, "block_size", _capi.FLASH_ERROR_BAD_MASK)
     return m, n
 
 
@@ -214,6 +215,13 @@ def build(block_mask, block_size, q, batch, heads_q, seqlen_q, seqlen_k, alloc):
             if a.dtype != np.int32:
                 if a.dtype.kind not in "iu":
                     raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask %s has dtype %s; it must be int32" % (name, a.dtype))
+                # astype would wrap: an int64 index 2**32 + 1 would become key block 1.
+                if a.size:
+                    lo, hi = int(a.min()), int(a.max())
+                    bad = lo if lo < -2 ** 31 else hi if hi > 2 ** 31 - 1 else None
+                    if bad is not None:
+                        raise error(_capi.FLASH_ERROR_BAD_MASK, "block_mask %s holds %d, which does not fit int32"
+                                    % (name, bad))
                 a = a.astype(np.int32)
             while a.ndim < ndim:
                 a = a[np.newaxis]
@@ -250,13 +258,14 @@ def build(block_mask, block_size, q, batch, heads_q, seqlen_q, seqlen_k, alloc):
 
     m = _capi.flash_block_mask()
     _capi.flash_block_mask_init(ctypes.byref(m))
-    m.block_m, m.block_n = bm, bn
-    m.num_q_blocks = nq
-    m.max_kv_blocks = int(di.shape[3]) if maxk is None else int(maxk)
+    m.block_m = c_int(bm, "block_m", _capi.FLASH_ERROR_BAD_MASK)
+    m.block_n = c_int(bn, "block_n", _capi.FLASH_ERROR_BAD_MASK)
+    m.num_q_blocks = c_int(nq, "block_mask num_q_blocks", _capi.FLASH_ERROR_BAD_MASK)
+    m.max_kv_blocks = c_int(di.shape[3] if maxk is None else maxk, "block_mask max_kv_blocks", _capi.FLASH_ERROR_BAD_MASK)
     m.kv_num_blocks = dc.ptr
     m.kv_indices = di.ptr
     for i in range(3):
-        m.kv_num_blocks_strides[i] = cs[i]
+        m.kv_num_blocks_strides[i] = c_int(cs[i], "block_mask kv_num_blocks stride %d" % i, _capi.FLASH_ERROR_BAD_MASK, 64)
     for i in range(4):
-        m.kv_indices_strides[i] = is_[i]
+        m.kv_indices_strides[i] = c_int(is_[i], "block_mask kv_indices stride %d" % i, _capi.FLASH_ERROR_BAD_MASK, 64)
     return m, keep

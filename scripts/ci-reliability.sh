@@ -3,7 +3,7 @@
 # packages and the main build). CPU only; each step in its own build directory:
 #   1. the CPU test suite (ctest -L cpu) built with ASan + UBSan           -> build-asan/
 #   2. the libFuzzer target fuzz_attention (clang), FUZZ_SECONDS (default 60) from the committed seed
-#      corpus fuzz/corpus/attention, in a scratch copy                     -> build-fuzz/
+#      corpus fuzz/corpus-attention.tar.gz, unpacked into a scratch folder        -> build-fuzz/
 # A failure of either fails CI; a fuzzer finding leaves its input in build-fuzz/crash-* (replay it with
 # build-fuzz/fuzz/fuzz_attention <file>).
 #
@@ -48,7 +48,7 @@ if [ -z "${SKIP_FUZZ:-}" ]; then
   cmake --build build-fuzz --target fuzz_attention -j "$JOBS"
   t1=$(date +%s)
   rm -rf build-fuzz/corpus && mkdir -p build-fuzz/corpus
-  cp fuzz/corpus/attention/* build-fuzz/corpus/
+  tar -xzf fuzz/corpus-attention.tar.gz -C build-fuzz/corpus
   # -timeout: a call running 10 s is a hang (the largest decoded problem takes milliseconds).
   build-fuzz/fuzz/fuzz_attention build-fuzz/corpus -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/ -print_final_stats=1 2>build-fuzz/fuzz.log || status=1

@@ -19,81 +19,12 @@
 #include <vector>
 
 #include "../libflash/error.h"
+#include "tensor_checks.h"
 
 namespace flash {
 namespace {
 
-constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 constexpr int32_t kMaxSplits = 256;
-
-bool valid_dtype(int32_t t) { return t == FLASH_DTYPE_FP32 || t == FLASH_DTYPE_FP16 || t == FLASH_DTYPE_BF16; }
-
-const char* dtype_name(int32_t t) {
-  switch (t) {
-    case FLASH_DTYPE_FP32: return "fp32";
-    case FLASH_DTYPE_FP16: return "fp16";
-    case FLASH_DTYPE_BF16: return "bf16";
-    default: return "unknown";
-  }
-}
-
-std::string device_name(const flash_tensor& t) {
-  if (t.device_type == FLASH_DEVICE_CPU) return "cpu";
-  if (t.device_type == FLASH_DEVICE_CUDA) return "cuda:" + std::to_string(t.device_id);
-  return "device_type " + std::to_string(t.device_type);
-}
-
-int64_t span_elements(const flash_tensor& t) {
-  int64_t last = 0;
-  for (int i = 0; i < t.ndim; ++i) {
-    const int64_t extent = t.shape[i] - 1;
-    if (extent > 0 && t.strides[i] > (std::numeric_limits<int64_t>::max() - last) / extent) return -1;
-    last += extent * t.strides[i];
-  }
-  return last + 1;
-}
-
-int64_t esize(int32_t dtype) { return dtype == FLASH_DTYPE_FP32 ? 4 : 2; }
-
-int32_t check_tensor(const flash_tensor& t, const std::string& name, int ndim, bool contiguous_last) {
-  if (t.data == nullptr) return fail(FLASH_ERROR_NULL_POINTER, name, ".data is NULL");
-  if (t.ndim != ndim) return fail(FLASH_ERROR_BAD_SHAPE, name, ".ndim is ", t.ndim, " but must be ", ndim);
-  if (!valid_dtype(t.dtype)) return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, name, ".dtype is ", t.dtype, ", not a FLASH_DTYPE_* value");
-  if (t.device_type != FLASH_DEVICE_CPU && t.device_type != FLASH_DEVICE_CUDA)
-    return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_type is ", t.device_type, ", not a FLASH_DEVICE_* value");
-  if (t.device_id < 0) return fail(FLASH_ERROR_INVALID_ARGUMENT, name, ".device_id is ", t.device_id, " but must be >= 0");
-  int64_t elements = 1;
-  for (int i = 0; i < ndim; ++i) {
-    if (t.shape[i] <= 0) return fail(FLASH_ERROR_BAD_SHAPE, name, ".shape[", i, "] is ", t.shape[i], " but must be positive");
-    if (t.shape[i] > kMaxInt32) return fail(FLASH_ERROR_BAD_SHAPE, name, ".shape[", i, "] is ", t.shape[i], ", larger than 2^31-1");
-    if (elements > std::numeric_limits<int64_t>::max() / t.shape[i])
-      return fail(FLASH_ERROR_BAD_SHAPE, name, " has more than 2^63 elements");
-    elements *= t.shape[i];
-    if (t.strides[i] < 0) return fail(FLASH_ERROR_BAD_STRIDE, name, ".strides[", i, "] is ", t.strides[i], " but must be >= 0");
-  }
-  if (contiguous_last && t.strides[ndim - 1] != 1 && t.shape[ndim - 1] > 1)
-    return fail(FLASH_ERROR_BAD_STRIDE, name, ".strides[", ndim - 1, "] is ", t.strides[ndim - 1],
-                " but the last dimension must be contiguous (stride 1)");
-  const int64_t span = span_elements(t);
-  if (span < 0 || span > std::numeric_limits<int64_t>::max() / esize(t.dtype))
-    return fail(FLASH_ERROR_BAD_STRIDE, name, " spans more than 2^63 bytes with these strides");
-  return FLASH_OK;
-}
-
-int32_t check_no_self_overlap(const flash_tensor& t, const std::string& name) {
-  std::vector<int> dims;
-  for (int i = 0; i < t.ndim; ++i)
-    if (t.shape[i] > 1) dims.push_back(i);
-  std::sort(dims.begin(), dims.end(), [&](int a, int b) { return t.strides[a] < t.strides[b]; });
-  int64_t inner_span = 1;
-  for (int d : dims) {
-    if (t.strides[d] < inner_span)
-      return fail(FLASH_ERROR_BAD_STRIDE, name, ".strides[", d, "] is ", t.strides[d],
-                  ", so distinct output elements would share memory (needs >= ", inner_span, ")");
-    inner_span = t.strides[d] * (t.shape[d] - 1) + inner_span;
-  }
-  return FLASH_OK;
-}
 
 // A named byte range on a device: a tensor's span, or an index array's.
 struct Range {

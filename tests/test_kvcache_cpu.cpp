@@ -718,6 +718,9 @@ TEST(KvcacheValidation, TensorsAndOptions) {
   { BadCase b; b.a.k_cache.strides[3] = 2; b.expect(FLASH_ERROR_BAD_STRIDE, "k_cache.strides[3]"); }
   { BadCase b; b.a.v_cache.strides[1] = 0; b.expect(FLASH_ERROR_BAD_STRIDE, "v_cache.strides[1]"); }  // written: no aliasing
   { BadCase b; b.a.o.data = b.a.q.data; b.expect(FLASH_ERROR_INVALID_ARGUMENT, "o overlaps q"); }
+  // The tensor rules every entry point shares (capi/tensor_checks.h): a CPU tensor is device 0, data is element-aligned.
+  { BadCase b; b.a.k_cache.device_id = 3; b.expect(FLASH_ERROR_INVALID_ARGUMENT, "k_cache.device_id is 3"); }
+  { BadCase b; b.a.q.data = static_cast<char*>(b.a.q.data) + 1; b.expect(FLASH_ERROR_INVALID_ARGUMENT, "q.data is not aligned"); }
   { BadCase b; b.a.v_cache.data = b.a.k_cache.data; b.expect(FLASH_ERROR_INVALID_ARGUMENT, "v_cache overlaps k_cache"); }
   { BadCase b; b.a.k_new.data = b.a.k_cache.data; b.expect(FLASH_ERROR_INVALID_ARGUMENT, "k_cache overlaps k_new"); }
   {

@@ -1,10 +1,13 @@
 // capi/kvcache.cpp -- the extern "C" entry points of KV-cache attention and flash_combine (flash.h, since 1.2).
 //
 // The same path as flash_fwd (capi/api.cpp): the caller's struct read at this library's layout
-// (capi/versioned.h), every rule checked (capi/validate_kvcache.cpp), then the backend. Only the cpu algorithm
-// serves these calls so far; CUDA tensors are validated and then refused with FLASH_ERROR_ALGORITHM_UNAVAILABLE.
+// (capi/versioned.h), every rule checked (capi/validate_kvcache.cpp), then the backend: the cpu algorithm on CPU
+// tensors, the sm80 KV-cache family (libflash/cuda/sm80/kvcache) on CUDA tensors.
 // Nothing here throws across the ABI.
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <memory>
 #include <new>
 #include <vector>
@@ -14,6 +17,10 @@
 #include "../libflash/kvcache.h"
 #include "validate_kvcache.h"
 #include "versioned.h"
+#ifdef FLASH_WITH_CUDA
+#include "../libflash/cuda/runtime.h"
+#include "../libflash/cuda/sm80/kvcache/plan.h"
+#endif
 
 namespace flash {
 // Sizes of the first ABI version (1.2) of each struct: its last field's end.
@@ -72,12 +79,19 @@ int32_t init_sized(T* p, size_t size, const T& defaults, const char* what, const
   return FLASH_OK;
 }
 
-constexpr const char* kNoGpu =
-    " has no GPU kernel yet (issue 71: the sm80/sm90 split-KV kernels are to come); pass CPU tensors";
-
-// Which backend serves the call: only the cpu algorithm, on CPU tensors.
+// Which backend serves the call: the cpu algorithm on CPU tensors; on CUDA tensors the sm80 family
+// (libflash/cuda/sm80/kvcache: mma.sync and cp.async, the one KV-cache kernel for sm_80 and sm_90 alike).
 int32_t select_kvcache(int32_t device_type, int32_t algorithm, const char* what) {
-  if (device_type == FLASH_DEVICE_CUDA) return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, what, kNoGpu);
+  if (device_type == FLASH_DEVICE_CUDA) {
+#ifdef FLASH_WITH_CUDA
+    if (algorithm == FLASH_ALGO_AUTO || algorithm == FLASH_ALGO_SM80) return FLASH_OK;
+    return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm ", flash_algorithm_name(algorithm), " has no ", what,
+                " kernel: on CUDA tensors the sm80 family serves it, on sm_80 and sm_90 alike (pass auto or sm80)");
+#else
+    (void)algorithm;
+    return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
+#endif
+  }
   if (algorithm == FLASH_ALGO_AUTO || algorithm == FLASH_ALGO_CPU) return FLASH_OK;
   if (algorithm == FLASH_ALGO_NAIVE)
     return fail(FLASH_ERROR_UNSUPPORTED, "algorithm naive does not support ", what, " (use cpu or auto)");
@@ -85,14 +99,50 @@ int32_t select_kvcache(int32_t device_type, int32_t algorithm, const char* what)
               what, " on CPU tensors runs on cpu)");
 }
 
-// The caller's arguments read and validated; FLASH_OK when the cpu backend can run them.
+#ifdef FLASH_WITH_CUDA
+// CUDA calls: the device exists and every pointer the call names is device memory on it.
+int32_t check_cuda_pointers(int32_t device_id, std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  if (const int32_t s = flash::cuda::require_device(device_id); s != FLASH_OK) return s;
+  for (const auto& [ptr, name] : pointers)
+    if (ptr != nullptr)
+      if (const int32_t s = flash::cuda::check_device_pointer(ptr, device_id, name); s != FLASH_OK) return s;
+  return FLASH_OK;
+}
+#endif
+
+// The caller's arguments read and validated; FLASH_OK when a backend can run them.
 int32_t prepare_kvcache(const flash_kvcache_args* user, flash_kvcache_args* args, flash::KvcacheParams* p) {
   if (user == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "args is NULL");
   if (const int32_t s = flash::read_versioned(user, default_kvcache_args(), args, "args", "flash_kvcache_args_init");
       s != FLASH_OK)
     return s;
   if (const int32_t s = flash::validate_kvcache(args, p); s != FLASH_OK) return s;
-  return select_kvcache(args->q.device_type, args->algorithm, "flash_fwd_kvcache");
+  if (const int32_t s = select_kvcache(args->q.device_type, args->algorithm, "flash_fwd_kvcache"); s != FLASH_OK) return s;
+#ifdef FLASH_WITH_CUDA
+  if (args->q.device_type == FLASH_DEVICE_CUDA) {
+    if (const int32_t s = check_cuda_pointers(p->device_id, {{args->q.data, "q"}, {args->k_cache.data, "k_cache"},
+                                                            {args->v_cache.data, "v_cache"}, {args->k_new.data, "k_new"},
+                                                            {args->v_new.data, "v_new"}, {args->o.data, "o"},
+                                                            {args->lse.data, "lse"}, {args->cache_seqlens, "cache_seqlens"},
+                                                            {args->cache_batch_idx, "cache_batch_idx"},
+                                                            {args->block_table, "block_table"}});
+        s != FLASH_OK)
+      return s;
+    std::string why;
+    if (!flash::sm80::kvcache::supports(*p, &why))
+      return fail(FLASH_ERROR_UNSUPPORTED, "flash_fwd_kvcache on CUDA tensors (sm80 kernels) ", why);
+  }
+#endif
+  return FLASH_OK;
+}
+
+// Workspace bytes of a prepared call.
+size_t kvcache_workspace(const flash_kvcache_args& args, const flash::KvcacheParams& p) {
+#ifdef FLASH_WITH_CUDA
+  if (args.q.device_type == FLASH_DEVICE_CUDA) return flash::sm80::kvcache::workspace(p);
+#endif
+  (void)args;
+  return flash::cpu::kvcache_workspace(p);
 }
 
 }  // namespace
@@ -110,7 +160,7 @@ FLASH_API int32_t flash_fwd_kvcache_workspace_size(const flash_kvcache_args* use
     flash_kvcache_args args;
     flash::KvcacheParams p;
     if (const int32_t s = prepare_kvcache(user, &args, &p); s != FLASH_OK) return s;
-    *bytes = flash::cpu::kvcache_workspace(p);
+    *bytes = kvcache_workspace(args, p);
     return FLASH_OK;
   });
 }
@@ -120,6 +170,19 @@ FLASH_API int32_t flash_fwd_kvcache(flash_kvcache_args* user) {
     flash_kvcache_args args;
     flash::KvcacheParams p;
     if (const int32_t s = prepare_kvcache(user, &args, &p); s != FLASH_OK) return s;
+#ifdef FLASH_WITH_CUDA
+    if (args.q.device_type == FLASH_DEVICE_CUDA) {
+      if (p.workspace != nullptr && flash::sm80::kvcache::workspace(p) > 0)
+        if (const int32_t s = flash::cuda::check_device_pointer(p.workspace, p.device_id, "workspace"); s != FLASH_OK) return s;
+      int32_t splits = 0;
+      const int32_t s = flash::sm80::kvcache::run(p, &splits);
+      if (s == FLASH_OK) {
+        user->algorithm_used = FLASH_ALGO_SM80;
+        user->num_splits_used = splits;
+      }
+      return s;
+    }
+#endif
     const size_t need = flash::cpu::kvcache_workspace(p);
     std::unique_ptr<double[]> owned;
     if (need > 0) {
@@ -159,6 +222,24 @@ FLASH_API int32_t flash_combine(flash_combine_args* user) {
     std::vector<flash::CombinePart> parts;
     if (const int32_t s = flash::validate_combine(&args, &p, &parts); s != FLASH_OK) return s;
     if (const int32_t s = select_kvcache(args.o.device_type, FLASH_ALGO_AUTO, "flash_combine"); s != FLASH_OK) return s;
+#ifdef FLASH_WITH_CUDA
+    if (args.o.device_type == FLASH_DEVICE_CUDA) {
+      std::string why;
+      if (!flash::sm80::kvcache::supports_combine(p, &why))
+        return fail(FLASH_ERROR_UNSUPPORTED, "flash_combine on CUDA tensors ", why);
+      if (const int32_t s = flash::cuda::require_device(p.device_id); s != FLASH_OK) return s;
+      for (int32_t i = 0; i < p.num_parts; ++i) {
+        const std::string on = "o_parts[" + std::to_string(i) + "]", ln = "lse_parts[" + std::to_string(i) + "]";
+        if (const int32_t s = flash::cuda::check_device_pointer(args.o_parts[i].data, p.device_id, on.c_str()); s != FLASH_OK)
+          return s;
+        if (const int32_t s = flash::cuda::check_device_pointer(args.lse_parts[i].data, p.device_id, ln.c_str()); s != FLASH_OK)
+          return s;
+      }
+      if (const int32_t s = check_cuda_pointers(p.device_id, {{args.o.data, "o"}, {args.lse.data, "lse"}}); s != FLASH_OK)
+        return s;
+      return flash::sm80::kvcache::combine(p);
+    }
+#endif
     return flash::cpu::combine(p);
   });
 }

@@ -307,6 +307,12 @@ int32_t validate_kvcache(const flash_kvcache_args* args, KvcacheParams* p) {
   p->workspace = a.workspace;
   p->workspace_size = a.workspace_size;
 
+  // No sequence could take the appended keys: refused here for every device (the GPU kernels cannot see a
+  // host-side refusal of their device-resident cache_seqlens, and clamp them into [0, capacity - seqlen_new]).
+  const int64_t capacity = paged ? int64_t{p->max_pages_per_seq} * p->max_len : p->max_len;
+  if (append && capacity < p->seqlen_new)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "seqlen_new is ", p->seqlen_new, " but a sequence holds at most ", capacity,
+                paged ? " keys (max_pages_per_seq * page_size)" : " keys (k_cache.shape[1], max_len)");
   if (q.device_type == FLASH_DEVICE_CPU) FLASH_CHECK(check_indices(a, *p));
   return FLASH_OK;
 }
@@ -319,8 +325,6 @@ int32_t validate_combine(const flash_combine_args* args, CombineParams* p, std::
   if (a.lse_parts == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "lse_parts is NULL");
   const flash_tensor &o = a.o, &lse = a.lse;
   FLASH_CHECK(check_tensor(o, "o", 4, true));
-  if (o.device_type == FLASH_DEVICE_CUDA && o.dtype == FLASH_DTYPE_FP32)
-    return fail(FLASH_ERROR_UNSUPPORTED_DTYPE, "o.dtype is fp32 but CUDA outputs must be fp16 or bf16");
   std::vector<Range> inputs;
   for (int32_t s = 0; s < a.num_parts; ++s) {
     const std::string on = "o_parts[" + std::to_string(s) + "]", ln = "lse_parts[" + std::to_string(s) + "]";

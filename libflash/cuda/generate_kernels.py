@@ -34,6 +34,7 @@ class Family:
     file: str  # file name, a format string over a row's fields and {dtype}
     line: str  # the instantiation, a format string over a row's fields and {DTYPE}
     rows: list = field(default_factory=list)  # dicts of fields; `why` (optional): the file's comment
+    hand_written: tuple = ()  # .cu files of the directory written by hand (not instantiations): left alone
 
 
 FAMILIES = [
@@ -59,6 +60,24 @@ FAMILIES = [
     # The backward's mma.sync main kernel (with the preprocess and convert kernels): one row per bwd.h
     # kBwdShapes entry. Runs on every target; sm80/bwd/bwd.cpp's plan takes it wherever the wgmma kernel
     # below does not run.
+    # The KV-cache family (sm80/kvcache: decode and chunked prefill over a contiguous or paged cache): one row
+    # per (compiled head dim, warp layout); its plan (kvcache.cpp) picks kDecode for <= 16 packed query rows.
+    Family(
+        name="SM80_KVCACHE",
+        dir="sm80/kvcache",
+        include="kernel.cuh",
+        file="kv_hdim{d}_{tag}_{dtype}.cu",
+        line="FLASH_KVCACHE_INSTANTIATE({d}, {layout}, {DTYPE})",
+        hand_written=("combine.cu",),  # the combine kernels: small, every dtype pair in one file
+        rows=[
+            dict(d=d, layout=layout, tag=tag, why=why)
+            for d in (64, 128, 256)
+            for layout, tag, why in (
+                ("kDecode", "decode", "16 packed query rows, the four warps split each key tile"),
+                ("kChunk", "chunk", "64 packed query rows, a warp per 16 rows (chunked prefill)"),
+            )
+        ],
+    ),
     Family(
         name="SM80_BWD",
         dir="sm80/bwd",
@@ -148,7 +167,7 @@ def family_files(f):
 def committed(f):
     """The .cu files and kernels.cmake now in the family's directory: every .cu file there must be generated."""
     return {f"{f.dir}/{p.name}" for p in (HERE / f.dir).glob("*")
-            if p.is_file() and (p.suffix == ".cu" or p.name == "kernels.cmake")}
+            if p.is_file() and (p.suffix == ".cu" or p.name == "kernels.cmake") and p.name not in f.hand_written}
 
 
 def is_generated(p):

@@ -102,13 +102,17 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const __grid_consta
   T* const k_cache = static_cast<T*>(p.k_cache);
   T* const v_cache = static_cast<T*>(p.v_cache);
   const int chunks_valid = p.head_dim / 8;  // 16-byte chunks of a row; past them zero-filled, never stored
-  // Element offsets of key position pos (< L) in the K and V caches.
-  auto cache_offsets = [&](int pos, int64_t* k_off, int64_t* v_off) {
+  // Paged cache: the page of key position pos (clamped into the cache), and the row inside it (a shift and a
+  // mask for the usual power-of-two page sizes).
+  auto page_of = [&](int pos) -> int {
+    const int j = p.page_shift >= 0 ? pos >> p.page_shift : pos / p.page_size;
+    return min(max(pages[j], 0), p.cache_rows - 1);
+  };
+  auto row_in_page = [&](int pos) { return p.page_shift >= 0 ? pos & (p.page_size - 1) : pos % p.page_size; };
+  // Element offsets of key position pos (< L) in the K and V caches; `page` is page_of(pos) when paged.
+  auto cache_offsets = [&](int pos, int page, int64_t* k_off, int64_t* v_off) {
     int64_t row = cache_row, r = pos;
-    if (pages != nullptr) {
-      row = min(max(pages[pos / p.page_size], 0), p.cache_rows - 1);
-      r = pos % p.page_size;
-    }
+    if (pages != nullptr) row = page, r = row_in_page(pos);
     *k_off = row * p.kc_batch_stride + r * p.kc_row_stride + hk * p.kc_head_stride;
     *v_off = row * p.vc_batch_stride + r * p.vc_row_stride + hk * p.vc_head_stride;
   };
@@ -119,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const __grid_consta
     for (int idx = tid; idx < n * chunks_valid; idx += kThreads) {
       const int pos = lo + idx / chunks_valid, c = idx % chunks_valid;
       int64_t k_off, v_off;
-      cache_offsets(pos, &k_off, &v_off);
+      cache_offsets(pos, pages != nullptr ? page_of(pos) : 0, &k_off, &v_off);
       const int i = pos - n_cached;
       *reinterpret_cast<uint4*>(k_cache + k_off + c * 8) = *reinterpret_cast<const uint4*>(k_new + i * p.kn_row_stride + c * 8);
       *reinterpret_cast<uint4*>(v_cache + v_off + c * 8) = *reinterpret_cast<const uint4*>(v_new + i * p.vn_row_stride + c * 8);
@@ -166,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const __grid_consta
       if (row_ok) {
         if (pos < n_cached) {
           int64_t k_off, v_off;
-          cache_offsets(pos, &k_off, &v_off);
+          cache_offsets(pos, pages != nullptr ? page_of(pos) : 0, &k_off, &v_off);
           k_src += k_off;
           v_src += v_off;
         } else {

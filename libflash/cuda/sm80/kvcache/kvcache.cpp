@@ -32,11 +32,15 @@ Plan refuse(std::string* why, std::string reason) {
 int64_t capacity(const KvcacheParams& p) { return p.paged ? int64_t{p.max_pages_per_seq} * p.max_len : p.max_len; }
 
 // FlashAttention-3's rule: the fewest splits whose wave efficiency (CTAs over the SMs' slots, against the waves
-// that takes) is within 85% of the best, each split keeping at least one tile; one split when the CTAs already
-// fill 80% of a wave.
-int choose_splits(int64_t ctas, int64_t slots, int64_t tiles) {
+// that takes) is within 85% of the best, one split when the CTAs already fill 80% of a wave -- with each split
+// keeping at least kMinKeysPerSplit keys of the cache's capacity: a CTA's fixed cost (index loads, the ring's
+// fill, the epilogue) must stay small against its loads. On the H200 (d128, heads 32/8, one token): b1 x 8k
+// ran 31.6 us at the unbounded rule's 29 splits, 27.4 us at 16 (the bound gives 14); b1 x 128k, 16 x 8k,
+// 16 x 32k, 64 x 4k, 128 x 2k are at their measured best (29, 2, 2, 1, 1 splits).
+constexpr int64_t kMinKeysPerSplit = 512;
+int choose_splits(int64_t ctas, int64_t slots, int64_t tiles, int64_t keys) {
   if (ctas >= slots * 8 / 10) return 1;
-  const int max_splits = int(std::min<int64_t>({kMaxSplits, tiles, slots}));
+  const int max_splits = int(std::max<int64_t>(1, std::min<int64_t>({kMaxSplits, tiles, keys / kMinKeysPerSplit})));
   auto efficiency = [&](int s) {
     const double waves = double(ctas * s) / double(slots);
     return waves / std::ceil(waves);
@@ -78,7 +82,7 @@ Plan plan(const KvcacheParams& p, const cuda::DeviceLimits& dev, int num_sms, st
   const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(dev.smem_per_sm / (pl.smem_bytes + 1024), 4));
   const int64_t tiles = std::max<int64_t>(1, (capacity(p) + pl.shape.block_n - 1) / pl.shape.block_n);
   pl.splits = p.num_splits > 0 ? int(std::min<int64_t>(p.num_splits, kMaxSplits))
-                               : choose_splits(ctas, int64_t{num_sms} * per_sm, tiles);
+                               : choose_splits(ctas, int64_t{num_sms} * per_sm, tiles, capacity(p));
   if (m_blocks * pl.splits > 0x7fffffff) return refuse(why, "too many query blocks for one launch");
   if (pl.splits > 1) {
     const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_new * pl.splits;
@@ -136,6 +140,10 @@ int32_t run(const KvcacheParams& p, int32_t* splits_used) {
   k.head_ratio = p.head_ratio, k.head_dim = p.head_dim;
   k.cache_rows = p.cache_rows;
   k.page_size = p.max_len;
+  k.page_shift = -1;
+  if ((p.max_len & (p.max_len - 1)) == 0)
+    for (k.page_shift = 0; (1 << k.page_shift) < p.max_len; ++k.page_shift) {
+    }
   k.max_pages = p.paged ? p.max_pages_per_seq : 1;
   k.capacity = int32_t(std::min<int64_t>(capacity(p), INT32_MAX));
   k.window_left = p.window_left, k.window_right = p.window_right;

@@ -42,10 +42,10 @@ struct Shape {
   constexpr int smem_bytes(int head_dim) const { return (block_m + 2 * stages * block_n) * head_dim * 2; }
 };
 constexpr Shape shape_of(Layout l, int head_dim) {
-  // kDecode: 64-key tiles, 16 keys a warp (one k16 step of P V). Stages: about 96 KB of loads in flight per
-  // CTA, two CTAs an SM at d <= 128 (d64: 4 x 16 KB, d128: 3 x 32 KB, d256: 2 x 64 KB).
+  // kDecode: K + V tiles of 32 KB (d64: 128 keys, 32 a warp; d128: 64 keys, 16 a warp) in a 3-stage ring, so two
+  // CTAs an SM keep 128 KB of loads in flight; d256: 64-key tiles (64 KB), 2 stages, one CTA an SM.
   // kChunk: FA2's forward tiles (64 x 64, two stages; 64 x 32 at d256 to stay under 100 KB).
-  return l == Layout::kDecode ? Shape{16, 64, 4, head_dim == 64 ? 4 : head_dim == 128 ? 3 : 2}
+  return l == Layout::kDecode ? Shape{16, head_dim == 64 ? 128 : 64, 4, head_dim == 256 ? 2 : 3}
                               : Shape{64, head_dim == 256 ? 32 : 64, 1, 2};
 }
 
@@ -73,6 +73,7 @@ struct KernelParams {
   int32_t batch, seqlen_new, heads_q, heads_kv, head_ratio, head_dim;
   int32_t cache_rows;      // contiguous: batch_cache; paged: num_pages (indices are clamped into [0, cache_rows))
   int32_t page_size;       // paged: rows a page; contiguous: max_len
+  int32_t page_shift;      // log2(page_size) when it is a power of two, else -1
   int32_t max_pages;       // paged: block_table columns read (indices clamped into [0, max_pages))
   int32_t capacity;        // positions a sequence can hold: max_len, or max_pages * page_size
   int32_t window_left, window_right;

@@ -323,10 +323,16 @@ FLASH_API int32_t flash_bwd(flash_bwd_args* args);
  * (n_i >= 0, L_i <= max_len or max_pages_per_seq * page_size), every page used must be in [0, num_pages),
  * every cache_batch_idx in [0, batch_cache), and no sequence may append to a cache row another sequence of
  * the call appends to or reads.
+ * On CUDA tensors the index arrays are device memory and cannot be checked on the host: the kernels clamp every
+ * value they read (cache_seqlens into [0, capacity - appended keys], pages and cache rows into the cache), so no
+ * contents can make a kernel access memory outside the tensors named here -- but out-of-range or overlapping
+ * values give unspecified results (and racing appends). The choice of num_splits = 0, the workspace size and a
+ * CUDA graph captured with a caller workspace depend on shapes only, never on the arrays' contents: a captured
+ * decode step may be replayed with new cache_seqlens and block_table contents.
  * num_splits > 1 splits each sequence's keys into that many chunks computed separately and merged with
  * flash_combine's arithmetic (split-KV, for long caches and small batches); 0 lets the library choose.
- * Devices: the cpu algorithm (fp32, fp16, bf16). CUDA tensors are validated and then refused with
- * FLASH_ERROR_ALGORITHM_UNAVAILABLE: the GPU kernels are not built yet. */
+ * Devices: the cpu algorithm (fp32, fp16, bf16); on CUDA (fp16, bf16; sm_80 and newer) the sm80 KV-cache kernel,
+ * algorithm AUTO or FLASH_ALGO_SM80. */
 typedef struct flash_kvcache_args {
   size_t struct_size;          /* = sizeof(flash_kvcache_args), set by flash_kvcache_args_init */
   flash_tensor q;              /* [batch, seqlen_new, heads_q, head_dim]; seqlen_new >= 1 */
@@ -347,7 +353,7 @@ typedef struct flash_kvcache_args {
   int32_t window_left;         /* -1 = unbounded (default); as flash_fwd_args, bottom-right aligned */
   int32_t window_right;        /* -1 = unbounded (default) */
   int32_t num_splits;          /* splits of each sequence's keys: 0 (default) = choose, 1 = none, up to 256 */
-  int32_t algorithm;           /* FLASH_ALGO_AUTO (default) or FLASH_ALGO_CPU; others: ALGORITHM_UNAVAILABLE */
+  int32_t algorithm;           /* FLASH_ALGO_AUTO (default), FLASH_ALGO_CPU (CPU tensors) or FLASH_ALGO_SM80 (CUDA) */
   uint32_t flags;              /* none defined yet; must be 0 */
   int32_t algorithm_used;      /* out: the algorithm that ran */
   int32_t num_splits_used;     /* out: the splits the call used */
@@ -370,9 +376,8 @@ FLASH_API int32_t flash_fwd_kvcache(flash_kvcache_args* args);
  * by ln 2 first), writes the result over the union of the keys:
  *   M = max_p LSE_p,  w_p = exp(LSE_p - M),  O = sum_p w_p O_p / sum_p w_p,  LSE = M + log(sum_p w_p).
  * A part with LSE = -inf (it saw no key) contributes nothing; a row where every part is -inf gets O = 0 and
- * LSE = -inf. Computed in double on the CPU, O rounded once to o's dtype.
- * Devices: CPU. CUDA tensors are validated and then refused with FLASH_ERROR_ALGORITHM_UNAVAILABLE (the GPU
- * kernel is not built yet). */
+ * LSE = -inf. Computed in double on the CPU, in fp32 on CUDA tensors; O rounded once to o's dtype.
+ * Devices: CPU; CUDA (at most 256 parts a call, head_dim up to 256). */
 typedef struct flash_combine_args {
   size_t struct_size;          /* = sizeof(flash_combine_args), set by flash_combine_args_init */
   int32_t num_parts;           /* >= 1 */

@@ -262,8 +262,8 @@ _last = threading.local()
 
 
 def last_algorithm_used():
-    """Name of the algorithm the last successful attention() or attention_backward() call on this thread ran
-    (e.g. "sm80")."""
+    """Name of the algorithm the last successful attention(), attention_backward() or attention_with_kvcache() call
+    on this thread ran (e.g. "sm80")."""
     n = _capi.flash_algorithm_name(getattr(_last, "algorithm_used", -1))
     return n.decode() if n else None
 

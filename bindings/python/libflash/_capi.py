@@ -1,6 +1,6 @@
 """Low-level ctypes declarations of flash.h (the libflash C ABI, major version 1).
 
-Everything here mirrors flash.h one to one: constants, the five public structs and every function,
+Everything here mirrors flash.h one to one: constants, the seven public structs and every function,
 each declared once with its argtypes/restype next to its C prototype. Nothing here knows about
 numpy or any framework; see _attention.py for the high-level API.
 
@@ -19,7 +19,7 @@ import sys
 
 # ---- Version of the header this module mirrors --------------------------------------------------------
 FLASH_VERSION_MAJOR = 1
-FLASH_VERSION_MINOR = 1
+FLASH_VERSION_MINOR = 2
 FLASH_VERSION_PATCH = 0
 
 # ---- Status codes -------------------------------------------------------------------------------------
@@ -72,6 +72,8 @@ FLASH_STRUCT_FWD_ARGS = 2
 FLASH_STRUCT_BLOCK_MASK = 3
 FLASH_STRUCT_DEVICE_INFO = 4
 FLASH_STRUCT_BWD_ARGS = 5  # since 1.1
+FLASH_STRUCT_KVCACHE_ARGS = 6  # since 1.2
+FLASH_STRUCT_COMBINE_ARGS = 7  # since 1.2
 
 
 # ---- Structs ------------------------------------------------------------------------------------------
@@ -193,6 +195,57 @@ class flash_bwd_args(ctypes.Structure):
     ]
 
 
+class flash_kvcache_args(ctypes.Structure):
+    """typedef struct flash_kvcache_args { size_t struct_size; flash_tensor q, k_cache, v_cache, k_new, v_new, o,
+    lse; const int32_t* cache_seqlens; const int32_t* cache_batch_idx; const int32_t* block_table;
+    int64_t block_table_stride; int32_t max_pages_per_seq; float softmax_scale; int32_t causal, window_left,
+    window_right, num_splits, algorithm; uint32_t flags; int32_t algorithm_used, num_splits_used; void* stream;
+    void* workspace; size_t workspace_size; } flash_kvcache_args;   (since 1.2)"""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("q", flash_tensor),
+        ("k_cache", flash_tensor),
+        ("v_cache", flash_tensor),
+        ("k_new", flash_tensor),
+        ("v_new", flash_tensor),
+        ("o", flash_tensor),
+        ("lse", flash_tensor),
+        ("cache_seqlens", ctypes.c_void_p),  # const int32_t*
+        ("cache_batch_idx", ctypes.c_void_p),  # const int32_t*
+        ("block_table", ctypes.c_void_p),  # const int32_t*
+        ("block_table_stride", ctypes.c_int64),
+        ("max_pages_per_seq", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("algorithm", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("algorithm_used", ctypes.c_int32),
+        ("num_splits_used", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_size", ctypes.c_size_t),
+    ]
+
+
+class flash_combine_args(ctypes.Structure):
+    """typedef struct flash_combine_args { size_t struct_size; int32_t num_parts; const flash_tensor* o_parts;
+    const flash_tensor* lse_parts; flash_tensor o, lse; void* stream; } flash_combine_args;   (since 1.2)"""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("num_parts", ctypes.c_int32),
+        ("o_parts", ctypes.POINTER(flash_tensor)),
+        ("lse_parts", ctypes.POINTER(flash_tensor)),
+        ("o", flash_tensor),
+        ("lse", flash_tensor),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 # Struct id -> (ctypes class, may the library's struct be larger, i.e. is it extensible by appending).
 STRUCTS = {
     FLASH_STRUCT_TENSOR: (flash_tensor, False),  # never extended (a new layout would be a new type)
@@ -200,9 +253,11 @@ STRUCTS = {
     FLASH_STRUCT_BLOCK_MASK: (flash_block_mask, True),
     FLASH_STRUCT_DEVICE_INFO: (flash_device_info, True),
     FLASH_STRUCT_BWD_ARGS: (flash_bwd_args, True),
+    FLASH_STRUCT_KVCACHE_ARGS: (flash_kvcache_args, True),
+    FLASH_STRUCT_COMBINE_ARGS: (flash_combine_args, True),
 }
-# Struct id -> the minor version that added it (a 1.0 library knows nothing of it: flash_struct_size says 0).
-STRUCTS_SINCE_MINOR = {FLASH_STRUCT_BWD_ARGS: 1}
+# Struct id -> the minor version that added it (an older library knows nothing of it: flash_struct_size says 0).
+STRUCTS_SINCE_MINOR = {FLASH_STRUCT_BWD_ARGS: 1, FLASH_STRUCT_KVCACHE_ARGS: 2, FLASH_STRUCT_COMBINE_ARGS: 2}
 
 
 # ---- Locating and loading the library -----------------------------------------------------------------
@@ -367,6 +422,37 @@ flash_bwd_workspace_size = _declare("flash_bwd_workspace_size", _i32,
                                     [ctypes.POINTER(flash_bwd_args), ctypes.POINTER(ctypes.c_size_t)], optional=True)
 # int32_t flash_bwd(flash_bwd_args* args);
 flash_bwd = _declare("flash_bwd", _i32, [ctypes.POINTER(flash_bwd_args)], optional=True)
+
+
+# ---- KV-cache attention and combine (since 1.2; None with an older library) ----
+# int32_t flash_kvcache_args_init_sized(flash_kvcache_args* args, size_t struct_size);
+flash_kvcache_args_init_sized = _declare("flash_kvcache_args_init_sized", _i32,
+                                         [ctypes.POINTER(flash_kvcache_args), ctypes.c_size_t], optional=True)
+
+
+def flash_kvcache_args_init(ref):
+    """The C macro flash_kvcache_args_init(p): defaults for a struct of this binding's size (an older or newer
+    library reads what it knows and defaults the rest)."""
+    return flash_kvcache_args_init_sized(ref, ctypes.sizeof(flash_kvcache_args))
+
+# int32_t flash_fwd_kvcache_workspace_size(const flash_kvcache_args* args, size_t* bytes);
+flash_fwd_kvcache_workspace_size = _declare("flash_fwd_kvcache_workspace_size", _i32,
+                                            [ctypes.POINTER(flash_kvcache_args), ctypes.POINTER(ctypes.c_size_t)],
+                                            optional=True)
+# int32_t flash_fwd_kvcache(flash_kvcache_args* args);
+flash_fwd_kvcache = _declare("flash_fwd_kvcache", _i32, [ctypes.POINTER(flash_kvcache_args)], optional=True)
+# int32_t flash_combine_args_init_sized(flash_combine_args* args, size_t struct_size);
+flash_combine_args_init_sized = _declare("flash_combine_args_init_sized", _i32,
+                                         [ctypes.POINTER(flash_combine_args), ctypes.c_size_t], optional=True)
+
+
+def flash_combine_args_init(ref):
+    """The C macro flash_combine_args_init(p): defaults for a struct of this binding's size (an older or newer
+    library reads what it knows and defaults the rest)."""
+    return flash_combine_args_init_sized(ref, ctypes.sizeof(flash_combine_args))
+
+# int32_t flash_combine(flash_combine_args* args);
+flash_combine = _declare("flash_combine", _i32, [ctypes.POINTER(flash_combine_args)], optional=True)
 
 
 # ---- Import-time checks -------------------------------------------------------------------------------

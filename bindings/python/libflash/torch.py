@@ -14,14 +14,20 @@ makes the backward bitwise reproducible (as in flash_attn). The packed variants 
 of the packed tensor and return its gradient as one tensor of its shape.
 
 Not available (raise NotImplementedError): dropout_p > 0, softcap != 0, alibi_slopes, return_attn_probs.
+
+flash_attn_with_kvcache (inference: decode and chunked prefill over a contiguous or paged KV cache, appending
+the new keys and values in place) has FlashAttention-2's signature too; it has no backward (torch inputs that
+require grad, in grad mode, are refused). Not available there (raise NotImplementedError): rotary_cos/rotary_sin,
+cache_leftpad, softcap != 0, alibi_slopes.
 """
 
 import torch  # the real PyTorch: absolute import
 
 from ._attention import attention, attention_backward
+from ._kvcache import attention_with_kvcache
 
-__all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "attention",
-           "attention_backward", "FlashAttnFunction"]
+__all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_with_kvcache",
+           "attention", "attention_backward", "FlashAttnFunction"]
 
 
 def _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs):
@@ -155,3 +161,49 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     _check_tensors(qkv)
     o, _ = _PackedFunction.apply(None, qkv, _opts(softmax_scale, causal, window_size, deterministic))
     return o
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
+                            cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True,
+                            alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """FlashAttention-2's flash_attn_with_kvcache over libflash.attention_with_kvcache (flash_fwd_kvcache).
+
+    q: [batch, seqlen, heads_q, head_dim]; k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, head_dim], or
+    with block_table [num_blocks, page_block_size, heads_kv, head_dim] (any page_block_size >= 1; flash-attn needs a
+    multiple of 256); k, v: optional [batch, seqlen_new, heads_kv, head_dim], written into the caches IN PLACE at
+    positions cache_seqlens[i] .. cache_seqlens[i] + seqlen_new - 1 before attending (cache_seqlens itself is not
+    updated). cache_seqlens: an int (broadcast to every sequence, as flash-attn does) or an int32 tensor [batch] on
+    q's device; None means every sequence fills the whole cache (not allowed with k, v). cache_batch_idx: int32
+    [batch], the cache row of each sequence (contiguous cache only). block_table: int32 [batch,
+    max_num_blocks_per_seq]. Causal and window_size are aligned bottom-right per sequence. num_splits: 0 lets the
+    library choose. Returns out [batch, seqlen, heads_q, head_dim], and the fp32 softmax_lse [batch, heads_q,
+    seqlen] when return_softmax_lse.
+
+    Differences from flash-attn: no rotary embedding (rotary_cos/rotary_sin), cache_leftpad, softcap or
+    alibi_slopes (NotImplementedError); a torch input that requires grad in grad mode is refused (the call has no
+    backward; flash-attn returns a result cut off from the graph). CPU tensors run on the library's CPU backend;
+    CUDA tensors need libflash's GPU kernels for this call (FlashError FLASH_ERROR_ALGORITHM_UNAVAILABLE until they
+    are built)."""
+    if rotary_cos is not None or rotary_sin is not None:
+        raise NotImplementedError("libflash: rotary_cos/rotary_sin (rotary embedding of q and k) are not supported; "
+                                  "apply the rotary embedding to q and k before the call and pass rotary_cos=None, "
+                                  "rotary_sin=None")
+    if cache_leftpad is not None:
+        raise NotImplementedError("libflash: cache_leftpad is not supported; pass cache_leftpad=None")
+    if softcap:
+        raise NotImplementedError("libflash: softcap=%r is not supported; pass softcap=0.0" % (softcap,))
+    if alibi_slopes is not None:
+        raise NotImplementedError("libflash: alibi_slopes is not supported; pass alibi_slopes=None")
+    _check_tensors(q, k_cache, v_cache, *[t for t in (k, v) if t is not None])
+    if (k is None) != (v is None):
+        raise ValueError("libflash: k and v must be given together (got %s)" % ("k only" if v is None else "v only"))
+    if cache_seqlens is None:
+        if k is not None:
+            raise ValueError("libflash: cache_seqlens is required when k and v are given (where to append them)")
+        # flash-attn: every sequence attends to the whole cache.
+        cache_seqlens = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+    # An int is broadcast to an int32 [batch] array on q's device (range-checked, as flash-attn's torch.full).
+    return attention_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, block_table=block_table,
+                                  cache_batch_idx=cache_batch_idx, causal=causal, window=_window(window_size),
+                                  softmax_scale=softmax_scale, num_splits=num_splits, return_lse=return_softmax_lse)

@@ -40,6 +40,15 @@ def test_struct_offsets_lp64():
     assert B.block_mask.offset == 832 and B.workspace_size.offset == 856 and ctypes.sizeof(B) == 864
     D = capi.flash_device_info
     assert D.name.offset == 16 and D.cc_major.offset == 272 and D.algorithms.offset == 328
+    K = capi.flash_kvcache_args
+    assert K.q.offset == 8 and K.v_new.offset == 8 + 4 * 88 and K.lse.offset == 8 + 6 * 88
+    assert (K.cache_seqlens.offset, K.cache_batch_idx.offset, K.block_table.offset) == (624, 632, 640)
+    assert (K.block_table_stride.offset, K.max_pages_per_seq.offset, K.softmax_scale.offset) == (648, 656, 660)
+    assert (K.num_splits.offset, K.algorithm_used.offset, K.num_splits_used.offset) == (676, 688, 692)
+    assert (K.stream.offset, K.workspace_size.offset, ctypes.sizeof(K)) == (696, 712, 720)
+    C = capi.flash_combine_args
+    assert (C.num_parts.offset, C.o_parts.offset, C.lse_parts.offset, C.o.offset) == (8, 16, 24, 32)
+    assert (C.lse.offset, C.stream.offset, ctypes.sizeof(C)) == (120, 208, 216)
 
 
 def test_init_functions_write_defaults():
@@ -59,6 +68,18 @@ def test_init_functions_write_defaults():
     info = capi.flash_device_info()
     assert capi.flash_device_info_init(ctypes.byref(info)) == capi.FLASH_OK
     assert info.struct_size == ctypes.sizeof(info)
+    kv = capi.flash_kvcache_args()
+    kv.num_splits, kv.flags = 9, 7
+    assert capi.flash_kvcache_args_init(ctypes.byref(kv)) == capi.FLASH_OK
+    assert kv.struct_size == ctypes.sizeof(kv)
+    assert (kv.window_left, kv.window_right, kv.num_splits, kv.flags) == (-1, -1, 0, 0)
+    assert kv.algorithm == capi.FLASH_ALGO_AUTO
+    assert (kv.algorithm_used, kv.softmax_scale, kv.block_table_stride, kv.max_pages_per_seq) == (-1, 0.0, 0, 0)
+    assert not kv.cache_seqlens and not kv.block_table and kv.workspace is None
+    c = capi.flash_combine_args()
+    c.num_parts = 5
+    assert capi.flash_combine_args_init(ctypes.byref(c)) == capi.FLASH_OK
+    assert c.struct_size == ctypes.sizeof(c) and c.num_parts == 0 and not c.o_parts
 
 
 def test_tensor_contiguous_by_value():
@@ -127,6 +148,51 @@ def test_bwd_workspace_size_query_and_call():
     # A struct_size smaller than the first flash_bwd_args is refused.
     a.struct_size = 8
     assert capi.flash_bwd(ctypes.byref(a)) == capi.FLASH_ERROR_STRUCT_SIZE
+
+
+def test_kvcache_and_combine_through_the_raw_layer():
+    """flash_fwd_kvcache and flash_combine called through ctypes alone: contiguous descriptors, an int32 array."""
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((1, 2, 2, 16)).astype(np.float32)
+    kc = rng.standard_normal((1, 9, 1, 16)).astype(np.float32)
+    vc = rng.standard_normal((1, 9, 1, 16)).astype(np.float32)
+    o = np.full_like(q, np.nan)
+    lse = np.full((1, 2, 2), np.nan, np.float32)
+    seqlens = np.array([7], np.int32)
+    a = capi.flash_kvcache_args()
+    capi.flash_kvcache_args_init(ctypes.byref(a))
+
+    def t(arr):
+        shape = (ctypes.c_int64 * 4)(*arr.shape)
+        return capi.flash_tensor_contiguous(arr.ctypes.data, capi.FLASH_DTYPE_FP32, capi.FLASH_DEVICE_CPU, 0,
+                                            arr.ndim, shape)
+
+    a.q, a.k_cache, a.v_cache, a.o, a.lse = t(q), t(kc), t(vc), t(o), t(lse)
+    a.cache_seqlens = seqlens.ctypes.data
+    a.num_splits = 2
+    n = ctypes.c_size_t(12345)
+    assert capi.flash_fwd_kvcache_workspace_size(ctypes.byref(a), ctypes.byref(n)) == capi.FLASH_OK
+    assert n.value > 0
+    assert capi.flash_fwd_kvcache(ctypes.byref(a)) == capi.FLASH_OK
+    assert (a.algorithm_used, a.num_splits_used) == (capi.FLASH_ALGO_CPU, 2)
+    want = libflash.attention(q, kc[:, :7], vc[:, :7])
+    np.testing.assert_allclose(o, want, atol=2e-5, rtol=0)  # test_cpu.py's fp32 bound for flash_fwd's result
+    assert capi.flash_fwd_kvcache(None) == capi.FLASH_ERROR_NULL_POINTER
+    a.cache_seqlens = None
+    assert capi.flash_fwd_kvcache(ctypes.byref(a)) == capi.FLASH_ERROR_NULL_POINTER
+    assert capi.flash_last_error_message() == b"cache_seqlens is NULL"
+    a.struct_size = 8
+    assert capi.flash_fwd_kvcache(ctypes.byref(a)) == capi.FLASH_ERROR_STRUCT_SIZE
+
+    c = capi.flash_combine_args()
+    capi.flash_combine_args_init(ctypes.byref(c))
+    parts = (capi.flash_tensor * 1)(t(o))
+    lparts = (capi.flash_tensor * 1)(t(lse))
+    out = np.full_like(o, np.nan)
+    c.num_parts, c.o_parts, c.lse_parts, c.o = 1, parts, lparts, t(out)
+    assert capi.flash_combine(ctypes.byref(c)) == capi.FLASH_OK
+    np.testing.assert_array_equal(out, o)  # one part: O_p w / w, exact in double, rounded back
+    assert capi.flash_combine(None) == capi.FLASH_ERROR_NULL_POINTER
 
 
 def test_device_count_without_driver_is_not_an_error():

@@ -29,6 +29,8 @@ mod abi {
             assert_eq!(flash_struct_size(FLASH_STRUCT_BLOCK_MASK), size_of::<flash_block_mask>());
             assert_eq!(flash_struct_size(FLASH_STRUCT_DEVICE_INFO), size_of::<flash_device_info>());
             assert_eq!(flash_struct_size(FLASH_STRUCT_BWD_ARGS), size_of::<flash_bwd_args>());
+            assert_eq!(flash_struct_size(FLASH_STRUCT_KVCACHE_ARGS), size_of::<flash_kvcache_args>());
+            assert_eq!(flash_struct_size(FLASH_STRUCT_COMBINE_ARGS), size_of::<flash_combine_args>());
             assert_eq!(flash_struct_size(-1), 0);
         }
     }
@@ -48,6 +50,18 @@ mod abi {
             assert_eq!(flash_bwd_args_init_sized(&mut bwd, core::mem::size_of::<flash_bwd_args>() as _), FLASH_OK);
             assert_eq!(bwd.struct_size, size_of::<flash_bwd_args>());
             assert_eq!((bwd.window_left, bwd.window_right, bwd.algorithm, bwd.flags), (-1, -1, FLASH_ALGO_AUTO, 0));
+            let mut kv = flash_kvcache_args::default();
+            kv.num_splits = 9;
+            assert_eq!(flash_kvcache_args_init_sized(&mut kv, size_of::<flash_kvcache_args>() as _), FLASH_OK);
+            assert_eq!(kv.struct_size, size_of::<flash_kvcache_args>());
+            assert_eq!((kv.window_left, kv.window_right, kv.num_splits, kv.algorithm), (-1, -1, 0, FLASH_ALGO_AUTO));
+            assert_eq!((kv.flags, kv.algorithm_used, kv.block_table_stride, kv.softmax_scale), (0, -1, 0, 0.0));
+            assert!(kv.cache_seqlens.is_null() && kv.block_table.is_null() && kv.workspace.is_null());
+            let mut c = flash_combine_args::default();
+            c.num_parts = 3;
+            assert_eq!(flash_combine_args_init_sized(&mut c, size_of::<flash_combine_args>() as _), FLASH_OK);
+            assert_eq!((c.struct_size, c.num_parts), (size_of::<flash_combine_args>(), 0));
+            assert!(c.o_parts.is_null() && c.lse_parts.is_null());
             let mut info = flash_device_info::default();
             assert_eq!(flash_device_info_init_sized(&mut info, core::mem::size_of::<flash_device_info>() as _), FLASH_OK);
             assert_eq!(info.struct_size, size_of::<flash_device_info>());
@@ -71,6 +85,35 @@ mod abi {
         assert_eq!(off(&a.block_mask as *const _ as usize), 832);
         assert_eq!(off(&a.workspace_size as *const _ as usize), 856);
         assert_eq!(size_of::<flash_bwd_args>(), 864);
+    }
+
+    /// flash_kvcache_args and flash_combine_args by hand from flash.h's field order (LP64), besides bindgen's
+    /// generated layout tests: 7 tensors, 3 index pointers, then the options.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn kvcache_and_combine_args_layout_by_hand() {
+        let a = flash_kvcache_args::default();
+        let base = &a as *const _ as usize;
+        let off = |p: usize| p - base;
+        assert_eq!(off(&a.q as *const _ as usize), 8);
+        assert_eq!(off(&a.lse as *const _ as usize), 8 + 6 * 88);
+        assert_eq!(off(&a.cache_seqlens as *const _ as usize), 624);
+        assert_eq!(off(&a.block_table_stride as *const _ as usize), 648);
+        assert_eq!(off(&a.max_pages_per_seq as *const _ as usize), 656);
+        assert_eq!(off(&a.softmax_scale as *const _ as usize), 660);
+        assert_eq!(off(&a.num_splits_used as *const _ as usize), 692);
+        assert_eq!(off(&a.stream as *const _ as usize), 696);
+        assert_eq!(off(&a.workspace_size as *const _ as usize), 712);
+        assert_eq!(size_of::<flash_kvcache_args>(), 720);
+        let c = flash_combine_args::default();
+        let base = &c as *const _ as usize;
+        let off = |p: usize| p - base;
+        assert_eq!(off(&c.num_parts as *const _ as usize), 8);
+        assert_eq!(off(&c.o_parts as *const _ as usize), 16);
+        assert_eq!(off(&c.o as *const _ as usize), 32);
+        assert_eq!(off(&c.lse as *const _ as usize), 120);
+        assert_eq!(off(&c.stream as *const _ as usize), 208);
+        assert_eq!(size_of::<flash_combine_args>(), 216);
     }
 
     #[test]

@@ -34,6 +34,12 @@ unsafe impl PlainC for sys::flash_device_info {
 unsafe impl PlainC for sys::flash_bwd_args {
     const WHICH: i32 = sys::FLASH_STRUCT_BWD_ARGS;
 }
+unsafe impl PlainC for sys::flash_kvcache_args {
+    const WHICH: i32 = sys::FLASH_STRUCT_KVCACHE_ARGS;
+}
+unsafe impl PlainC for sys::flash_combine_args {
+    const WHICH: i32 = sys::FLASH_STRUCT_COMBINE_ARGS;
+}
 
 pub(crate) struct LibSized<T: PlainC> {
     buf: Vec<u64>,

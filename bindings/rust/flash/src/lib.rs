@@ -12,6 +12,10 @@
 //!   [`BlockMask`], [`Algorithm`].
 //! - [`Backward`] (made from the forward's options: `Backward::from(forward)`) computes dQ, dK, dV from
 //!   Q, K, V, O, dO and the forward's LSE, by recomputation; optionally deterministic.
+//! - [`KvcacheForward`] is attention over a key/value cache (decode, chunked prefill; FlashAttention-2's
+//!   `flash_attn_with_kvcache`), contiguous or paged as a [`CacheIndex`] says, appending the new tokens'
+//!   keys and values in place ([`KvcacheForward::run_append`]); [`combine`] merges partial results
+//!   (split-KV). Both need libflash 1.2.
 //!
 //! ```
 //! use flash::{Forward, Tensor, TensorMut};
@@ -55,6 +59,7 @@ mod backward;
 mod device;
 mod error;
 mod forward;
+mod kvcache;
 mod mask;
 mod tensor;
 
@@ -68,5 +73,6 @@ pub use device::{
 pub use backward::{Backward, Gradients};
 pub use error::{status_name, Error, ErrorKind, Result};
 pub use forward::{forward, Algorithm, Alignment, Forward};
+pub use kvcache::{combine, combine_raw, CacheIndex, KvcacheForward, KvcacheRun};
 pub use mask::{num_blocks, BlockMask};
 pub use tensor::{contiguous_strides, DType, Device, Element, RawTensor, Stream, Tensor, TensorMut};

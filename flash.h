@@ -376,7 +376,7 @@ FLASH_API int32_t flash_fwd_kvcache(flash_kvcache_args* args);
  * by ln 2 first), writes the result over the union of the keys:
  *   M = max_p LSE_p,  w_p = exp(LSE_p - M),  O = sum_p w_p O_p / sum_p w_p,  LSE = M + log(sum_p w_p).
  * A part with LSE = -inf (it saw no key) contributes nothing; a row where every part is -inf gets O = 0 and
- * LSE = -inf. Computed in double on the CPU, in fp32 on CUDA tensors; O rounded once to o's dtype.
+ * LSE = -inf. Computed in double on the CPU, in fp32 on CUDA tensors; 16-bit outputs are rounded through fp32.
  * Devices: CPU; CUDA (at most 256 parts a call, head_dim up to 256). */
 typedef struct flash_combine_args {
   size_t struct_size;          /* = sizeof(flash_combine_args), set by flash_combine_args_init */

@@ -11,9 +11,11 @@
 #             s = .1/.25/.5); JSON in $OUT/bench/fa-bench-{fwd,fwd_bwd,masks}.json
 #   peers     scripts/interleaved_peers.py: libflash (its fastest algorithm) against PyTorch SDPA's cuDNN and
 #             FlashAttention-2, interleaved in one process (needs torch with CUDA); $OUT/peers/peers.json
+#   decode    the same script's --mode decode: KV-cache decode (one token, heads 32/8, d128; contiguous and paged
+#             caches) against SDPA on the same cache, GB/s and the fraction of copy bandwidth; $OUT/decode/decode.json
 #
 # Usage (from anywhere in the repository):
-#   bash scripts/device.sh build test sanitize bench peers
+#   bash scripts/device.sh build test sanitize bench peers decode
 #   OUT=/tmp/run bash scripts/device.sh bench
 # The bench and peers JSON are what bench_results/<gpu>/ keeps (bench_results/README.md, "Layout"):
 #   cp $OUT/bench/fa-bench-*.json $OUT/peers/peers.json bench_results/h200/
@@ -34,6 +36,7 @@
 #   BENCH_ALGOS       fa-bench's --algo in the bench phase (default: sm90,naive on Hopper, else sm80,naive)
 #   BENCH_REPS        timed calls per row (default 30, after 5 untimed)
 #   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
+#   DECODE_ARGS       extra arguments of its decode mode (e.g. "--hdims 64,128,256 --heads 32,32")
 # Exit status: 0 when every phase passed, else 1 (the phases after a failed one still run, except after build).
 set -uo pipefail
 [ $# -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
@@ -136,8 +139,15 @@ for phase in "$@"; do
         fail "interleaved_peers.py (log: $dir/peers.txt)"
       tail -32 "$dir/peers.txt"
       ;;
+    decode)
+      # shellcheck disable=SC2086  # DECODE_ARGS is a list of arguments
+      PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
+        python3 scripts/interleaved_peers.py --mode decode ${DECODE_ARGS:-} --json "$dir/decode.json" > "$dir/decode.txt" 2>&1 ||
+        fail "interleaved_peers.py --mode decode (log: $dir/decode.txt)"
+      tail -24 "$dir/decode.txt"
+      ;;
     *)
-      echo "unknown phase '$phase' (build, test, sanitize, bench, peers)"
+      echo "unknown phase '$phase' (build, test, sanitize, bench, peers, decode)"
       exit 2
       ;;
   esac

@@ -16,6 +16,12 @@ Grid: batch * seqlen = 16384, heads = 2048 / head_dim, bf16, forward; q, k, v ar
 (SDPA's layout) that libflash reads through transposed views ([batch, seqlen, heads, d], any strides).
 TFLOP/s = 4 b h n^2 d (/2 causal) / median time. Also recorded: max |O_libflash - O_peer| / max |O_peer| against the
 first peer. The JSON's format is described in bench_results/README.md ("peers.json").
+
+--mode decode: one new query token over a KV cache (libflash.attention_with_kvcache against SDPA on the same cache,
+read through [b, heads_kv, L, d] views; enable_gqa), batch x cached keys in --decode-shapes, heads --heads (32/8),
+--hdims (128); libflash also on paged copies of the cache (--page-sizes, a random page order; the peers have no
+paged cache). GB/s = K and V bytes read / median time, also as a fraction of the device-to-device copy bandwidth
+measured in the same process. JSON: "decode.json" in bench_results/README.md.
 """
 import argparse
 import datetime
@@ -68,8 +74,103 @@ def time_rounds(fns, reps, cache, sleep, icache="warm"):
     return times
 
 
+def copy_bandwidth(reps=20):
+    """Device-to-device copy of 1 GiB: bytes read + written over the median time (bytes/s)."""
+    src = torch.empty(1 << 30, dtype=torch.int8, device="cuda")
+    dst = torch.empty_like(src)
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        dst.copy_(src)
+        e1.record()
+        torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    del src, dst
+    return 2 * (1 << 30) / (statistics.median(ts) * 1e-3)
+
+
+def decode(a, peers, cache):
+    """The decode rows: {b, L, d, hq, hkv, page, ms, gbs, copy_fraction, max_rel_err, splits}."""
+    hq, hkv = a.heads
+    copy_bw = copy_bandwidth()
+    print("device-to-device copy: %.0f GB/s" % (copy_bw / 1e9), flush=True)
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for d in a.hdims:
+        for b, L in a.decode_shapes:
+            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            kc = torch.randn(b, L, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            vc = torch.randn(b, L, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            seqlens = torch.full((b,), L, dtype=torch.int32, device="cuda")
+            kv_bytes = 2 * b * L * hkv * d * 2
+            qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)  # SDPA's [b, h, s, d] views
+            for page in a.page_sizes:
+                if page and L % page:
+                    continue
+                if page:  # the same keys in pages of a shuffled pool; block_table[i, j] = page of keys [j*page, (j+1)*page)
+                    n_pages = b * L // page
+                    order = torch.randperm(n_pages, device="cuda", generator=gen).to(torch.int32)
+                    table = order.reshape(b, L // page)
+                    kp = torch.empty(n_pages, page, hkv, d, device="cuda", dtype=torch.bfloat16)
+                    vp = torch.empty_like(kp)
+                    kp[order.long()] = kc.reshape(n_pages, page, hkv, d)
+                    vp[order.long()] = vc.reshape(n_pages, page, hkv, d)
+                    kw = dict(block_table=table)
+                else:
+                    kp, vp, kw = kc, vc, {}
+                o = torch.empty_like(q)
+                ws = torch.empty(max(1, libflash.kvcache_workspace_size(q, kp, vp, cache_seqlens=seqlens, **kw)),
+                                 dtype=torch.uint8, device="cuda")
+
+                def lib():
+                    libflash.attention_with_kvcache(q, kp, vp, cache_seqlens=seqlens, out=o, workspace=ws, **kw)
+
+                def peer(name):
+                    with sdpa_kernel([BACKENDS[name]]):
+                        return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+
+                fns = {"libflash": lib}
+                if not page:
+                    for name in peers:
+                        fns[name] = (lambda name=name: peer(name))
+                with torch.no_grad():
+                    for fn in fns.values():
+                        for _ in range(3):
+                            fn()
+                    lib()
+                    torch.cuda.synchronize()
+                    splits = libflash.last_num_splits_used()
+                    err = None
+                    if not page:
+                        ref = peer(peers[0]).transpose(1, 2).float()
+                        err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+                    times = time_rounds(fns, a.reps, cache, a.sleep, icache=a.icache)
+                ms = {name: statistics.median(t) for name, t in times.items()}
+                row = dict(b=b, L=L, d=d, hq=hq, hkv=hkv, page=page, splits=splits, reps=a.reps, ms=ms,
+                           gbs={n: kv_bytes / (t * 1e-3) / 1e9 for n, t in ms.items()},
+                           copy_fraction=kv_bytes / (ms["libflash"] * 1e-3) / copy_bw, max_rel_err=err)
+                rows.append(row)
+                print("d%d %d/%d b%-4d L%-7d page%-4d libflash %8.1f us %6.0f GB/s (%.2f of copy) %s" % (
+                    d, hq, hkv, b, L, page, ms["libflash"] * 1e3, row["gbs"]["libflash"], row["copy_fraction"],
+                    "  ".join("%s %8.1f us x%.3f" % (n, ms[n] * 1e3, ms[n] / ms["libflash"]) for n in ms if n != "libflash")),
+                    flush=True)
+                del kp, vp, o, ws
+            del q, kc, vc
+    return rows, copy_bw
+
+
+def pairs(s):
+    return [tuple(int(v) for v in x.split("x")) for x in s.split(",")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", default="fwd", choices=["fwd", "decode"])
+    ap.add_argument("--decode-shapes", type=pairs, default=pairs("1x8192,1x131072,16x8192,16x32768,64x4096,64x32768,128x2048"),
+                    help="decode: batch x cached keys, comma separated")
+    ap.add_argument("--heads", type=ints, default=[32, 8], help="decode: query heads, KV heads")
+    ap.add_argument("--page-sizes", type=ints, default=[0, 16, 256], help="decode: 0 = contiguous cache")
     ap.add_argument("--hdims", type=ints, default=[64, 128, 256])
     ap.add_argument("--seqlens", type=ints, default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--causal", default="0,1", help="0: no mask, 1: causal (bottom-right), comma separated")
@@ -83,6 +184,18 @@ def main():
     a = ap.parse_args()
     peers = a.peers.split(",")
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    if a.mode == "decode":
+        if "--hdims" not in " ".join(sys.argv):
+            a.hdims = [128]
+        rows, copy_bw = decode(a, peers, cache)
+        if a.json:
+            doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
+                       libflash_build_info=libflash.build_info(), mode="decode", dtype="bf16", copy_bytes_per_s=copy_bw,
+                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
+                       decode_rows=rows)
+            with open(a.json, "w") as f:
+                json.dump(doc, f, indent=1)
+        return
     rows = []
     used = set()  # the algorithms libflash ran (auto resolves to the GPU's fastest)
     print("%4s %6s %6s %10s %10s %s  %s" % ("d", "mask", "seqlen", "libflash", "", "  ".join("%8s %6s" % (p, "ratio") for p in peers),

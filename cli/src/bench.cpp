@@ -5,6 +5,10 @@
 // call's whole footprint is known; `warmup` untimed calls, then `reps` timed calls with the last-level
 // cache flushed before each; with --check the output is poisoned (all bits set, a NaN in every dtype)
 // before the first call and compared with the fp64 reference after the last.
+//
+// --mode decode (measure_decode): flash_fwd_kvcache on a contiguous or paged KV cache, every array (the index arrays
+// too) on the run's device, the same timing; rows read against the device's copy bandwidth, measured once per run
+// (Device::copy_bandwidth), through the call's minimum bytes (decode_min_bytes).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +18,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <random>
+#include <thread>
 #include <unistd.h>
 
 #include "bench.hpp"
@@ -49,6 +55,26 @@ std::vector<unsigned char> random_tensor(size_t elements, int32_t dtype, uint64_
     }
   }
   return out;
+}
+
+// Elements [first, first + count) of the sequence random_tensor(..., seed) writes (splitmix64 is counter based: element
+// i is the mix of seed + (i + 1) * golden), into out[0, count), over the hardware threads.
+void fill_random(unsigned char* out, size_t first, size_t count, int32_t dtype, uint64_t seed) {
+  auto part = [&](size_t a, size_t z) {
+    uint64_t state = seed + 0x9E3779B97F4A7C15ull * uint64_t(first + a);
+    for (size_t i = a; i < z; ++i) {
+      const float x = static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+      if (dtype == FLASH_DTYPE_FP32) reinterpret_cast<float*>(out)[i] = x;
+      else reinterpret_cast<uint16_t*>(out)[i] = dtype == FLASH_DTYPE_FP16 ? float_to_fp16(x) : float_to_bf16(x);
+    }
+  };
+  const size_t threads = count < (size_t{1} << 20) ? 1 : std::max(1u, std::thread::hardware_concurrency());
+  const size_t slice = (count + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t)
+    if (t * slice < count) pool.emplace_back(part, t * slice, std::min(count, (t + 1) * slice));
+  part(0, std::min(count, slice));
+  for (std::thread& th : pool) th.join();
 }
 
 // The inputs of one shape, shared by the algorithms measured on it.
@@ -99,6 +125,10 @@ json base_row(const Case& c, const std::string& device) {
   row["name"] = c.mode + "/" + dtype_name(c.dtype) + "/" + c.algo + "/b" + std::to_string(c.batch) + "/h" +
                 std::to_string(c.heads_q) + "/hkv" + std::to_string(c.heads_kv) + "/sq" + std::to_string(c.seqlen_q) +
                 "/sk" + std::to_string(c.seqlen_k) + "/d" + std::to_string(c.head_dim) + "/" + c.mask.label();
+  if (c.mode == "decode")
+    row["name"] = row["name"].get<std::string>() + (c.page_size ? "/page" + std::to_string(c.page_size) : "/contiguous") +
+                  (c.num_splits ? "/splits" + std::to_string(c.num_splits) : "") + (c.append ? "/append" : "") +
+                  (c.cache_seqlens == "random" ? "/random" : "");
   row["device"] = device;
   row["algo"] = c.algo;
   row["algo_used"] = nullptr;
@@ -122,12 +152,69 @@ json base_row(const Case& c, const std::string& device) {
                         "max_abs_error", "max_rel_error", "check_tolerance", "check_passed", "check_sampled_heads",
                         "check_sampled_rows", "check_scope", "dq_max_rel_error", "dk_max_rel_error",
                         "dv_max_rel_error", "grad_check_tolerance", "speedup_over_naive", "sm_clock_mhz_median",
-                        "sm_clock_mhz_min", "clock_limited_reps", "host_call_us_median", "host_call_us_max", "error"})
+                        "sm_clock_mhz_min", "clock_limited_reps", "host_call_us_median", "host_call_us_max", "error",
+                        // --mode decode (null in the other modes)
+                        "page_size", "num_pages", "num_splits", "num_splits_used", "append", "cache_seqlens",
+                        "keys_total", "bytes", "bytes_per_s", "copy_bandwidth_fraction", "check_append_mismatches"})
     row[k] = nullptr;
   return row;
 }
 
 double mode_factor(const std::string& mode) { return mode == "bwd" ? 2.5 : mode == "fwd_bwd" ? 3.5 : 1.0; }
+
+// The timed repetitions of one case, shared by every mode.
+struct Timed {
+  std::vector<double> times;
+  std::vector<double> clocks;   // the SM clock while each timed call ran, where the driver says (Device::call_clock)
+  int clock_min = 0, limited_reps = 0;
+  std::vector<double> host_us;  // the timed calls' host time (Device::last_host_call_us)
+};
+
+// `warmup` untimed calls, then `reps` timed calls with the last-level cache flushed before each (unless --no-flush);
+// stops at the first status other than FLASH_OK.
+void run_timed(const RunConfig& cfg, Device& dev, const std::function<int32_t()>& call, int32_t* status, Timed* t) {
+  for (int w = 0; w < cfg.warmup && *status == FLASH_OK; ++w) dev.time_call(call, status);
+  for (int r = 0; r < cfg.reps && *status == FLASH_OK; ++r) {
+    if (cfg.flush) dev.flush_cache();
+    t->times.push_back(dev.time_call(call, status));
+    if (dev.last_host_call_us() >= 0) t->host_us.push_back(dev.last_host_call_us());
+    double mean_mhz = 0;
+    int min_mhz = 0;
+    bool limited = false;
+    if (dev.call_clock(&mean_mhz, &min_mhz, &limited)) {
+      t->clock_min = t->clocks.empty() ? min_mhz : std::min(t->clock_min, min_mhz);
+      t->clocks.push_back(mean_mhz), t->limited_reps += limited;
+    }
+  }
+}
+
+// The row's time_ms_*, host_call_us_* and clock fields; *median and *fastest in ms.
+void record_timing(Timed t, json& row, double* median, double* fastest) {
+  std::vector<double> sorted = t.times;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  *median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  *fastest = sorted.front();
+  double mean = 0;
+  for (double x : t.times) mean += x / double(n);
+  row["time_ms_median"] = *median;
+  row["time_ms_min"] = sorted.front();
+  row["time_ms_max"] = sorted.back();
+  row["time_ms_mean"] = mean;
+  if (!t.host_us.empty()) {
+    std::sort(t.host_us.begin(), t.host_us.end());
+    row["host_call_us_median"] = t.host_us[t.host_us.size() / 2];
+    row["host_call_us_max"] = t.host_us.back();
+  }
+  if (!t.clocks.empty()) {
+    // The power cap lowers the clock of heavy calls, by an amount that can depend on what ran before: the clock the
+    // reps ran at goes into the row, so ratios between rows can be read against it.
+    std::sort(t.clocks.begin(), t.clocks.end());
+    row["sm_clock_mhz_median"] = std::lround(t.clocks[t.clocks.size() / 2]);
+    row["sm_clock_mhz_min"] = t.clock_min;
+    row["clock_limited_reps"] = t.limited_reps;
+  }
+}
 
 json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_device_info& info, Inputs& in) {
   json row = base_row(c, device_string(cfg.device_type, cfg.device_id));
@@ -360,23 +447,8 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   };
   int32_t status = FLASH_OK;
   if (c.mode == "bwd") dev.time_call([&] { return call_status = flash_fwd(&args); }, &status);
-  for (int w = 0; w < cfg.warmup && status == FLASH_OK; ++w) dev.time_call(call, &status);
-  std::vector<double> times;
-  std::vector<double> clocks;  // the SM clock while each timed call ran, where the driver says (Device::call_clock)
-  int clock_min = 0, limited_reps = 0;
-  std::vector<double> host_us;  // the timed calls' host time (Device::last_host_call_us)
-  for (int r = 0; r < cfg.reps && status == FLASH_OK; ++r) {
-    if (cfg.flush) dev.flush_cache();
-    times.push_back(dev.time_call(call, &status));
-    if (dev.last_host_call_us() >= 0) host_us.push_back(dev.last_host_call_us());
-    double mean_mhz = 0;
-    int min_mhz = 0;
-    bool limited = false;
-    if (dev.call_clock(&mean_mhz, &min_mhz, &limited)) {
-      clock_min = clocks.empty() ? min_mhz : std::min(clock_min, min_mhz);
-      clocks.push_back(mean_mhz), limited_reps += limited;
-    }
-  }
+  Timed timed;
+  run_timed(cfg, dev, call, &status, &timed);
   if (status != FLASH_OK) {
     if (call_status == FLASH_OK)
       set_error(row, flash_status_string(status), status,
@@ -387,31 +459,10 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   }
   const int32_t used = backward ? bargs.algorithm_used : args.algorithm_used;
   row["algo_used"] = flash_algorithm_name(used) ? flash_algorithm_name(used) : "unknown";
-  std::vector<double> sorted = times;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  double mean = 0;
-  for (double t : times) mean += t / double(n);
-  row["time_ms_median"] = median;
-  row["time_ms_min"] = sorted.front();
-  row["time_ms_max"] = sorted.back();
-  row["time_ms_mean"] = mean;
-  if (!host_us.empty()) {
-    std::sort(host_us.begin(), host_us.end());
-    row["host_call_us_median"] = host_us[host_us.size() / 2];
-    row["host_call_us_max"] = host_us.back();
-  }
-  if (!clocks.empty()) {
-    // The power cap lowers the clock of heavy calls, by an amount that can depend on what ran before: the clock the
-    // reps ran at goes into the row, so ratios between rows can be read against it.
-    std::sort(clocks.begin(), clocks.end());
-    row["sm_clock_mhz_median"] = std::lround(clocks[clocks.size() / 2]);
-    row["sm_clock_mhz_min"] = clock_min;
-    row["clock_limited_reps"] = limited_reps;
-  }
+  double median = 0, fastest = 0;
+  record_timing(timed, row, &median, &fastest);
   row["tflops"] = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
-  row["tflops_peak"] = sorted.front() > 0 ? flops / (sorted.front() * 1e-3) / 1e12 : 0.0;
+  row["tflops_peak"] = fastest > 0 ? flops / (fastest * 1e-3) / 1e12 : 0.0;
   if (!backward) {
     const double model = args.algorithm_used == FLASH_ALGO_NAIVE ? io.naive_bytes : io.flash_bytes;
     row["io_model_bytes"] = model;
@@ -454,6 +505,272 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   return row;
 }
 
+// Fills the device buffer dst with the seeded random values (fill_random), through a bounded host buffer; with `keep`,
+// the whole host copy stays there (for --check).
+bool upload_random(Device& dev, void* dst, size_t elements, int32_t dtype, uint64_t seed, std::vector<unsigned char>* keep) {
+  const size_t es = dtype_size(dtype);
+  if (keep) {
+    keep->resize(elements * es);
+    fill_random(keep->data(), 0, elements, dtype, seed);
+    return dev.upload(dst, keep->data(), elements * es);
+  }
+  const size_t chunk = std::max<size_t>(1, std::min(elements, (size_t{256} << 20) / es));
+  std::vector<unsigned char> buf(chunk * es);
+  for (size_t first = 0; first < elements; first += chunk) {
+    const size_t n = std::min(chunk, elements - first);
+    fill_random(buf.data(), first, n, dtype, seed);
+    if (!dev.upload(static_cast<unsigned char*>(dst) + first * es, buf.data(), n * es)) return false;
+  }
+  return true;
+}
+
+// One --mode decode row: flash_fwd_kvcache on a KV cache of the case's layout. Everything lives on the run's device
+// (Device: host memory on the CPU, cudaMalloc on a GPU), the index arrays included, as flash.h asks (index arrays
+// on q's device). copy_bw: the device's measured copy bandwidth (bytes/s; <= 0 unknown).
+json measure_decode(const Case& c, const RunConfig& cfg, Device& dev, const flash_device_info& info, double copy_bw) {
+  json row = base_row(c, device_string(cfg.device_type, cfg.device_id));
+  row["warmup"] = cfg.warmup;
+  row["reps"] = cfg.reps;
+  const int64_t b = c.batch, sq = c.seqlen_q, sk = c.seqlen_k, hq = c.heads_q, hkv = c.heads_kv, d = c.head_dim;
+  const int64_t pps = decode_pages_per_seq(c), num_pages = c.page_size > 0 ? b * pps : 0;
+  row["page_size"] = c.page_size;
+  row["num_pages"] = c.page_size > 0 ? json(num_pages) : json();
+  row["num_splits"] = c.num_splits;
+  row["append"] = c.append;
+  row["cache_seqlens"] = c.cache_seqlens;
+
+  // The keys of each sequence, the exact FLOPs and the minimum bytes.
+  const std::vector<int64_t> keys = decode_keys(c, cfg.seed);
+  int64_t pairs = 0, keys_total = 0;
+  std::map<int64_t, int64_t> pairs_at;  // keys -> visible pairs of one head
+  for (int64_t L : keys) {
+    auto it = pairs_at.find(L);
+    if (it == pairs_at.end()) it = pairs_at.emplace(L, MaskModel(c.mask, sq, L, nullptr).total_pairs()).first;
+    pairs += it->second;
+    keys_total += L;
+  }
+  const double flops = forward_flops(pairs, 1, hq, d);  // pairs summed over the sequences: no batch factor
+  const double bytes = decode_min_bytes(c, keys);
+  row["keys_total"] = keys_total;
+  row["visible_pairs"] = pairs;
+  row["mask_density"] = double(pairs) / (double(sq) * double(keys_total));
+  row["flops"] = flops;
+  row["bytes"] = bytes;
+
+  if (flash_version_number() < 10200) {  // flash_fwd_kvcache arrived in 1.2
+    set_error(row, "FA_BENCH_NOT_SUPPORTED", -1,
+              std::string("mode decode is not supported by this library (libflash ") + flash_version_string() +
+                  " has no flash_fwd_kvcache; it needs 1.2)");
+    return row;
+  }
+  const int32_t algo = flash_algorithm_from_name(c.algo.c_str());
+  if (algo < 0) {
+    set_error(row, "FLASH_ERROR_ALGORITHM_UNAVAILABLE", FLASH_ERROR_ALGORITHM_UNAVAILABLE,
+              "'" + c.algo + "' is not an algorithm of this library");
+    return row;
+  }
+  if (num_pages > INT32_MAX || pps > INT32_MAX || sk > INT32_MAX) {
+    set_error(row, "FA_BENCH_NOT_SUPPORTED", -1,
+              "the block table would need " + std::to_string(num_pages) + " pages: more than int32 holds");
+    return row;
+  }
+
+  // Sizes: the cache is [batch, seqlen_k, heads_kv, d] or [num_pages, page_size, heads_kv, d].
+  const size_t es = dtype_size(c.dtype);
+  const int64_t cache_rows = c.page_size > 0 ? num_pages * c.page_size : b * sk;
+  const size_t q_elems = size_t(b * sq * hq * d), new_elems = size_t(b * sq * hkv * d);
+  const size_t cache_elems = size_t(cache_rows) * size_t(hkv * d);
+  const size_t q_bytes = q_elems * es, new_bytes = c.append ? new_elems * es : 0, cache_bytes = cache_elems * es;
+  const size_t index_bytes = size_t(b) * 4 + size_t(num_pages) * 4;
+  const double device_bytes = 2.0 * double(q_bytes) + 2.0 * double(cache_bytes) + 2.0 * double(new_bytes) + double(index_bytes);
+  if (cfg.device_type == FLASH_DEVICE_CPU && info.total_memory_bytes > 0) {
+    const double host_copies = cfg.check ? double(q_bytes) + 2.0 * double(cache_bytes) + 2.0 * double(new_bytes) : 0.0;
+    if (device_bytes + host_copies > 0.75 * double(info.total_memory_bytes)) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+                "fa-bench: the cache, q, o" + std::string(c.append ? ", k_new, v_new" : "") +
+                    (cfg.check ? " and their host copies" : "") + " need " + human_bytes(device_bytes + host_copies) +
+                    ", more than 3/4 of the host's memory; not attempted");
+      return row;
+    }
+  }
+  struct Owned {
+    Device& d;
+    void* p = nullptr;
+    ~Owned() { d.release(p); }
+  } q{dev}, o{dev}, kc{dev}, vc{dev}, kn{dev}, vn{dev}, seqlens{dev}, table{dev}, workspace{dev};
+  q.p = dev.alloc(q_bytes), o.p = dev.alloc(q_bytes), kc.p = dev.alloc(cache_bytes), vc.p = dev.alloc(cache_bytes);
+  seqlens.p = dev.alloc(size_t(b) * 4);
+  if (c.append) kn.p = dev.alloc(new_bytes), vn.p = dev.alloc(new_bytes);
+  if (c.page_size > 0) table.p = dev.alloc(size_t(num_pages) * 4);
+  if (!q.p || !o.p || !kc.p || !vc.p || !seqlens.p || (c.append && (!kn.p || !vn.p)) || (c.page_size > 0 && !table.p)) {
+    set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+              "fa-bench: could not allocate " + human_bytes(device_bytes) + " for the cache, q, o" +
+                  (c.append ? ", k_new, v_new" : "") + " and the index arrays: " + dev.last_error());
+    return row;
+  }
+
+  // The index arrays, on q's device: cache_seqlens (keys before the call), and for a paged cache a block table that
+  // hands out every page once in a random order (so consecutive pages of a sequence are scattered).
+  std::vector<int32_t> h_seqlens(size_t(b), 0), h_table;
+  for (int64_t i = 0; i < b; ++i) h_seqlens[size_t(i)] = int32_t(keys[size_t(i)] - (c.append ? sq : 0));
+  if (c.page_size > 0) {
+    h_table.resize(size_t(num_pages));
+    for (int64_t i = 0; i < num_pages; ++i) h_table[size_t(i)] = int32_t(i);
+    std::mt19937_64 rng(cfg.seed ^ 0xB10CC7ABull ^ uint64_t(num_pages));
+    std::shuffle(h_table.begin(), h_table.end(), rng);
+  }
+  if (!dev.upload(seqlens.p, h_seqlens.data(), size_t(b) * 4) ||
+      (c.page_size > 0 && !dev.upload(table.p, h_table.data(), size_t(num_pages) * 4))) {
+    set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: upload of the index arrays failed: " + dev.last_error());
+    return row;
+  }
+
+  flash_kvcache_args args;
+  flash_kvcache_args_init(&args);
+  const int64_t qshape[4] = {b, sq, hq, d}, nshape[4] = {b, sq, hkv, d};
+  const int64_t cshape[4] = {c.page_size > 0 ? num_pages : b, c.page_size > 0 ? c.page_size : sk, hkv, d};
+  args.q = flash_tensor_contiguous(q.p, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+  args.o = flash_tensor_contiguous(o.p, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+  args.k_cache = flash_tensor_contiguous(kc.p, c.dtype, cfg.device_type, cfg.device_id, 4, cshape);
+  args.v_cache = flash_tensor_contiguous(vc.p, c.dtype, cfg.device_type, cfg.device_id, 4, cshape);
+  if (c.append) {
+    args.k_new = flash_tensor_contiguous(kn.p, c.dtype, cfg.device_type, cfg.device_id, 4, nshape);
+    args.v_new = flash_tensor_contiguous(vn.p, c.dtype, cfg.device_type, cfg.device_id, 4, nshape);
+  }
+  args.cache_seqlens = static_cast<const int32_t*>(seqlens.p);
+  if (c.page_size > 0) {
+    args.block_table = static_cast<const int32_t*>(table.p);
+    args.max_pages_per_seq = int32_t(pps);
+  }
+  args.causal = c.mask.causal ? 1 : 0;
+  args.window_left = c.mask.window_left;
+  args.window_right = c.mask.window_right;
+  args.num_splits = c.num_splits;
+  args.algorithm = algo;
+  args.stream = dev.stream();
+
+  // The workspace query validates everything (the library's refusal, e.g. CUDA tensors before the GPU kernels
+  // exist, shows up here, before any data is generated).
+  size_t ws = 0;
+  if (const int32_t st = flash_fwd_kvcache_workspace_size(&args, &ws); st != FLASH_OK) {
+    set_flash_error(row, st, "flash_fwd_kvcache_workspace_size");
+    return row;
+  }
+  row["workspace_bytes"] = ws;
+  row["peak_mem_bytes"] = static_cast<int64_t>(device_bytes + double(ws));
+  if (ws > 0) {
+    workspace.p = dev.alloc(ws);
+    if (!workspace.p) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY,
+                "fa-bench: could not allocate the " + human_bytes(double(ws)) +
+                    " workspace flash_fwd_kvcache_workspace_size asked for: " + dev.last_error());
+      return row;
+    }
+    args.workspace = workspace.p;
+    args.workspace_size = ws;
+  }
+
+  // The data: uniform in [-1, 1) from the seed and the shape (the layout does not change the values' seeds, only
+  // where they sit); host copies kept for --check.
+  std::string key = "decode/" + std::to_string(c.dtype) + "/" + std::to_string(b) + "/" + std::to_string(hq) + "/" +
+                    std::to_string(hkv) + "/" + std::to_string(sq) + "/" + std::to_string(sk) + "/" + std::to_string(d);
+  uint64_t seed = cfg.seed ^ 0xcbf29ce484222325ull;
+  for (unsigned char ch : key) seed = (seed ^ ch) * 0x100000001b3ull;
+  std::vector<unsigned char> hq_, hk, hv, hkn, hvn;
+  const bool keep = cfg.check;
+  if (!upload_random(dev, q.p, q_elems, c.dtype, seed + 1, keep ? &hq_ : nullptr) ||
+      !upload_random(dev, kc.p, cache_elems, c.dtype, seed + 2, keep ? &hk : nullptr) ||
+      !upload_random(dev, vc.p, cache_elems, c.dtype, seed + 3, keep ? &hv : nullptr) ||
+      (c.append && (!upload_random(dev, kn.p, new_elems, c.dtype, seed + 4, keep ? &hkn : nullptr) ||
+                    !upload_random(dev, vn.p, new_elems, c.dtype, seed + 5, keep ? &hvn : nullptr)))) {
+    set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: upload of the inputs failed: " + dev.last_error());
+    return row;
+  }
+  if (cfg.check) {  // poison o: a row the library forgets to write shows up as NaN
+    std::vector<unsigned char> poison(q_bytes, 0xFF);
+    dev.upload(o.p, poison.data(), q_bytes);
+  }
+
+  // The timed call. With --append every call writes the same slots with the same values (cache_seqlens is unchanged),
+  // so the repetitions are alike.
+  int32_t call_status = FLASH_OK, status = FLASH_OK;
+  Timed timed;
+  run_timed(cfg, dev, [&] { return call_status = flash_fwd_kvcache(&args); }, &status, &timed);
+  if (status != FLASH_OK) {
+    if (call_status == FLASH_OK)
+      set_error(row, flash_status_string(status), status,
+                "CUDA error after flash_fwd_kvcache returned: " + dev.last_error());
+    else
+      set_flash_error(row, status, "flash_fwd_kvcache");
+    return row;
+  }
+  row["algo_used"] = flash_algorithm_name(args.algorithm_used) ? flash_algorithm_name(args.algorithm_used) : "unknown";
+  row["num_splits_used"] = args.num_splits_used;
+  double median = 0, fastest = 0;
+  record_timing(timed, row, &median, &fastest);
+  row["tflops"] = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
+  row["tflops_peak"] = fastest > 0 ? flops / (fastest * 1e-3) / 1e12 : 0.0;
+  if (median > 0) {
+    const double rate = bytes / (median * 1e-3);
+    row["bytes_per_s"] = rate;
+    if (copy_bw > 0) row["copy_bandwidth_fraction"] = rate / copy_bw;
+  }
+
+  if (cfg.check) {
+    std::vector<unsigned char> ho(q_bytes);
+    if (!dev.download(ho.data(), o.p, q_bytes)) {
+      set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: download of o failed: " + dev.last_error());
+      return row;
+    }
+    const CheckResult r = check_decode_against_reference(c, keys, c.page_size > 0 ? h_table.data() : nullptr, hq_.data(),
+                                                         hk.data(), hv.data(), c.append ? hkn.data() : nullptr,
+                                                         c.append ? hvn.data() : nullptr, ho.data(), cfg.seed);
+    row["max_abs_error"] = r.max_abs_error;
+    row["max_rel_error"] = r.max_rel_error;
+    row["check_tolerance"] = r.tolerance;
+    row["check_passed"] = r.passed;
+    row["check_sampled_heads"] = r.sampled_heads;
+    row["check_sampled_rows"] = r.sampled_rows;
+    row["check_scope"] = "o";
+    if (c.append) {
+      // The cache after the calls: every appended slot holds k_new/v_new, every other slot what was uploaded (bitwise),
+      // one token row (heads_kv x d elements) at a time.
+      std::vector<char> appended(size_t(cache_rows), 0);
+      std::vector<int64_t> slot_of(size_t(b * sq));  // (sequence, new token) -> cache row
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t t = 0; t < sq; ++t) {
+          const int64_t pos = h_seqlens[size_t(i)] + t;
+          const int64_t r_ = c.page_size > 0
+                                 ? int64_t(h_table[size_t(i * pps + pos / c.page_size)]) * c.page_size + pos % c.page_size
+                                 : i * sk + pos;
+          slot_of[size_t(i * sq + t)] = r_;
+          appended[size_t(r_)] = 1;
+        }
+      const size_t row_bytes = size_t(hkv * d) * es;
+      std::vector<unsigned char> after(cache_bytes);
+      int64_t mismatches = 0;
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<unsigned char>& before = which ? hv : hk;
+        const std::vector<unsigned char>& fresh = which ? hvn : hkn;
+        if (!dev.download(after.data(), which ? vc.p : kc.p, cache_bytes)) {
+          set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: download of the cache failed: " + dev.last_error());
+          return row;
+        }
+        for (int64_t r_ = 0; r_ < cache_rows; ++r_)
+          if (!appended[size_t(r_)])
+            mismatches += std::memcmp(after.data() + size_t(r_) * row_bytes, before.data() + size_t(r_) * row_bytes, row_bytes) != 0;
+        for (int64_t j = 0; j < b * sq; ++j)
+          mismatches += std::memcmp(after.data() + size_t(slot_of[size_t(j)]) * row_bytes, fresh.data() + size_t(j) * row_bytes,
+                                    row_bytes) != 0;
+      }
+      row["check_append_mismatches"] = mismatches;
+      row["check_passed"] = r.passed && mismatches == 0;
+      row["check_scope"] = "o; k_cache, v_cache after the append (bitwise)";
+    }
+  }
+  return row;
+}
+
 std::string iso_date_utc() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -488,6 +805,47 @@ IoModel io_model(const Case& c, int64_t shared_mem_per_sm, double f) {
   const double tc = std::ceil(sk / double(m.block_c));
   m.flash_bytes = bh * (e * 2 * sk * d + f * tc * (3 * e * sq * d + 16 * sq));
   return m;
+}
+
+int64_t decode_pages_per_seq(const Case& c) {
+  return c.page_size > 0 ? (c.seqlen_k + c.page_size - 1) / c.page_size : 0;
+}
+
+std::vector<int64_t> decode_keys(const Case& c, uint64_t seed) {
+  std::vector<int64_t> keys(size_t(c.batch), c.seqlen_k);
+  if (c.cache_seqlens != "random") return keys;
+  const int64_t lo = std::min(c.seqlen_k, std::max<int64_t>(1, c.seqlen_q));
+  std::mt19937_64 rng(seed ^ 0x5E9A11E5ull ^ (uint64_t(c.batch) << 32) ^ uint64_t(c.seqlen_k) ^ (uint64_t(c.seqlen_q) << 48));
+  for (int64_t& k : keys) k = lo + int64_t(rng() % uint64_t(c.seqlen_k - lo + 1));
+  return keys;
+}
+
+double decode_min_bytes(const Case& c, const std::vector<int64_t>& keys) {
+  const double e = double(dtype_size(c.dtype)), d = double(c.head_dim);
+  // Keys some query of the sequence sees: the union of the rows' windows (each row's is an interval).
+  std::map<int64_t, int64_t> seen_at;
+  double seen = 0;
+  for (int64_t L : keys) {
+    auto it = seen_at.find(L);
+    if (it == seen_at.end()) {
+      const MaskModel m(c.mask, c.seqlen_q, L, nullptr);
+      std::vector<std::pair<int64_t, int64_t>> runs;
+      for (int64_t i = 0; i < c.seqlen_q; ++i) m.for_each_run(i, [&](int64_t a, int64_t z) { runs.emplace_back(a, z); });
+      std::sort(runs.begin(), runs.end());
+      int64_t n = 0, end = 0;
+      for (const auto& [a, z] : runs) {
+        const int64_t from = std::max(a, end);
+        if (z > from) n += z - from;
+        end = std::max(end, z);
+      }
+      it = seen_at.emplace(L, n).first;
+    }
+    seen += double(it->second);
+  }
+  const double qo = 2.0 * e * double(c.batch) * double(c.seqlen_q) * double(c.heads_q) * d;
+  const double kv = 2.0 * e * double(c.heads_kv) * d * seen;
+  const double append = c.append ? 4.0 * e * double(c.batch) * double(c.seqlen_q) * double(c.heads_kv) * d : 0.0;
+  return qo + kv + append;
 }
 
 json make_meta(const RunConfig& cfg) {
@@ -545,7 +903,9 @@ json make_meta(const RunConfig& cfg) {
                                                  "limit in any sample); null without NVML"}};
   meta["flop_model"] =
       "forward: 4 * head_dim FLOPs per visible (query, key) pair, pairs counted exactly from the mask applied "
-      "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward";
+      "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward; decode: 4 * head_dim "
+      "* heads_q per visible (new query, key) pair summed over the sequences (4 * batch * heads_q * seqlen_q * seqlen_k * "
+      "head_dim for full caches without a mask)";
   meta["peak_mem_method"] =
       "analytic: bytes of q, k, v, o + flash_fwd_workspace_size (the workspace is passed explicitly, so the library "
       "allocates nothing else) + the block mask arrays";
@@ -595,6 +955,29 @@ json run_benchmark(const RunConfig& cfg) {
   dev->set_clock_sampling(cfg.sample_clock == "after" ? 1 : cfg.sample_clock == "during" ? 2 : 0);
   doc["meta"]["timing"]["cache_flush_bytes"] = cfg.flush ? dev->flush_bytes() : 0;
   const std::vector<Case> cases = expand_cases(cfg);
+  // Decode rows are read against the device's copy bandwidth, measured once per run.
+  double copy_bw = -1;
+  if (std::any_of(cases.begin(), cases.end(), [](const Case& c) { return c.mode == "decode"; })) {
+    const bool gpu = cfg.device_type == FLASH_DEVICE_CUDA;
+    int64_t buffer = gpu ? int64_t{1} << 30 : int64_t{256} << 20;
+    if (info.total_memory_bytes > 0) buffer = std::min<int64_t>(buffer, info.total_memory_bytes / (gpu ? 8 : 16));
+    const int copies = gpu ? 10 : 5;
+    copy_bw = dev->copy_bandwidth(size_t(buffer), copies);
+    json cb = {{"bytes_per_s", copy_bw > 0 ? json(copy_bw) : json()},
+               {"buffer_bytes", buffer},
+               {"copies", copies},
+               {"method", gpu ? "cudaMemcpyAsync device to device on fa-bench's stream, timed with CUDA events"
+                              : "host memcpy split over the hardware threads (std::thread::hardware_concurrency), timed "
+                                "with steady_clock"},
+               {"statistic", "median over the timed copies after one untimed copy; bytes = 2 x buffer (read + write)"}};
+    if (copy_bw <= 0) cb["error"] = dev->last_error();
+    doc["meta"]["copy_bandwidth"] = cb;
+    doc["meta"]["decode_bytes_model"] =
+        "minimum bytes of a decode call: q read + o written (2 * batch * seqlen_q * heads_q * d * e) + K and V of every "
+        "key some new query of the sequence sees, read once per kv head (2 * heads_kv * d * e per key) + with --append "
+        "k_new and v_new read and written into the cache (4 * batch * seqlen_q * heads_kv * d * e); the index arrays "
+        "are not counted";
+  }
   const bool bar = cfg.progress && cases.size() > 1 && isatty(STDERR_FILENO);
   Inputs inputs;
   inputs.dev = dev.get();
@@ -602,8 +985,17 @@ json run_benchmark(const RunConfig& cfg) {
     const Case& c = cases[i];
     if (bar)
       progress(i, cases.size(), c.mode + " " + c.algo + " " + dtype_name(c.dtype) + " sq=" + std::to_string(c.seqlen_q) +
+                                    (c.mode == "decode" ? " b=" + std::to_string(c.batch) + " sk=" + std::to_string(c.seqlen_k) +
+                                                              " page=" + std::to_string(c.page_size)
+                                                        : "") +
                                     " d=" + std::to_string(c.head_dim) + " " + c.mask.label());
-    doc["results"].push_back(measure(c, cfg, *dev, info, inputs));
+    if (c.mode == "decode") {
+      inputs.release();  // the shared inputs of the other modes are not used: free them for the cache
+      inputs.key.clear();
+      doc["results"].push_back(measure_decode(c, cfg, *dev, info, copy_bw));
+    } else {
+      doc["results"].push_back(measure(c, cfg, *dev, info, inputs));
+    }
   }
   if (bar) progress(cases.size(), cases.size(), "done");
   add_speedups(doc["results"]);

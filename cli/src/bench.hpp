@@ -27,11 +27,17 @@ struct RunConfig {
   int64_t heads = 8;
   int64_t heads_kv = 0;               // 0: = heads
   std::vector<int64_t> seqlens;       // empty: {1024} (or the grid's)
-  int64_t seqlen_k = 0;               // 0: = seqlen_q
+  int64_t seqlen_k = 0;               // 0: = seqlen_q (decode: the cached keys per sequence, default 4096)
   std::vector<int64_t> head_dims;     // empty: {128} (or the grid's {64, 128})
   std::vector<MaskSpec> masks;        // default {none}; --causal adds causal to each
   bool causal = false;
-  std::string grid;                   // "" or "standard"
+  std::string grid;                   // "", "standard" or "decode"
+  // --mode decode (flash_fwd_kvcache): --seqlen is the new tokens per sequence (default 1), --seqlen-k the keys
+  // each sequence attends to (cache capacity per sequence).
+  std::vector<int64_t> page_sizes;    // empty: {0} (the decode grid: {0, 16, 256}); 0 = contiguous cache
+  int32_t num_splits = 0;             // 0: the library's choice
+  bool append = false;                // pass k_new/v_new (appended at cache_seqlens, then attended)
+  std::string cache_seqlens = "full"; // full | random (each sequence's length uniform in [max(1, seqlen), seqlen_k])
   int warmup = -1, reps = -1;         // -1: per device (GPU 5 / 20, CPU 1 / 3)
   bool check = false;
   bool flush = true;
@@ -45,11 +51,25 @@ struct RunConfig {
 // One measurement to make.
 struct Case {
   std::string algo;  // a name from flash_algorithm_name, as requested ("auto" included)
-  std::string mode;  // fwd | bwd | fwd_bwd
+  std::string mode;  // fwd | bwd | fwd_bwd | decode
   int32_t dtype;
   int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
   MaskSpec mask;
+  // decode only: seqlen_q = new tokens per sequence, seqlen_k = keys each sequence attends to (its cache capacity)
+  int64_t page_size = 0;               // 0: contiguous [batch, seqlen_k, heads_kv, d]; else paged
+  int32_t num_splits = 0;              // flash_kvcache_args.num_splits (0: the library's choice)
+  bool append = false;                 // k_new/v_new given: the cache holds seqlen_k - seqlen_q keys before the call
+  std::string cache_seqlens = "full";  // full | random
 };
+
+// Pages per sequence (ceil(seqlen_k / page_size)); 0 for a contiguous cache.
+int64_t decode_pages_per_seq(const Case& c);
+// The keys each sequence attends to (L_i = cache_seqlens[i] + seqlen_q with --append, else cache_seqlens[i]):
+// seqlen_k for every sequence, or with cache_seqlens "random" uniform in [append ? seqlen_q : 1, seqlen_k] from the seed.
+std::vector<int64_t> decode_keys(const Case& c, uint64_t seed);
+// Minimum bytes a decode call moves: q read + o written + K and V of every key some query of a sequence sees
+// (read from the cache) + with --append k_new and v_new read and written into the cache.
+double decode_min_bytes(const Case& c, const std::vector<int64_t>& keys);
 
 std::string run_help();
 // Throws std::invalid_argument on a bad flag value. argv[0] is the program, argv[1] may be "run".
@@ -85,6 +105,15 @@ struct CheckResult {
 CheckResult check_against_reference(const Case& c, const MaskModel& mask, const void* q, const void* k, const void* v,
                                     const void* o, uint64_t seed);
 double check_tolerance(int32_t dtype);
+
+// The fp64 reference of --mode decode: each sequence's new queries over its first keys[b] keys, gathered from the
+// cache as the library reads it (contiguous, or through block_table [batch, pages_per_seq] for a paged cache;
+// positions at or past keys[b] - seqlen_q come from k_new/v_new when the call appends). q, o: [b, sq, hq, d];
+// k_cache, v_cache: the cache as uploaded (before any append); k_new, v_new: [b, sq, hkv, d] or nullptr.
+// The mask is c.mask, bottom-right aligned per sequence (flash.h). Sampled like check_against_reference.
+CheckResult check_decode_against_reference(const Case& c, const std::vector<int64_t>& keys, const int32_t* block_table,
+                                           const void* q, const void* k_cache, const void* v_cache, const void* k_new,
+                                           const void* v_new, const void* o, uint64_t seed);
 
 // The fp64 reference of the backward: dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q,
 // dV = P^T dO (dK, dV summed over the query heads sharing a kv head). dQ is checked on the sampled rows of

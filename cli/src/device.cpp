@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,12 @@
 
 namespace fabench {
 namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 // The buffer written between repetitions: twice the cache, at least 8 MiB, at most 512 MiB.
 size_t flush_size(int64_t llc_bytes) {
@@ -43,6 +50,35 @@ class HostDevice final : public Device {
     *status = call();
     const auto t1 = std::chrono::steady_clock::now();
     return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  }
+  double copy_bandwidth(size_t bytes, int copies) override {
+    std::vector<unsigned char> src, dst;
+    try {
+      src.assign(bytes, 1);
+      dst.assign(bytes, 0);
+    } catch (const std::bad_alloc&) {
+      return -1.0;
+    }
+    // One slice a hardware thread, as the cpu algorithm uses them all.
+    const size_t threads = std::max(1u, std::thread::hardware_concurrency());
+    const size_t slice = (bytes + threads - 1) / threads;
+    auto copy_once = [&] {
+      std::vector<std::thread> pool;
+      for (size_t t = 1; t < threads; ++t)
+        if (t * slice < bytes)
+          pool.emplace_back([&, t] { std::memcpy(dst.data() + t * slice, src.data() + t * slice, std::min(slice, bytes - t * slice)); });
+      std::memcpy(dst.data(), src.data(), std::min(slice, bytes));
+      for (std::thread& th : pool) th.join();
+    };
+    copy_once();
+    std::vector<double> rates;
+    for (int i = 0; i < copies; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      copy_once();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s > 0) rates.push_back(2.0 * double(bytes) / s);
+    }
+    return rates.empty() ? -1.0 : median_of(rates);
   }
   void* stream() override { return nullptr; }
   const char* timing_method() const override { return "steady_clock"; }
@@ -134,7 +170,11 @@ class CudaDevice final : public Device {
   void release(void* p) override {
     if (p) cudaFree(p);
   }
-  bool upload(void* dst, const void* src, size_t n) override { return ok(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice)); }
+  bool upload(void* dst, const void* src, size_t n) override {
+    // From pageable memory cudaMemcpy may return before its DMA has landed, and fa-bench's stream does not wait for the
+    // legacy stream: wait here, so the next call on the stream sees the data.
+    return ok(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice)) && ok(cudaStreamSynchronize(nullptr));
+  }
   bool download(void* dst, const void* src, size_t n) override {
     return ok(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost));
   }
@@ -183,6 +223,27 @@ class CudaDevice final : public Device {
     float ms = 0.0f;
     cudaEventElapsedTime(&ms, start_, stop_);
     return ms;
+  }
+  double copy_bandwidth(size_t bytes, int copies) override {
+    void *src = nullptr, *dst = nullptr;
+    if (!ok(cudaMalloc(&src, bytes)) || !ok(cudaMalloc(&dst, bytes))) {
+      cudaGetLastError();
+      if (src) cudaFree(src);
+      return -1.0;
+    }
+    double result = -1.0;
+    std::vector<double> rates;
+    bool good = ok(cudaMemsetAsync(src, 1, bytes, stream_)) && ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    for (int i = 0; good && i < copies; ++i) {
+      good = ok(cudaEventRecord(start_, stream_)) && ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_)) &&
+             ok(cudaEventRecord(stop_, stream_)) && ok(cudaEventSynchronize(stop_));
+      float ms = 0.0f;
+      if (good && ok(cudaEventElapsedTime(&ms, start_, stop_)) && ms > 0.0f) rates.push_back(2.0 * double(bytes) / (ms * 1e-3));
+    }
+    if (good && !rates.empty()) result = median_of(rates);
+    cudaFree(src);
+    cudaFree(dst);
+    return result;
   }
   bool call_clock(double* mean_mhz, int* min_mhz, bool* limited) const override {
     if (clock_n_ == 0) return false;

@@ -41,6 +41,10 @@ class Device {
     (void)mean_mhz, (void)min_mhz, (void)limited;
     return false;
   }
+  // The device's copy bandwidth (bytes/s, read + write counted): `copies` timed copies of a `bytes` buffer into another
+  // (cudaMemcpyAsync device to device timed with events; on the host memcpy split over the hardware threads, timed
+  // with steady_clock), after one untimed copy; the median. Negative on failure (last_error()); frees its buffers.
+  virtual double copy_bandwidth(size_t bytes, int copies) = 0;
   virtual void* stream() = 0;  // what goes into flash_fwd_args::stream
   virtual const char* timing_method() const = 0;
   virtual std::string last_error() const = 0;

@@ -74,20 +74,42 @@ cxxopts::Options make_options() {
     ("batch", "batch size", cxxopts::value<int64_t>()->default_value("2"))
     ("heads", "query heads", cxxopts::value<int64_t>()->default_value("8"))
     ("heads-kv", "key/value heads (GQA/MQA; default = --heads)", cxxopts::value<int64_t>())
-    ("seqlen", "query sequence lengths, comma separated (default 1024)", cxxopts::value<std::vector<int64_t>>())
-    ("seqlen-k", "key sequence length (default = each --seqlen)", cxxopts::value<int64_t>())
+    ("seqlen", "query sequence lengths, comma separated (default 1024; decode: new tokens per sequence, default 1)",
+     cxxopts::value<std::vector<int64_t>>())
+    ("seqlen-k", "key sequence length (default = each --seqlen; decode: the keys each sequence attends to, its cache "
+                 "capacity, default 4096)", cxxopts::value<int64_t>())
     ("head-dim", "head dims, comma separated (default 128; the grid: 64,128)", cxxopts::value<std::vector<int64_t>>())
-    ("dtype", "fp16 | bf16 | fp32, comma separated (default bf16 on a GPU, fp32 on the CPU)",
+    ("dtype", "fp16 | bf16 | fp32, comma separated (default bf16 on a GPU and for --grid decode, fp32 on the CPU)",
      cxxopts::value<std::vector<std::string>>())
     ("causal", "causal mask (bottom-right aligned), added to every --mask")
     ("mask", "mask terms joined by '+', alternatives separated by ';': none, causal, causal-br, causal-tl, "
              "window:L,R, window-tl:L,R, block-sparse:DENSITY[:BLOCK], block-sparse-file:PATH (DENSITY: a random map of "
-             "round(DENSITY x all blocks) blocks, every query block floor or ceil of the mean, from --seed)",
+             "round(DENSITY x all blocks) blocks, every query block floor or ceil of the mean, from --seed). "
+             "decode: none, causal, window:L,R only (bottom-right per sequence)",
      cxxopts::value<std::string>()->default_value("none"))
-    ("mode", "fwd | bwd | fwd_bwd, comma separated (bwd and fwd_bwd need libflash 1.1; an algorithm without a backward gives an error row)",
+    ("mode", "fwd | bwd | fwd_bwd | decode, comma separated (bwd and fwd_bwd need libflash 1.1, decode 1.2; an "
+             "algorithm without a backward gives an error row). decode: flash_fwd_kvcache, --seqlen new tokens of each "
+             "of --batch sequences over a KV cache of --seqlen-k keys; the naive algorithm is skipped for decode "
+             "(flash_fwd_kvcache has no naive backend, and naive flash_fwd on a gathered copy would time another "
+             "operation: no paging, no append). decode rows report bytes/s against the device's copy bandwidth, measured once "
+             "a run (GPU: device-to-device cudaMemcpy of 1 GiB; CPU: host memcpy of 256 MiB over the hardware threads)",
      cxxopts::value<std::vector<std::string>>()->default_value("fwd"))
-    ("grid", "standard: the papers' grid (batch*seqlen = 16384, hidden 2048 so heads = 2048/d, seqlen 512..16384)",
+    ("grid", "standard: the papers' grid (batch*seqlen = 16384, hidden 2048 so heads = 2048/d, seqlen 512..16384). "
+             "decode: the issue's decode cases (implies --mode decode; bf16, heads 32/8, d 128, 1 new token, batch x keys "
+             "1x8k 1x128k 16x8k 16x32k 64x4k 64x32k 128x2k, --page-size 0,16,256; --dtype, --head-dim, --seqlen and "
+             "--page-size override, the grid fixes batch, keys and heads)",
      cxxopts::value<std::string>())
+    ("page-size", "decode: KV cache page sizes, comma separated (a swept axis); 0 = contiguous [batch, seqlen_k, "
+                  "heads_kv, d], else paged: batch * ceil(seqlen_k / page_size) pages of [page_size, heads_kv, d] with a "
+                  "block table in a random page order (default 0; the decode grid 0,16,256)",
+     cxxopts::value<std::vector<int64_t>>())
+    ("num-splits", "decode: flash_kvcache_args.num_splits (0 = the library's choice, 1 = no split, up to 256)",
+     cxxopts::value<int32_t>()->default_value("0"))
+    ("append", "decode: pass k_new/v_new (--seqlen tokens appended to the cache first): the cache then holds "
+               "seqlen_k - seqlen keys before the call, seqlen_k after")
+    ("cache-seqlens", "decode: full (every sequence attends to --seqlen-k keys) | random (each sequence's key count "
+                      "uniform in [max(1, --seqlen), --seqlen-k], from --seed)",
+     cxxopts::value<std::string>()->default_value("full"))
     ("warmup", "untimed calls before timing (default GPU 5, CPU 1)", cxxopts::value<int>())
     ("reps", "timed repetitions (default GPU 20, CPU 3)", cxxopts::value<int>())
     ("check", "compare the output with an fp64 reference (heads and rows sampled for large shapes)")
@@ -143,7 +165,8 @@ RunConfig parse_run_args(int argc, const char* const* argv) {
     }
   }
   for (const std::string& m : r["mode"].as<std::vector<std::string>>()) {
-    if (m != "fwd" && m != "bwd" && m != "fwd_bwd") throw std::invalid_argument("--mode '" + m + "': expected fwd, bwd or fwd_bwd");
+    if (m != "fwd" && m != "bwd" && m != "fwd_bwd" && m != "decode")
+      throw std::invalid_argument("--mode '" + m + "': expected fwd, bwd, fwd_bwd or decode");
   }
   cfg.modes = r["mode"].as<std::vector<std::string>>();
   if (r.count("dtype"))
@@ -178,7 +201,55 @@ RunConfig parse_run_args(int argc, const char* const* argv) {
     }
   if (r.count("grid")) {
     cfg.grid = r["grid"].as<std::string>();
-    if (cfg.grid != "standard") throw std::invalid_argument("--grid '" + cfg.grid + "': the only grid is 'standard'");
+    if (cfg.grid != "standard" && cfg.grid != "decode")
+      throw std::invalid_argument("--grid '" + cfg.grid + "': the grids are 'standard' and 'decode'");
+  }
+  if (cfg.grid == "decode" && !r.count("mode")) cfg.modes = {"decode"};
+  const bool decode = std::find(cfg.modes.begin(), cfg.modes.end(), "decode") != cfg.modes.end();
+  if (cfg.grid == "decode" && (cfg.modes.size() != 1 || !decode))
+    throw std::invalid_argument("--grid decode is the decode grid: use it with --mode decode alone");
+  if (cfg.grid == "standard" && decode)
+    throw std::invalid_argument("--grid standard has no decode cases: use --grid decode (with --mode decode alone)");
+  // The decode options: only with --mode decode, each checked here so a bad value is a usage error.
+  for (const char* f : {"page-size", "num-splits", "append", "cache-seqlens"})
+    if (r.count(f) && !decode)
+      throw std::invalid_argument(std::string("--") + f + " applies to --mode decode only");
+  if (r.count("page-size")) {
+    cfg.page_sizes = r["page-size"].as<std::vector<int64_t>>();
+    for (int64_t p : cfg.page_sizes)
+      if (p < 0 || p > (int64_t{1} << 30))
+        throw std::invalid_argument("--page-size " + std::to_string(p) +
+                                    ": expected 0 (a contiguous cache) or a positive page size in tokens");
+  }
+  cfg.num_splits = r["num-splits"].as<int32_t>();
+  if (cfg.num_splits < 0 || cfg.num_splits > 256)
+    throw std::invalid_argument("--num-splits " + std::to_string(cfg.num_splits) +
+                                ": expected 0 (the library's choice) to 256");
+  cfg.append = r.count("append") > 0;
+  cfg.cache_seqlens = r["cache-seqlens"].as<std::string>();
+  if (cfg.cache_seqlens != "full" && cfg.cache_seqlens != "random")
+    throw std::invalid_argument("--cache-seqlens '" + cfg.cache_seqlens + "': expected full or random");
+  if (decode) {
+    for (const MaskSpec& m : cfg.masks)
+      if (m.alignment != FLASH_ALIGN_BOTTOM_RIGHT || m.block != MaskSpec::Block::kNone)
+        throw std::invalid_argument("--mask '" + m.label() + "' with --mode decode: flash_fwd_kvcache takes causal and "
+                                    "windows, bottom-right aligned per sequence, and no block mask");
+    const int64_t limit = int64_t{1} << 30;  // cache_seqlens and block tables are int32
+    if (cfg.seqlen_k > limit) throw std::invalid_argument("--seqlen-k must be at most 2^30 for --mode decode");
+    for (int64_t s : cfg.seqlens)
+      if (s > limit) throw std::invalid_argument("--seqlen must be at most 2^30 for --mode decode");
+    if (cfg.grid != "decode") {
+      const int64_t keys = cfg.seqlen_k > 0 ? cfg.seqlen_k : 4096;
+      for (int64_t s : cfg.seqlens.empty() ? std::vector<int64_t>{1} : cfg.seqlens)
+        if (cfg.append && s > keys)
+          throw std::invalid_argument("--append with --seqlen " + std::to_string(s) + " > --seqlen-k " +
+                                      std::to_string(keys) + ": the cache holds seqlen_k - seqlen keys before the call");
+    }
+    if (!cfg.algos.empty() &&
+        std::all_of(cfg.algos.begin(), cfg.algos.end(), [](const std::string& a) { return a == "naive"; }) &&
+        cfg.modes.size() == 1)
+      throw std::invalid_argument("--mode decode skips the naive algorithm (flash_fwd_kvcache has no naive backend): "
+                                  "name another --algo (cpu, auto, sm80, sm90)");
   }
   if (r.count("warmup")) cfg.warmup = r["warmup"].as<int>();
   if (r.count("reps")) cfg.reps = r["reps"].as<int>();
@@ -223,10 +294,56 @@ void resolve_defaults(RunConfig* cfg) {
     }
     if (cfg->algos.empty()) cfg->algos.push_back("auto");
   }
-  if (cfg->dtypes.empty()) cfg->dtypes.push_back(gpu ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP32);
+  if (cfg->dtypes.empty()) cfg->dtypes.push_back(gpu || cfg->grid == "decode" ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP32);
   if (cfg->warmup < 0) cfg->warmup = gpu ? 5 : 1;
   if (cfg->reps < 0) cfg->reps = gpu ? 20 : 3;
 }
+
+namespace {
+
+// --mode decode: dtype x mask x head dim x new tokens x (batch, keys) x page size x algorithm (naive skipped).
+void expand_decode(const RunConfig& cfg, std::vector<Case>* out) {
+  const bool grid = cfg.grid == "decode";
+  std::vector<int64_t> seqlens = cfg.seqlens, head_dims = cfg.head_dims, pages = cfg.page_sizes;
+  if (seqlens.empty()) seqlens = {1};
+  if (head_dims.empty()) head_dims = {128};
+  if (pages.empty()) pages = grid ? std::vector<int64_t>{0, 16, 256} : std::vector<int64_t>{0};
+  // The standard decode cases (batch x cached keys).
+  std::vector<std::pair<int64_t, int64_t>> shapes{{1, 8192},    {1, 131072}, {16, 8192}, {16, 32768},
+                                                  {64, 4096},   {64, 32768}, {128, 2048}};
+  if (!grid) shapes = {{cfg.batch, cfg.seqlen_k > 0 ? cfg.seqlen_k : 4096}};
+  for (int32_t dtype : cfg.dtypes)
+    for (const MaskSpec& mask : cfg.masks)
+      for (int64_t d : head_dims)
+        for (int64_t s : seqlens)
+          for (const auto& [batch, keys] : shapes)
+            for (int64_t page : pages)
+              for (const std::string& algo : cfg.algos) {
+                if (algo == "naive") continue;  // see --mode's help
+                if (cfg.append && s > keys)
+                  throw std::invalid_argument("--append with --seqlen " + std::to_string(s) + " > " +
+                                              std::to_string(keys) + " keys: the cache holds seqlen_k - seqlen keys "
+                                              "before the call");
+                Case c;
+                c.algo = algo;
+                c.mode = "decode";
+                c.dtype = dtype;
+                c.head_dim = d;
+                c.seqlen_q = s;
+                c.seqlen_k = keys;
+                c.mask = mask;
+                c.batch = batch;
+                c.heads_q = grid ? 32 : cfg.heads;
+                c.heads_kv = grid ? 8 : (cfg.heads_kv > 0 ? cfg.heads_kv : cfg.heads);
+                c.page_size = page;
+                c.num_splits = cfg.num_splits;
+                c.append = cfg.append;
+                c.cache_seqlens = cfg.cache_seqlens;
+                out->push_back(c);
+              }
+}
+
+}  // namespace
 
 std::vector<Case> expand_cases(const RunConfig& cfg) {
   std::vector<Case> out;
@@ -235,7 +352,13 @@ std::vector<Case> expand_cases(const RunConfig& cfg) {
   if (seqlens.empty()) seqlens = grid ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384} : std::vector<int64_t>{1024};
   if (head_dims.empty()) head_dims = grid ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{128};
   for (int32_t dtype : cfg.dtypes)
-    for (const std::string& mode : cfg.modes)
+    for (const std::string& mode : cfg.modes) {
+      if (mode == "decode") {
+        RunConfig one = cfg;
+        one.dtypes = {dtype};
+        expand_decode(one, &out);
+        continue;
+      }
       for (const MaskSpec& mask : cfg.masks)
         for (int64_t d : head_dims)
           for (int64_t s : seqlens)
@@ -260,6 +383,7 @@ std::vector<Case> expand_cases(const RunConfig& cfg) {
               }
               out.push_back(c);
             }
+    }
   return out;
 }
 

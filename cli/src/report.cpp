@@ -87,6 +87,8 @@ std::string short_rev(const std::string& r) { return r.empty() ? "(no revision)"
 std::string day_of(const std::string& date) { return date.substr(0, 10); }
 
 bool ok_row(const json& r) { return r["error"].is_null() && r["time_ms_median"].is_number(); }
+// --mode decode rows (flash_fwd_kvcache): not drawn against sequence length, listed in a table of their own.
+bool is_decode(const json& r) { return r.value("mode", "") == "decode"; }
 
 // The axes shared by the points of one chart: everything but algo, batch and seqlen_q.
 std::string group_key(const json& r) {
@@ -177,7 +179,8 @@ double interleaved_ratio(const PeerCase& c, const std::string& backend) {
 
 void html_groups(std::ostringstream& h, const DeviceView& dv) {
   std::map<std::string, std::vector<const json*>> groups;
-  for (const auto& [k, r] : dv.current) groups[group_key(r)].push_back(&r);
+  for (const auto& [k, r] : dv.current)
+    if (!is_decode(r)) groups[group_key(r)].push_back(&r);  // decode rows: their own table (html_decode)
   std::map<std::string, std::vector<const PeerCase*>> peer_groups;
   if (dv.peers)
     for (const PeerCase& c : dv.peers->cases) peer_groups[group_key(*c.lib)].push_back(&c);
@@ -425,12 +428,16 @@ void html_history(std::ostringstream& h, const DeviceView& dv, double thr) {
 }
 
 void html_table(std::ostringstream& h, const DeviceView& dv) {
-  h << "<details class=\"data\"><summary>Latest numbers (" << dv.current.size() << " rows)</summary><table class=\"data\">"
+  size_t shown = 0;
+  for (const auto& [k, r] : dv.current) shown += !is_decode(r);
+  if (shown == 0) return;
+  h << "<details class=\"data\"><summary>Latest numbers (" << shown << " rows)</summary><table class=\"data\">"
        "<tr><th class=\"l\">algo</th><th class=\"l\">mode</th><th class=\"l\">dtype</th><th>batch</th><th>heads</th>"
        "<th>seqlen_q</th><th>seqlen_k</th><th>d</th><th class=\"l\">mask</th><th>median ms</th><th>TFLOP/s</th>"
        "<th>× naive</th><th>peak memory</th><th>max rel err</th><th class=\"l\">revision</th><th class=\"l\">error</th></tr>";
   std::vector<const json*> rows;
-  for (const auto& [k, r] : dv.current) rows.push_back(&r);
+  for (const auto& [k, r] : dv.current)
+    if (!is_decode(r)) rows.push_back(&r);
   std::sort(rows.begin(), rows.end(), [](const json* a, const json* b) {
     const std::string ga = group_key(*a), gb = group_key(*b);
     if (ga != gb) return ga < gb;
@@ -456,6 +463,52 @@ void html_table(std::ostringstream& h, const DeviceView& dv) {
   h << "</table></details>";
 }
 
+
+// --mode decode rows: one line per case (latest run), with the bandwidth the call reached.
+void html_decode(std::ostringstream& h, const DeviceView& dv) {
+  std::vector<const json*> rows;
+  for (const auto& [k, r] : dv.current)
+    if (is_decode(r)) rows.push_back(&r);
+  if (rows.empty()) return;
+  auto axis = [](const json& r, const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<int64_t>() : int64_t{0}; };
+  std::sort(rows.begin(), rows.end(), [&](const json* a, const json* b) {
+    return std::make_tuple((*a).value("dtype", ""), axis(*a, "head_dim"), axis(*a, "batch"), axis(*a, "seqlen_k"),
+                           axis(*a, "seqlen_q"), axis(*a, "page_size"), row_key(*a)) <
+           std::make_tuple((*b).value("dtype", ""), axis(*b, "head_dim"), axis(*b, "batch"), axis(*b, "seqlen_k"),
+                           axis(*b, "seqlen_q"), axis(*b, "page_size"), row_key(*b));
+  });
+  auto num = [](const json& r, const char* k, int sig, double scale = 1.0) {
+    return r.contains(k) && r[k].is_number() ? format_number(r[k].get<double>() * scale, sig) : std::string("-");
+  };
+  h << "<h3>Decode (flash_fwd_kvcache)</h3><p class=\"sub\">new = new tokens a sequence, keys = keys each attends to "
+       "(≤: random cache lengths), page = cache page size (contiguous: one block); GB/s = the call's minimum bytes over "
+       "its median time, % copy = that over the device's measured copy bandwidth.</p>";
+  h << "<table class=\"decode\"><tr><th class=\"l\">algo</th><th class=\"l\">dtype</th><th>batch</th><th>heads</th>"
+       "<th>new</th><th>keys</th><th>d</th><th class=\"l\">mask</th><th>page</th><th>splits</th><th>append</th>"
+       "<th>median ms</th><th>GB/s</th><th>% copy</th><th>TFLOP/s</th><th>max rel err</th><th class=\"l\">revision</th>"
+       "<th class=\"l\">error</th></tr>";
+  for (const json* rp : rows) {
+    const json& r = *rp;
+    const int64_t page = axis(r, "page_size");
+    h << "<tr data-key=\"" << html_escape(row_key(r)) << "\"><td class=\"l\">" << html_escape(r.value("algo", ""))
+      << "</td><td class=\"l\">" << html_escape(r.value("dtype", "")) << "</td><td>" << r["batch"] << "</td><td>"
+      << r["heads_q"];
+    if (r["heads_kv"] != r["heads_q"]) h << "/" << r["heads_kv"];
+    h << "</td><td>" << r["seqlen_q"] << "</td><td>" << (r.value("cache_seqlens", json("full")) == "random" ? "≤" : "")
+      << r["seqlen_k"] << "</td><td>" << r["head_dim"] << "</td><td class=\"l\">" << html_escape(r.value("mask", ""))
+      << "</td><td>" << (page > 0 ? std::to_string(page) : std::string("contiguous")) << "</td><td>"
+      << (axis(r, "num_splits") > 0 ? std::to_string(axis(r, "num_splits")) : std::string("auto"))
+      << (r.contains("num_splits_used") && r["num_splits_used"].is_number() ? " → " + r["num_splits_used"].dump() : "")
+      << "</td><td>" << (r.value("append", json(false)) == true ? "yes" : "no") << "</td><td class=\"ms\">"
+      << num(r, "time_ms_median", 4) << "</td><td>" << num(r, "bytes_per_s", 4, 1e-9) << "</td><td>"
+      << num(r, "copy_bandwidth_fraction", 3, 100.0) << "</td><td class=\"tflops\">" << num(r, "tflops", 4) << "</td><td>"
+      << num(r, "max_rel_error", 2) << "</td><td class=\"l\"><code>" << html_escape(short_rev(dv.current_rev.at(row_key(r))))
+      << "</code></td><td class=\"l err\">"
+      << (r["error"].is_object() ? html_escape(r["error"].value("status", "") + ": " + r["error"].value("message", "")) : "")
+      << "</td></tr>";
+  }
+  h << "</table>";
+}
 
 std::string case_title(const json& r) {
   std::ostringstream os;
@@ -774,6 +827,7 @@ std::string render_html(const std::vector<ReportInput>& inputs, double thr, cons
     html_peers(h, dv);
     html_groups(h, dv);
     html_history(h, dv, thr);
+    html_decode(h, dv);
     html_table(h, dv);
     h << "</section>\n";
   }

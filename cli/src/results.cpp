@@ -33,6 +33,26 @@ constexpr Field kRowFields[] = {
     {"io_model_flash_bytes", 'n', true}, {"max_abs_error", 'n', true}, {"max_rel_error", 'n', true},
     {"speedup_over_naive", 'n', true},
 };
+// The keys of --mode decode rows, checked on those rows only (files written before decode existed lack them).
+constexpr Field kDecodeFields[] = {
+    {"page_size", 'i', false}, {"num_splits", 'i', false}, {"num_splits_used", 'i', true},
+    {"append", 'b', false},    {"cache_seqlens", 's', false}, {"keys_total", 'i', false},
+    {"bytes", 'n', false},     {"bytes_per_s", 'n', true},  {"copy_bandwidth_fraction", 'n', true},
+};
+
+// The decode axes beyond the shared ones: page size, splits, append, cache lengths ("" for other rows).
+std::string decode_suffix(const json& r, char sep) {
+  if (r.value("mode", "") != "decode") return "";
+  std::ostringstream os;
+  const json& p = r.contains("page_size") ? r["page_size"] : json();
+  const int64_t page = p.is_number_integer() ? p.get<int64_t>() : 0;
+  os << sep << (page > 0 ? "page" + std::to_string(page) : std::string("contiguous"));
+  const json& ns = r.contains("num_splits") ? r["num_splits"] : json();
+  if (ns.is_number_integer() && ns.get<int64_t>() > 0) os << sep << "splits" << ns.get<int64_t>();
+  if (r.contains("append") && r["append"].is_boolean() && r["append"].get<bool>()) os << sep << "append";
+  if (r.value("cache_seqlens", json("full")) == "random") os << sep << "random";
+  return os.str();
+}
 
 bool has_type(const json& v, char t) {
   switch (t) {
@@ -75,7 +95,7 @@ std::string row_key(const json& r) {
   os << r.value("mode", "fwd") << '|' << r.value("dtype", "") << '|' << r.value("algo", "") << '|'
      << r.value("batch", int64_t{0}) << '|' << r.value("heads_q", int64_t{0}) << '|' << r.value("heads_kv", int64_t{0})
      << '|' << r.value("seqlen_q", int64_t{0}) << '|' << r.value("seqlen_k", int64_t{0}) << '|'
-     << r.value("head_dim", int64_t{0}) << '|' << r.value("mask", "none");
+     << r.value("head_dim", int64_t{0}) << '|' << r.value("mask", "none") << decode_suffix(r, '|');
   return os.str();
 }
 
@@ -98,7 +118,7 @@ std::string row_label(const json& r) {
   if (r.value("heads_kv", int64_t{0}) != r.value("heads_q", int64_t{0})) os << "/" << r.value("heads_kv", int64_t{0});
   os << " s" << r.value("seqlen_q", int64_t{0});
   if (r.value("seqlen_k", int64_t{0}) != r.value("seqlen_q", int64_t{0})) os << "x" << r.value("seqlen_k", int64_t{0});
-  os << " d" << r.value("head_dim", int64_t{0}) << ' ' << r.value("mask", "none");
+  os << " d" << r.value("head_dim", int64_t{0}) << ' ' << r.value("mask", "none") << decode_suffix(r, ' ');
   return os.str();
 }
 
@@ -138,6 +158,14 @@ std::vector<std::string> validate_document(const json& doc) {
         bad.push_back(where + "." + f.key + " has the wrong type (" + r[f.key].dump() + ")");
       }
     }
+    if (r.value("mode", "") == "decode")
+      for (const Field& f : kDecodeFields) {
+        if (!r.contains(f.key)) {
+          bad.push_back(where + "." + f.key + " is missing (a decode row)");
+        } else if (r[f.key].is_null() ? !f.nullable : !has_type(r[f.key], f.type)) {
+          bad.push_back(where + "." + f.key + " has the wrong type (" + r[f.key].dump() + ")");
+        }
+      }
     if (!r.contains("error")) {
       bad.push_back(where + ".error is missing (null when the row succeeded)");
     } else if (!r["error"].is_null()) {
@@ -200,49 +228,15 @@ void write_csv(const json& doc, std::ostream& out) {
   }
 }
 
-void print_table(const json& doc, std::ostream& out) {
-  const json& m = doc["meta"];
-  out << "fa-bench: libflash " << m.value("library_version", "?") << " (" << m.value("git_revision", "") << ") on "
-      << m["device"].value("string", "?") << " \"" << m["device"].value("name", "?") << "\"\n";
-  const char* head[] = {"mode", "dtype", "algo", "batch", "heads", "sq", "sk", "d", "mask",
-                        "median ms", "min ms", "TFLOP/s", "peak MB", "vs naive", "max err"};
-  std::vector<std::vector<std::string>> rows;
-  rows.emplace_back(std::begin(head), std::end(head));
-  std::vector<std::string> errors;
-  for (const json& r : doc["results"]) {
-    std::string heads = std::to_string(r.value("heads_q", int64_t{0}));
-    if (r.value("heads_kv", int64_t{0}) != r.value("heads_q", int64_t{0})) heads += "/" + std::to_string(r.value("heads_kv", int64_t{0}));
-    std::string algo = r.value("algo", "");
-    if (r["algo_used"].is_string() && r["algo_used"] != r["algo"]) algo += "->" + r["algo_used"].get<std::string>();
-    std::vector<std::string> row = {r.value("mode", ""), r.value("dtype", ""), algo,
-                                    std::to_string(r.value("batch", int64_t{0})), heads,
-                                    std::to_string(r.value("seqlen_q", int64_t{0})),
-                                    std::to_string(r.value("seqlen_k", int64_t{0})),
-                                    std::to_string(r.value("head_dim", int64_t{0})), r.value("mask", "")};
-    if (!r["error"].is_null()) {
-      row.push_back("ERROR " + r["error"].value("status", ""));
-      errors.push_back(row_label(r) + ": " + r["error"].value("message", ""));
-      for (int i = 0; i < 5; ++i) row.push_back("");
-    } else {
-      row.push_back(fmt(r["time_ms_median"], 3));
-      row.push_back(fmt(r["time_ms_min"], 3));
-      row.push_back(r["tflops"].is_number() ? format_number(r["tflops"].get<double>(), 4) : "-");
-      row.push_back(r["peak_mem_bytes"].is_number() ? fmt(json(r["peak_mem_bytes"].get<double>() / 1e6), 1) : "-");
-      row.push_back(r["speedup_over_naive"].is_number() ? fmt(r["speedup_over_naive"], 2) + "x" : "-");
-      std::string err = fmt_sci(r["max_rel_error"]);
-      if (r["check_passed"].is_boolean() && !r["check_passed"].get<bool>()) err += " FAIL";
-      row.push_back(err);
-    }
-    rows.push_back(row);
-  }
+namespace {
+
+void print_aligned(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& left, std::ostream& out) {
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
     for (size_t i = 0; i < r.size() && i < width.size(); ++i) width[i] = std::max(width[i], r[i].size());
   for (size_t k = 0; k < rows.size(); ++k) {
-    for (size_t i = 0; i < rows[k].size() && i < width.size(); ++i) {
-      const bool left = i < 3 || i == 8;
-      out << (i ? "  " : "") << (left ? std::left : std::right) << std::setw(int(width[i])) << rows[k][i];
-    }
+    for (size_t i = 0; i < rows[k].size() && i < width.size(); ++i)
+      out << (i ? "  " : "") << (left[i] ? std::left : std::right) << std::setw(int(width[i])) << rows[k][i];
     out << std::right << '\n';
     if (k == 0) {
       size_t total = 0;
@@ -250,8 +244,111 @@ void print_table(const json& doc, std::ostream& out) {
       out << std::string(total - 2, '-') << '\n';
     }
   }
+}
+
+std::string heads_of(const json& r) {
+  std::string heads = std::to_string(r.value("heads_q", int64_t{0}));
+  if (r.value("heads_kv", int64_t{0}) != r.value("heads_q", int64_t{0})) heads += "/" + std::to_string(r.value("heads_kv", int64_t{0}));
+  return heads;
+}
+
+std::string algo_of(const json& r) {
+  std::string algo = r.value("algo", "");
+  if (r["algo_used"].is_string() && r["algo_used"] != r["algo"]) algo += "->" + r["algo_used"].get<std::string>();
+  return algo;
+}
+
+std::string error_cell(const json& r) {
+  std::string err = fmt_sci(r["max_rel_error"]);
+  if (r["check_passed"].is_boolean() && !r["check_passed"].get<bool>()) err += " FAIL";
+  return err;
+}
+
+}  // namespace
+
+void print_table(const json& doc, std::ostream& out) {
+  const json& m = doc["meta"];
+  out << "fa-bench: libflash " << m.value("library_version", "?") << " (" << m.value("git_revision", "") << ") on "
+      << m["device"].value("string", "?") << " \"" << m["device"].value("name", "?") << "\"\n";
+  std::vector<std::string> errors;
+  // fwd / bwd / fwd_bwd
+  const char* head[] = {"mode", "dtype", "algo", "batch", "heads", "sq", "sk", "d", "mask",
+                        "median ms", "min ms", "TFLOP/s", "peak MB", "vs naive", "max err"};
+  std::vector<std::vector<std::string>> rows;
+  rows.emplace_back(std::begin(head), std::end(head));
+  // decode
+  const char* dhead[] = {"dtype", "algo", "batch", "heads", "new", "keys", "d", "mask", "page", "splits",
+                         "median ms", "GB/s", "of copy", "TFLOP/s", "max err"};
+  std::vector<std::vector<std::string>> drows;
+  drows.emplace_back(std::begin(dhead), std::end(dhead));
+  for (const json& r : doc["results"]) {
+    const bool decode = r.value("mode", "") == "decode";
+    std::vector<std::string> row;
+    if (decode) {
+      const json& p = r.contains("page_size") ? r["page_size"] : json();
+      std::string splits = r.contains("num_splits") && r["num_splits"].is_number_integer() && r["num_splits"].get<int64_t>() > 0
+                               ? std::to_string(r["num_splits"].get<int64_t>())
+                               : "auto";
+      if (r.contains("num_splits_used") && r["num_splits_used"].is_number_integer())
+        splits += "->" + std::to_string(r["num_splits_used"].get<int64_t>());
+      std::string keys = std::to_string(r.value("seqlen_k", int64_t{0}));
+      if (r.value("cache_seqlens", json("full")) == "random") keys = "<=" + keys;
+      row = {r.value("dtype", ""), algo_of(r), std::to_string(r.value("batch", int64_t{0})), heads_of(r),
+             std::to_string(r.value("seqlen_q", int64_t{0})) + (r.value("append", json(false)) == true ? "+app" : ""),
+             keys, std::to_string(r.value("head_dim", int64_t{0})), r.value("mask", ""),
+             p.is_number_integer() && p.get<int64_t>() > 0 ? std::to_string(p.get<int64_t>()) : "contig", splits};
+    } else {
+      row = {r.value("mode", ""), r.value("dtype", ""), algo_of(r),
+             std::to_string(r.value("batch", int64_t{0})), heads_of(r),
+             std::to_string(r.value("seqlen_q", int64_t{0})),
+             std::to_string(r.value("seqlen_k", int64_t{0})),
+             std::to_string(r.value("head_dim", int64_t{0})), r.value("mask", "")};
+    }
+    if (!r["error"].is_null()) {
+      row.push_back("ERROR " + r["error"].value("status", ""));
+      errors.push_back(row_label(r) + ": " + r["error"].value("message", ""));
+      for (int i = 0; i < (decode ? 4 : 5); ++i) row.push_back("");
+    } else if (decode) {
+      row.push_back(fmt(r["time_ms_median"], 4));
+      row.push_back(r.contains("bytes_per_s") && r["bytes_per_s"].is_number() ? fmt(json(r["bytes_per_s"].get<double>() / 1e9), 1) : "-");
+      row.push_back(r.contains("copy_bandwidth_fraction") && r["copy_bandwidth_fraction"].is_number()
+                        ? fmt(json(100.0 * r["copy_bandwidth_fraction"].get<double>()), 1) + "%"
+                        : "-");
+      row.push_back(r["tflops"].is_number() ? format_number(r["tflops"].get<double>(), 4) : "-");
+      row.push_back(error_cell(r));
+    } else {
+      row.push_back(fmt(r["time_ms_median"], 3));
+      row.push_back(fmt(r["time_ms_min"], 3));
+      row.push_back(r["tflops"].is_number() ? format_number(r["tflops"].get<double>(), 4) : "-");
+      row.push_back(r["peak_mem_bytes"].is_number() ? fmt(json(r["peak_mem_bytes"].get<double>() / 1e6), 1) : "-");
+      row.push_back(r["speedup_over_naive"].is_number() ? fmt(r["speedup_over_naive"], 2) + "x" : "-");
+      row.push_back(error_cell(r));
+    }
+    (decode ? drows : rows).push_back(row);
+  }
+  if (rows.size() > 1) {
+    std::vector<bool> left(rows[0].size(), false);
+    left[0] = left[1] = left[2] = left[8] = true;
+    print_aligned(rows, left, out);
+  }
+  if (drows.size() > 1) {
+    if (rows.size() > 1) out << '\n';
+    out << "decode (flash_fwd_kvcache): new = new tokens a sequence, keys = keys it attends to, page = cache page size\n";
+    std::vector<bool> left(drows[0].size(), false);
+    left[0] = left[1] = left[7] = true;
+    print_aligned(drows, left, out);
+  }
   for (const std::string& e : errors) out << "  error: " << e << '\n';
   out << "max err: max|o - ref| / max|ref| against fp64 (--check). TFLOP/s counts the FLOPs of the mask applied.\n";
+  if (drows.size() > 1) {
+    const json cb = m.contains("copy_bandwidth") ? m["copy_bandwidth"] : json();
+    out << "GB/s: the decode call's minimum bytes (K and V of the keys seen, q, o, the append) / median time; of copy: "
+           "that over the device's copy bandwidth";
+    if (cb.is_object() && cb["bytes_per_s"].is_number())
+      out << " (" << fmt(json(cb["bytes_per_s"].get<double>() / 1e9), 1) << " GB/s measured, "
+          << (m["device"].value("type", "") == "cuda" ? "device-to-device cudaMemcpy" : "threaded host memcpy") << ")";
+    out << ".\n";
+  }
 }
 
 }  // namespace fabench

@@ -128,5 +128,131 @@ TEST(Parse, CpuDefaultsComeFromTheLibrary) {
   EXPECT_GE(c.reps, 1);
 }
 
+// --mode decode: its options, the decode grid, and the refusals (each a usage error naming the problem).
+TEST(Parse, DecodeOptions) {
+  RunConfig c = parse({"--device", "cpu", "--mode", "decode", "--algo", "cpu", "--batch", "3", "--heads", "8", "--heads-kv",
+                       "2", "--seqlen-k", "1000", "--head-dim", "64", "--page-size", "0,16", "--num-splits", "4",
+                       "--append", "--cache-seqlens", "random"});
+  resolve_defaults(&c);
+  EXPECT_EQ(c.page_sizes, (std::vector<int64_t>{0, 16}));
+  EXPECT_EQ(c.num_splits, 4);
+  EXPECT_TRUE(c.append);
+  EXPECT_EQ(c.cache_seqlens, "random");
+  const auto cases = expand_cases(c);
+  ASSERT_EQ(cases.size(), 2u);
+  for (const Case& k : cases) {
+    EXPECT_EQ(k.mode, "decode");
+    EXPECT_EQ(k.seqlen_q, 1);  // one new token by default
+    EXPECT_EQ(k.seqlen_k, 1000);
+    EXPECT_EQ(k.batch, 3);
+    EXPECT_EQ(k.heads_q, 8);
+    EXPECT_EQ(k.heads_kv, 2);
+    EXPECT_EQ(k.num_splits, 4);
+    EXPECT_TRUE(k.append);
+  }
+  EXPECT_EQ(cases[0].page_size, 0);
+  EXPECT_EQ(cases[1].page_size, 16);
+  EXPECT_EQ(decode_pages_per_seq(cases[1]), 63);  // ceil(1000 / 16)
+  // Random cache lengths: in [seqlen, seqlen_k], reproducible from the seed.
+  Case r = cases[0];
+  r.batch = 64;
+  r.seqlen_q = 5;
+  const auto keys = decode_keys(r, 7);
+  ASSERT_EQ(keys.size(), 64u);
+  for (int64_t k : keys) {
+    EXPECT_GE(k, 5);
+    EXPECT_LE(k, 1000);
+  }
+  EXPECT_EQ(keys, decode_keys(r, 7));
+  EXPECT_NE(keys, decode_keys(r, 8));
+  r.cache_seqlens = "full";
+  EXPECT_EQ(decode_keys(r, 7), std::vector<int64_t>(64, 1000));
+}
+
+TEST(Parse, DecodeSkipsNaiveAndKeepsOtherModes) {
+  RunConfig c = parse({"--device", "cpu", "--mode", "fwd,decode", "--algo", "cpu,naive", "--seqlen", "32", "--seqlen-k", "64"});
+  resolve_defaults(&c);
+  const auto cases = expand_cases(c);
+  int fwd = 0, decode = 0;
+  for (const Case& k : cases) {
+    if (k.mode == "decode") {
+      ++decode;
+      EXPECT_EQ(k.algo, "cpu");
+      EXPECT_EQ(k.seqlen_q, 32);
+    } else {
+      ++fwd;
+    }
+  }
+  EXPECT_EQ(fwd, 2);
+  EXPECT_EQ(decode, 1);
+}
+
+TEST(Parse, DecodeGrid) {
+  RunConfig c = parse({"--device", "cpu", "--grid", "decode", "--algo", "cpu"});
+  resolve_defaults(&c);
+  EXPECT_EQ(c.modes, std::vector<std::string>{"decode"});
+  EXPECT_EQ(c.dtypes, std::vector<int32_t>{FLASH_DTYPE_BF16});  // the cases are bf16, even on the CPU
+  const auto cases = expand_cases(c);
+  ASSERT_EQ(cases.size(), 21u);  // 7 (batch, keys) x page sizes 0, 16, 256
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (const Case& k : cases) {
+    EXPECT_EQ(k.mode, "decode");
+    EXPECT_EQ(k.heads_q, 32);
+    EXPECT_EQ(k.heads_kv, 8);
+    EXPECT_EQ(k.head_dim, 128);
+    EXPECT_EQ(k.seqlen_q, 1);
+    EXPECT_EQ(k.dtype, FLASH_DTYPE_BF16);
+    if (k.page_size == 0) shapes.emplace_back(k.batch, k.seqlen_k);
+  }
+  EXPECT_EQ(shapes, (std::vector<std::pair<int64_t, int64_t>>{
+                        {1, 8192}, {1, 131072}, {16, 8192}, {16, 32768}, {64, 4096}, {64, 32768}, {128, 2048}}));
+  EXPECT_EQ(cases[0].page_size, 0);
+  EXPECT_EQ(cases[1].page_size, 16);
+  EXPECT_EQ(cases[2].page_size, 256);
+  // --page-size and --dtype override the grid's.
+  RunConfig o = parse({"--device", "cpu", "--grid", "decode", "--algo", "cpu", "--page-size", "64", "--dtype", "fp16"});
+  resolve_defaults(&o);
+  const auto oc = expand_cases(o);
+  ASSERT_EQ(oc.size(), 7u);
+  for (const Case& k : oc) {
+    EXPECT_EQ(k.page_size, 64);
+    EXPECT_EQ(k.dtype, FLASH_DTYPE_FP16);
+  }
+}
+
+std::string refusal(std::vector<const char*> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Parse, DecodeRefusals) {
+  auto has = [](const std::string& msg, const char* what) { return msg.find(what) != std::string::npos; };
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--page-size", "-4"}), "--page-size -4");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--page-size", "0,-1"}), "--page-size -1");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--heads", "32", "--heads-kv", "6"}), "must be a multiple of --heads-kv");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--heads-kv", "0"}), "must be positive");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--seqlen-k", "0"}), "--seqlen-k must be positive");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--num-splits", "-1"}), "--num-splits -1");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--num-splits", "257"}), "--num-splits 257");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--cache-seqlens", "half"}), "--cache-seqlens 'half'");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--append", "--seqlen", "9", "--seqlen-k", "8"}), "--append with --seqlen 9");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--mask", "causal-tl"}), "bottom-right");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--mask", "window-tl:4,4"}), "bottom-right");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--mask", "block-sparse:0.5"}), "no block mask");
+  EXPECT_PRED2(has, refusal({"--mode", "decode", "--algo", "naive"}), "skips the naive algorithm");
+  EXPECT_PRED2(has, refusal({"--page-size", "16"}), "--page-size applies to --mode decode only");
+  EXPECT_PRED2(has, refusal({"--append"}), "--append applies to --mode decode only");
+  EXPECT_PRED2(has, refusal({"--mode", "fwd", "--num-splits", "2"}), "--num-splits applies to --mode decode only");
+  EXPECT_PRED2(has, refusal({"--grid", "decode", "--mode", "fwd"}), "--grid decode");
+  EXPECT_PRED2(has, refusal({"--grid", "decode", "--mode", "decode,fwd"}), "--grid decode");
+  EXPECT_PRED2(has, refusal({"--grid", "standard", "--mode", "decode"}), "use --grid decode");
+  // Accepted: causal and bottom-right windows, page sizes larger than the cache.
+  EXPECT_EQ(refusal({"--mode", "decode", "--mask", "none;causal;window:64,0", "--page-size", "0,100000"}), "(accepted)");
+}
+
 }  // namespace
 }  // namespace fabench

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "bench.hpp"
@@ -120,6 +121,118 @@ TEST(Schema, SpeedupOverNaiveWhenBothRan) {
   const json doc = tiny_run({"--algo", "cpu,naive"});
   EXPECT_TRUE(doc["results"][0]["speedup_over_naive"].is_number());
   EXPECT_TRUE(doc["results"][1]["speedup_over_naive"].is_null());
+}
+
+// --mode decode on the CPU: contiguous and paged caches, fp32 and bf16, checked against the fp64 reference; the row's
+// decode fields, bytes and FLOPs by their documented formulas, and the run's copy bandwidth in meta.
+json decode_run(std::vector<const char*> extra) {
+  // No --algo: the CPU's algorithms (cpu, naive), naive skipped for decode.
+  std::vector<const char*> args = {"fa-bench", "run",      "--device",   "cpu", "--mode",    "decode",
+                                   "--batch",  "3",        "--heads",    "4",   "--heads-kv", "2",     "--seqlen-k", "100",
+                                   "--head-dim", "32",     "--warmup",   "0",   "--reps",    "2",      "--check",
+                                   "--no-progress", "--no-flush"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  RunConfig cfg = parse_run_args(static_cast<int>(args.size()), args.data());
+  resolve_defaults(&cfg);
+  return run_benchmark(cfg);
+}
+
+TEST(Schema, DecodeRowsCarryTheirFields) {
+  const json doc = decode_run({"--dtype", "fp32,bf16", "--page-size", "0,16"});
+  EXPECT_TRUE(validate_document(doc).empty()) << validate_document(doc)[0];
+  const json& cb = doc["meta"]["copy_bandwidth"];
+  ASSERT_TRUE(cb.is_object());
+  ASSERT_TRUE(cb["bytes_per_s"].is_number());
+  const double copy_bw = cb["bytes_per_s"].get<double>();
+  EXPECT_GT(copy_bw, 0.0);
+  EXPECT_GT(cb["buffer_bytes"].get<int64_t>(), 0);
+  EXPECT_TRUE(doc["meta"]["decode_bytes_model"].is_string());
+  ASSERT_EQ(doc["results"].size(), 4u);
+  std::set<std::string> keys;
+  for (const json& r : doc["results"]) {
+    ASSERT_TRUE(r["error"].is_null()) << r.dump();
+    keys.insert(row_key(r));
+    EXPECT_EQ(r["mode"], "decode");
+    EXPECT_EQ(r["algo_used"], "cpu");
+    EXPECT_EQ(r["batch"], 3);
+    EXPECT_EQ(r["seqlen_q"], 1);
+    EXPECT_EQ(r["seqlen_k"], 100);
+    EXPECT_EQ(r["heads_q"], 4);
+    EXPECT_EQ(r["heads_kv"], 2);
+    EXPECT_EQ(r["keys_total"], 300);
+    EXPECT_EQ(r["append"], false);
+    EXPECT_EQ(r["cache_seqlens"], "full");
+    EXPECT_EQ(r["num_splits"], 0);
+    EXPECT_GE(r["num_splits_used"].get<int64_t>(), 1);
+    const int64_t page = r["page_size"].get<int64_t>();
+    EXPECT_TRUE(page == 0 || page == 16);
+    if (page) EXPECT_EQ(r["num_pages"], 3 * 7);  // batch * ceil(100 / 16)
+    else EXPECT_TRUE(r["num_pages"].is_null());
+    const double e = r["dtype"] == "fp32" ? 4 : 2;
+    // q read + o written + K and V of the 100 keys of each sequence, per kv head
+    EXPECT_DOUBLE_EQ(r["bytes"].get<double>(), e * (2.0 * 3 * 1 * 4 * 32 + 2.0 * 2 * 32 * 300));
+    EXPECT_DOUBLE_EQ(r["flops"].get<double>(), 4.0 * 3 * 4 * 1 * 100 * 32);  // 4 * batch * heads_q * new * keys * d
+    const double t = r["time_ms_median"].get<double>() * 1e-3;
+    EXPECT_NEAR(r["bytes_per_s"].get<double>(), r["bytes"].get<double>() / t, 1e-6 * r["bytes_per_s"].get<double>());
+    EXPECT_NEAR(r["copy_bandwidth_fraction"].get<double>(), r["bytes_per_s"].get<double>() / copy_bw,
+                1e-9 * r["copy_bandwidth_fraction"].get<double>() + 1e-15);
+    EXPECT_NEAR(r["tflops"].get<double>(), r["flops"].get<double>() / t / 1e12, 1e-9 * r["tflops"].get<double>());
+    EXPECT_TRUE(r["check_passed"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["check_scope"], "o");
+    EXPECT_EQ(r["check_sampled_heads"], 12);  // every (sequence, head)
+    EXPECT_TRUE(r["io_model_flash_bytes"].is_null());
+    EXPECT_NE(r["name"].get<std::string>().find(page ? "/page16" : "/contiguous"), std::string::npos);
+  }
+  EXPECT_EQ(keys.size(), 4u);  // page size is part of a row's identity (compare, report)
+  // A decode row without its fields is not a valid row.
+  json bad = doc;
+  bad["results"][0].erase("page_size");
+  EXPECT_FALSE(validate_document(bad).empty());
+  // The other modes carry the decode keys as null (every row has every key).
+  const json fwd = tiny_run({"--algo", "cpu"});
+  for (const char* k : {"page_size", "bytes", "bytes_per_s", "copy_bandwidth_fraction"}) {
+    ASSERT_TRUE(fwd["results"][0].contains(k)) << k;
+    EXPECT_TRUE(fwd["results"][0][k].is_null()) << k;
+  }
+  EXPECT_FALSE(fwd["meta"].contains("copy_bandwidth"));
+}
+
+TEST(Schema, DecodeAppendRandomLengthsAndMasks) {
+  const json doc = decode_run({"--dtype", "bf16", "--seqlen", "4", "--page-size", "0,7", "--append", "--cache-seqlens",
+                               "random", "--num-splits", "3", "--mask", "causal;window:10,0"});
+  EXPECT_TRUE(validate_document(doc).empty()) << validate_document(doc)[0];
+  ASSERT_EQ(doc["results"].size(), 4u);
+  for (const json& r : doc["results"]) {
+    ASSERT_TRUE(r["error"].is_null()) << r.dump();
+    EXPECT_TRUE(r["check_passed"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["check_append_mismatches"], 0);
+    EXPECT_EQ(r["num_splits_used"], 3);
+    EXPECT_EQ(r["append"], true);
+    const int64_t total = r["keys_total"].get<int64_t>();
+    EXPECT_GE(total, 3 * 4);
+    EXPECT_LE(total, 3 * 100);
+    // causal: query row j of 4 (bottom-right) sees L - 3 + j keys, 4 L - 6 a sequence; the window sees fewer
+    const bool causal = r["mask"] == "causal";
+    if (causal) EXPECT_EQ(r["visible_pairs"].get<int64_t>(), 4 * total - 3 * 6);
+    else EXPECT_LE(r["visible_pairs"].get<int64_t>(), 3 * 4 * 11);
+    const double e = 2;
+    const double qo = e * 2.0 * 3 * 4 * 4 * 32, append = e * 4.0 * 3 * 4 * 2 * 32;
+    if (causal) EXPECT_DOUBLE_EQ(r["bytes"].get<double>(), qo + e * 2.0 * 2 * 32 * double(total) + append);
+    else EXPECT_LE(r["bytes"].get<double>(), qo + e * 2.0 * 2 * 32 * double(total) + append);
+  }
+}
+
+TEST(Schema, DecodeRefusedAlgorithmIsAnErrorRow) {
+  // A CUDA-only algorithm on CPU tensors: the library's refusal, as a row (the same path reports, on a GPU, the
+  // refusal of a library without the decode kernels).
+  const json doc = decode_run({"--algo", "sm90"});
+  ASSERT_EQ(doc["results"].size(), 1u);
+  EXPECT_TRUE(validate_document(doc).empty());
+  const json& r = doc["results"][0];
+  EXPECT_EQ(r["error"]["status"], "FLASH_ERROR_ALGORITHM_UNAVAILABLE");
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("flash_fwd_kvcache_workspace_size"), std::string::npos);
+  EXPECT_TRUE(r["time_ms_median"].is_null());
+  EXPECT_TRUE(r["bytes"].is_number());  // the case's model is known even when it did not run
 }
 
 }  // namespace

@@ -28,6 +28,10 @@
 #                     built; default: git's HEAD)
 #   JOBS              build jobs (default: nproc)
 #   TEST_JOBS         gtest shards run side by side in the test phase (default 8; the fp64 reference runs on the host)
+#   LIBFLASH_NUM_THREADS  the host threads of each test shard (the fp64 reference and the CPU forward run on libflash's
+#                     thread pool, libflash/cpu/parallel.h, which otherwise takes every core in each shard); default in
+#                     the test phase: max(1, nproc / TEST_JOBS), so the shards share the cores instead of
+#                     oversubscribing them TEST_JOBS times over. Set, it is passed to every shard as given.
 #   TEST_TIMEOUT      seconds a shard may take (default 900)
 #   SANITIZE_FILTER   gtest filter of the sanitize phase (default below)
 #   SANITIZE_MAX_CTAS the persistent grid's CTAs under the sanitizers (default 8: several tiles a CTA; 0: one per SM)
@@ -92,11 +96,14 @@ for phase in "$@"; do
     test)
       # The GPU test binary in TEST_JOBS shards run side by side (gtest's own sharding: the fp64 reference runs on the
       # host, so the shards use the cores while they share the GPU); one log a shard.
+      # Each shard's host threads: its share of the cores (LIBFLASH_NUM_THREADS, when set, as given).
       n=${TEST_JOBS:-8}
+      threads=${LIBFLASH_NUM_THREADS:-$(( $(nproc) / n > 1 ? $(nproc) / n : 1 ))}
+      echo "GPU tests: $n shards, LIBFLASH_NUM_THREADS=$threads each"
       pids=()
       for i in $(seq 0 $((n - 1))); do
-        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-900}" "$BUILD/tests/flash_gpu_tests" \
-          --gtest_brief=1 > "$dir/shard$i.log" 2>&1 &
+        LIBFLASH_NUM_THREADS=$threads GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout "${TEST_TIMEOUT:-900}" \
+          "$BUILD/tests/flash_gpu_tests" --gtest_brief=1 > "$dir/shard$i.log" 2>&1 &
         pids+=($!)
       done
       for i in "${!pids[@]}"; do wait "${pids[$i]}" || fail "GPU tests, shard $i (log: $dir/shard$i.log)"; done

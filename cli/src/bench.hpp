@@ -21,6 +21,7 @@ struct RunConfig {
   int32_t device_id = 0;
   bool device_given = false;
   std::vector<std::string> algos;     // empty: every concrete algorithm available on the device
+  bool algos_given = false;           // --algo named them (decode then runs sm90 too, as an error row)
   std::vector<std::string> modes{"fwd"};
   std::vector<int32_t> dtypes;        // empty: bf16 on a GPU, fp32 on the CPU
   int64_t batch = 2;

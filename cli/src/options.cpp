@@ -89,7 +89,8 @@ cxxopts::Options make_options() {
      cxxopts::value<std::string>()->default_value("none"))
     ("mode", "fwd | bwd | fwd_bwd | decode, comma separated (bwd and fwd_bwd need libflash 1.1, decode 1.2; an "
              "algorithm without a backward gives an error row). decode: flash_fwd_kvcache, --seqlen new tokens of each "
-             "of --batch sequences over a KV cache of --seqlen-k keys; the naive algorithm is skipped for decode "
+             "of --batch sequences over a KV cache of --seqlen-k keys; the naive algorithm is skipped for decode, and sm90 "
+             "unless named (the sm80 KV-cache kernels serve sm_90 too) "
              "(flash_fwd_kvcache has no naive backend, and naive flash_fwd on a gathered copy would time another "
              "operation: no paging, no append). decode rows report bytes/s against the device's copy bandwidth, measured once "
              "a run (GPU: device-to-device cudaMemcpy of 1 GiB; CPU: host memcpy of 256 MiB over the hardware threads)",
@@ -162,6 +163,7 @@ RunConfig parse_run_args(int argc, const char* const* argv) {
         throw std::invalid_argument("--algo '" + a + "' is not an algorithm of this library (" + known + ")");
       }
       cfg.algos.push_back(a);
+      cfg.algos_given = true;
     }
   }
   for (const std::string& m : r["mode"].as<std::vector<std::string>>()) {
@@ -319,7 +321,8 @@ void expand_decode(const RunConfig& cfg, std::vector<Case>* out) {
           for (const auto& [batch, keys] : shapes)
             for (int64_t page : pages)
               for (const std::string& algo : cfg.algos) {
-                if (algo == "naive") continue;  // see --mode's help
+                // See --mode's help: no naive KV-cache backend; on Hopper the sm80 family serves flash_fwd_kvcache.
+                if (algo == "naive" || (algo == "sm90" && !cfg.algos_given)) continue;
                 if (cfg.append && s > keys)
                   throw std::invalid_argument("--append with --seqlen " + std::to_string(s) + " > " +
                                               std::to_string(keys) + " keys: the cache holds seqlen_k - seqlen keys "

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 #include <utility>
 
@@ -36,6 +37,15 @@ int32_t with_dtype(DType t, F&& f) {
     case DType::BF16: return f(std::integral_constant<DType, DType::BF16>{});
     default: return FLASH_ERROR_INTERNAL;
   }
+}
+
+// cp.async (and TMA) move 16-byte chunks: every row start must be 16-byte aligned, so the base pointer must be and
+// every stride in use (extent > 1) a multiple of 8 elements of a 16-bit dtype.
+inline bool aligned16(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
+  for (const auto& [stride, extent] : stride_extent)
+    if (extent > 1 && stride % 8 != 0) return false;
+  return true;
 }
 
 namespace detail {

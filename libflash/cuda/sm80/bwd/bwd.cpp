@@ -13,15 +13,6 @@
 namespace flash::bwd {
 namespace {
 
-// cp.async and the 16-byte vector loads move 16-byte chunks: every row start must be 16-byte aligned, so
-// the base pointers must be and every stride that is used (extent > 1) must be a multiple of 8 elements.
-bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  for (const auto& [stride, extent] : stride_extent)
-    if (extent > 1 && stride % 8 != 0) return false;
-  return true;
-}
-
 BwdPlan refuse(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);
   return {};
@@ -93,12 +84,12 @@ BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why
 bool supports(const BwdParams& p, std::string* why) {
   if (!plan(p, cuda::device_limits(p.device_id), why).ok()) return false;
   const int64_t B = p.batch, SQ = p.seqlen_q, SK = p.seqlen_k, HQ = p.heads_q, HK = p.heads_kv;
-  if (!aligned(p.q, {{p.q_batch_stride, B}, {p.q_row_stride, SQ}, {p.q_head_stride, HQ}}) ||
-      !aligned(p.k, {{p.k_batch_stride, B}, {p.k_row_stride, SK}, {p.k_head_stride, HK}}) ||
-      !aligned(p.v, {{p.v_batch_stride, B}, {p.v_row_stride, SK}, {p.v_head_stride, HK}}) ||
-      !aligned(p.o, {{p.o_batch_stride, B}, {p.o_row_stride, SQ}, {p.o_head_stride, HQ}}) ||
-      !aligned(p.d_o, {{p.do_batch_stride, B}, {p.do_row_stride, SQ}, {p.do_head_stride, HQ}}) ||
-      !aligned(p.dq, {{p.dq_batch_stride, B}, {p.dq_row_stride, SQ}, {p.dq_head_stride, HQ}})) {
+  if (!cuda::aligned16(p.q, {{p.q_batch_stride, B}, {p.q_row_stride, SQ}, {p.q_head_stride, HQ}}) ||
+      !cuda::aligned16(p.k, {{p.k_batch_stride, B}, {p.k_row_stride, SK}, {p.k_head_stride, HK}}) ||
+      !cuda::aligned16(p.v, {{p.v_batch_stride, B}, {p.v_row_stride, SK}, {p.v_head_stride, HK}}) ||
+      !cuda::aligned16(p.o, {{p.o_batch_stride, B}, {p.o_row_stride, SQ}, {p.o_head_stride, HQ}}) ||
+      !cuda::aligned16(p.d_o, {{p.do_batch_stride, B}, {p.do_row_stride, SQ}, {p.do_head_stride, HQ}}) ||
+      !cuda::aligned16(p.dq, {{p.dq_batch_stride, B}, {p.dq_row_stride, SQ}, {p.dq_head_stride, HQ}})) {
     *why = "the sm80 backward needs 16-byte aligned q/k/v/o/d_o/dq pointers and batch/row/head strides that are "
            "multiples of 8 elements (cp.async and vector loads move 16-byte chunks)";
     return false;

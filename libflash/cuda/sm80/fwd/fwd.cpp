@@ -10,15 +10,6 @@
 namespace flash::sm80 {
 namespace {
 
-// cp.async moves 16-byte chunks: every row start must be 16-byte aligned, so the base pointers must be and
-// every stride that is used (extent > 1) must be a multiple of 8 elements.
-bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  for (const auto& [stride, extent] : stride_extent)
-    if (extent > 1 && stride % 8 != 0) return false;
-  return true;
-}
-
 FwdPlan refuse(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);
   return {};
@@ -65,10 +56,10 @@ FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why
 
 bool supports(const FwdParams& p, std::string* why) {
   if (!plan(p, cuda::device_limits(p.device_id), why).ok()) return false;
-  if (!aligned(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
-      !aligned(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
-      !aligned(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
-      !aligned(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}})) {
+  if (!cuda::aligned16(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
+      !cuda::aligned16(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
+      !cuda::aligned16(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
+      !cuda::aligned16(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}})) {
     *why = "needs 16-byte aligned q/k/v/o pointers and batch/row/head strides that are multiples of 8 elements "
            "(cp.async moves 16-byte chunks)";
     return false;

@@ -15,14 +15,6 @@
 namespace flash::sm80::kvcache {
 namespace {
 
-// cp.async moves 16-byte chunks: base pointers 16-byte aligned, every stride in use a multiple of 8 elements.
-bool aligned(const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> stride_extent) {
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) return false;
-  for (const auto& [stride, extent] : stride_extent)
-    if (extent > 1 && stride % 8 != 0) return false;
-  return true;
-}
-
 Plan refuse(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);
   return {};
@@ -102,12 +94,12 @@ Plan plan_for(const KvcacheParams& p, std::string* why) {
 bool supports(const KvcacheParams& p, std::string* why) {
   if (!plan_for(p, why).ok) return false;
   const int64_t len = p.max_len;  // positions of a cache row, or rows of a page
-  if (!aligned(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_new}, {p.q_head_stride, p.heads_q}}) ||
-      !aligned(p.k_cache, {{p.kc_batch_stride, p.cache_rows}, {p.kc_row_stride, len}, {p.kc_head_stride, p.heads_kv}}) ||
-      !aligned(p.v_cache, {{p.vc_batch_stride, p.cache_rows}, {p.vc_row_stride, len}, {p.vc_head_stride, p.heads_kv}}) ||
+  if (!cuda::aligned16(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_new}, {p.q_head_stride, p.heads_q}}) ||
+      !cuda::aligned16(p.k_cache, {{p.kc_batch_stride, p.cache_rows}, {p.kc_row_stride, len}, {p.kc_head_stride, p.heads_kv}}) ||
+      !cuda::aligned16(p.v_cache, {{p.vc_batch_stride, p.cache_rows}, {p.vc_row_stride, len}, {p.vc_head_stride, p.heads_kv}}) ||
       (p.k_new != nullptr &&
-       (!aligned(p.k_new, {{p.kn_batch_stride, p.batch}, {p.kn_row_stride, p.seqlen_new}, {p.kn_head_stride, p.heads_kv}}) ||
-        !aligned(p.v_new, {{p.vn_batch_stride, p.batch}, {p.vn_row_stride, p.seqlen_new}, {p.vn_head_stride, p.heads_kv}})))) {
+       (!cuda::aligned16(p.k_new, {{p.kn_batch_stride, p.batch}, {p.kn_row_stride, p.seqlen_new}, {p.kn_head_stride, p.heads_kv}}) ||
+        !cuda::aligned16(p.v_new, {{p.vn_batch_stride, p.batch}, {p.vn_row_stride, p.seqlen_new}, {p.vn_head_stride, p.heads_kv}})))) {
     *why = "needs 16-byte aligned q/k_cache/v_cache/k_new/v_new pointers and batch/row/head strides that are multiples "
            "of 8 elements (cp.async moves 16-byte chunks)";
     return false;

@@ -375,6 +375,15 @@ int32_t check_options(const Args& a) {
 
 // Normalises what the forward and the backward share (q, k, v, o, lse, sizes, scale, mask, execution)
 // into *p, then checks the block mask. `lse` may have data == NULL (the forward's optional LSE).
+// A varlen call's index arrays, element by element when they are host memory (a CPU call), after the overlap checks
+// (an output over an index array is reported as such, not as the garbage it holds). Device-resident arrays cannot be
+// read without a synchronisation (the CUDA algorithms refuse varlen for now: libflash/varlen.h).
+template <class Args>
+int32_t check_varlen_host_arrays(const Args& a) {
+  if (a.cu_seqlens_q == nullptr || a.q.device_type != FLASH_DEVICE_CPU) return FLASH_OK;
+  return check_varlen_contents(a);
+}
+
 // Element strides of a q/k/v-like tensor as (batch, row, head): dense [b, s, h, d], varlen [total, h, d] (batch 0).
 struct Strides {
   int64_t batch, row, head;
@@ -384,8 +393,7 @@ Strides strides_of(const flash_tensor& t, bool varlen) {
 }
 
 // Normalises what the forward and the backward share (q, k, v, o, lse, sizes, scale, mask, execution, the varlen
-// arrays) into *p, then checks the block mask and (host memory) the varlen arrays' contents. `lse` may have
-// data == NULL (the forward's optional LSE).
+// arrays) into *p, then checks the block mask. `lse` may have data == NULL (the forward's optional LSE).
 template <class Args>
 int32_t normalise_common(const Args& a, FwdParams* p, Arrays* io) {
   const flash_tensor &q = a.q, &k = a.k, &v = a.v, &o = a.o, &lse = a.lse;
@@ -448,9 +456,6 @@ int32_t normalise_common(const Args& a, FwdParams* p, Arrays* io) {
                                FLASH_ERROR_INVALID_ARGUMENT));
     FLASH_CHECK(io->read_int32(a.seqused_k, 1, used, unit, q.device_type, q.device_id, "seqused_k",
                                FLASH_ERROR_INVALID_ARGUMENT));
-    // Host-resident arrays are checked element by element; device-resident ones cannot be read without a
-    // synchronisation (the CUDA algorithms refuse varlen for now: libflash/varlen.h).
-    if (q.device_type == FLASH_DEVICE_CPU) FLASH_CHECK(check_varlen_contents(a));
   }
   io->write_bytes(a.workspace, a.workspace_size, q.device_type, q.device_id, "workspace");
   return FLASH_OK;
@@ -477,7 +482,8 @@ int32_t validate_fwd(const flash_fwd_args* args, FwdParams* p) {
   io.write(o, "o"), io.write(lse, "lse");
   *p = FwdParams{};
   FLASH_CHECK(normalise_common(*args, p, &io));
-  return io.check_disjoint();
+  FLASH_CHECK(io.check_disjoint());
+  return check_varlen_host_arrays(*args);
 }
 
 int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p) {
@@ -502,6 +508,7 @@ int32_t validate_bwd(const flash_bwd_args* args, BwdParams* p) {
   *p = BwdParams{};
   FLASH_CHECK(normalise_common(*args, p, &io));
   FLASH_CHECK(io.check_disjoint());
+  FLASH_CHECK(check_varlen_host_arrays(*args));
   p->d_o = d_o.data;
   p->dq = dq.data;
   p->dk = dk.data;

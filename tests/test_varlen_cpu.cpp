@@ -236,7 +236,15 @@ std::string check_fwd(const VCase& c) {
                           s.scale != 0.0f ? static_cast<double>(s.scale) : 1.0 / std::sqrt(double(s.d)), s.mask};
     const flash_tensor q = view4(c.q.desc, c.cu_q[i], sq), k = view4(c.k.desc, c.cu_k[i], sk),
                        v = view4(c.v.desc, c.cu_k[i], sk);
-    const flash_ref::Result exact = flash_ref::attention(pr, q, k, v, 0), naive = flash_ref::attention(pr, q, k, v, 1);
+    // A sequence without keys: every row sees nothing (O = 0, LSE = -inf), by definition; the reference is written for
+    // positive lengths (a dense call's), so it is not asked.
+    flash_ref::Result exact, naive;
+    if (sk == 0) {
+      exact.o.assign(sq * s.hq * s.d, 0.0), exact.lse.assign(s.hq * sq, -kInf);
+      naive = exact;
+    } else {
+      exact = flash_ref::attention(pr, q, k, v, 0), naive = flash_ref::attention(pr, q, k, v, 1);
+    }
     for (int64_t r = 0; r < sq; ++r)
       for (int64_t h = 0; h < s.hq; ++h) {
         const int64_t row = c.cu_q[i] + r;
@@ -383,7 +391,15 @@ PackedRefs packed_references(const VCase& c) {
   p.dk_unseen.assign(rk * s.hkv, 1);  // slot rows past seqused_k stay "must be 0"
   for (int64_t i = 0; i < s.batch(); ++i) {
     const int64_t sq = s.lq[i], sk = s.keys(i);
-    if (sq == 0 && sk == 0) continue;
+    // Without queries, or without keys, every gradient of the sequence is 0 by definition (rows that see no key, keys
+    // no query sees: dq_empty and dk_unseen, as set above for zeros): the reference, written for a dense call's
+    // positive lengths, is not asked.
+    if (sk == 0) {
+      for (int64_t r = 0; r < sq; ++r)
+        for (int64_t h = 0; h < s.hq; ++h) p.dq_empty[(c.cu_q[i] + r) * s.hq + h] = 1;
+      continue;
+    }
+    if (sq == 0) continue;
     const flash_ref::Problem pr{1, sq, sk, s.hq, s.hkv, s.d,
                                 s.scale != 0.0f ? static_cast<double>(s.scale) : 1.0 / std::sqrt(double(s.d)), s.mask};
     const flash_ref::Dense q = flash_ref::to_dense(view4(c.q.desc, c.cu_q[i], sq)),

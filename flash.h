@@ -212,8 +212,9 @@ FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t str
  * Host-resident arrays (CPU tensors) are checked element by element before anything is written, with
  * FLASH_ERROR_INVALID_ARGUMENT: cu_seqlens_*[0] == 0, non-decreasing, cu_seqlens_q[varlen_batch] <= total_q,
  * cu_seqlens_k[varlen_batch] <= total_k, 0 <= seqused_k[i] <= the slot's keys, max_seqlen_* >= every length.
- * Whatever the device: cu_seqlens_k is required with cu_seqlens_q (FLASH_ERROR_NULL_POINTER), varlen_batch >= 1 and
- * max_seqlen_* >= 0; without cu_seqlens_q the other varlen fields must be 0/NULL (FLASH_ERROR_INVALID_ARGUMENT).
+ * Whatever the device: cu_seqlens_q and cu_seqlens_k go together (one NULL: FLASH_ERROR_NULL_POINTER), and with
+ * them varlen_batch >= 1 and max_seqlen_* >= 0; without them seqused_k, varlen_batch and max_seqlen_* must be
+ * NULL/0 (FLASH_ERROR_INVALID_ARGUMENT).
  * Not with a block-sparse mask (block_mask must be NULL: FLASH_ERROR_UNSUPPORTED). Algorithms: cpu and naive on
  * the CPU; the CUDA algorithms refuse varlen for now (FLASH_ERROR_UNSUPPORTED: "varlen runs on the cpu algorithm
  * so far"). All varlen fields are 0/NULL after flash_*_args_init (and for callers built against flash.h 1.0-1.2,

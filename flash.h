@@ -19,7 +19,9 @@
  *  Minor version changes when something is only added:
  *    - a new function, a new constant (status, dtype, algorithm, mask kind, flag);
  *    - a new field APPENDED at the end of a struct. Callers built against an older header pass a smaller
- *      struct_size; the library treats every field past it as holding its default. Never insert a field.
+ *      struct_size; the library treats every field past it as holding its default. Never insert a field,
+ *      and never end a struct in padding (a later field could fill it without changing sizeof, and an older
+ *      library could not see that it was set): pad with a reserved field that must be 0.
  *  Patch version: no ABI change at all (bug fixes, speed).
  *
  * CONVENTIONS
@@ -45,7 +47,8 @@
  *        a.q = ...;                                       a.q = ...;   (refused)
  *  - No array a call writes (o, lse, dq, dk, dv, the workspace) may overlap, in memory, any array the
  *    call reads (q, k, v, o and d_o and lse for the backward, the block mask's kv_num_blocks and
- *    kv_indices) or another array it writes: FLASH_ERROR_INVALID_ARGUMENT names the pair.
+ *    kv_indices, the varlen index arrays cu_seqlens_q, cu_seqlens_k and seqused_k) or another array it
+ *    writes: FLASH_ERROR_INVALID_ARGUMENT names the pair.
  *  - Fields written by the library are marked "out".
  *  - GPU calls are asynchronous on the stream the caller gives (NULL = the legacy default stream) and never
  *    synchronise the device. Loading the library makes no CUDA call.
@@ -77,7 +80,7 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------------------------------ */
 #define FLASH_VERSION_MAJOR 1
-#define FLASH_VERSION_MINOR 2
+#define FLASH_VERSION_MINOR 3
 #define FLASH_VERSION_PATCH 0
 #define FLASH_VERSION_NUMBER (FLASH_VERSION_MAJOR * 10000 + FLASH_VERSION_MINOR * 100 + FLASH_VERSION_PATCH)
 
@@ -85,7 +88,7 @@ FLASH_API uint32_t flash_version_number(void); /* MAJOR*10000 + MINOR*100 + PATC
 FLASH_API uint32_t flash_version_major(void);
 FLASH_API uint32_t flash_version_minor(void);
 FLASH_API uint32_t flash_version_patch(void);
-FLASH_API const char* flash_version_string(void); /* "1.2.0", static storage */
+FLASH_API const char* flash_version_string(void); /* "1.3.0", static storage */
 FLASH_API const char* flash_build_info(void);     /* compiler, CUDA version, GPU targets; static storage */
 
 /* ---- Status codes (int32_t, pinned, with gaps; a value is never reused) --------------------------- */
@@ -146,6 +149,8 @@ FLASH_API int32_t flash_algorithm_from_name(const char* name); /* FLASH_ALGO_*, 
 
 /* ---- Tensor descriptor (DLPack-like) -------------------------------------------------------------- */
 /* Q, K, V, O are [batch, seqlen, heads, head_dim] (ndim 4); LSE is [batch, heads, seqlen_q] (ndim 3).
+ * In a packed variable-length batch (cu_seqlens_q set, since 1.3) Q, K, V, O are [total, heads, head_dim]
+ * (ndim 3) and LSE is [heads, total_q] (ndim 2): see "Packed variable-length batches" below.
  * Strides are in ELEMENTS (not bytes), may be any non-negative value, but the last dimension of
  * Q, K, V and O must be contiguous (stride 1). Unused trailing shape/stride entries are ignored. */
 typedef struct flash_tensor {
@@ -153,7 +158,7 @@ typedef struct flash_tensor {
   int32_t dtype;       /* FLASH_DTYPE_* */
   int32_t device_type; /* FLASH_DEVICE_* */
   int32_t device_id;   /* CUDA ordinal; 0 for the CPU (any other id on the CPU is refused) */
-  int32_t ndim;        /* 4 for q/k/v/o, 3 for lse */
+  int32_t ndim;        /* 4 for q/k/v/o, 3 for lse (varlen: 3 and 2) */
   int64_t shape[4];
   int64_t strides[4];  /* in elements */
 } flash_tensor;
@@ -183,6 +188,38 @@ typedef struct flash_block_mask {
 FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t struct_size);
 #define flash_block_mask_init(mask) flash_block_mask_init_sized((mask), sizeof(*(mask)))
 
+/* ---- Packed variable-length batches (since 1.3) -------------------------------------------------------
+ * flash_fwd_args and flash_bwd_args take a batch of sequences of different lengths packed end to end, without
+ * padding (FlashAttention's flash_attn_varlen_func layout), when cu_seqlens_q is not NULL:
+ *   q, o (and d_o, dq)  [total_q, heads_q, head_dim]   ndim 3; total_q = q.shape[0]
+ *   k, v (and dk, dv)   [total_k, heads_kv, head_dim]  ndim 3; total_k = k.shape[0]
+ *   lse                 fp32 [heads_q, total_q]         ndim 2 (lse.strides[0] steps heads, [1] rows)
+ *   cu_seqlens_q, cu_seqlens_k  int32 [varlen_batch + 1], on the tensors' device (host memory for CPU
+ *                       tensors, device memory for CUDA ones), 4-byte aligned, contiguous: sequence i owns query
+ *                       rows cu_seqlens_q[i] .. cu_seqlens_q[i+1] - 1 and the key slot of rows
+ *                       cu_seqlens_k[i] .. cu_seqlens_k[i+1] - 1.
+ *   seqused_k           optional int32 [varlen_batch], same device: sequence i uses only the first seqused_k[i]
+ *                       keys of its slot (a key cache with room to grow). NULL: every key of the slot.
+ *   max_seqlen_q, max_seqlen_k  at least the longest seqlen_q_i and seqlen_k_i below (sizes grids and scratch;
+ *                       a larger bound is allowed but costs memory in the naive algorithm).
+ * For sequence i: seqlen_q_i = cu_seqlens_q[i+1] - cu_seqlens_q[i], seqlen_k_i = seqused_k ? seqused_k[i] :
+ * cu_seqlens_k[i+1] - cu_seqlens_k[i]; each is its own attention problem: its queries see only its keys, and
+ * causal (both alignments), the sliding window and the -inf / zero-row rules apply with its own lengths, exactly
+ * as a dense call of batch 1 with seqlen_q_i and seqlen_k_i would. Zero-length sequences are allowed (no query
+ * rows: nothing written; no keys: its rows get O = 0, LSE = -inf, dq = 0). Rows past cu_seqlens_q[varlen_batch]
+ * (of o, lse, dq) and past cu_seqlens_k[varlen_batch] (of dk, dv) are not written. The backward writes dk = dv = 0
+ * in the rows of a slot past seqused_k[i] (keys no query sees).
+ * Host-resident arrays (CPU tensors) are checked element by element before anything is written, with
+ * FLASH_ERROR_INVALID_ARGUMENT: cu_seqlens_*[0] == 0, non-decreasing, cu_seqlens_q[varlen_batch] <= total_q,
+ * cu_seqlens_k[varlen_batch] <= total_k, 0 <= seqused_k[i] <= the slot's keys, max_seqlen_* >= every length.
+ * Whatever the device: cu_seqlens_q and cu_seqlens_k go together (one NULL: FLASH_ERROR_NULL_POINTER), and with
+ * them varlen_batch >= 1 and max_seqlen_* >= 0; without them seqused_k, varlen_batch and max_seqlen_* must be
+ * NULL/0 (FLASH_ERROR_INVALID_ARGUMENT).
+ * Not with a block-sparse mask (block_mask must be NULL: FLASH_ERROR_UNSUPPORTED). Algorithms: cpu and naive on
+ * the CPU; the CUDA algorithms refuse varlen for now (FLASH_ERROR_UNSUPPORTED: "varlen runs on the cpu algorithm
+ * so far"). All varlen fields are 0/NULL after flash_*_args_init (and for callers built against flash.h 1.0-1.2,
+ * whose smaller struct_size leaves them at those defaults): a dense call. */
+
 /* ---- Forward ------------------------------------------------------------------------------------------ */
 #define FLASH_FLAG_DETERMINISTIC 1u /* bitwise-reproducible results run to run (backward; forward always is) */
 
@@ -210,11 +247,20 @@ typedef struct flash_fwd_args {
   uint32_t flags;              /* FLASH_FLAG_*; default 0 */
   int32_t algorithm_used;      /* out: the algorithm that ran (useful with AUTO); -1 from flash_fwd_args_init.
                                   Leave it alone: 0 here marks a struct that was never initialised */
-  const flash_block_mask* block_mask; /* optional block-sparse mask, NULL = dense */
+  const flash_block_mask* block_mask; /* optional block-sparse mask, NULL = dense; not with
+                                  cu_seqlens_q (FLASH_ERROR_UNSUPPORTED) */
   void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
   void* workspace;             /* optional device (or host) scratch; NULL = the library allocates. Must not
                                   overlap any tensor or mask array of the call */
   size_t workspace_size;       /* bytes at workspace */
+  /* since 1.3: a packed variable-length batch (see "Packed variable-length batches" above); all 0/NULL: dense */
+  const int32_t* cu_seqlens_q; /* NULL (default): dense. Else int32 [varlen_batch + 1] query offsets */
+  const int32_t* cu_seqlens_k; /* int32 [varlen_batch + 1] key offsets; required with cu_seqlens_q */
+  int32_t max_seqlen_q;        /* >= every seqlen_q_i (0 without cu_seqlens_q) */
+  int32_t max_seqlen_k;        /* >= every seqlen_k_i (0 without cu_seqlens_q) */
+  const int32_t* seqused_k;    /* optional int32 [varlen_batch]: keys used in each sequence's slot */
+  int32_t varlen_batch;        /* sequences (>= 1 with cu_seqlens_q; 0 without) */
+  int32_t reserved_1_3;        /* must be 0 (keeps the struct free of trailing padding) */
 } flash_fwd_args;
 
 FLASH_API int32_t flash_fwd_args_init_sized(flash_fwd_args* args, size_t struct_size);
@@ -290,6 +336,16 @@ typedef struct flash_bwd_args {
   void* stream;                /* cudaStream_t for CUDA tensors; NULL = legacy default stream */
   void* workspace;             /* optional scratch on the tensors' device; NULL = the library allocates */
   size_t workspace_size;       /* bytes at workspace */
+  /* since 1.3: a packed variable-length batch, as flash_fwd_args (the forward's arrays and lengths); with it
+     q, o, d_o, dq are [total_q, heads_q, head_dim], k, v, dk, dv [total_k, heads_kv, head_dim], lse
+     [heads_q, total_q] */
+  const int32_t* cu_seqlens_q; /* as flash_fwd_args */
+  const int32_t* cu_seqlens_k; /* as flash_fwd_args */
+  int32_t max_seqlen_q;        /* as flash_fwd_args */
+  int32_t max_seqlen_k;        /* as flash_fwd_args */
+  const int32_t* seqused_k;    /* as flash_fwd_args */
+  int32_t varlen_batch;        /* as flash_fwd_args */
+  int32_t reserved_1_3;        /* must be 0 */
 } flash_bwd_args;
 
 FLASH_API int32_t flash_bwd_args_init_sized(flash_bwd_args* args, size_t struct_size);

@@ -30,6 +30,21 @@ template <> struct FirstVersion<flash_device_info> {
   static constexpr size_t size = offsetof(flash_device_info, algorithms) + sizeof(uint32_t);  // 1.0
 };
 
+// The layouts of the structs that grew since their first version: the size of each earlier version (what a caller
+// built against that flash.h passes as struct_size; every field past it reads as its default).
+struct Layouts {
+  // flash_fwd_args 1.0-1.2 and flash_bwd_args 1.1-1.2: up to workspace_size. 1.3 appended the varlen fields
+  // (cu_seqlens_q .. reserved_1_3), whose defaults (0 / NULL) mean a dense call.
+  static constexpr size_t fwd_args_1_2 = FirstVersion<flash_fwd_args>::size;
+  static constexpr size_t bwd_args_1_2 = FirstVersion<flash_bwd_args>::size;
+};
+static_assert(offsetof(flash_fwd_args, cu_seqlens_q) == Layouts::fwd_args_1_2, "1.3 fields must follow the 1.2 layout");
+static_assert(offsetof(flash_bwd_args, cu_seqlens_q) == Layouts::bwd_args_1_2, "1.3 fields must follow the 1.2 layout");
+// No trailing padding (flash.h, ABI RULES): a later field must grow sizeof, or an older library could not tell a
+// newer caller's struct from its own.
+static_assert(sizeof(flash_fwd_args) == offsetof(flash_fwd_args, reserved_1_3) + sizeof(int32_t), "trailing padding");
+static_assert(sizeof(flash_bwd_args) == offsetof(flash_bwd_args, reserved_1_3) + sizeof(int32_t), "trailing padding");
+
 // FLASH_OK if a caller's struct_size is one this library can serve.
 template <class T>
 int32_t check_struct_size(size_t size, const char* what, const char* init) {

@@ -177,8 +177,14 @@ struct Named {
   const flash_tensor* t;
   const char* name;
 };
-// Device checks common to every CUDA call: the device exists and every pointer is device memory on it.
-int32_t check_cuda(std::initializer_list<Named> tensors, const flash_block_mask* mask) {
+struct NamedArray {
+  const int32_t* data;
+  const char* name;
+};
+// Device checks common to every CUDA call: the device exists and every pointer (tensors, the block mask's arrays,
+// the varlen index arrays) is device memory on it.
+int32_t check_cuda(std::initializer_list<Named> tensors, const flash_block_mask* mask,
+                   std::initializer_list<NamedArray> arrays) {
 #ifdef FLASH_WITH_CUDA
   const int id = tensors.begin()->t->device_id;
   if (const int32_t s = cuda::require_device(id); s != FLASH_OK) return s;
@@ -192,23 +198,29 @@ int32_t check_cuda(std::initializer_list<Named> tensors, const flash_block_mask*
       if (const int32_t s = cuda::check_device_pointer(mask->kv_indices, id, "block_mask->kv_indices"); s != FLASH_OK)
         return s;
   }
+  for (const NamedArray& x : arrays)
+    if (x.data != nullptr)
+      if (const int32_t s = cuda::check_device_pointer(x.data, id, x.name); s != FLASH_OK) return s;
   return FLASH_OK;
 #else
   (void)tensors;
   (void)mask;
+  (void)arrays;
   return fail(FLASH_ERROR_NO_CUDA_DEVICE, "no CUDA device: this libflash was built without CUDA (FLASH_WITH_CUDA=OFF)");
 #endif
 }
 }  // namespace
 
 int32_t check_cuda_tensors(const flash_fwd_args& a) {
-  return check_cuda({{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.o, "o"}, {&a.lse, "lse"}}, a.block_mask);
+  return check_cuda({{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.o, "o"}, {&a.lse, "lse"}}, a.block_mask,
+                    {{a.cu_seqlens_q, "cu_seqlens_q"}, {a.cu_seqlens_k, "cu_seqlens_k"}, {a.seqused_k, "seqused_k"}});
 }
 
 int32_t check_cuda_tensors(const flash_bwd_args& a) {
   return check_cuda({{&a.q, "q"}, {&a.k, "k"}, {&a.v, "v"}, {&a.o, "o"}, {&a.d_o, "d_o"}, {&a.lse, "lse"}, {&a.dq, "dq"},
                      {&a.dk, "dk"}, {&a.dv, "dv"}},
-                    a.block_mask);
+                    a.block_mask,
+                    {{a.cu_seqlens_q, "cu_seqlens_q"}, {a.cu_seqlens_k, "cu_seqlens_k"}, {a.seqused_k, "seqused_k"}});
 }
 
 int32_t run_fwd(const Algorithm& alg, FwdParams& p, int32_t device_type) {

@@ -58,6 +58,23 @@ struct FwdParams {
   bool has_block_mask;
   BlockMaskParams block_mask;
 
+  // Packed variable-length batch (flash.h, "Packed variable-length batches"; since 1.3). varlen false: a dense
+  // call, every field below at its default. varlen true: `batch` is the number of sequences; q, o (d_o, dq) are
+  // [total_q, heads_q, d] and k, v (dk, dv) [total_k, heads_kv, d], so element (row r, head h, e) of q is
+  // r * q_row_stride + h * q_head_stride + e (the *_batch_strides are 0); the LSE of (h, r) is
+  // h * lse_head_stride + r * lse_row_stride. Sequence s owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) and
+  // keys [cu_seqlens_k[s], cu_seqlens_k[s] + seqlen_k_s), seqlen_k_s = seqused_k ? seqused_k[s] : its slot.
+  // seqlen_q and seqlen_k hold max_seqlen_q and max_seqlen_k (bounds of every sequence's lengths), and
+  // diag_offset is per sequence (bottom_right: seqlen_k_s - seqlen_q_s, else 0): libflash/varlen.h turns one
+  // sequence into the dense problem of batch 1 that it is. The arrays live on q's device (checked element by
+  // element on the host when that is the CPU).
+  bool varlen;
+  bool bottom_right;  // causal_alignment == FLASH_ALIGN_BOTTOM_RIGHT (kept for the per-sequence diag_offset)
+  const int32_t* cu_seqlens_q;  // [batch + 1]
+  const int32_t* cu_seqlens_k;  // [batch + 1]
+  const int32_t* seqused_k;     // [batch] or nullptr
+  int32_t total_q, total_k;     // q.shape[0], k.shape[0]
+
   // Execution.
   int32_t device_id;
   void* stream;

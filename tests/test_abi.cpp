@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <cstdio>
 #include <memory>
@@ -69,6 +71,7 @@ TEST(Abi, StructSizesMatchTheHeader) {
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_FWD_ARGS), sizeof(flash_fwd_args));
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_BLOCK_MASK), sizeof(flash_block_mask));
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_DEVICE_INFO), sizeof(flash_device_info));
+  EXPECT_EQ(flash_struct_size(FLASH_STRUCT_BWD_ARGS), sizeof(flash_bwd_args));
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_KVCACHE_ARGS), sizeof(flash_kvcache_args));
   EXPECT_EQ(flash_struct_size(FLASH_STRUCT_COMBINE_ARGS), sizeof(flash_combine_args));
   EXPECT_EQ(flash_struct_size(12345), 0u);
@@ -86,6 +89,107 @@ TEST(Abi, InitSetsDefaults) {
   EXPECT_EQ(a.softmax_scale, 0.0f);
   EXPECT_EQ(a.block_mask, nullptr);
   EXPECT_EQ(a.lse.data, nullptr);
+  // 1.3: not varlen.
+  EXPECT_EQ(a.cu_seqlens_q, nullptr);
+  EXPECT_EQ(a.cu_seqlens_k, nullptr);
+  EXPECT_EQ(a.seqused_k, nullptr);
+  EXPECT_EQ(a.max_seqlen_q, 0);
+  EXPECT_EQ(a.max_seqlen_k, 0);
+  EXPECT_EQ(a.varlen_batch, 0);
+  EXPECT_EQ(a.reserved_1_3, 0);
+  flash_bwd_args b;
+  std::memset(&b, 0x5a, sizeof(b));
+  ASSERT_EQ(flash_bwd_args_init(&b), FLASH_OK);
+  EXPECT_EQ(b.cu_seqlens_q, nullptr);
+  EXPECT_EQ(b.cu_seqlens_k, nullptr);
+  EXPECT_EQ(b.seqused_k, nullptr);
+  EXPECT_EQ(b.max_seqlen_q, 0);
+  EXPECT_EQ(b.max_seqlen_k, 0);
+  EXPECT_EQ(b.varlen_batch, 0);
+  EXPECT_EQ(b.reserved_1_3, 0);
+}
+
+// The layout of the 1.3 fields (LP64: the platforms the bindings are built for), appended after each struct's 1.2
+// layout with no padding before them or at the end (flash.h, ABI RULES).
+TEST(Abi, VarlenFieldsLayout) {
+  EXPECT_GE(FLASH_VERSION_NUMBER, 10300);
+  if (sizeof(void*) != 8) GTEST_SKIP() << "offsets pinned for LP64";
+  EXPECT_EQ(offsetof(flash_fwd_args, workspace_size), 504u);  // the 1.0-1.2 struct ends at 512
+  EXPECT_EQ(offsetof(flash_fwd_args, cu_seqlens_q), 512u);
+  EXPECT_EQ(offsetof(flash_fwd_args, cu_seqlens_k), 520u);
+  EXPECT_EQ(offsetof(flash_fwd_args, max_seqlen_q), 528u);
+  EXPECT_EQ(offsetof(flash_fwd_args, max_seqlen_k), 532u);
+  EXPECT_EQ(offsetof(flash_fwd_args, seqused_k), 536u);
+  EXPECT_EQ(offsetof(flash_fwd_args, varlen_batch), 544u);
+  EXPECT_EQ(offsetof(flash_fwd_args, reserved_1_3), 548u);
+  EXPECT_EQ(sizeof(flash_fwd_args), 552u);
+  EXPECT_EQ(offsetof(flash_bwd_args, workspace_size), 856u);  // the 1.1-1.2 struct ends at 864
+  EXPECT_EQ(offsetof(flash_bwd_args, cu_seqlens_q), 864u);
+  EXPECT_EQ(offsetof(flash_bwd_args, cu_seqlens_k), 872u);
+  EXPECT_EQ(offsetof(flash_bwd_args, max_seqlen_q), 880u);
+  EXPECT_EQ(offsetof(flash_bwd_args, max_seqlen_k), 884u);
+  EXPECT_EQ(offsetof(flash_bwd_args, seqused_k), 888u);
+  EXPECT_EQ(offsetof(flash_bwd_args, varlen_batch), 896u);
+  EXPECT_EQ(offsetof(flash_bwd_args, reserved_1_3), 900u);
+  EXPECT_EQ(sizeof(flash_bwd_args), 904u);
+  EXPECT_EQ(flash_struct_size(FLASH_STRUCT_FWD_ARGS), 552u);
+  EXPECT_EQ(flash_struct_size(FLASH_STRUCT_BWD_ARGS), 904u);
+}
+
+// A caller built against flash.h 1.0-1.2 passes the struct up to workspace_size: the library must never read past
+// it (the 1.3 fields there are the caller's other memory, garbage here) and must run the call dense.
+TEST(Abi, OldCallersStructsRunDense) {
+  const size_t fwd_old = offsetof(flash_fwd_args, cu_seqlens_q), bwd_old = offsetof(flash_bwd_args, cu_seqlens_q);
+  const int64_t shape[4] = {2, 5, 2, 16}, lshape[3] = {2, 2, 5};
+  std::vector<float> q(2 * 5 * 2 * 16), k(q.size()), v(q.size()), o(q.size()), o_new(q.size()), d_o(q.size());
+  std::vector<float> lse(2 * 2 * 5), dq(q.size()), dk(q.size()), dv(q.size()), dq_new(q.size());
+  for (size_t i = 0; i < q.size(); ++i)
+    q[i] = std::sin(0.1f * i), k[i] = std::cos(0.07f * i), v[i] = 0.01f * (i % 17), d_o[i] = 0.5f - 0.03f * (i % 11);
+  auto t = [](std::vector<float>& x, int ndim, const int64_t* sh) {
+    return flash_tensor_contiguous(x.data(), FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, ndim, sh);
+  };
+  // The current layout, as a 1.3 caller makes it.
+  flash_fwd_args now;
+  flash_fwd_args_init(&now);
+  now.q = t(q, 4, shape), now.k = t(k, 4, shape), now.v = t(v, 4, shape), now.o = t(o_new, 4, shape);
+  now.causal = 1;
+  ASSERT_EQ(flash_fwd(&now), FLASH_OK) << flash_last_error_message();
+  // The old caller: its struct followed by unrelated memory (0x5a bytes where the 1.3 fields would be).
+  struct {
+    flash_fwd_args a;
+    unsigned char guard[64];
+  } old;
+  std::memset(&old, 0x5a, sizeof(old));
+  ASSERT_EQ(flash_fwd_args_init_sized(&old.a, fwd_old), FLASH_OK);
+  EXPECT_EQ(old.a.struct_size, fwd_old);
+  for (size_t b = fwd_old; b < sizeof(old); ++b) ASSERT_EQ(reinterpret_cast<unsigned char*>(&old)[b], 0x5a) << b;
+  old.a.q = now.q, old.a.k = now.k, old.a.v = now.v, old.a.o = t(o, 4, shape);
+  old.a.lse = t(lse, 3, lshape);
+  old.a.causal = 1;
+  ASSERT_EQ(flash_fwd(&old.a), FLASH_OK) << flash_last_error_message();
+  EXPECT_EQ(o, o_new);
+  EXPECT_EQ(old.a.algorithm_used, FLASH_ALGO_CPU);
+  EXPECT_EQ(old.guard[0], 0x5a);
+
+  flash_bwd_args bnow;
+  flash_bwd_args_init(&bnow);
+  bnow.q = now.q, bnow.k = now.k, bnow.v = now.v, bnow.o = old.a.o, bnow.lse = old.a.lse, bnow.d_o = t(d_o, 4, shape);
+  bnow.dq = t(dq_new, 4, shape), bnow.dk = t(dk, 4, shape), bnow.dv = t(dv, 4, shape);
+  bnow.causal = 1;
+  ASSERT_EQ(flash_bwd(&bnow), FLASH_OK) << flash_last_error_message();
+  struct {
+    flash_bwd_args a;
+    unsigned char guard[64];
+  } bold;
+  std::memset(&bold, 0x5a, sizeof(bold));
+  ASSERT_EQ(flash_bwd_args_init_sized(&bold.a, bwd_old), FLASH_OK);
+  for (size_t b = bwd_old; b < sizeof(bold); ++b) ASSERT_EQ(reinterpret_cast<unsigned char*>(&bold)[b], 0x5a) << b;
+  const size_t keep = bold.a.struct_size;
+  std::memcpy(&bold.a, &bnow, bwd_old);
+  bold.a.struct_size = keep;
+  bold.a.dq = t(dq, 4, shape);
+  ASSERT_EQ(flash_bwd(&bold.a), FLASH_OK) << flash_last_error_message();
+  EXPECT_EQ(dq, dq_new);
 }
 
 TEST(Abi, StatusStringsArePinned) {

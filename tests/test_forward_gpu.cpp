@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "libflash/cuda/sm90/fwd/plan.h"
 #include "support/harness.hpp"
@@ -923,4 +925,57 @@ TEST(GpuErrors, HostPointerLabelledCuda) {
   for (flash_tensor* t : {&args.q, &args.k, &args.v, &args.o, &args.lse}) t->device_type = FLASH_DEVICE_CUDA;
   EXPECT_EQ(flash_fwd(&args), FLASH_ERROR_DEVICE_MISMATCH) << flash_last_error_message();
   EXPECT_NE(std::string(flash_last_error_message()).find("host memory"), std::string::npos) << flash_last_error_message();
+}
+
+// Packed variable-length batches (flash.h 1.3) on CUDA tensors: every GPU algorithm refuses them in supports() until
+// its kernels read cu_seqlens (issue 72), forward and backward, named or AUTO, with the one message, and writes
+// nothing (o, dq still poisoned).
+TEST(GpuVarlen, EveryAlgorithmRefusesUntilTheKernelsReadCuSeqlens) {
+  std::string why;
+  if (!usable(FLASH_ALGO_SM80, &why) && !usable(FLASH_ALGO_NAIVE, &why)) GTEST_SKIP() << why;
+  const int64_t total = 40, hq = 4, hkv = 2, d = 64;
+  const size_t qbytes = size_t(total * hq * d) * 2, kbytes = size_t(total * hkv * d) * 2;
+  void *q = cuda_alloc(qbytes), *k = cuda_alloc(kbytes), *v = cuda_alloc(kbytes), *o = cuda_alloc(qbytes),
+       *d_o = cuda_alloc(qbytes), *dq = cuda_alloc(qbytes), *dk = cuda_alloc(kbytes), *dv = cuda_alloc(kbytes),
+       *lse = cuda_alloc(size_t(hq * total) * 4), *cu = cuda_alloc(4 * 4);
+  ASSERT_TRUE(q && k && v && o && d_o && dq && dk && dv && lse && cu);
+  const std::vector<int32_t> offsets{0, 17, 17, 40};
+  ASSERT_TRUE(cuda_upload(cu, offsets.data(), offsets.size() * 4));
+  const std::vector<unsigned char> poison(qbytes, 0xFF);
+  ASSERT_TRUE(cuda_upload(o, poison.data(), qbytes) && cuda_upload(dq, poison.data(), qbytes));
+  const int64_t qs[3] = {total, hq, d}, ks[3] = {total, hkv, d}, ls[2] = {hq, total};
+  auto t = [](void* p, int32_t dtype, int ndim, const int64_t* shape) {
+    return flash_tensor_contiguous(p, dtype, FLASH_DEVICE_CUDA, 0, ndim, shape);
+  };
+  for (int32_t algo : {FLASH_ALGO_AUTO, FLASH_ALGO_SM80, FLASH_ALGO_SM90, FLASH_ALGO_NAIVE}) {
+    SCOPED_TRACE(flash_algorithm_name(algo));
+    if (algo != FLASH_ALGO_AUTO && !usable(algo, &why)) continue;
+    flash_fwd_args f;
+    flash_fwd_args_init(&f);
+    f.q = t(q, FLASH_DTYPE_BF16, 3, qs), f.k = t(k, FLASH_DTYPE_BF16, 3, ks), f.v = t(v, FLASH_DTYPE_BF16, 3, ks);
+    f.o = t(o, FLASH_DTYPE_BF16, 3, qs), f.lse = t(lse, FLASH_DTYPE_FP32, 2, ls);
+    f.cu_seqlens_q = f.cu_seqlens_k = static_cast<const int32_t*>(cu);
+    f.varlen_batch = 3, f.max_seqlen_q = f.max_seqlen_k = 23;
+    f.algorithm = algo;
+    EXPECT_EQ(flash_fwd(&f), FLASH_ERROR_UNSUPPORTED) << flash_last_error_message();
+    EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the cpu algorithm so far (GPU kernels: issue 72)"),
+              std::string::npos)
+        << flash_last_error_message();
+    flash_bwd_args b;
+    flash_bwd_args_init(&b);
+    b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.lse = f.lse, b.d_o = t(d_o, FLASH_DTYPE_BF16, 3, qs);
+    b.dq = t(dq, FLASH_DTYPE_BF16, 3, qs), b.dk = t(dk, FLASH_DTYPE_BF16, 3, ks), b.dv = t(dv, FLASH_DTYPE_BF16, 3, ks);
+    b.cu_seqlens_q = f.cu_seqlens_q, b.cu_seqlens_k = f.cu_seqlens_k;
+    b.varlen_batch = 3, b.max_seqlen_q = b.max_seqlen_k = 23;
+    b.algorithm = algo;
+    EXPECT_EQ(flash_bwd(&b), FLASH_ERROR_UNSUPPORTED) << flash_last_error_message();
+    EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the cpu algorithm so far"), std::string::npos)
+        << flash_last_error_message();
+  }
+  std::vector<unsigned char> back(qbytes);
+  ASSERT_TRUE(cuda_download(back.data(), o, qbytes));
+  EXPECT_EQ(back, poison) << "a refused call wrote o";
+  ASSERT_TRUE(cuda_download(back.data(), dq, qbytes));
+  EXPECT_EQ(back, poison) << "a refused call wrote dq";
+  for (void* p : {q, k, v, o, d_o, dq, dk, dv, lse, cu}) cuda_free(p);
 }

@@ -96,10 +96,18 @@ struct Inputs {
   ~Inputs() { release(); }
 };
 
+// A varlen case's lengths in a few characters: the source and an FNV-1a hash of the lengths.
+std::string varlen_key(const Case& c) {
+  if (!c.is_varlen()) return "";
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int64_t L : c.varlen) h = (h ^ uint64_t(L)) * 0x100000001b3ull;
+  return "/varlen:" + c.varlen_source + ":" + std::to_string(c.total_tokens()) + ":" + std::to_string(h % 1000003);
+}
+
 std::string shape_key(const Case& c) {
   return std::to_string(c.dtype) + "/" + std::to_string(c.batch) + "/" + std::to_string(c.heads_q) + "/" +
          std::to_string(c.heads_kv) + "/" + std::to_string(c.seqlen_q) + "/" + std::to_string(c.seqlen_k) + "/" +
-         std::to_string(c.head_dim);
+         std::to_string(c.head_dim) + varlen_key(c);
 }
 
 std::string human_bytes(double b) {
@@ -125,6 +133,8 @@ json base_row(const Case& c, const std::string& device) {
   row["name"] = c.mode + "/" + dtype_name(c.dtype) + "/" + c.algo + "/b" + std::to_string(c.batch) + "/h" +
                 std::to_string(c.heads_q) + "/hkv" + std::to_string(c.heads_kv) + "/sq" + std::to_string(c.seqlen_q) +
                 "/sk" + std::to_string(c.seqlen_k) + "/d" + std::to_string(c.head_dim) + "/" + c.mask.label();
+  if (c.is_varlen())
+    row["name"] = row["name"].get<std::string>() + "/varlen:" + c.varlen_source + ":" + std::to_string(c.total_tokens());
   if (c.mode == "decode")
     row["name"] = row["name"].get<std::string>() + (c.page_size ? "/page" + std::to_string(c.page_size) : "/contiguous") +
                   (c.num_splits ? "/splits" + std::to_string(c.num_splits) : "") + (c.append ? "/append" : "") +
@@ -155,8 +165,20 @@ json base_row(const Case& c, const std::string& device) {
                         "sm_clock_mhz_min", "clock_limited_reps", "host_call_us_median", "host_call_us_max", "error",
                         // --mode decode (null in the other modes)
                         "page_size", "num_pages", "num_splits", "num_splits_used", "append", "cache_seqlens",
-                        "keys_total", "bytes", "bytes_per_s", "copy_bandwidth_fraction", "check_append_mismatches"})
+                        "keys_total", "bytes", "bytes_per_s", "copy_bandwidth_fraction", "check_append_mismatches",
+                        // --varlen (null for dense rows)
+                        "varlen"})
     row[k] = nullptr;
+  if (c.is_varlen()) {
+    int64_t empty = 0, longest = 0;
+    for (int64_t L : c.varlen) empty += L == 0, longest = std::max(longest, L);
+    row["varlen"] = {{"source", c.varlen_source},
+                     {"sequences", c.batch},
+                     {"total_tokens", c.total_tokens()},
+                     {"max_seqlen", longest},
+                     {"empty_sequences", empty},
+                     {"lengths", c.varlen.size() <= 4096 ? json(c.varlen) : json()}};
+  }
   return row;
 }
 
@@ -216,6 +238,83 @@ void record_timing(Timed t, json& row, double* median, double* fastest) {
   }
 }
 
+// ---- Packed variable-length batches (--varlen) --------------------------------------------------------------------
+// Each sequence is the dense problem of batch 1 at its length (queries = keys), its rows a contiguous block of the
+// packed [total_tokens, heads, d] tensors: sequence_case() is that problem, checked and modelled as any dense case.
+Case sequence_case(const Case& c, int64_t length) {
+  Case one = c;
+  one.varlen.clear();
+  one.varlen_source.clear();
+  one.batch = 1;
+  one.seqlen_q = one.seqlen_k = length;
+  return one;
+}
+
+IoModel varlen_io_model(const Case& c, int64_t shared_mem_per_sm) {
+  IoModel sum{};
+  for (int64_t L : c.varlen) {
+    if (L == 0) continue;
+    const Case one = sequence_case(c, L);
+    const double f = double(MaskModel(c.mask, L, L, nullptr).total_pairs()) / (double(L) * double(L));
+    const IoModel m = io_model(one, shared_mem_per_sm, f);
+    sum.naive_bytes += m.naive_bytes, sum.flash_bytes += m.flash_bytes, sum.block_c = m.block_c;
+  }
+  return sum;
+}
+
+// The fp64 reference check of a varlen forward, sequence by sequence; the worst error and the verdict over all.
+CheckResult check_varlen_forward(const Case& c, const Inputs& in, const unsigned char* o, uint64_t seed) {
+  CheckResult all;
+  const size_t es = dtype_size(c.dtype);
+  int64_t row = 0;
+  for (int64_t L : c.varlen) {
+    if (L > 0) {
+      const Case one = sequence_case(c, L);
+      const MaskModel m(c.mask, L, L, nullptr);
+      const size_t q0 = size_t(row * c.heads_q * c.head_dim) * es, k0 = size_t(row * c.heads_kv * c.head_dim) * es;
+      const CheckResult r = check_against_reference(one, m, in.hq.data() + q0, in.hk.data() + k0, in.hv.data() + k0,
+                                                    o + q0, seed + uint64_t(row));
+      all.max_abs_error = std::max(all.max_abs_error, r.max_abs_error);
+      all.max_rel_error = std::max(all.max_rel_error, r.max_rel_error);
+      all.tolerance = r.tolerance;
+      all.sampled_heads += r.sampled_heads, all.sampled_rows += r.sampled_rows;
+      all.passed = all.passed && r.passed;
+    }
+    row += L;
+  }
+  return all;
+}
+
+// The same for the backward's gradients (dk, dv unchecked, -1, if any sequence's were too large to check).
+GradCheckResult check_varlen_backward(const Case& c, const Inputs& in, const unsigned char* d_o, const unsigned char* dq,
+                                      const unsigned char* dk, const unsigned char* dv, uint64_t seed) {
+  GradCheckResult all;
+  all.dq_rel_error = all.dk_rel_error = all.dv_rel_error = 0;
+  bool kv_checked = true;
+  const size_t es = dtype_size(c.dtype);
+  int64_t row = 0;
+  for (int64_t L : c.varlen) {
+    if (L > 0) {
+      const Case one = sequence_case(c, L);
+      const MaskModel m(c.mask, L, L, nullptr);
+      const size_t q0 = size_t(row * c.heads_q * c.head_dim) * es, k0 = size_t(row * c.heads_kv * c.head_dim) * es;
+      const GradCheckResult g = check_backward_against_reference(one, m, in.hq.data() + q0, in.hk.data() + k0,
+                                                                 in.hv.data() + k0, d_o + q0, dq + q0, dk + k0, dv + k0,
+                                                                 seed + uint64_t(row));
+      all.dq_rel_error = std::max(all.dq_rel_error, g.dq_rel_error);
+      kv_checked = kv_checked && g.dk_rel_error >= 0;
+      all.dk_rel_error = std::max(all.dk_rel_error, g.dk_rel_error);
+      all.dv_rel_error = std::max(all.dv_rel_error, g.dv_rel_error);
+      all.tolerance = g.tolerance;
+      all.sampled_heads += g.sampled_heads, all.sampled_rows += g.sampled_rows;
+      all.passed = all.passed && g.passed;
+    }
+    row += L;
+  }
+  if (!kv_checked) all.dk_rel_error = all.dv_rel_error = -1;
+  return all;
+}
+
 json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_device_info& info, Inputs& in) {
   json row = base_row(c, device_string(cfg.device_type, cfg.device_id));
   row["warmup"] = cfg.warmup;
@@ -231,9 +330,15 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     return row;
   }
   const MaskModel mask(c.mask, c.seqlen_q, c.seqlen_k, has_blocks ? &pattern : nullptr);
-  const int64_t pairs = mask.total_pairs();
-  const double fraction = double(pairs) / (double(c.seqlen_q) * double(c.seqlen_k));
-  const double flops = forward_flops(pairs, c.batch, c.heads_q, c.head_dim) * mode_factor(c.mode);
+  // varlen: each sequence its own mask at its own length, the pairs summed over the sequences (one head).
+  const int64_t pairs = c.is_varlen() ? varlen_visible_pairs(c) : mask.total_pairs();
+  double all_pairs = double(c.seqlen_q) * double(c.seqlen_k);
+  if (c.is_varlen()) {
+    all_pairs = 0;
+    for (int64_t L : c.varlen) all_pairs += double(L) * double(L);
+  }
+  const double fraction = all_pairs > 0 ? double(pairs) / all_pairs : 0.0;
+  const double flops = forward_flops(pairs, c.is_varlen() ? 1 : c.batch, c.heads_q, c.head_dim) * mode_factor(c.mode);
   row["visible_pairs"] = pairs;
   row["mask_density"] = fraction;
   row["flops"] = flops;
@@ -244,7 +349,7 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
                            {"max_kv_blocks", pattern.max_kv_blocks},
                            {"block_density", pattern.block_density(c.seqlen_k)},
                            {"seed", cfg.seed}};
-  const IoModel io = io_model(c, info.shared_mem_per_sm, fraction);
+  const IoModel io = c.is_varlen() ? varlen_io_model(c, info.shared_mem_per_sm) : io_model(c, info.shared_mem_per_sm, fraction);
   row["io_model_naive_bytes"] = io.naive_bytes;
   row["io_model_flash_bytes"] = io.flash_bytes;
 
@@ -269,8 +374,11 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
 
   // Inputs, shared across the algorithms of one shape.
   const size_t es = dtype_size(c.dtype);
-  const size_t q_elems = size_t(c.batch * c.seqlen_q * c.heads_q * c.head_dim);
-  const size_t kv_elems = size_t(c.batch * c.seqlen_k * c.heads_kv * c.head_dim);
+  // (varlen: [total_tokens, heads, d], queries = keys in each sequence)
+  const int64_t rows_q = c.is_varlen() ? c.total_tokens() : c.batch * c.seqlen_q;
+  const int64_t rows_k = c.is_varlen() ? c.total_tokens() : c.batch * c.seqlen_k;
+  const size_t q_elems = size_t(rows_q * c.heads_q * c.head_dim);
+  const size_t kv_elems = size_t(rows_k * c.heads_kv * c.head_dim);
   const std::string key = shape_key(c);
   if (in.key != key) {
     in.release();
@@ -309,7 +417,8 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     Device& d;
     void* p = nullptr;
     ~Owned() { d.release(p); }
-  } mask_num{dev}, mask_idx{dev}, workspace{dev}, bwd_workspace{dev}, lse{dev}, d_o{dev}, dq{dev}, dk{dev}, dv{dev};
+  } mask_num{dev}, mask_idx{dev}, workspace{dev}, bwd_workspace{dev}, lse{dev}, d_o{dev}, dq{dev}, dk{dev}, dv{dev},
+      cu_seqlens{dev};
   flash_block_mask bm;
   flash_block_mask_init(&bm);
   size_t mask_bytes = 0;
@@ -335,14 +444,43 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
     bm.kv_indices_strides[3] = 1;
   }
 
+  // A varlen case's offsets (cu_seqlens_q = cu_seqlens_k: queries = keys in each sequence), on the device of q.
+  std::vector<int32_t> cu;
+  if (c.is_varlen()) {
+    if (flash_version_number() < 10300) {  // cu_seqlens arrived in 1.3
+      set_error(row, "FA_BENCH_NOT_SUPPORTED", -1,
+                std::string("--varlen is not supported by this library (libflash ") + flash_version_string() +
+                    " has no cu_seqlens; it needs 1.3)");
+      return row;
+    }
+    cu.assign(1, 0);
+    for (int64_t L : c.varlen) cu.push_back(static_cast<int32_t>(cu.back() + L));
+    mask_bytes += cu.size() * 4;
+    cu_seqlens.p = dev.alloc(cu.size() * 4);
+    if (!cu_seqlens.p || !dev.upload(cu_seqlens.p, cu.data(), cu.size() * 4)) {
+      set_error(row, "FLASH_ERROR_OUT_OF_MEMORY", FLASH_ERROR_OUT_OF_MEMORY, "fa-bench: cu_seqlens upload failed: " + dev.last_error());
+      return row;
+    }
+  }
+
   flash_fwd_args args;
   flash_fwd_args_init(&args);
   const int64_t qshape[4] = {c.batch, c.seqlen_q, c.heads_q, c.head_dim};
   const int64_t kshape[4] = {c.batch, c.seqlen_k, c.heads_kv, c.head_dim};
-  args.q = flash_tensor_contiguous(in.q, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
-  args.k = flash_tensor_contiguous(in.k, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
-  args.v = flash_tensor_contiguous(in.v, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
-  args.o = flash_tensor_contiguous(in.o, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
+  const int64_t qshape3[3] = {rows_q, c.heads_q, c.head_dim}, kshape3[3] = {rows_k, c.heads_kv, c.head_dim};
+  const int ndim = c.is_varlen() ? 3 : 4;
+  const int64_t* qs = c.is_varlen() ? qshape3 : qshape;
+  const int64_t* ks = c.is_varlen() ? kshape3 : kshape;
+  args.q = flash_tensor_contiguous(in.q, c.dtype, cfg.device_type, cfg.device_id, ndim, qs);
+  args.k = flash_tensor_contiguous(in.k, c.dtype, cfg.device_type, cfg.device_id, ndim, ks);
+  args.v = flash_tensor_contiguous(in.v, c.dtype, cfg.device_type, cfg.device_id, ndim, ks);
+  args.o = flash_tensor_contiguous(in.o, c.dtype, cfg.device_type, cfg.device_id, ndim, qs);
+  if (c.is_varlen()) {
+    args.cu_seqlens_q = args.cu_seqlens_k = static_cast<const int32_t*>(cu_seqlens.p);
+    args.max_seqlen_q = static_cast<int32_t>(c.seqlen_q);
+    args.max_seqlen_k = static_cast<int32_t>(c.seqlen_k);
+    args.varlen_batch = static_cast<int32_t>(c.batch);
+  }
   args.causal = c.mask.causal ? 1 : 0;
   args.causal_alignment = c.mask.alignment;
   args.window_left = c.mask.window_left;
@@ -357,7 +495,7 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
   size_t bwd_bytes = 0;
   std::vector<unsigned char> hdo;  // dO on the host (for --check)
   if (backward) {
-    const size_t lse_bytes = size_t(c.batch * c.heads_q * c.seqlen_q) * 4;
+    const size_t lse_bytes = size_t(rows_q * c.heads_q) * 4;
     bwd_bytes = lse_bytes + 2 * in.q_bytes + 2 * in.kv_bytes;
     lse.p = dev.alloc(lse_bytes), d_o.p = dev.alloc(in.q_bytes), dq.p = dev.alloc(in.q_bytes);
     dk.p = dev.alloc(in.kv_bytes), dv.p = dev.alloc(in.kv_bytes);
@@ -371,13 +509,17 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
       set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: upload of dO failed: " + dev.last_error());
       return row;
     }
-    const int64_t lshape[3] = {c.batch, c.heads_q, c.seqlen_q};
-    args.lse = flash_tensor_contiguous(lse.p, FLASH_DTYPE_FP32, cfg.device_type, cfg.device_id, 3, lshape);
+    const int64_t lshape[3] = {c.batch, c.heads_q, c.seqlen_q}, lshape2[2] = {c.heads_q, rows_q};
+    args.lse = c.is_varlen() ? flash_tensor_contiguous(lse.p, FLASH_DTYPE_FP32, cfg.device_type, cfg.device_id, 2, lshape2)
+                             : flash_tensor_contiguous(lse.p, FLASH_DTYPE_FP32, cfg.device_type, cfg.device_id, 3, lshape);
     bargs.q = args.q, bargs.k = args.k, bargs.v = args.v, bargs.o = args.o, bargs.lse = args.lse;
-    bargs.d_o = flash_tensor_contiguous(d_o.p, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
-    bargs.dq = flash_tensor_contiguous(dq.p, c.dtype, cfg.device_type, cfg.device_id, 4, qshape);
-    bargs.dk = flash_tensor_contiguous(dk.p, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
-    bargs.dv = flash_tensor_contiguous(dv.p, c.dtype, cfg.device_type, cfg.device_id, 4, kshape);
+    bargs.d_o = flash_tensor_contiguous(d_o.p, c.dtype, cfg.device_type, cfg.device_id, ndim, qs);
+    bargs.dq = flash_tensor_contiguous(dq.p, c.dtype, cfg.device_type, cfg.device_id, ndim, qs);
+    bargs.dk = flash_tensor_contiguous(dk.p, c.dtype, cfg.device_type, cfg.device_id, ndim, ks);
+    bargs.dv = flash_tensor_contiguous(dv.p, c.dtype, cfg.device_type, cfg.device_id, ndim, ks);
+    bargs.cu_seqlens_q = args.cu_seqlens_q, bargs.cu_seqlens_k = args.cu_seqlens_k;
+    bargs.max_seqlen_q = args.max_seqlen_q, bargs.max_seqlen_k = args.max_seqlen_k;
+    bargs.varlen_batch = args.varlen_batch;
     bargs.causal = args.causal, bargs.causal_alignment = args.causal_alignment;
     bargs.window_left = args.window_left, bargs.window_right = args.window_right;
     bargs.algorithm = algo;
@@ -475,7 +617,9 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
       set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: download of o failed: " + dev.last_error());
       return row;
     }
-    const CheckResult r = check_against_reference(c, mask, in.hq.data(), in.hk.data(), in.hv.data(), ho.data(), cfg.seed);
+    const CheckResult r = c.is_varlen() ? check_varlen_forward(c, in, ho.data(), cfg.seed)
+                                        : check_against_reference(c, mask, in.hq.data(), in.hk.data(), in.hv.data(), ho.data(),
+                                                                  cfg.seed);
     row["max_abs_error"] = r.max_abs_error;
     row["max_rel_error"] = r.max_rel_error;
     row["check_tolerance"] = r.tolerance;
@@ -490,8 +634,10 @@ json measure(const Case& c, const RunConfig& cfg, Device& dev, const flash_devic
         set_error(row, "FLASH_ERROR_CUDA", FLASH_ERROR_CUDA, "fa-bench: download of dq, dk, dv failed: " + dev.last_error());
         return row;
       }
-      const GradCheckResult g = check_backward_against_reference(c, mask, in.hq.data(), in.hk.data(), in.hv.data(),
-                                                                 hdo.data(), hdq.data(), hdk.data(), hdv.data(), cfg.seed);
+      const GradCheckResult g =
+          c.is_varlen() ? check_varlen_backward(c, in, hdo.data(), hdq.data(), hdk.data(), hdv.data(), cfg.seed)
+                        : check_backward_against_reference(c, mask, in.hq.data(), in.hk.data(), in.hv.data(), hdo.data(),
+                                                           hdq.data(), hdk.data(), hdv.data(), cfg.seed);
       auto val = [](double e) { return e < 0 ? json() : json(e); };
       row["dq_max_rel_error"] = val(g.dq_rel_error);
       row["dk_max_rel_error"] = val(g.dk_rel_error);
@@ -905,7 +1051,8 @@ json make_meta(const RunConfig& cfg) {
       "forward: 4 * head_dim FLOPs per visible (query, key) pair, pairs counted exactly from the mask applied "
       "(alignment, window, block mask), times batch * heads_q; bwd = 2.5x, fwd_bwd = 3.5x forward; decode: 4 * head_dim "
       "* heads_q per visible (new query, key) pair summed over the sequences (4 * batch * heads_q * seqlen_q * seqlen_k * "
-      "head_dim for full caches without a mask)";
+      "head_dim for full caches without a mask); varlen: 4 * head_dim * heads_q per visible pair summed over the "
+      "sequences, each under its own mask at its own length";
   meta["peak_mem_method"] =
       "analytic: bytes of q, k, v, o + flash_fwd_workspace_size (the workspace is passed explicitly, so the library "
       "allocates nothing else) + the block mask arrays";

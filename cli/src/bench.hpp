@@ -39,6 +39,11 @@ struct RunConfig {
   int32_t num_splits = 0;             // 0: the library's choice
   bool append = false;                // pass k_new/v_new (appended at cache_seqlens, then attended)
   std::string cache_seqlens = "full"; // full | random (each sequence's length uniform in [max(1, seqlen), seqlen_k])
+  // A packed variable-length batch (flash.h 1.3, cu_seqlens; modes fwd, bwd, fwd_bwd): each sequence's length
+  // (queries = keys), from --varlen-lengths or drawn by --varlen uniform:LO:HI --total-tokens N --seed S.
+  // Empty: dense. varlen_source: "lengths" or "uniform:LO:HI".
+  std::vector<int64_t> varlen_lengths;
+  std::string varlen_source;
   int warmup = -1, reps = -1;         // -1: per device (GPU 5 / 20, CPU 1 / 3)
   bool check = false;
   bool flush = true;
@@ -61,7 +66,20 @@ struct Case {
   int32_t num_splits = 0;              // flash_kvcache_args.num_splits (0: the library's choice)
   bool append = false;                 // k_new/v_new given: the cache holds seqlen_k - seqlen_q keys before the call
   std::string cache_seqlens = "full";  // full | random
+  // A packed variable-length batch: the sequences' lengths (queries = keys per sequence), empty: dense. Then batch is
+  // the number of sequences and seqlen_q = seqlen_k the longest (max_seqlen_q/k).
+  std::vector<int64_t> varlen;
+  std::string varlen_source;  // "lengths" | "uniform:LO:HI"
+  bool is_varlen() const { return !varlen.empty(); }
+  int64_t total_tokens() const;  // sum of varlen (batch * seqlen_q when dense)
 };
+
+// Sequence lengths uniform in [lo, hi] (a 64-bit Mersenne Twister seeded with `seed`) until they sum to `total`, the
+// last one cut to fit. Throws std::invalid_argument unless 0 <= lo <= hi, hi >= 1 and total >= 1.
+std::vector<int64_t> varlen_uniform_lengths(int64_t lo, int64_t hi, int64_t total, uint64_t seed);
+// Visible (query, key) pairs of one head summed over the sequences of a varlen case (each its own mask at its own
+// length; a dense case: the one (batch, head)'s pairs).
+int64_t varlen_visible_pairs(const Case& c);
 
 // Pages per sequence (ceil(seqlen_k / page_size)); 0 for a contiguous cache.
 int64_t decode_pages_per_seq(const Case& c);

@@ -1,6 +1,11 @@
 // cli/src/options.cpp -- `fa-bench run` flags, device defaults and the expansion into cases.
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -111,6 +116,13 @@ cxxopts::Options make_options() {
     ("cache-seqlens", "decode: full (every sequence attends to --seqlen-k keys) | random (each sequence's key count "
                       "uniform in [max(1, --seqlen), --seqlen-k], from --seed)",
      cxxopts::value<std::string>()->default_value("full"))
+    ("varlen", "a packed variable-length batch (flash.h 1.3, cu_seqlens; modes fwd, bwd, fwd_bwd): uniform:LO:HI "
+               "draws sequence lengths uniform in [LO, HI] from --seed until they sum to --total-tokens (the last one "
+               "cut to fit); queries = keys in each sequence. --batch, --seqlen and --seqlen-k do not apply",
+     cxxopts::value<std::string>())
+    ("varlen-lengths", "a packed variable-length batch of these sequence lengths, comma separated (0 allowed; "
+                       "queries = keys in each sequence)", cxxopts::value<std::vector<int64_t>>())
+    ("total-tokens", "--varlen uniform:LO:HI: the tokens of the batch (the sum of its lengths)", cxxopts::value<int64_t>())
     ("warmup", "untimed calls before timing (default GPU 5, CPU 1)", cxxopts::value<int>())
     ("reps", "timed repetitions (default GPU 20, CPU 3)", cxxopts::value<int>())
     ("check", "compare the output with an fp64 reference (heads and rows sampled for large shapes)")
@@ -132,7 +144,87 @@ void require_positive(const std::vector<T>& v, const char* flag) {
     if (x <= 0) throw std::invalid_argument(std::string("--") + flag + " values must be positive");
 }
 
+// --varlen / --varlen-lengths / --total-tokens into cfg->varlen_lengths (after --seed and the masks were read).
+void parse_varlen(const cxxopts::ParseResult& r, bool decode, RunConfig* cfg) {
+  const bool uniform = r.count("varlen") > 0, listed = r.count("varlen-lengths") > 0;
+  if (!uniform && !listed) {
+    if (r.count("total-tokens")) throw std::invalid_argument("--total-tokens applies to --varlen uniform:LO:HI only");
+    return;
+  }
+  if (uniform && listed) throw std::invalid_argument("--varlen and --varlen-lengths are two ways to give the lengths: use one");
+  if (decode) throw std::invalid_argument("--varlen with --mode decode: flash_fwd_kvcache has its own cache_seqlens");
+  if (!cfg->grid.empty()) throw std::invalid_argument("--varlen with --grid: the grids are dense batches");
+  for (const char* f : {"batch", "seqlen", "seqlen-k"})
+    if (r.count(f))
+      throw std::invalid_argument(std::string("--") + f + " does not apply to a packed variable-length batch (--varlen): "
+                                  "the lengths give the sequences and their longest the max_seqlen");
+  for (const MaskSpec& m : cfg->masks)
+    if (m.block != MaskSpec::Block::kNone)
+      throw std::invalid_argument("--mask '" + m.label() + "' with --varlen: block-sparse masks are not supported with "
+                                  "packed variable-length batches (flash.h)");
+  if (listed) {
+    cfg->varlen_lengths = r["varlen-lengths"].as<std::vector<int64_t>>();
+    cfg->varlen_source = "lengths";
+    if (r.count("total-tokens")) throw std::invalid_argument("--total-tokens applies to --varlen uniform:LO:HI only");
+  } else {
+    const std::string spec = r["varlen"].as<std::string>();
+    int64_t lo = -1, hi = -1;
+    char tail = 0;
+    if (std::sscanf(spec.c_str(), "uniform:%" SCNd64 ":%" SCNd64 "%c", &lo, &hi, &tail) != 2)
+      throw std::invalid_argument("--varlen '" + spec + "': expected uniform:LO:HI (e.g. uniform:1:2048)");
+    if (!r.count("total-tokens")) throw std::invalid_argument("--varlen " + spec + " needs --total-tokens N");
+    cfg->varlen_lengths = varlen_uniform_lengths(lo, hi, r["total-tokens"].as<int64_t>(), cfg->seed);
+    cfg->varlen_source = "uniform:" + std::to_string(lo) + ":" + std::to_string(hi);
+  }
+  int64_t total = 0;
+  for (int64_t L : cfg->varlen_lengths) {
+    if (L < 0 || L > (int64_t{1} << 30))
+      throw std::invalid_argument("--varlen-lengths " + std::to_string(L) + ": each length must be in [0, 2^30]");
+    total += L;
+  }
+  if (total < 1 || total > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("--varlen: the lengths sum to " + std::to_string(total) +
+                                " tokens, but must be in [1, 2^31-1] (cu_seqlens are int32)");
+  if (cfg->varlen_lengths.size() > size_t{std::numeric_limits<int32_t>::max() - 1})
+    throw std::invalid_argument("--varlen: too many sequences");
+}
+
 }  // namespace
+
+std::vector<int64_t> varlen_uniform_lengths(int64_t lo, int64_t hi, int64_t total, uint64_t seed) {
+  if (lo < 0 || hi < lo || hi < 1)
+    throw std::invalid_argument("--varlen uniform:" + std::to_string(lo) + ":" + std::to_string(hi) +
+                                ": expected 0 <= LO <= HI and HI >= 1");
+  if (total < 1) throw std::invalid_argument("--total-tokens must be positive");
+  std::mt19937_64 rng(seed ^ 0x7a41e0ull);  // (raw draws, mapped here: the same lengths on every platform)
+  std::vector<int64_t> out;
+  for (int64_t sum = 0; sum < total;) {
+    const int64_t L = std::min(lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)), total - sum);
+    out.push_back(L);
+    sum += L;
+  }
+  return out;
+}
+
+int64_t Case::total_tokens() const {
+  if (!is_varlen()) return batch * seqlen_q;
+  int64_t t = 0;
+  for (int64_t L : varlen) t += L;
+  return t;
+}
+
+int64_t varlen_visible_pairs(const Case& c) {
+  if (!c.is_varlen()) return MaskModel(c.mask, c.seqlen_q, c.seqlen_k, nullptr).total_pairs();
+  std::map<int64_t, int64_t> at;  // length -> pairs of one sequence of that length
+  int64_t pairs = 0;
+  for (int64_t L : c.varlen) {
+    if (L == 0) continue;
+    auto it = at.find(L);
+    if (it == at.end()) it = at.emplace(L, MaskModel(c.mask, L, L, nullptr).total_pairs()).first;
+    pairs += it->second;
+  }
+  return pairs;
+}
 
 std::string run_help() { return make_options().help(); }
 
@@ -253,6 +345,8 @@ RunConfig parse_run_args(int argc, const char* const* argv) {
       throw std::invalid_argument("--mode decode skips the naive algorithm (flash_fwd_kvcache has no naive backend): "
                                   "name another --algo (cpu, auto, sm80, sm90)");
   }
+  cfg.seed = r["seed"].as<uint64_t>();
+  parse_varlen(r, decode, &cfg);
   if (r.count("warmup")) cfg.warmup = r["warmup"].as<int>();
   if (r.count("reps")) cfg.reps = r["reps"].as<int>();
   if (r.count("warmup") && cfg.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
@@ -265,7 +359,6 @@ RunConfig parse_run_args(int argc, const char* const* argv) {
   cfg.progress = r.count("no-progress") == 0;
   if (r.count("json")) cfg.json_path = r["json"].as<std::string>();
   if (r.count("csv")) cfg.csv_path = r["csv"].as<std::string>();
-  cfg.seed = r["seed"].as<uint64_t>();
   return cfg;
 }
 
@@ -353,6 +446,7 @@ std::vector<Case> expand_cases(const RunConfig& cfg) {
   const bool grid = cfg.grid == "standard";
   std::vector<int64_t> seqlens = cfg.seqlens, head_dims = cfg.head_dims;
   if (seqlens.empty()) seqlens = grid ? std::vector<int64_t>{512, 1024, 2048, 4096, 8192, 16384} : std::vector<int64_t>{1024};
+  if (!cfg.varlen_lengths.empty()) seqlens = {0};  // (one case per mask x head dim x algorithm: the lengths are given)
   if (head_dims.empty()) head_dims = grid ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{128};
   for (int32_t dtype : cfg.dtypes)
     for (const std::string& mode : cfg.modes) {
@@ -374,7 +468,15 @@ std::vector<Case> expand_cases(const RunConfig& cfg) {
               c.seqlen_q = s;
               c.seqlen_k = cfg.seqlen_k > 0 ? cfg.seqlen_k : s;
               c.mask = mask;
-              if (grid) {
+              if (!cfg.varlen_lengths.empty()) {
+                // A packed variable-length batch: batch = sequences, seqlen_q = seqlen_k = the longest.
+                c.varlen = cfg.varlen_lengths;
+                c.varlen_source = cfg.varlen_source;
+                c.batch = static_cast<int64_t>(c.varlen.size());
+                c.seqlen_q = c.seqlen_k = *std::max_element(c.varlen.begin(), c.varlen.end());
+                c.heads_q = cfg.heads;
+                c.heads_kv = cfg.heads_kv > 0 ? cfg.heads_kv : cfg.heads;
+              } else if (grid) {
                 // FlashAttention-2/3 papers: 16k tokens per batch, hidden size 2048.
                 c.batch = std::max<int64_t>(1, 16384 / s);
                 c.heads_q = std::max<int64_t>(1, 2048 / d);

@@ -54,6 +54,15 @@ std::string decode_suffix(const json& r, char sep) {
   return os.str();
 }
 
+// A --varlen row's batch beyond the shared axes: how its lengths were made and their total ("" for dense rows).
+std::string varlen_suffix(const json& r, char sep) {
+  if (!r.contains("varlen") || !r["varlen"].is_object()) return "";
+  const json& v = r["varlen"];
+  std::ostringstream os;
+  os << sep << "varlen:" << v.value("source", "") << ":" << v.value("total_tokens", int64_t{0});
+  return os.str();
+}
+
 bool has_type(const json& v, char t) {
   switch (t) {
     case 's': return v.is_string();
@@ -95,7 +104,7 @@ std::string row_key(const json& r) {
   os << r.value("mode", "fwd") << '|' << r.value("dtype", "") << '|' << r.value("algo", "") << '|'
      << r.value("batch", int64_t{0}) << '|' << r.value("heads_q", int64_t{0}) << '|' << r.value("heads_kv", int64_t{0})
      << '|' << r.value("seqlen_q", int64_t{0}) << '|' << r.value("seqlen_k", int64_t{0}) << '|'
-     << r.value("head_dim", int64_t{0}) << '|' << r.value("mask", "none") << decode_suffix(r, '|');
+     << r.value("head_dim", int64_t{0}) << '|' << r.value("mask", "none") << decode_suffix(r, '|') << varlen_suffix(r, '|');
   return os.str();
 }
 
@@ -118,7 +127,8 @@ std::string row_label(const json& r) {
   if (r.value("heads_kv", int64_t{0}) != r.value("heads_q", int64_t{0})) os << "/" << r.value("heads_kv", int64_t{0});
   os << " s" << r.value("seqlen_q", int64_t{0});
   if (r.value("seqlen_k", int64_t{0}) != r.value("seqlen_q", int64_t{0})) os << "x" << r.value("seqlen_k", int64_t{0});
-  os << " d" << r.value("head_dim", int64_t{0}) << ' ' << r.value("mask", "none") << decode_suffix(r, ' ');
+  os << " d" << r.value("head_dim", int64_t{0}) << ' ' << r.value("mask", "none") << decode_suffix(r, ' ')
+     << varlen_suffix(r, ' ');
   return os.str();
 }
 
@@ -166,6 +176,13 @@ std::vector<std::string> validate_document(const json& doc) {
           bad.push_back(where + "." + f.key + " has the wrong type (" + r[f.key].dump() + ")");
         }
       }
+    if (r.contains("varlen") && !r["varlen"].is_null()) {  // (files written before --varlen lack the key)
+      const json& v = r["varlen"];
+      if (!v.is_object() || !v.contains("source") || !v["source"].is_string() || !v.contains("sequences") ||
+          !v["sequences"].is_number_integer() || !v.contains("total_tokens") || !v["total_tokens"].is_number_integer() ||
+          !v.contains("max_seqlen") || !v["max_seqlen"].is_number_integer())
+        bad.push_back(where + ".varlen must be null or {source, sequences, total_tokens, max_seqlen, ...}");
+    }
     if (!r.contains("error")) {
       bad.push_back(where + ".error is missing (null when the row succeeded)");
     } else if (!r["error"].is_null()) {
@@ -302,7 +319,7 @@ void print_table(const json& doc, std::ostream& out) {
              std::to_string(r.value("batch", int64_t{0})), heads_of(r),
              std::to_string(r.value("seqlen_q", int64_t{0})),
              std::to_string(r.value("seqlen_k", int64_t{0})),
-             std::to_string(r.value("head_dim", int64_t{0})), r.value("mask", "")};
+             std::to_string(r.value("head_dim", int64_t{0})), r.value("mask", "") + varlen_suffix(r, ' ')};
     }
     if (!r["error"].is_null()) {
       row.push_back("ERROR " + r["error"].value("status", ""));

@@ -139,5 +139,21 @@ TEST(Flops, IoModel) {
   EXPECT_NEAR(half_m.flash_bytes / big.flash_bytes, 2.0, 0.1);
 }
 
+// --varlen: the pairs of each sequence at its own length, under its own mask (its own diagonal), summed; the FLOPs
+// 4 d x pairs x heads_q (no batch factor: the sequences are the batch).
+TEST(Flops, VarlenCountsEachSequenceAtItsLength) {
+  for (const char* spec : {"none", "causal", "causal-tl", "window:5,3", "window-tl:4,0"}) {
+    Case c;
+    c.mask = parse_mask_spec(spec);
+    c.varlen = {100, 0, 37, 1, 64, 129};
+    c.batch = 6, c.seqlen_q = c.seqlen_k = 129, c.heads_q = 4, c.heads_kv = 2, c.head_dim = 32;
+    int64_t want = 0;
+    for (int64_t L : c.varlen) want += brute_force(c.mask, L, L, nullptr);
+    EXPECT_EQ(varlen_visible_pairs(c), want) << spec;
+    // Not the dense count at the longest length times the sequences.
+    EXPECT_NE(varlen_visible_pairs(c), 6 * MaskModel(c.mask, 129, 129, nullptr).total_pairs()) << spec;
+  }
+}
+
 }  // namespace
 }  // namespace fabench

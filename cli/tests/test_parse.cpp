@@ -254,5 +254,59 @@ TEST(Parse, DecodeRefusals) {
   EXPECT_EQ(refusal({"--mode", "decode", "--mask", "none;causal;window:64,0", "--page-size", "0,100000"}), "(accepted)");
 }
 
+// --varlen: explicit lengths or a seeded uniform draw summing to --total-tokens; one case per mask x head dim x algo.
+TEST(Parse, VarlenLengths) {
+  const RunConfig c = parse({"--varlen-lengths", "100,0,37,1", "--heads", "4", "--heads-kv", "2", "--mask", "none;causal",
+                             "--algo", "cpu", "--dtype", "fp32"});
+  EXPECT_EQ(c.varlen_lengths, (std::vector<int64_t>{100, 0, 37, 1}));
+  EXPECT_EQ(c.varlen_source, "lengths");
+  const std::vector<Case> cases = expand_cases(c);
+  ASSERT_EQ(cases.size(), 2u);
+  for (const Case& k : cases) {
+    EXPECT_TRUE(k.is_varlen());
+    EXPECT_EQ(k.batch, 4);
+    EXPECT_EQ(k.seqlen_q, 100);
+    EXPECT_EQ(k.seqlen_k, 100);
+    EXPECT_EQ(k.total_tokens(), 138);
+    EXPECT_EQ(k.heads_q, 4);
+    EXPECT_EQ(k.heads_kv, 2);
+  }
+}
+
+TEST(Parse, VarlenUniformIsSeededAndSumsToTheTotal) {
+  const RunConfig a = parse({"--varlen", "uniform:0:50", "--total-tokens", "1000", "--seed", "11"});
+  const RunConfig b = parse({"--varlen", "uniform:0:50", "--total-tokens", "1000", "--seed", "11"});
+  const RunConfig c = parse({"--varlen", "uniform:0:50", "--total-tokens", "1000", "--seed", "12"});
+  EXPECT_EQ(a.varlen_source, "uniform:0:50");
+  EXPECT_EQ(a.varlen_lengths, b.varlen_lengths);
+  EXPECT_NE(a.varlen_lengths, c.varlen_lengths);
+  int64_t sum = 0;
+  for (int64_t L : a.varlen_lengths) {
+    EXPECT_GE(L, 0);
+    EXPECT_LE(L, 50);
+    sum += L;
+  }
+  EXPECT_EQ(sum, 1000);
+  // The last one is cut to fit.
+  const std::vector<int64_t> one = varlen_uniform_lengths(7, 7, 20, 1);
+  EXPECT_EQ(one, (std::vector<int64_t>{7, 7, 6}));
+}
+
+TEST(Parse, VarlenRefusals) {
+  EXPECT_THROW(parse({"--varlen", "uniform:1:9"}), std::invalid_argument);                            // no total
+  EXPECT_THROW(parse({"--varlen", "normal:1:9", "--total-tokens", "9"}), std::invalid_argument);      // distribution
+  EXPECT_THROW(parse({"--varlen", "uniform:9:1", "--total-tokens", "9"}), std::invalid_argument);     // lo > hi
+  EXPECT_THROW(parse({"--varlen", "uniform:0:0", "--total-tokens", "9"}), std::invalid_argument);     // hi = 0
+  EXPECT_THROW(parse({"--total-tokens", "9"}), std::invalid_argument);                                // no --varlen
+  EXPECT_THROW(parse({"--varlen-lengths", "0,0"}), std::invalid_argument);                            // no token
+  EXPECT_THROW(parse({"--varlen-lengths", "4,-1"}), std::invalid_argument);
+  EXPECT_THROW(parse({"--varlen-lengths", "4", "--varlen", "uniform:1:2", "--total-tokens", "3"}), std::invalid_argument);
+  EXPECT_THROW(parse({"--varlen-lengths", "4", "--seqlen", "4"}), std::invalid_argument);
+  EXPECT_THROW(parse({"--varlen-lengths", "4", "--batch", "2"}), std::invalid_argument);
+  EXPECT_THROW(parse({"--varlen-lengths", "4", "--mode", "decode"}), std::invalid_argument);
+  EXPECT_THROW(parse({"--varlen-lengths", "4", "--grid", "standard"}), std::invalid_argument);
+  EXPECT_THROW(parse({"--varlen-lengths", "4", "--mask", "block-sparse:0.5:64"}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace fabench

@@ -235,5 +235,50 @@ TEST(Schema, DecodeRefusedAlgorithmIsAnErrorRow) {
   EXPECT_TRUE(r["bytes"].is_number());  // the case's model is known even when it did not run
 }
 
+// A --varlen run: valid rows with the varlen object, FLOPs summed per sequence and per mask, checked against the
+// reference sequence by sequence (forward and backward), keys that tell it from the dense case of the same shape.
+TEST(Schema, VarlenRowsCarryTheirFields) {
+  std::vector<const char*> args = {"fa-bench", "run", "--device", "cpu", "--varlen-lengths", "100,0,37,1", "--head-dim",
+                                   "32", "--heads", "2", "--warmup", "0", "--reps", "1", "--check", "--no-progress",
+                                   "--no-flush", "--algo", "cpu,naive", "--mode", "fwd,fwd_bwd", "--mask", "none;causal-tl"};
+  RunConfig cfg = parse_run_args(static_cast<int>(args.size()), args.data());
+  resolve_defaults(&cfg);
+  const json doc = run_benchmark(cfg);
+  EXPECT_TRUE(validate_document(doc).empty()) << validate_document(doc)[0];
+  ASSERT_EQ(doc["results"].size(), 8u);
+  std::set<std::string> keys;
+  for (const json& r : doc["results"]) {
+    EXPECT_TRUE(r["error"].is_null()) << r.dump();
+    ASSERT_TRUE(r["varlen"].is_object()) << r.dump();
+    EXPECT_EQ(r["varlen"]["source"], "lengths");
+    EXPECT_EQ(r["varlen"]["sequences"], 4);
+    EXPECT_EQ(r["varlen"]["total_tokens"], 138);
+    EXPECT_EQ(r["varlen"]["max_seqlen"], 100);
+    EXPECT_EQ(r["varlen"]["empty_sequences"], 1);
+    EXPECT_EQ(r["varlen"]["lengths"], json({100, 0, 37, 1}));
+    EXPECT_EQ(r["batch"], 4);
+    EXPECT_EQ(r["seqlen_q"], 100);
+    const bool tl = r["mask"] == "causal-tl";
+    const int64_t pairs = tl ? 100 * 101 / 2 + 37 * 38 / 2 + 1 : 100 * 100 + 37 * 37 + 1;
+    EXPECT_EQ(r["visible_pairs"], pairs);
+    EXPECT_DOUBLE_EQ(r["flops"].get<double>(), 4.0 * 32 * pairs * 2 * (r["mode"] == "fwd" ? 1.0 : 3.5));
+    EXPECT_TRUE(r["check_passed"].get<bool>()) << r.dump();
+    EXPECT_NE(r["name"].get<std::string>().find("/varlen:lengths:138"), std::string::npos) << r["name"];
+    keys.insert(row_key(r));
+  }
+  EXPECT_EQ(keys.size(), 8u);
+  // A dense row of the same batch and length has another key (compare never pairs the two).
+  std::vector<const char*> dense_args = {"fa-bench", "run", "--device", "cpu", "--batch", "4", "--seqlen", "100",
+                                         "--head-dim", "32", "--heads", "2", "--warmup", "0", "--reps", "1",
+                                         "--no-progress", "--no-flush", "--algo", "cpu"};
+  RunConfig dense_cfg = parse_run_args(static_cast<int>(dense_args.size()), dense_args.data());
+  resolve_defaults(&dense_cfg);
+  const json dense = run_benchmark(dense_cfg);
+  for (const json& r : dense["results"]) {
+    EXPECT_TRUE(r["varlen"].is_null());
+    EXPECT_EQ(keys.count(row_key(r)), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace fabench

@@ -11,6 +11,9 @@
 //     O_i   = exp(m_i - m_new) * O_i + P_ij V_j
 //   O_i /= l_i;  LSE_i = m_i + log(l_i)
 // Extra memory is O(block_m * (d + block_n)) per thread: the N x N matrix never exists.
+// A packed variable-length batch (flash.h; libflash/varlen.h) runs as the list of its sequences' dense problems of
+// batch 1 (each with its own lengths and diagonal), their work items numbered one after another and shared out
+// together: the same per-block step, at per-sequence offsets.
 // The backward (further down) is FlashAttention's: per key block, P recomputed from the saved LSE.
 #include <algorithm>
 #include <atomic>
@@ -25,6 +28,7 @@
 #include "../../flash.h"
 #include "../algorithm.h"
 #include "../error.h"
+#include "../varlen.h"
 #include "block_range.h"
 #include "convert.h"
 #include "parallel.h"
@@ -145,14 +149,34 @@ void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_
   }
 }
 
+// A varlen call (libflash/varlen.h) is the list of its sequences' dense problems of batch 1; a dense call is a list
+// of one. Work items are numbered across the list: item x belongs to the part whose range [first[i], first[i+1])
+// holds it.
+std::vector<int64_t> part_ranges(const std::vector<int64_t>& items_per_part) {
+  std::vector<int64_t> first(items_per_part.size() + 1, 0);
+  for (size_t i = 0; i < items_per_part.size(); ++i) first[i + 1] = first[i] + items_per_part[i];
+  return first;
+}
+size_t part_of(const std::vector<int64_t>& first, int64_t item) {
+  return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+}
+
 template <DType T>
-int32_t fwd_typed(const FwdParams& p) {
-  const int block_m = p.has_block_mask ? p.block_mask.block_m : kBlockM;
-  const int block_n = p.has_block_mask ? p.block_mask.block_n : kBlockN;
-  const int64_t q_blocks = (p.seqlen_q + block_m - 1) / block_m;
-  const int64_t items = int64_t{p.batch} * p.heads_q * q_blocks;
-  std::vector<Scratch<Acc<T>>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
-  parallel_for(items, [&](int64_t item, int t) {
+int32_t fwd_typed(const FwdParams& whole) {
+  const int block_m = whole.has_block_mask ? whole.block_mask.block_m : kBlockM;
+  const int block_n = whole.has_block_mask ? whole.block_mask.block_n : kBlockN;
+  // One work item per (part, batch, head, query block).
+  const std::vector<FwdParams> parts = dense_parts(whole);
+  std::vector<int64_t> counts;
+  for (const FwdParams& p : parts) counts.push_back(int64_t{p.batch} * p.heads_q * ((p.seqlen_q + block_m - 1) / block_m));
+  const std::vector<int64_t> first = part_ranges(counts);
+  const int64_t items = first.back();
+  std::vector<Scratch<Acc<T>>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
+  parallel_for(items, [&](int64_t global, int t) {
+    const size_t part = part_of(first, global);
+    const FwdParams& p = parts[part];
+    const int64_t item = global - first[part];
+    const int64_t q_blocks = (p.seqlen_q + block_m - 1) / block_m;
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
     const int64_t h = bh % p.heads_q, b = bh / p.heads_q;
     const int64_t q_begin = qb * block_m, q_end = std::min<int64_t>(q_begin + block_m, p.seqlen_q);
@@ -191,7 +215,9 @@ int32_t fwd(const FwdParams& p) {
 // deterministic (FLASH_FLAG_DETERMINISTIC costs nothing here).
 //
 // Workspace (exactly bwd_workspace()): fp32 dQacc [b, hq, sq, d], fp32 D [b, hq, sq], int32 turn
-// counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N).
+// counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N). A varlen call
+// has the sum of its sequences' (each with b = 1, sq = its own length: 4 * (hq*total_q*(d + 1) + hkv*sum of
+// ceil(sq_i/block_m)) bytes at most, when its sequences cover q), each step's items numbered across the sequences.
 // Per thread: O((block_m + block_n) * d + block_m * block_n) scratch in Acc (plus block_m * d per GQA
 // head for the dQ tiles waiting for their turn).
 
@@ -201,7 +227,6 @@ struct BwdLayout {
   int block_m, block_n;
   int64_t q_blocks, k_blocks;
   size_t dq_elems, d_elems, counters;
-  size_t bytes() const { return (dq_elems + d_elems) * sizeof(float) + counters * sizeof(std::atomic<int32_t>); }
 };
 
 BwdLayout bwd_layout(const BwdParams& p) {
@@ -375,54 +400,97 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
   }
 }
 
+// The workspace of a whole call: each dense part's dQacc, D and turn counters (bwd_layout), the parts' regions one
+// after another within [all dQacc][all D][all counters]. A dense call is one part: exactly the layout above.
+struct BwdPart {
+  BwdParams p;
+  BwdLayout l;
+  size_t dq_off, d_off, counter_off;  // elements into each region
+};
+struct BwdPlan {
+  std::vector<BwdPart> parts;
+  size_t dq_elems = 0, d_elems = 0, counters = 0;
+  size_t bytes() const { return (dq_elems + d_elems) * sizeof(float) + counters * sizeof(std::atomic<int32_t>); }
+};
+
+BwdPlan bwd_plan(const BwdParams& whole) {
+  BwdPlan plan;
+  for (const BwdParams& p : dense_parts(whole)) {
+    const BwdLayout l = bwd_layout(p);
+    plan.parts.push_back({p, l, plan.dq_elems, plan.d_elems, plan.counters});
+    plan.dq_elems += l.dq_elems, plan.d_elems += l.d_elems, plan.counters += l.counters;
+  }
+  return plan;
+}
+
 template <DType T>
-int32_t bwd_typed(const BwdParams& p) {
+int32_t bwd_typed(const BwdParams& whole) {
   using E = Elem<T>;
   using St = typename E::storage;
-  const BwdLayout l = bwd_layout(p);
-  const int d = p.head_dim;
-  float* dq_acc = static_cast<float*>(p.workspace);
-  float* D = dq_acc + l.dq_elems;
-  std::atomic<int32_t>* turns = reinterpret_cast<std::atomic<int32_t>*>(D + l.d_elems);
-  for (size_t x = 0; x < l.counters; ++x) new (&turns[x]) std::atomic<int32_t>(0);
+  const BwdPlan plan = bwd_plan(whole);
+  const int d = whole.head_dim;
+  float* dq_region = static_cast<float*>(whole.workspace);
+  float* D_region = dq_region + plan.dq_elems;
+  std::atomic<int32_t>* turn_region = reinterpret_cast<std::atomic<int32_t>*>(D_region + plan.d_elems);
+  for (size_t x = 0; x < plan.counters; ++x) new (&turn_region[x]) std::atomic<int32_t>(0);
+
+  // Items numbered across the parts (see part_ranges): (part, batch, query head) rows for steps 1 and 3.
+  std::vector<int64_t> row_counts, key_counts;
+  for (const BwdPart& part : plan.parts) {
+    row_counts.push_back(int64_t{part.p.batch} * part.p.heads_q);
+    key_counts.push_back(int64_t{part.p.batch} * part.p.heads_kv * part.l.k_blocks);
+  }
+  const std::vector<int64_t> row_first = part_ranges(row_counts), key_first = part_ranges(key_counts);
 
   // 1. D = rowsum(dO o O), dQacc = 0.
-  const int64_t bh_rows = int64_t{p.batch} * p.heads_q;
-  parallel_for(bh_rows, [&](int64_t bh, int) {
+  parallel_for(row_first.back(), [&](int64_t global, int) {
+    const size_t i = part_of(row_first, global);
+    const BwdParams& p = plan.parts[i].p;
+    float* dq_acc = dq_region + plan.parts[i].dq_off;
+    float* D = D_region + plan.parts[i].d_off;
+    const int64_t bh = global - row_first[i];
     const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
     const St* o = static_cast<const St*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
     const St* dO = static_cast<const St*>(p.d_o) + b * p.do_batch_stride + h * p.do_head_stride;
-    for (int64_t i = 0; i < p.seqlen_q; ++i) {
+    for (int64_t r = 0; r < p.seqlen_q; ++r) {
       // In double: D is subtracted from every dP_ij of the row (dS = P o (dP - D)), so its own rounding
       // should be one fp32 rounding, not d of them. O(b * hq * sq * d): free next to the main loop.
       double sum = 0.0;
       for (int e = 0; e < d; ++e)
-        sum += double(E::load(o[i * p.o_row_stride + e])) * double(E::load(dO[i * p.do_row_stride + e]));
-      D[bh * p.seqlen_q + i] = static_cast<float>(sum);
+        sum += double(E::load(o[r * p.o_row_stride + e])) * double(E::load(dO[r * p.do_row_stride + e]));
+      D[bh * p.seqlen_q + r] = static_cast<float>(sum);
     }
     std::fill(dq_acc + bh * p.seqlen_q * d, dq_acc + (bh + 1) * p.seqlen_q * d, 0.0f);
   });
 
-  // 2. Key blocks: item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head are handed out in
-  //    increasing order (the dQ turns rely on it), and the items that run side by side belong to
-  //    different heads whenever b * hkv >= threads, so they seldom wait for each other's turns; with
-  //    fewer heads the key blocks of a head run as a wavefront.
-  const int64_t heads = int64_t{p.batch} * p.heads_kv;
-  const int64_t items = heads * l.k_blocks;
-  std::vector<BwdScratch<Acc<T>>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
-  parallel_for(items, [&](int64_t item, int t) {
+  // 2. Key blocks: within a part, item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head are handed out in
+  //    increasing order (the dQ turns rely on it; parts follow each other, so the lowest unfinished item still never
+  //    waits), and the items that run side by side belong to different heads whenever b * hkv >= threads, so they
+  //    seldom wait for each other's turns; with fewer heads the key blocks of a head run as a wavefront.
+  std::vector<BwdScratch<Acc<T>>> scratch(
+      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(key_first.back(), 1))));
+  parallel_for(key_first.back(), [&](int64_t global, int t) {
+    const size_t i = part_of(key_first, global);
+    const BwdPart& part = plan.parts[i];
+    const int64_t heads = int64_t{part.p.batch} * part.p.heads_kv;
+    const int64_t item = global - key_first[i];
     const int64_t kb = item / heads, bh = item % heads;
-    bwd_item<T>(p, l, bh / p.heads_kv, bh % p.heads_kv, kb, dq_acc, D, turns, scratch[t]);
+    bwd_item<T>(part.p, part.l, bh / part.p.heads_kv, bh % part.p.heads_kv, kb, dq_region + part.dq_off,
+                D_region + part.d_off, turn_region + part.counter_off, scratch[t]);
   });
 
   // 3. dQ = scale * dQacc.
-  parallel_for(bh_rows, [&](int64_t bh, int) {
+  parallel_for(row_first.back(), [&](int64_t global, int) {
+    const size_t i = part_of(row_first, global);
+    const BwdParams& p = plan.parts[i].p;
+    const int64_t bh = global - row_first[i];
     const int64_t b = bh / p.heads_q, h = bh % p.heads_q;
     St* dq = static_cast<St*>(p.dq) + b * p.dq_batch_stride + h * p.dq_head_stride;
-    const float* acc = dq_acc + bh * p.seqlen_q * d;
-    for (int64_t i = 0; i < p.seqlen_q; ++i)
-      for (int e = 0; e < d; ++e) dq[i * p.dq_row_stride + e] = E::store(acc[i * d + e] * p.scale);
+    const float* acc = dq_region + plan.parts[i].dq_off + bh * p.seqlen_q * d;
+    for (int64_t r = 0; r < p.seqlen_q; ++r)
+      for (int e = 0; e < d; ++e) dq[r * p.dq_row_stride + e] = E::store(acc[r * d + e] * p.scale);
   });
+  zero_unused_key_rows(whole);  // varlen with seqused_k: dk = dv = 0 past each sequence's used keys
   return FLASH_OK;
 }
 
@@ -430,7 +498,7 @@ int32_t bwd(const BwdParams& p) {
   return with_dtype(p.dtype, [&](auto t) { return bwd_typed<decltype(t)::value>(p); });
 }
 
-size_t bwd_workspace(const BwdParams& p) { return bwd_layout(p).bytes(); }
+size_t bwd_workspace(const BwdParams& p) { return bwd_plan(p).bytes(); }
 
 bool available(int32_t, std::string*) { return true; }
 bool supports(const FwdParams&, std::string*) { return true; }

@@ -3,6 +3,8 @@
 // For each (batch, head): S = scale * Q K^T written out in full (seqlen_q x seqlen_k fp32, in the
 // workspace), masked, softmax row by row into P in place, then O = P V. This is what the FlashAttention
 // paper compares against; its O(N^2) memory is the point. Its backward (below) materialises P, dP, dS.
+// A packed variable-length batch runs sequence by sequence (libflash/varlen.h), each in a slot sized for
+// max_seqlen_q x max_seqlen_k.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include "../../flash.h"
 #include "../algorithm.h"
 #include "../error.h"
+#include "../varlen.h"
 #include "convert.h"
 #include "parallel.h"
 
@@ -44,17 +47,30 @@ bool block_listed(const FwdParams& p, int64_t b, int64_t h, int64_t i, int64_t j
   return false;
 }
 
+// The dense problem of work item x of a call over (batch, head) pairs (`heads` per batch entry): the call itself at
+// batch x / heads, or (varlen) the view of sequence x / heads at batch 0 (libflash/varlen.h). Sets *b.
+template <class Params>
+const Params& item_problem(const Params& whole, const std::vector<Params>& parts, int64_t x, int64_t heads, int64_t* b) {
+  *b = whole.varlen ? 0 : x / heads;
+  return whole.varlen ? parts[static_cast<size_t>(x / heads)] : whole;
+}
+
 template <DType T>
-int32_t fwd_typed(const FwdParams& p) {
+int32_t fwd_typed(const FwdParams& whole) {
   using E = Elem<T>;
   using S = typename E::storage;
-  const int d = p.head_dim;
-  const int64_t sq = p.seqlen_q, sk = p.seqlen_k;
+  const int d = whole.head_dim;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  float* matrices = static_cast<float*>(p.workspace);
-  parallel_for(int64_t{p.batch} * p.heads_q, [&](int64_t bh, int t) {
-    const int64_t b = bh / p.heads_q, h = bh % p.heads_q, hk = h / p.head_ratio;
-    float* P = matrices + t * sq * sk;
+  float* matrices = static_cast<float*>(whole.workspace);
+  // Each thread's slot holds the largest S (varlen: max_seqlen_q x max_seqlen_k); a sequence uses its own part of it.
+  const int64_t slot_floats = int64_t{whole.seqlen_q} * whole.seqlen_k;
+  const std::vector<FwdParams> parts = whole.varlen ? dense_parts(whole) : std::vector<FwdParams>();
+  parallel_for(int64_t{whole.batch} * whole.heads_q, [&](int64_t bh, int t) {
+    int64_t b = 0;
+    const FwdParams& p = item_problem(whole, parts, bh, whole.heads_q, &b);
+    const int64_t sq = p.seqlen_q, sk = p.seqlen_k;
+    const int64_t h = bh % p.heads_q, hk = h / p.head_ratio;
+    float* P = matrices + t * slot_floats;
     const S* q = static_cast<const S*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
     const S* k = static_cast<const S*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
     const S* v = static_cast<const S*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
@@ -68,7 +84,7 @@ int32_t fwd_typed(const FwdParams& p) {
     // P = softmax(S) row by row, in place.
     for (int64_t i = 0; i < sq; ++i) {
       float* row = P + i * sk;
-      const float mx = *std::max_element(row, row + sk);
+      const float mx = sk > 0 ? *std::max_element(row, row + sk) : neg_inf;  // (a varlen sequence may have no keys)
       // The row sum runs over up to seqlen_k terms: accumulate it in double so the baseline's error is
       // that of its stored fp32 matrices, not of a long sequential float sum.
       double sum = 0.0;
@@ -117,16 +133,19 @@ size_t bwd_slot_floats(const BwdParams& p) {
 int64_t bwd_slots(const BwdParams& p) { return std::min<int64_t>(num_threads(), int64_t{p.batch} * p.heads_kv); }
 
 template <DType T>
-int32_t bwd_typed(const BwdParams& p) {
+int32_t bwd_typed(const BwdParams& whole) {
   using E = Elem<T>;
   using St = typename E::storage;
-  const int d = p.head_dim;
-  const int64_t sq = p.seqlen_q, sk = p.seqlen_k;
+  const int d = whole.head_dim;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  float* slots = static_cast<float*>(p.workspace);
-  const size_t slot_floats = bwd_slot_floats(p);
-  parallel_for(int64_t{p.batch} * p.heads_kv, [&](int64_t bhk, int t) {
-    const int64_t b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
+  float* slots = static_cast<float*>(whole.workspace);
+  const size_t slot_floats = bwd_slot_floats(whole);  // the largest problem's (varlen: at the max lengths)
+  const std::vector<BwdParams> parts = whole.varlen ? dense_parts(whole) : std::vector<BwdParams>();
+  parallel_for(int64_t{whole.batch} * whole.heads_kv, [&](int64_t bhk, int t) {
+    int64_t b = 0;
+    const BwdParams& p = item_problem(whole, parts, bhk, whole.heads_kv, &b);
+    const int64_t sq = p.seqlen_q, sk = p.seqlen_k;
+    const int64_t hk = bhk % p.heads_kv;
     float* P = slots + t * slot_floats;
     float* dS = P + sq * sk;
     float* dk_acc = dS + sq * sk;
@@ -189,6 +208,7 @@ int32_t bwd_typed(const BwdParams& p) {
         dv[j * p.dv_row_stride + e] = E::store(dv_acc[j * d + e]);
       }
   });
+  zero_unused_key_rows(whole);  // varlen with seqused_k: dk = dv = 0 past each sequence's used keys
   return FLASH_OK;
 }
 

@@ -1,6 +1,7 @@
 // libflash/cuda/naive/fwd.cu -- the naive GPU forward: S = scale Q K^T and O = P V by cuBLAS, the softmax row kernel
 // between them (naive.cuh says how heads are chunked and where S and P live), and the algorithm's record.
 #include "naive.cuh"
+#include "../../varlen.h"
 
 namespace flash {
 namespace cuda {
@@ -109,6 +110,7 @@ bool available(int32_t device_id, std::string* why) {
 }
 
 bool supports(const FwdParams& p, std::string* why) {
+  if (gpu_refuses_varlen(p, why)) return false;  // (supports_bwd asks this first too)
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
     *why = std::string("dtype ") + dtype_word(p.dtype) + " is not supported (fp16 or bf16 only)";
     return false;

@@ -84,7 +84,33 @@ mod abi {
         assert_eq!(off(&a.algorithm_used as *const _ as usize), 8 + 9 * 88 + 28);
         assert_eq!(off(&a.block_mask as *const _ as usize), 832);
         assert_eq!(off(&a.workspace_size as *const _ as usize), 856);
-        assert_eq!(size_of::<flash_bwd_args>(), 864);
+        // 1.3: the packed variable-length batch's fields, appended (the 1.1-1.2 struct ended at 864).
+        assert_eq!(off(&a.cu_seqlens_q as *const _ as usize), 864);
+        assert_eq!(off(&a.cu_seqlens_k as *const _ as usize), 872);
+        assert_eq!(off(&a.max_seqlen_q as *const _ as usize), 880);
+        assert_eq!(off(&a.max_seqlen_k as *const _ as usize), 884);
+        assert_eq!(off(&a.seqused_k as *const _ as usize), 888);
+        assert_eq!(off(&a.varlen_batch as *const _ as usize), 896);
+        assert_eq!(off(&a.reserved_1_3 as *const _ as usize), 900);
+        assert_eq!(size_of::<flash_bwd_args>(), 904);
+    }
+
+    /// flash_fwd_args's 1.3 fields (LP64): appended after workspace_size, where the 1.0-1.2 struct ended (512).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn fwd_args_varlen_layout_by_hand() {
+        let a = flash_fwd_args::default();
+        let base = &a as *const _ as usize;
+        let off = |p: usize| p - base;
+        assert_eq!(off(&a.workspace_size as *const _ as usize), 504);
+        assert_eq!(off(&a.cu_seqlens_q as *const _ as usize), 512);
+        assert_eq!(off(&a.cu_seqlens_k as *const _ as usize), 520);
+        assert_eq!(off(&a.max_seqlen_q as *const _ as usize), 528);
+        assert_eq!(off(&a.max_seqlen_k as *const _ as usize), 532);
+        assert_eq!(off(&a.seqused_k as *const _ as usize), 536);
+        assert_eq!(off(&a.varlen_batch as *const _ as usize), 544);
+        assert_eq!(off(&a.reserved_1_3 as *const _ as usize), 548);
+        assert_eq!(size_of::<flash_fwd_args>(), 552);
     }
 
     /// flash_kvcache_args and flash_combine_args by hand from flash.h's field order (LP64), besides bindgen's

@@ -5,6 +5,7 @@
 
 #include "../../../../flash.h"
 #include "../../../error.h"
+#include "../../../varlen.h"
 #include "bwd.h"
 #if defined(FLASH_BWD_WGMMA)
 #include "../../sm90/bwd/bwd_sm90.h"
@@ -46,6 +47,7 @@ WsLayout ws_layout(const BwdParams& p) {
 }
 
 BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why) {
+  if (std::string reason; gpu_refuses_varlen(p, &reason)) return refuse(why, reason);
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return refuse(why, "the sm80 backward supports fp16 and bf16 only");
   const int d = bwd_compiled_head_dim(p.head_dim);
   if (d == 0 || p.head_dim % 8 != 0)

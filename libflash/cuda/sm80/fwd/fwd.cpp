@@ -5,6 +5,7 @@
 
 #include "../../../../flash.h"
 #include "../../../error.h"
+#include "../../../varlen.h"
 #include "fwd.h"
 
 namespace flash::sm80 {
@@ -18,6 +19,7 @@ FwdPlan refuse(std::string* why, std::string reason) {
 }  // namespace
 
 FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why) {
+  if (std::string reason; gpu_refuses_varlen(p, &reason)) return refuse(why, reason);
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return refuse(why, "supports fp16 and bf16 only");
   const int d = compiled_head_dim(p.head_dim);
   if (d == 0 || p.head_dim % 8 != 0)

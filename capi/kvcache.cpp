@@ -15,7 +15,7 @@
 #include "../flash.h"
 #include "../libflash/error.h"
 #include "../libflash/kvcache.h"
-#include "validate_kvcache.h"
+#include "validate.h"
 #include "versioned.h"
 #ifdef FLASH_WITH_CUDA
 #include "../libflash/cuda/runtime.h"

@@ -9,7 +9,7 @@
 // cache), cache_batch_idx (rows exist), block_table (the pages a sequence uses exist), and, when k_new is given,
 // that no cache slot is written by two sequences or written by one and read by another (the result would depend
 // on the order of the work). Device-resident arrays cannot be read without a synchronisation.
-#include "validate_kvcache.h"
+#include "validate.h"
 
 #include <algorithm>
 #include <cmath>

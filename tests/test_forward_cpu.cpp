@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "support/harness.hpp"
-#include "sweep.hpp"
+#include "support/cases.hpp"
 
 using namespace flash_test;
 

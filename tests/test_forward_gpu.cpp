@@ -11,7 +11,7 @@
 
 #include "libflash/cuda/sm90/fwd/plan.h"
 #include "support/harness.hpp"
-#include "sweep.hpp"
+#include "support/cases.hpp"
 
 using namespace flash_test;
 

@@ -1,6 +1,6 @@
 // tests/test_kvcache_cpu.cpp -- flash_fwd_kvcache and flash_combine on the CPU (issue 71).
 //
-// The cases and their check against the fp64 reference: support/kvcache_case.hpp.
+// The cases and their check against the fp64 reference: support/cases.hpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,7 @@
 
 #include "flash.h"
 #include "support/harness.hpp"
-#include "support/kvcache_case.hpp"
+#include "support/cases.hpp"
 #include "support/reference.hpp"
 
 namespace {

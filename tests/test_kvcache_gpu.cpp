@@ -1,5 +1,5 @@
 // tests/test_kvcache_gpu.cpp -- flash_fwd_kvcache and flash_combine on the GPU (issue 71; label gpu: every test skips
-// without a CUDA device). The cases of support/kvcache_case.hpp mirrored to device memory -- outputs poisoned with
+// without a CUDA device). The cases of support/cases.hpp mirrored to device memory -- outputs poisoned with
 // NaN on the device, index arrays uploaded to their exact size -- then the caches and outputs copied back and
 // checked as on the CPU: the appended cache bit for bit (nothing else touched), O and LSE against the fp64
 // reference within 2 x the naive same-dtype error + one rounding. Also: a caller workspace, CUDA graph capture and
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "support/harness.hpp"
-#include "support/kvcache_case.hpp"
+#include "support/cases.hpp"
 
 #ifdef FLASH_TEST_WITH_CUDA
 #include <cuda_runtime.h>

@@ -28,6 +28,11 @@ With an older PyTorch (no torch.library.custom_op) only the direct path exists: 
 libflash.attention() itself is not traced by torch.compile (it graph-breaks); call these functions inside compiled
 code.
 
+SDPA (PyTorch >= 2.11): importing this module registers libflash as a flash-attention implementation of
+torch.nn.functional.scaled_dot_product_attention; torch.nn.attention.activate_flash_attention_impl("libflash")
+switches the flash backend's CUDA kernels to libflash (see libflash/_sdpa.py; shapes libflash does not take run the
+built-in kernel).
+
 flash_attn_with_kvcache (inference: decode and chunked prefill over a contiguous or paged KV cache, appending
 the new keys and values in place) has FlashAttention-2's signature too; it has no backward (torch inputs that
 require grad, in grad mode, are refused). Not available there (raise NotImplementedError): rotary_cos/rotary_sin,
@@ -48,7 +53,8 @@ from ._kvcache import _host_int32, attention_with_kvcache
 _fast.register_torch(torch)  # torch tensors take the fast path from the first call
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_with_kvcache",
-           "attention", "attention_backward", "FlashAttnFunction", "custom_op_available", "custom_op_mode"]
+           "attention", "attention_backward", "FlashAttnFunction", "custom_op_available", "custom_op_mode",
+           "sdpa_impl_available", "SDPA_IMPL_NAME"]
 
 CUSTOM_OP_MODES = ("auto", "always", "never")
 custom_op_mode = os.environ.get("LIBFLASH_TORCH_CUSTOM_OP", "auto").strip().lower()
@@ -385,3 +391,10 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
         custom_op_error = "%s: %s" % (type(e).__name__, e)
 else:
     custom_op_error = "torch %s has no torch.library.custom_op (PyTorch >= 2.4)" % torch.__version__
+
+# ---- SDPA implementation (PyTorch >= 2.11) ------------------------------------------------------------------------------
+from ._sdpa import IMPL_NAME as SDPA_IMPL_NAME  # noqa: E402
+from ._sdpa import available as sdpa_impl_available  # noqa: E402
+from ._sdpa import register as _register_sdpa  # noqa: E402
+
+_register_sdpa()  # registers the name only; torch.nn.attention.activate_flash_attention_impl("libflash") activates it

@@ -132,6 +132,9 @@ def cuda_rows(libflash, torch):
 
         rows.append(("cuda torch SDPA (default backend choice)", lambda: sdpa(qt, kt, vt)))
         rows.append(("cuda torch SDPA (flash backend, in sdpa_kernel)", sdpa_flash))
+        if getattr(lt, "sdpa_impl_available", lambda: False)():
+            # Timed with the implementation active for the whole row (main() switches it on and off around it).
+            rows.append(("cuda SDPA flash backend -> libflash (activated)", sdpa_flash, "sdpa-libflash"))
     try:
         from flash_attn import flash_attn_func as fa2
 
@@ -139,6 +142,23 @@ def cuda_rows(libflash, torch):
     except ImportError:
         pass
     return rows
+
+
+def with_libflash_sdpa(torch, fn):
+    """fn() with torch.nn.attention.activate_flash_attention_impl("libflash") in force."""
+    import libflash.torch as lt
+
+    attn = torch.nn.attention
+    attn.activate_flash_attention_impl(lt.SDPA_IMPL_NAME)
+    try:
+        return fn()
+    finally:
+        restore = getattr(attn, "restore_flash_attention_impl", None)
+        if restore is None:
+            from torch.nn.attention import _registry
+
+            restore = _registry.restore_flash_attention_impl
+        restore()
 
 
 def main():
@@ -160,8 +180,11 @@ def main():
             "numpy": np.__version__, "loadavg": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
     def run(rows, sync=None):
-        for name, fn in rows:
-            med, best = bench(fn, a.calls, a.repeats, sync)
+        for name, fn, *how in rows:
+            if how == ["sdpa-libflash"]:
+                med, best = with_libflash_sdpa(torch, lambda: bench(fn, a.calls, a.repeats, sync))
+            else:
+                med, best = bench(fn, a.calls, a.repeats, sync)
             results.append({"name": name, "median_us": round(med, 2), "min_us": round(best, 2)})
             print("%-60s %9.2f us/call  (min %.2f)" % (name, med, best), flush=True)
 

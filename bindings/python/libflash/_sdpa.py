@@ -34,6 +34,7 @@ _OPS = ("_flash_attention_forward", "_flash_attention_backward", "_scaled_dot_pr
         "_scaled_dot_product_flash_attention_backward")
 _HALF = (torch.float16, torch.bfloat16)
 _registered = False
+error = None  # why registering failed, if it did
 
 
 def available():
@@ -49,9 +50,14 @@ def register():
     global _registered
     if _registered:
         return True
+    global error
     if not available():
         return False
-    torch.nn.attention.register_flash_attention_impl(IMPL_NAME, register_fn=activate_kernels)
+    try:
+        torch.nn.attention.register_flash_attention_impl(IMPL_NAME, register_fn=activate_kernels)
+    except Exception as e:  # a registry that changed shape must not break `import libflash.torch`
+        error = "%s: %s" % (type(e).__name__, e)
+        return False
     _registered = True
     return True
 

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from . import _capi
+from . import _capi, _fast
 from ._errors import c_int, error
 
 # DLPack device codes (flash.h follows them: CPU 1, CUDA 2).
@@ -223,6 +223,7 @@ def describe(x, name, stream_hint=None):
     if kind == "torch":
         import torch
 
+        _fast.register_torch(torch)  # later calls with torch tensors may take the fast path
         if isinstance(x, torch.Tensor):
             return _describe_torch(x, name)
     if kind in ("cupy", "numba", "cai"):

@@ -4,7 +4,7 @@ import ctypes
 import threading
 from collections import namedtuple
 
-from . import _capi, _mask
+from . import _capi, _fast, _mask
 from ._arrays import Allocator, current_stream, describe, kind_of, stream_pointer
 from ._errors import FlashError, c_float, c_int, check, error
 
@@ -85,6 +85,25 @@ def _describe_inputs(q, names_arrays, stream):
     return user_stream, descs, run_stream, Allocator(d0, run_stream)
 
 
+def _framework_workspace(args, size_query, alloc):
+    """For torch CUDA inputs, the call's workspace from torch's caching allocator on the call's stream (so that CUDA
+    graph capture and torch's memory accounting see it) rather than the library's own cudaMallocAsync. Returns what
+    keeps it alive, or None (no workspace needed, not torch on CUDA, or a refused query: the call itself says why)."""
+    d = alloc.like
+    if d.kind != "torch" or not d.is_cuda:
+        return None
+    n = ctypes.c_size_t(0)
+    if size_query(ctypes.byref(args), ctypes.byref(n)) != _capi.FLASH_OK or n.value == 0:
+        return None
+    import torch
+
+    with alloc._torch_ctx():
+        ws = torch.empty((n.value,), dtype=torch.uint8, device=d.obj.device)
+    args.workspace = ws.data_ptr()
+    args.workspace_size = n.value
+    return ws
+
+
 def _output(x, name, user_stream):
     """Desc of a caller-given output, refusing read-only numpy arrays."""
     d = describe(x, name, user_stream)
@@ -93,10 +112,8 @@ def _output(x, name, user_stream):
     return d
 
 
-def _set_options(args, dq, shape, alloc, run_stream, causal, causal_alignment, window, block_mask, block_size,
-                 softmax_scale, algorithm, deterministic):
-    """The option fields flash_fwd_args and flash_bwd_args share. Returns what keeps the block mask alive."""
-    batch, seqlen_q, heads_q, seqlen_k = shape
+def _set_scalar_options(args, causal, causal_alignment, window, softmax_scale, algorithm, deterministic):
+    """The option fields flash_fwd_args and flash_bwd_args share, validated (all but the stream and the mask)."""
     if softmax_scale is not None:
         softmax_scale = c_float(softmax_scale, "softmax_scale", _capi.FLASH_ERROR_INVALID_ARGUMENT)
         if softmax_scale == 0.0:
@@ -111,12 +128,187 @@ def _set_options(args, dq, shape, alloc, run_stream, causal, causal_alignment, w
             raise error(_capi.FLASH_ERROR_BAD_MASK, "%s is %d but must be >= -1" % (name, w))
     args.algorithm = _algorithm_id(algorithm)
     args.flags = _capi.FLASH_FLAG_DETERMINISTIC if deterministic else 0
+
+
+def _set_options(args, dq, shape, alloc, run_stream, causal, causal_alignment, window, block_mask, block_size,
+                 softmax_scale, algorithm, deterministic):
+    """The option fields flash_fwd_args and flash_bwd_args share. Returns what keeps the block mask alive."""
+    batch, seqlen_q, heads_q, seqlen_k = shape
+    _set_scalar_options(args, causal, causal_alignment, window, softmax_scale, algorithm, deterministic)
     args.stream = run_stream or None
 
     bm, keep = _mask.build(block_mask, block_size, dq, batch, heads_q, seqlen_q, seqlen_k, alloc)
     if bm is not None:
         args.block_mask = ctypes.pointer(bm)
     return (bm, keep)
+
+
+# ---- The fast path (see _fast.py): exact numpy arrays and torch tensors, no block mask, the framework's current
+# stream. Anything else, and every refusal, goes to the general path.
+_FWD = _capi.flash_fwd_args
+_BWD = _capi.flash_bwd_args
+_PACK = _fast.TENSOR.pack_into
+_PACK_PTR = _fast.POINTER.pack_into
+_CUDA, _FP32 = _fast.CUDA, _fast.FP32
+_F_Q, _F_K, _F_V, _F_O, _F_LSE = (getattr(_FWD, n).offset for n in ("q", "k", "v", "o", "lse"))
+_F_STREAM, _F_WS = _FWD.stream.offset, _FWD.workspace.offset
+_B_Q, _B_K, _B_V, _B_O, _B_DO, _B_LSE, _B_DQ, _B_DK, _B_DV = (
+    getattr(_BWD, n).offset for n in ("q", "k", "v", "o", "d_o", "lse", "dq", "dk", "dv"))
+_B_STREAM, _B_WS = _BWD.stream.offset, _BWD.workspace.offset
+
+_TEMPLATES = {}  # (struct class, options...) -> the initialised struct's bytes with those options set
+
+
+def _template(cls, init, causal, causal_alignment, window, softmax_scale, algorithm, deterministic):
+    """The bytes of an initialised `cls` with these options set and validated: built once per distinct options (an
+    unhashable option, e.g. a list window, is built every call). Raises what _set_scalar_options raises."""
+    key = (cls, causal, causal_alignment, window, softmax_scale, algorithm, deterministic)
+    try:
+        t = _TEMPLATES.get(key)
+    except TypeError:
+        key, t = None, None
+    if t is None:
+        args = cls()
+        check(init(ctypes.byref(args)))
+        _set_scalar_options(args, causal, causal_alignment, window, softmax_scale, algorithm, deterministic)
+        t = bytes(args)
+        if key is not None:
+            if len(_TEMPLATES) >= 512:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = t
+    return t
+
+
+def _given(kind, x, ndim):
+    """Fields of a caller-given output of the fast kind (a writeable numpy array), or None."""
+    if _fast.KINDS.get(type(x)) is not kind or (kind is _fast.NumpyKind and not x.flags.writeable):
+        return None
+    return kind.fields(x, ndim)
+
+
+def _fwd_fast(kind, q, k, v, causal, causal_alignment, window, softmax_scale, algorithm, deterministic, return_lse,
+              out=None, check_grad=True):
+    """attention() for three arrays of one fast kind, or None when the general path must take the call."""
+    kinds = _fast.KINDS
+    if kinds.get(type(k)) is not kind or kinds.get(type(v)) is not kind or (check_grad and kind.needs_grad(q, k, v)):
+        return None
+    fq = kind.fields(q, 4)
+    fk = kind.fields(k, 4)
+    fv = kind.fields(v, 4)
+    if fq is None or fk is None or fv is None:
+        return None
+    fo = None
+    if out is not None:
+        fo = _given(kind, out, 4)
+        if fo is None:
+            return None
+    try:
+        tmpl = _template(_FWD, _capi.flash_fwd_args_init, causal, causal_alignment, window, softmax_scale, algorithm,
+                         deterministic)
+    except Exception:
+        return None  # the general path raises it, after what it checks first
+    b, sq, hq, d = fq[5], fq[6], fq[7], fq[8]
+    code, dt, di = fq[1], fq[2], fq[3]
+    args = _FWD.from_buffer_copy(tmpl)
+    _PACK(args, _F_Q, *fq)
+    _PACK(args, _F_K, *fk)
+    _PACK(args, _F_V, *fv)
+    if fo is None:
+        out = kind.empty(q, (b, sq, hq, d))
+        op = kind.ptr(out)
+        _PACK(args, _F_O, op, code, dt, di, 4, b, sq, hq, d, sq * hq * d, hq * d, d, 1)
+    else:
+        op = fo[0]
+        _PACK(args, _F_O, *fo)
+    lse = None
+    if return_lse:
+        lse = kind.empty_f32(q, (b, hq, sq))
+        _PACK(args, _F_LSE, kind.ptr(lse), _FP32, dt, di, 3, b, hq, sq, 0, hq * sq, sq, 1, 0)
+    if dt == _CUDA:
+        _PACK_PTR(args, _F_STREAM, kind.raw_stream(di))
+        status, ws = _fast.run_with_workspace(_capi.flash_fwd, _capi.flash_fwd_workspace_size, args, _F_WS,
+                                              (tmpl, fq[1:9], fk[5:9]), kind, q, op)
+    else:
+        status = _capi.flash_fwd(args)
+    if status:
+        check(status)
+    _last.algorithm_used = args.algorithm_used
+    return (out, lse) if return_lse else out
+
+
+def _attention_nograd(q, k, v, causal=False, window=(-1, -1), softmax_scale=None, deterministic=False,
+                      return_lse=False, out=None, causal_alignment="bottom_right", algorithm="auto"):
+    """attention() for torch tensors that never goes through autograd, whatever the grad mode: for the kernels of
+    custom ops and dispatcher overrides (libflash.torch), which run below autograd."""
+    kind = _fast.KINDS.get(type(q))
+    if kind is not None:
+        r = _fwd_fast(kind, q, k, v, causal, causal_alignment, window, softmax_scale, algorithm, deterministic,
+                      return_lse, out, False)
+        if r is not None:
+            return r
+    import torch
+
+    with torch.no_grad():
+        return attention(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
+                         softmax_scale=softmax_scale, return_lse=return_lse, algorithm=algorithm, out=out,
+                         deterministic=deterministic)
+
+
+def _bwd_fast(kind, q, k, v, o, do, lse, causal, causal_alignment, window, softmax_scale, algorithm, deterministic,
+              dq=None, dk=None, dv=None):
+    """attention_backward() for six arrays of one fast kind, or None when the general path must take the call."""
+    kinds = _fast.KINDS
+    for x in (k, v, o, do, lse):
+        if kinds.get(type(x)) is not kind:
+            return None
+    fq = kind.fields(q, 4)
+    fk = kind.fields(k, 4)
+    fv = kind.fields(v, 4)
+    fo = kind.fields(o, 4)
+    fdo = kind.fields(do, 4)
+    fl = kind.fields(lse, 3)
+    if fq is None or fk is None or fv is None or fo is None or fdo is None or fl is None:
+        return None
+    given = []
+    for g in (dq, dk, dv):
+        fg = None
+        if g is not None:
+            fg = _given(kind, g, 4)
+            if fg is None:
+                return None
+        given.append(fg)
+    try:
+        tmpl = _template(_BWD, _capi.flash_bwd_args_init, causal, causal_alignment, window, softmax_scale, algorithm,
+                         deterministic)
+    except Exception:
+        return None
+    code, dt, di = fq[1], fq[2], fq[3]
+    args = _BWD.from_buffer_copy(tmpl)
+    _PACK(args, _B_Q, *fq)
+    _PACK(args, _B_K, *fk)
+    _PACK(args, _B_V, *fv)
+    _PACK(args, _B_O, *fo)
+    _PACK(args, _B_DO, *fdo)
+    _PACK(args, _B_LSE, *fl)
+    outs = []
+    for off, f, g, fg in ((_B_DQ, fq, dq, given[0]), (_B_DK, fk, dk, given[1]), (_B_DV, fv, dv, given[2])):
+        if fg is None:
+            b, s, h, d = f[5], f[6], f[7], f[8]
+            g = kind.empty(q, (b, s, h, d))  # like q (its dtype, its device), shaped like the input
+            _PACK(args, off, kind.ptr(g), code, dt, di, 4, b, s, h, d, s * h * d, h * d, d, 1)
+        else:
+            _PACK(args, off, *fg)
+        outs.append(g)
+    if dt == _CUDA:
+        _PACK_PTR(args, _B_STREAM, kind.raw_stream(di))
+        status, ws = _fast.run_with_workspace(_capi.flash_bwd, _capi.flash_bwd_workspace_size, args, _B_WS,
+                                              (tmpl, fq[1:9], fk[5:9]), kind, q, kind.ptr(outs[0]))
+    else:
+        status = _capi.flash_bwd(args)
+    if status:
+        check(status)
+    _last.algorithm_used = args.algorithm_used
+    return tuple(outs)
 
 
 def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=(-1, -1), block_mask=None,
@@ -152,6 +344,13 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
 
     Returns out, or (out, lse) when return_lse. Raises FlashError on any invalid argument.
     """
+    if block_mask is None and stream is None:
+        kind = _fast.KINDS.get(type(q))
+        if kind is not None:
+            r = _fwd_fast(kind, q, k, v, causal, causal_alignment, window, softmax_scale, algorithm, deterministic,
+                          return_lse, out)
+            if r is not None:
+                return r
     user_stream, (dq, dk, dv), run_stream, alloc = _describe_inputs(q, (("q", q), ("k", k), ("v", v)), stream)
     if _needs_autograd((dq, dk, dv)):
         if out is not None:
@@ -190,8 +389,10 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
     keep = _set_options(args, dq, (batch, seqlen_q, heads_q, seqlen_k), alloc, run_stream, causal, causal_alignment,
                         window, block_mask, block_size, softmax_scale, algorithm, deterministic)
 
+    ws = _framework_workspace(args, _capi.flash_fwd_workspace_size, alloc)
     # ctypes drops the GIL for the call; the CPU backend runs threaded, GPU calls return at once.
     check(_capi.flash_fwd(ctypes.byref(args)))
+    del ws
     _last.algorithm_used = args.algorithm_used
     del keep  # GPU: mask memory came from a stream-ordered allocator on run_stream (see Allocator)
     return (out, lse) if return_lse else out
@@ -218,6 +419,13 @@ def attention_backward(q, k, v, o, do, lse, *, causal=False, causal_alignment="b
 
     Returns (dq, dk, dv), the same kind of arrays as q. Raises FlashError on any invalid argument.
     """
+    if block_mask is None and stream is None and _capi.flash_bwd is not None:
+        kind = _fast.KINDS.get(type(q))
+        if kind is not None:
+            r = _bwd_fast(kind, q, k, v, o, do, lse, causal, causal_alignment, window, softmax_scale, algorithm,
+                          deterministic, dq, dk, dv)
+            if r is not None:
+                return r
     user_stream, descs, run_stream, alloc = _describe_inputs(
         q, (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("lse", lse)), stream)
     d_q, d_k, d_v, d_o, d_do, d_lse = descs
@@ -252,9 +460,10 @@ def attention_backward(q, k, v, o, do, lse, *, causal=False, causal_alignment="b
     keep = _set_options(args, d_q, (batch, seqlen_q, heads_q, seqlen_k), alloc, run_stream, causal,
                         causal_alignment, window, block_mask, block_size, softmax_scale, algorithm, deterministic)
 
+    ws = _framework_workspace(args, _capi.flash_bwd_workspace_size, alloc)
     check(_capi.flash_bwd(ctypes.byref(args)))
     _last.algorithm_used = args.algorithm_used
-    del keep
+    del keep, ws
     return tuple(outs)
 
 

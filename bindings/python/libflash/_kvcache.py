@@ -4,9 +4,9 @@ import ctypes
 
 import numpy as np
 
-from . import _capi
+from . import _capi, _fast
 from ._arrays import Allocator, Desc, current_stream, describe, kind_of, stream_pointer, to_host
-from ._attention import _algorithm_id, _last, _output, _window, version
+from ._attention import _algorithm_id, _framework_workspace, _last, _output, _window, version
 from ._errors import c_float, c_int, check, error
 
 _INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
@@ -150,9 +150,152 @@ def _workspace(ws, q, user_stream):
 
 
 # ---- attention_with_kvcache --------------------------------------------------------------------------------------
+def _set_kv_options(args, softmax_scale, causal, window, num_splits, algorithm):
+    """The option fields of flash_kvcache_args, validated."""
+    if softmax_scale is not None:
+        softmax_scale = c_float(softmax_scale, "softmax_scale", _capi.FLASH_ERROR_INVALID_ARGUMENT)
+        if softmax_scale == 0.0:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is 0; the ABI reads 0 as 'the default "
+                        "1/sqrt(head_dim)'. Pass None for the default")
+        args.softmax_scale = softmax_scale
+    args.causal = 1 if causal else 0
+    args.window_left, args.window_right = _window(window)
+    args.num_splits = c_int(num_splits, "num_splits", _capi.FLASH_ERROR_INVALID_ARGUMENT)
+    args.algorithm = _algorithm_id(algorithm)
+
+
+_KV = _capi.flash_kvcache_args
+_PACK = _fast.TENSOR.pack_into
+_K_Q, _K_KC, _K_VC, _K_KN, _K_VN, _K_O, _K_LSE = (
+    getattr(_KV, n).offset for n in ("q", "k_cache", "v_cache", "k_new", "v_new", "o", "lse"))
+_K_STREAM, _K_WS = _KV.stream.offset, _KV.workspace.offset
+_KV_TEMPLATES = {}
+_I32_MIN, _I32_MAX = -2 ** 31, 2 ** 31 - 1
+
+
+def _kv_template(softmax_scale, causal, window, num_splits, algorithm):
+    key = (softmax_scale, causal, window, num_splits, algorithm)
+    try:
+        t = _KV_TEMPLATES.get(key)
+    except TypeError:
+        key, t = None, None
+    if t is None:
+        args = _KV()
+        check(_capi.flash_kvcache_args_init(ctypes.byref(args)))
+        _set_kv_options(args, softmax_scale, causal, window, num_splits, algorithm)
+        t = bytes(args)
+        if key is not None:
+            if len(_KV_TEMPLATES) >= 512:
+                _KV_TEMPLATES.clear()
+            _KV_TEMPLATES[key] = t
+    return t
+
+
+def _kvcache_fast(kind, q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, causal, window,
+                  softmax_scale, num_splits, return_lse, algorithm):
+    """attention_with_kvcache() for arrays of one fast kind with index arrays already int32 on q's device (or an int
+    cache_seqlens), results allocated here; None when the general path must take the call."""
+    kinds = _fast.KINDS
+    if kinds.get(type(k_cache)) is not kind or kinds.get(type(v_cache)) is not kind:
+        return None
+    appending = k is not None or v is not None
+    if appending and (kinds.get(type(k)) is not kind or kinds.get(type(v)) is not kind):
+        return None
+    if kind.needs_grad(q, k_cache, v_cache, k, v):
+        return None  # the general path refuses it
+    if appending and kind is _fast.NumpyKind and not (k_cache.flags.writeable and v_cache.flags.writeable):
+        return None
+    fq = kind.fields(q, 4)
+    fkc = kind.fields(k_cache, 4)
+    fvc = kind.fields(v_cache, 4)
+    if fq is None or fkc is None or fvc is None:
+        return None
+    fk = fv = None
+    if appending:
+        fk = kind.fields(k, 4)
+        fv = kind.fields(v, 4)
+        if fk is None or fv is None:
+            return None
+    batch, sn, hq, d = fq[5], fq[6], fq[7], fq[8]
+    code, dt, di = fq[1], fq[2], fq[3]
+    # Index arrays: int32 arrays of this kind on q's device with the shapes the library reads, or an int in range.
+    keep = None
+    if type(cache_seqlens) is int:
+        if not _I32_MIN <= cache_seqlens <= _I32_MAX:
+            return None
+        if dt == _fast.CPU:
+            keep = np.full((batch,), cache_seqlens, np.int32)
+            p_seqlens = _fast.np_ptr(keep)
+        else:  # a fill on the device, in stream order (no host-to-device copy, nothing to synchronise)
+            keep = kind.torch.full((batch,), cache_seqlens, dtype=kind.i32, device=q.device)
+            p_seqlens = keep.data_ptr()
+    else:
+        p_seqlens = kind.int32_ptr(cache_seqlens, (batch,), q)
+        if p_seqlens is None:
+            return None
+    p_batch_idx = None
+    if cache_batch_idx is not None:
+        p_batch_idx = kind.int32_ptr(cache_batch_idx, (batch,), q)
+        if p_batch_idx is None:
+            return None
+    p_table = None
+    table_key = None
+    if block_table is not None:
+        shape = tuple(getattr(block_table, "shape", ()))
+        if len(shape) != 2 or not 0 < shape[1] <= _I32_MAX:
+            return None
+        p_table = kind.int32_ptr(block_table, (batch, shape[1]), q)
+        if p_table is None:
+            return None
+        if shape[0] > 1:
+            row = block_table.strides[0] // 4 if kind is _fast.NumpyKind else block_table.stride(0)
+        else:
+            row = 0
+        table_key = shape
+    try:
+        tmpl = _kv_template(softmax_scale, causal, window, num_splits, algorithm)
+    except Exception:
+        return None
+    o = kind.empty(q, (batch, sn, hq, d))
+    op = kind.ptr(o)
+    args = _KV.from_buffer_copy(tmpl)
+    _PACK(args, _K_Q, *fq)
+    _PACK(args, _K_KC, *fkc)
+    _PACK(args, _K_VC, *fvc)
+    if appending:
+        _PACK(args, _K_KN, *fk)
+        _PACK(args, _K_VN, *fv)
+    _PACK(args, _K_O, op, code, dt, di, 4, batch, sn, hq, d, sn * hq * d, hq * d, d, 1)
+    lse = None
+    if return_lse:
+        lse = kind.empty_f32(q, (batch, hq, sn))
+        _PACK(args, _K_LSE, kind.ptr(lse), _fast.FP32, dt, di, 3, batch, hq, sn, 0, hq * sn, sn, 1, 0)
+    args.cache_seqlens = p_seqlens
+    if p_batch_idx is not None:
+        args.cache_batch_idx = p_batch_idx
+    if p_table is not None:
+        args.block_table = p_table
+        args.max_pages_per_seq = table_key[1]
+        args.block_table_stride = row
+    if dt == _fast.CUDA:
+        _fast.POINTER.pack_into(args, _K_STREAM, kind.raw_stream(di))
+        key = (tmpl, fq[1:9], fkc[5:9], fk[5:9] if appending else None, table_key, p_batch_idx is None)
+        status, ws = _fast.run_with_workspace(_capi.flash_fwd_kvcache, _capi.flash_fwd_kvcache_workspace_size, args,
+                                              _K_WS, key, kind, q, op)
+    else:
+        status = _capi.flash_fwd_kvcache(args)
+    if status:
+        check(status)
+    _last.algorithm_used = args.algorithm_used
+    _last.num_splits_used = args.num_splits_used
+    del keep
+    return (o, lse) if return_lse else o
+
+
 def _kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, causal, window,
                   softmax_scale, num_splits, return_lse, algorithm, out, stream, workspace):
-    """(flash_kvcache_args, out, lse, keepalive) for a call; raises what the binding or the library refuses."""
+    """(flash_kvcache_args, out, lse, keepalive, allocator) for a call; raises what the binding or the library
+    refuses."""
     _require(_capi.flash_fwd_kvcache, "flash_fwd_kvcache")
     if kind_of(q) is None:
         raise TypeError("libflash: q is a %s.%s; expected a numpy array, a torch tensor, or an array exposing "
@@ -216,23 +359,13 @@ def _kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_b
                                        _capi.FLASH_ERROR_BAD_SHAPE)
         args.block_table_stride = row_stride  # 0: the library's default, max_pages_per_seq
 
-    # Options.
-    if softmax_scale is not None:
-        softmax_scale = c_float(softmax_scale, "softmax_scale", _capi.FLASH_ERROR_INVALID_ARGUMENT)
-        if softmax_scale == 0.0:
-            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "softmax_scale is 0; the ABI reads 0 as 'the default "
-                        "1/sqrt(head_dim)'. Pass None for the default")
-        args.softmax_scale = softmax_scale
-    args.causal = 1 if causal else 0
-    args.window_left, args.window_right = _window(window)
-    args.num_splits = c_int(num_splits, "num_splits", _capi.FLASH_ERROR_INVALID_ARGUMENT)
-    args.algorithm = _algorithm_id(algorithm)
+    _set_kv_options(args, softmax_scale, causal, window, num_splits, algorithm)
     args.stream = run_stream or None
     if workspace is not None:
         ptr, nbytes, d = _workspace(workspace, dq, user_stream)
         keep.append(d)
         args.workspace, args.workspace_size = ptr or None, nbytes
-    return args, out, lse, keep
+    return args, out, lse, keep, alloc
 
 
 def attention_with_kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens, block_table=None,
@@ -277,9 +410,18 @@ def attention_with_kvcache(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens
     Not differentiable: torch inputs that require grad (in grad mode) are refused.
     Returns out, or (out, lse) when return_lse. Raises FlashError on any invalid argument.
     """
-    args, out, lse, keep = _kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx,
-                                         causal, window, softmax_scale, num_splits, return_lse, algorithm, out,
-                                         stream, workspace)
+    if out is None and stream is None and workspace is None and _capi.flash_fwd_kvcache is not None:
+        kind = _fast.KINDS.get(type(q))
+        if kind is not None:
+            r = _kvcache_fast(kind, q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, causal,
+                              window, softmax_scale, num_splits, return_lse, algorithm)
+            if r is not None:
+                return r
+    args, out, lse, keep, alloc = _kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens, block_table,
+                                                cache_batch_idx, causal, window, softmax_scale, num_splits, return_lse,
+                                                algorithm, out, stream, workspace)
+    if workspace is None:
+        keep.append(_framework_workspace(args, _capi.flash_fwd_kvcache_workspace_size, alloc))
     # ctypes drops the GIL for the call; the CPU backend runs threaded.
     check(_capi.flash_fwd_kvcache(ctypes.byref(args)))
     _last.algorithm_used = args.algorithm_used
@@ -293,7 +435,7 @@ def kvcache_workspace_size(q, k_cache, v_cache, *, k=None, v=None, cache_seqlens
                            return_lse=False, algorithm="auto"):
     """Bytes of workspace attention_with_kvcache would use for these arguments (0 when none is needed), from
     flash_fwd_kvcache_workspace_size. Nothing is written (the result array is allocated and dropped)."""
-    args, _, _, keep = _kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, causal,
+    args, _, _, keep, _ = _kvcache_args(q, k_cache, v_cache, k, v, cache_seqlens, block_table, cache_batch_idx, causal,
                                      window, softmax_scale, num_splits, return_lse, algorithm, None, None, None)
     n = ctypes.c_size_t(0)
     check(_capi.flash_fwd_kvcache_workspace_size(ctypes.byref(args), ctypes.byref(n)))
@@ -329,6 +471,56 @@ def _parts(x, name, ndim, user_stream):
     return [describe(p, "%s[%d]" % (name, i), user_stream) for i, p in enumerate(seq)]
 
 
+_COMBINE = _capi.flash_combine_args
+_C_O, _C_LSE, _C_STREAM = _COMBINE.o.offset, _COMBINE.lse.offset, _COMBINE.stream.offset
+_COMBINE_TEMPLATE = []
+
+
+def _combine_fast(kind, o_parts, lse_parts, return_lse):
+    """combine() for sequences of arrays of one fast kind, results allocated here; None for the general path."""
+    kinds = _fast.KINDS
+    n = len(o_parts)
+    fo, fl = [], []
+    for p, l in zip(o_parts, lse_parts):
+        if kinds.get(type(p)) is not kind or kinds.get(type(l)) is not kind:
+            return None
+        a, b = kind.fields(p, 4), kind.fields(l, 3)
+        if a is None or b is None:
+            return None
+        fo.append(a)
+        fl.append(b)
+    if kind.needs_grad(*o_parts, *lse_parts):
+        return None  # refused by the general path
+    if not _COMBINE_TEMPLATE:
+        args = _COMBINE()
+        check(_capi.flash_combine_args_init(ctypes.byref(args)))
+        _COMBINE_TEMPLATE.append(bytes(args))
+    o_arr = (_capi.flash_tensor * n)()
+    lse_arr = (_capi.flash_tensor * n)()
+    size = ctypes.sizeof(_capi.flash_tensor)
+    for i in range(n):
+        _PACK(o_arr, i * size, *fo[i])
+        _PACK(lse_arr, i * size, *fl[i])
+    f0 = fo[0]
+    code, dt, di = f0[1], f0[2], f0[3]
+    b, s, h, d = f0[5], f0[6], f0[7], f0[8]
+    like = o_parts[0]
+    out = kind.empty(like, (b, s, h, d))
+    args = _COMBINE.from_buffer_copy(_COMBINE_TEMPLATE[0])
+    args.num_parts = n
+    args.o_parts = ctypes.cast(o_arr, ctypes.POINTER(_capi.flash_tensor))
+    args.lse_parts = ctypes.cast(lse_arr, ctypes.POINTER(_capi.flash_tensor))
+    _PACK(args, _C_O, kind.ptr(out), code, dt, di, 4, b, s, h, d, s * h * d, h * d, d, 1)
+    lse = None
+    if return_lse:
+        lse = kind.empty_f32(like, (b, h, s))
+        _PACK(args, _C_LSE, kind.ptr(lse), _fast.FP32, dt, di, 3, b, h, s, 0, h * s, s, 1, 0)
+    if dt == _fast.CUDA:
+        _fast.POINTER.pack_into(args, _C_STREAM, kind.raw_stream(di))
+    check(_capi.flash_combine(args))
+    return (out, lse) if return_lse else out
+
+
 def combine(o_parts, lse_parts, *, out=None, return_lse=False, stream=None):
     """Merges partial attention results of the same queries over disjoint sets of keys into the result over all of
     them (flash_combine; the merge of split-KV attention):
@@ -348,6 +540,13 @@ def combine(o_parts, lse_parts, *, out=None, return_lse=False, stream=None):
 
     Returns out, or (out, lse) when return_lse. Raises FlashError on any invalid argument.
     """
+    if out is None and stream is None and _capi.flash_combine is not None and type(o_parts) in (list, tuple) \
+            and type(lse_parts) in (list, tuple) and o_parts and len(o_parts) == len(lse_parts):
+        kind = _fast.KINDS.get(type(o_parts[0]))
+        if kind is not None:
+            r = _combine_fast(kind, o_parts, lse_parts, return_lse)
+            if r is not None:
+                return r
     _require(_capi.flash_combine, "flash_combine")
     user_stream = stream_pointer(stream)
     o_descs = _parts(o_parts, "o_parts", 4, user_stream)

@@ -15,19 +15,51 @@ of the packed tensor and return its gradient as one tensor of its shape.
 
 Not available (raise NotImplementedError): dropout_p > 0, softcap != 0, alibi_slopes, return_attn_probs.
 
+torch.compile and CUDA graphs (PyTorch >= 2.4): the calls are also torch.library custom ops, torch.ops.libflash.fwd,
+.bwd and .fwd_kvcache, with fake (meta) implementations and autograd registered, so torch.compile(fullgraph=True)
+traces flash_attn_func / flash_attn_*packed_func / flash_attn_with_kvcache without a graph break, and CUDA-graph
+capture records them (no host synchronisation; every output and workspace from torch's allocator, on the current
+stream). Which path a call takes (custom_op_mode, or the LIBFLASH_TORCH_CUSTOM_OP environment variable):
+  "auto" (default): the custom op while torch.compile/export traces, under a dispatch mode (FakeTensorMode, make_fx,
+      ...) or for tensor subclasses; otherwise the direct path (an autograd.Function, or no autograd at all when no
+      gradient is needed), whose host cost is lower. Both paths run the same library calls: results are bitwise equal.
+  "always": the custom op for every call.   "never": never the custom op (torch.compile then graph-breaks here).
+With an older PyTorch (no torch.library.custom_op) only the direct path exists: custom_op_available() is False.
+libflash.attention() itself is not traced by torch.compile (it graph-breaks); call these functions inside compiled
+code.
+
+SDPA (PyTorch >= 2.11): importing this module registers libflash as a flash-attention implementation of
+torch.nn.functional.scaled_dot_product_attention; torch.nn.attention.activate_flash_attention_impl("libflash")
+switches the flash backend's CUDA kernels to libflash (see libflash/_sdpa.py; shapes libflash does not take run the
+built-in kernel).
+
 flash_attn_with_kvcache (inference: decode and chunked prefill over a contiguous or paged KV cache, appending
 the new keys and values in place) has FlashAttention-2's signature too; it has no backward (torch inputs that
 require grad, in grad mode, are refused). Not available there (raise NotImplementedError): rotary_cos/rotary_sin,
 cache_leftpad, softcap != 0, alibi_slopes.
 """
 
+import os
+import types
+from typing import Optional, Tuple
+
 import torch  # the real PyTorch: absolute import
 
-from ._attention import attention, attention_backward
-from ._kvcache import attention_with_kvcache
+from . import _capi, _fast
+from ._attention import _attention_nograd, attention, attention_backward
+from ._errors import error
+from ._kvcache import _host_int32, attention_with_kvcache
+
+_fast.register_torch(torch)  # torch tensors take the fast path from the first call
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_with_kvcache",
-           "attention", "attention_backward", "FlashAttnFunction"]
+           "attention", "attention_backward", "FlashAttnFunction", "custom_op_available", "custom_op_mode",
+           "sdpa_impl_available", "SDPA_IMPL_NAME"]
+
+CUSTOM_OP_MODES = ("auto", "always", "never")
+custom_op_mode = os.environ.get("LIBFLASH_TORCH_CUSTOM_OP", "auto").strip().lower()
+if custom_op_mode not in CUSTOM_OP_MODES:
+    custom_op_mode = "auto"
 
 
 def _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs):
@@ -139,10 +171,17 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """out [batch, seqlen_q, heads_q, head_dim] = softmax(softmax_scale * q k^T + mask) v (FlashAttention-2).
     Differentiable in q, k, v; deterministic=True makes the backward bitwise reproducible."""
-    _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
+    if dropout_p or softcap or alibi_slopes is not None or return_attn_probs:
+        _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
     _check_tensors(q, k, v)
-    o, _ = FlashAttnFunction.apply(q, k, v, _opts(softmax_scale, causal, window_size, deterministic))
-    return o
+    if _use_custom_op(q, k, v):
+        return _op_fwd(q, k, v, softmax_scale, causal, window_size, deterministic)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        o, _ = FlashAttnFunction.apply(q, k, v, _opts(softmax_scale, causal, window_size, deterministic))
+        return o
+    # No gradient wanted: the forward alone, without the log-sum-exp autograd would keep.
+    return attention(q, k, v, causal=causal, window=_window(window_size), softmax_scale=softmax_scale,
+                     deterministic=deterministic)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -150,6 +189,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     """kv: [batch, seqlen_k, 2, heads_kv, head_dim] (read in place through strided views)."""
     _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
     _check_tensors(q, kv)
+    if _use_custom_op(q, kv):
+        return _op_fwd(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, window_size, deterministic)
     o, _ = _PackedFunction.apply(q, kv, _opts(softmax_scale, causal, window_size, deterministic))
     return o
 
@@ -159,6 +200,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
     """qkv: [batch, seqlen, 3, heads, head_dim] (read in place through strided views)."""
     _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
     _check_tensors(qkv)
+    if _use_custom_op(qkv):
+        return _op_fwd(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, window_size, deterministic)
     o, _ = _PackedFunction.apply(None, qkv, _opts(softmax_scale, causal, window_size, deterministic))
     return o
 
@@ -203,7 +246,155 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError("libflash: cache_seqlens is required when k and v are given (where to append them)")
         # flash-attn: every sequence attends to the whole cache.
         cache_seqlens = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+    if _use_custom_op(q, k_cache, v_cache, *[t for t in (k, v) if t is not None]):
+        return _op_fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
+                               causal, window_size, num_splits, return_softmax_lse)
     # An int is broadcast to an int32 [batch] array on q's device (range-checked, as flash-attn's torch.full).
     return attention_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens, block_table=block_table,
                                   cache_batch_idx=cache_batch_idx, causal=causal, window=_window(window_size),
                                   softmax_scale=softmax_scale, num_splits=num_splits, return_lse=return_softmax_lse)
+
+
+# ---- Custom ops (torch.compile, export, CUDA graphs), PyTorch >= 2.4 ---------------------------------------------------
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+if _is_compiling is None:
+    _dynamo = getattr(torch, "_dynamo", None)
+    _is_compiling = getattr(_dynamo, "is_compiling", None) or (lambda: False)
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", None) or (lambda: 0)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+_OPS = None  # namespace with fwd, bwd, fwd_kvcache once defined
+custom_op_error = None  # why the custom ops are unavailable, when they are
+
+
+def custom_op_available():
+    """Whether the torch.library custom ops (torch.ops.libflash.fwd, .bwd, .fwd_kvcache) are defined: PyTorch >= 2.4."""
+    return _OPS is not None
+
+
+def _use_custom_op(*ts):
+    """Whether a call goes through the custom op (see the module docstring): tracing by torch.compile / export, a
+    dispatch mode, or a tensor subclass; or custom_op_mode "always"."""
+    if _OPS is None or custom_op_mode == "never":
+        return False
+    if custom_op_mode == "always" or _is_compiling():
+        return True
+    if _dispatch_modes():
+        return True
+    for t in ts:
+        if type(t) not in _PLAIN_TENSORS:
+            return True
+    return False
+
+
+def _scale(softmax_scale):
+    return None if softmax_scale is None else float(softmax_scale)
+
+
+def _op_fwd(q, k, v, softmax_scale, causal, window_size, deterministic):
+    left, right = _window(window_size)
+    return _OPS.fwd(q, k, v, _scale(softmax_scale), bool(causal), left, right, bool(deterministic))[0]
+
+
+def _op_fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale, causal,
+                    window_size, num_splits, return_lse):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k_cache, v_cache, k, v)):
+        raise RuntimeError("libflash: attention_with_kvcache has no backward, but an input requires grad; run it under "
+                           "torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+    if isinstance(cache_seqlens, int):  # one length for every sequence: a fill on q's device (no host copy)
+        if not -2 ** 31 <= cache_seqlens < 2 ** 31:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "cache_seqlens holds %d, which does not fit int32"
+                        % cache_seqlens)
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif not isinstance(cache_seqlens, torch.Tensor):  # host data (a list, numpy): checked, copied to q's device
+        cache_seqlens = torch.from_numpy(_host_int32(cache_seqlens, "cache_seqlens")).to(q.device)
+    left, right = _window(window_size)
+    o, lse = _OPS.fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
+                              _scale(softmax_scale), bool(causal), left, right, int(num_splits))
+    return (o, lse) if return_lse else o
+
+
+def _fake_4d(name, *ts):
+    for t in ts:
+        if t.dim() != 4:
+            raise error(_capi.FLASH_ERROR_BAD_SHAPE, "%s must be 4-d [batch, seqlen, heads, head_dim] (got %d "
+                        "dimensions)" % (name, t.dim()))
+
+
+def _define_custom_ops():
+    Tensor = torch.Tensor
+
+    @torch.library.custom_op("libflash::fwd", mutates_args=())
+    def fwd(q: Tensor, k: Tensor, v: Tensor, softmax_scale: Optional[float], causal: bool, window_left: int,
+            window_right: int, deterministic: bool) -> Tuple[Tensor, Tensor]:
+        """(O, LSE) of libflash.attention(q, k, v, return_lse=True, ...), bottom-right aligned masks."""
+        return _attention_nograd(q, k, v, causal, (window_left, window_right), softmax_scale, deterministic, True)
+
+    @fwd.register_fake
+    def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, deterministic):
+        _fake_4d("q, k and v", q, k, v)
+        b, sq, hq, d = q.shape
+        return q.new_empty((b, sq, hq, d)), q.new_empty((b, hq, sq), dtype=torch.float32)
+
+    @torch.library.custom_op("libflash::bwd", mutates_args=())
+    def bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, softmax_scale: Optional[float],
+            causal: bool, window_left: int, window_right: int, deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        """(dQ, dK, dV) of libflash.attention_backward for the forward's options."""
+        return attention_backward(q, k, v, o, do, lse, causal=causal, window=(window_left, window_right),
+                                  softmax_scale=softmax_scale, deterministic=deterministic)
+
+    @bwd.register_fake
+    def _bwd_fake(do, q, k, v, o, lse, softmax_scale, causal, window_left, window_right, deterministic):
+        _fake_4d("q, k and v", q, k, v)
+        return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
+
+    def _setup(ctx, inputs, output):
+        q, k, v, softmax_scale, causal, window_left, window_right, deterministic = inputs
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.opts = (softmax_scale, causal, window_left, window_right, deterministic)
+
+    def _backward(ctx, do, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = torch.ops.libflash.bwd.default(_grad_out(do), q, k, v, o, lse, *ctx.opts)
+        return dq, dk, dv, None, None, None, None, None
+
+    fwd.register_autograd(_backward, setup_context=_setup)
+
+    @torch.library.custom_op("libflash::fwd_kvcache", mutates_args=("k_cache", "v_cache"))
+    def fwd_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
+                    cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
+                    softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                    num_splits: int) -> Tuple[Tensor, Tensor]:
+        """(O, LSE) of libflash.attention_with_kvcache; k and v (when given) are appended to the caches in place."""
+        return attention_with_kvcache(q, k_cache, v_cache, k=k, v=v, cache_seqlens=cache_seqlens,
+                                      cache_batch_idx=cache_batch_idx, block_table=block_table, causal=causal,
+                                      window=(window_left, window_right), softmax_scale=softmax_scale,
+                                      num_splits=num_splits, return_lse=True)
+
+    @fwd_kvcache.register_fake
+    def _kvcache_fake(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale, causal,
+                      window_left, window_right, num_splits):
+        _fake_4d("q", q)
+        b, sn, hq, d = q.shape
+        return q.new_empty((b, sn, hq, d)), q.new_empty((b, hq, sn), dtype=torch.float32)
+
+    ops = torch.ops.libflash  # called as OpOverloads (what traced graphs hold); the definitions stay referenced
+    return types.SimpleNamespace(fwd=ops.fwd.default, bwd=ops.bwd.default, fwd_kvcache=ops.fwd_kvcache.default,
+                                 definitions=(fwd, bwd, fwd_kvcache))
+
+
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    try:
+        _OPS = _define_custom_ops()
+    except Exception as e:  # e.g. the ops already defined by another copy of this module: the direct path only
+        custom_op_error = "%s: %s" % (type(e).__name__, e)
+else:
+    custom_op_error = "torch %s has no torch.library.custom_op (PyTorch >= 2.4)" % torch.__version__
+
+# ---- SDPA implementation (PyTorch >= 2.11) ------------------------------------------------------------------------------
+from ._sdpa import IMPL_NAME as SDPA_IMPL_NAME  # noqa: E402
+from ._sdpa import available as sdpa_impl_available  # noqa: E402
+from ._sdpa import register as _register_sdpa  # noqa: E402
+
+_register_sdpa()  # registers the name only; torch.nn.attention.activate_flash_attention_impl("libflash") activates it

@@ -24,7 +24,6 @@
 
 #include "bench.hpp"
 #include "device.hpp"
-#include "numeric.hpp"
 
 #ifndef FA_BENCH_GIT_REVISION
 #define FA_BENCH_GIT_REVISION ""

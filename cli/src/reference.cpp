@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "numeric.hpp"
 
 namespace fabench {
 namespace {

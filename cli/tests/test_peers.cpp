@@ -86,7 +86,7 @@ TEST(Peers, OptionalFieldsOverrideTheDefaults) {
 
 TEST(Peers, RejectsWhatIsNotAPeersFile) {
   EXPECT_FALSE(looks_like_peers(read("h100-run1.json")));  // a fa-bench result document
-  EXPECT_FALSE(looks_like_peers(read("unrelated.json")));
+  EXPECT_FALSE(looks_like_peers(json::parse(R"({"not": "an fa-bench file"})")));
   EXPECT_TRUE(looks_like_peers(read("peers.json")));
   auto broken = [](auto edit) {
     json d = read("peers.json");

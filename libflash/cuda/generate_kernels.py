@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the kernel instantiation files of libflash's CUDA kernel families, as FlashAttention-2's
 generate_kernels.py does: one template instantiation per .cu file, so the build compiles them in parallel,
-and per family a kernels.cmake listing those files for the family's CMakeLists.txt. The files are
-committed; rerun after changing a table:
+and one kernels.cmake (libflash/cuda/kernels.cmake) listing every family's files in FLASH_<NAME>_KERNELS for
+the families' CMakeLists.txt. The files are committed; rerun after changing a table:
 
     python3 libflash/cuda/generate_kernels.py           # (re)write every family's files
     python3 libflash/cuda/generate_kernels.py --check   # exit 1 if a committed file differs, is missing or extra
@@ -29,7 +29,7 @@ DTYPES = ("fp16", "bf16")
 @dataclass
 class Family:
     name: str  # the CMake variable kernels.cmake sets: FLASH_<NAME>_KERNELS
-    dir: str  # relative to libflash/cuda; the .cu files and kernels.cmake go here
+    dir: str  # relative to libflash/cuda; the family's .cu files go here
     include: object  # the header (relative to dir) that defines the instantiation macro, or a list of headers
     file: str  # file name, a format string over a row's fields and {dtype}
     line: str  # the instantiation, a format string over a row's fields and {DTYPE}
@@ -157,17 +157,23 @@ def family_files(f):
             text += f.line.format(**fields) + "\n"
             out[f"{f.dir}/{name}"] = text
             names.append(name)
-    cmake = [MARK.replace("//", "#", 1), f"set(FLASH_{f.name}_KERNELS"]
-    cmake += [f"  ${{CMAKE_CURRENT_LIST_DIR}}/{n}" for n in names]
-    cmake += [")"]
-    out[f"{f.dir}/kernels.cmake"] = "\n".join(cmake) + "\n"
     return out
 
 
+def cmake_file():
+    """kernels.cmake: every family's instantiation files, one list a family (paths from libflash/cuda)."""
+    lines = [MARK.replace("//", "#", 1)]
+    for f in FAMILIES:
+        lines.append(f"set(FLASH_{f.name}_KERNELS")
+        lines += [f"  ${{CMAKE_CURRENT_LIST_DIR}}/{name}" for name in family_files(f)]
+        lines.append(")")
+    return {"kernels.cmake": "\n".join(lines) + "\n"}
+
+
 def committed(f):
-    """The .cu files and kernels.cmake now in the family's directory: every .cu file there must be generated."""
+    """The .cu files now in the family's directory: every .cu file there must be generated."""
     return {f"{f.dir}/{p.name}" for p in (HERE / f.dir).glob("*")
-            if p.is_file() and (p.suffix == ".cu" or p.name == "kernels.cmake") and p.name not in f.hand_written}
+            if p.is_file() and p.suffix == ".cu" and p.name not in f.hand_written}
 
 
 def is_generated(p):
@@ -180,7 +186,7 @@ def main():
     args = ap.parse_args()
     bad = []
     for f in FAMILIES + [None]:
-        want = family_files(f) if f else script_files()
+        want = family_files(f) if f else {**cmake_file(), **script_files()}
         have = committed(f) if f else set(want)
         for rel, text in want.items():
             p = HERE / rel

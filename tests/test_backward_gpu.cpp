@@ -74,6 +74,11 @@ int32_t run_bwd_cuda(BwdCase& bc, int32_t algorithm, uint32_t flags = 0, int32_t
     dm.kv_indices = static_cast<const int32_t*>(idx);
     args.block_mask = &dm;
   }
+  // The uploads above ran on the legacy default stream: a pageable cudaMemcpy may return before its last DMA lands
+  // and cudaMemset is asynchronous, and a non-blocking stream does not wait for either. Without this the call
+  // can read a partly copied input (seen on the H200 under load: the backward's D = rowsum(dO o O) from a dO
+  // whose last rows had not arrived, so dq and dk were wrong and dv right).
+  cudaDeviceSynchronize();
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   args.stream = stream;

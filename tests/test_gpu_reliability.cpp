@@ -260,6 +260,7 @@ TEST_P(GpuReliability, CudaGraphReplayMatchesEager) {
     Problem p(2, 1000, 1500, 8, 2, variant ? 128 : 64, base_seed() ^ (0x9a9b + variant));
     p.causal = variant == 0;
     if (variant == 1) p.add_block_mask(base_seed() + 3);
+    CUDA_OK(cudaDeviceSynchronize());  // the Problem's uploads (legacy stream) landed before a non-blocking stream reads
     cudaStream_t stream;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     flash_fwd_args fq = p.fwd_args(algorithm, stream);

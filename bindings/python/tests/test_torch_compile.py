@@ -5,6 +5,8 @@ functions) without a graph break, and CUDA-graph capture records them.
   - everywhere: the module imports and falls back (custom_op_available() False, the direct path) on an older torch;
   - torch >= 2.4 (CPU is enough): torch.library.opcheck of each op; the custom-op path bitwise equal to the direct
     path (forward and gradients); torch.compile(fullgraph=True) equal to eager (aot_eager on the CPU);
+  - the same for packed variable-length batches (torch.ops.libflash.varlen_fwd / varlen_bwd, flash_attn_varlen_func
+    and its packed variants), with a CUDA-graph replay on a GPU;
   - torch >= 2.4 with a CUDA GPU and a CUDA libflash: the same on the GPU with Inductor, gradients against float64 SDPA
     within the usual bound, CUDA-graph capture (direct and custom-op paths, forward + backward through
     make_graphed_callables, a KV-cache decode step) replayed bitwise equal to eager, and compile mode="reduce-overhead".
@@ -13,6 +15,7 @@ Skipped cleanly where the torch or the GPU is missing (this CI: torch 1.13 on a 
 The second half of the file: libflash as PyTorch's SDPA flash-attention implementation (PyTorch >= 2.11; see
 the comment there)."""
 
+import itertools
 import math
 import os
 
@@ -329,6 +332,124 @@ def test_env_mode_is_read_at_import():
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "auto", r.stderr
 
+
+
+# ---- Packed variable-length batches: torch.ops.libflash.varlen_fwd / varlen_bwd ----------------------------------
+def varlen_inputs(device, lens_q=(5, 0, 33, 1, 20), lens_k=(7, 3, 33, 0, 41), hq=4, hkv=2, d=64, seed=0,
+                  requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device=device)
+    mk = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype_for(device))  # noqa: E731
+    q, k, v = mk(int(cu_q[-1]), hq, d), mk(int(cu_k[-1]), hkv, d), mk(int(cu_k[-1]), hkv, d)
+    return tuple(t.requires_grad_(requires_grad) for t in (q, k, v)), cu_q, cu_k, max(lens_q), max(lens_k)
+
+
+def varlen_or_skip(fn, *a, **kw):
+    """fn's result, or a skip while the library refuses varlen on the GPU (issue 72)."""
+    try:
+        return fn(*a, **kw)
+    except libflash.FlashError as e:
+        if e.status == libflash.capi.FLASH_ERROR_UNSUPPORTED and "varlen" in e.message:
+            pytest.skip("this libflash refuses varlen on the GPU: %s" % e.message)
+        raise
+
+
+@needs_ops
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_varlen(device):
+    (q, k, v), cu_q, cu_k, mq, mk = varlen_inputs(device, requires_grad=True)
+    used = (cu_k[1:] - cu_k[:-1]).clamp(max=6).to(torch.int32)
+    varlen_or_skip(torch.ops.libflash.varlen_fwd, q.detach(), k.detach(), v.detach(), cu_q, cu_k, None, mq, mk, None,
+                   True, -1, -1, False)
+    torch.library.opcheck(torch.ops.libflash.varlen_fwd.default,
+                          (q, k, v, cu_q, cu_k, None, mq, mk, None, True, -1, -1, False))
+    torch.library.opcheck(torch.ops.libflash.varlen_fwd.default,
+                          (q, k, v, cu_q, cu_k, used, mq, 6, 0.3, False, 4, 2, True))
+    with torch.no_grad():
+        o, lse = torch.ops.libflash.varlen_fwd(q, k, v, cu_q, cu_k, None, mq, mk, None, True, -1, -1, False)
+    torch.library.opcheck(torch.ops.libflash.varlen_bwd.default,
+                          (torch.randn_like(o), q.detach(), k.detach(), v.detach(), o, lse, cu_q, cu_k, None, mq, mk,
+                           None, True, -1, -1, True))
+
+
+@needs_ops
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("packed", [None, "kv", "qkv"])
+def test_varlen_custom_op_path_bitwise_equals_direct_path(device, packed):
+    def run(m):
+        (q, k, v), cu_q, cu_k, mq, mk = varlen_inputs(device, requires_grad=True, lens_k=(5, 0, 33, 1, 20), hkv=4)
+        with mode(m):
+            if packed == "qkv":
+                qkv_ = torch.stack((q, k, v), dim=1).detach().requires_grad_(True)
+                o = varlen_or_skip(lt.flash_attn_varlen_qkvpacked_func, qkv_, cu_q, mq, causal=True,
+                                   deterministic=True)
+                leaves = (qkv_,)
+            elif packed == "kv":
+                kv = torch.stack((k, v), dim=1).detach().requires_grad_(True)
+                o = varlen_or_skip(lt.flash_attn_varlen_kvpacked_func, q, kv, cu_q, cu_q, mq, mq, causal=True,
+                                   deterministic=True)
+                leaves = (q, kv)
+            else:
+                o = varlen_or_skip(lt.flash_attn_varlen_func, q, k, v, cu_q, cu_k, mq, mk, causal=True,
+                                   window_size=(16, 0), deterministic=True)
+                leaves = (q, k, v)
+        o.backward(torch.ones_like(o))
+        return [o.detach()] + [x.grad for x in leaves]
+
+    for a, b in zip(run("never"), run("always")):
+        bitwise(a, b)
+
+
+@needs_ops
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_varlen_fullgraph_equals_eager(device):
+    def f(q, k, v, cu_q, cu_k):
+        o = lt.flash_attn_varlen_func(q * 2, k, v, cu_q, cu_k, 33, 41, causal=True, deterministic=True)
+        return o * 3
+
+    cf = _compile(f, device)
+    (q, k, v), cu_q, cu_k, _, _ = varlen_inputs(device, requires_grad=True)
+    q2, k2, v2 = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    want = varlen_or_skip(f, q, k, v, cu_q, cu_k)
+    got = cf(q2, k2, v2, cu_q, cu_k)
+    bitwise(got, want)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got.backward(g)
+    for a, b in zip((q2, k2, v2), (q, k, v)):
+        bitwise(a.grad, b.grad)
+    explain = torch._dynamo.explain(f)(q, k, v, cu_q, cu_k)
+    assert explain.graph_break_count == 0 and explain.graph_count == 1
+
+
+@needs_ops
+@pytest.mark.skipif(not HAS_GPU, reason="no CUDA device for torch, or a CPU-only libflash")
+@pytest.mark.parametrize("m", ["never", "always"])
+def test_cuda_graph_varlen_forward_backward_replay_bitwise(m):
+    """Offsets on the device and max_seqlen given: nothing synchronises, so capture records the whole call."""
+    (q0, k0, v0), cu_q, cu_k, mq, mk = varlen_inputs("cuda")
+    varlen_or_skip(lt.flash_attn_varlen_func, q0, k0, v0, cu_q, cu_k, mq, mk)
+
+    class Attn(torch.nn.Module):
+        def forward(self, q, k, v):
+            with mode(m):
+                return lt.flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=True, deterministic=True)
+
+    sample = tuple(t.detach().clone().requires_grad_(True) for t in (q0, k0, v0))
+    graphed = torch.cuda.make_graphed_callables(Attn(), sample)
+    for seed in (4, 5):
+        (a_q, a_k, a_v), _, _, _, _ = varlen_inputs("cuda", seed=seed, requires_grad=True)
+        a = (a_q, a_k, a_v)
+        b = tuple(t.detach().clone().requires_grad_(True) for t in a)
+        o1 = graphed(*a)
+        o2 = Attn()(*b)
+        do = torch.randn_like(o2)
+        o1.backward(do)
+        o2.backward(do)
+        bitwise(o1, o2)
+        for x, y in zip(a, b):
+            bitwise(x.grad, y.grad)
 
 # ==== libflash as PyTorch's SDPA flash-attention implementation (was test_torch_sdpa.py) ====================
 # libflash as PyTorch's SDPA flash-attention implementation (PyTorch >= 2.11, libflash/_sdpa.py):

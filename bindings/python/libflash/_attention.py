@@ -4,9 +4,9 @@ import ctypes
 import threading
 from collections import namedtuple
 
-from . import _capi, _fast, _mask
 import numpy as np
 
+from . import _capi, _fast, _mask
 from ._arrays import Allocator, current_stream, describe, host_int32, kind_of, stream_pointer, to_host
 from ._errors import FlashError, c_float, c_int, check, error
 
@@ -181,8 +181,8 @@ def _varlen_array(x, name, q, user_stream):
         if d.is_cuda:
             if not q.is_cuda or d.device_id != q.device_id:
                 where = "cuda:%d" % q.device_id if q.is_cuda else "the CPU"
-                raise error(_capi.FLASH_ERROR_DEVICE_MISMATCH, "%s is on cuda:%d but q is on %s; the varlen arrays live "
-                            "on q's device" % (name, d.device_id, where))
+                raise error(_capi.FLASH_ERROR_DEVICE_MISMATCH, "%s is on cuda:%d but q is on %s; the varlen arrays "
+                            "live on q's device" % (name, d.device_id, where))
             if d.dtype != "int32":
                 raise error(_capi.FLASH_ERROR_UNSUPPORTED_DTYPE, "%s is a GPU array of dtype %s; GPU varlen arrays "
                             "must be int32 (convert it, e.g. .to(torch.int32), .astype(cupy.int32))" % (name, d.dtype))
@@ -290,8 +290,8 @@ def _check_varlen_host(r, total_q, total_k):
                             % (i, hs[i], i, slot[i], i + 1, i, slot[i]))
             longest_k = int(hs.max())
     if longest_q is not None and r.max_seqlen_q < longest_q:
-        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "max_seqlen_q is %d but a sequence has %d queries (cu_seqlens_q)"
-                    % (r.max_seqlen_q, longest_q))
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "max_seqlen_q is %d but a sequence has %d queries "
+                    "(cu_seqlens_q)" % (r.max_seqlen_q, longest_q))
     if longest_k is not None and r.max_seqlen_k < longest_k:
         raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "max_seqlen_k is %d but a sequence has %d keys (%s)"
                     % (r.max_seqlen_k, longest_k, "seqused_k" if "seqused_k" in r.arrays else "cu_seqlens_k"))
@@ -317,7 +317,8 @@ def _varlen_apply(args, r, q, k, alloc, user_stream):
 
 
 def _varlen_resolved(vl, q, user_stream):
-    """vl with max_seqlen_q and max_seqlen_k filled in (for autograd: the backward then needs no device-to-host copy)."""
+    """vl with max_seqlen_q and max_seqlen_k filled in (for autograd: the backward then needs no device-to-host
+    copy)."""
     if vl["max_seqlen_q"] is not None and vl["max_seqlen_k"] is not None:
         return vl
     r = _varlen_prepare(vl, q, user_stream)

@@ -26,7 +26,8 @@ torch.compile and CUDA graphs (PyTorch >= 2.4): the calls are also torch.library
 torch.compile(fullgraph=True) traces flash_attn_func / flash_attn_*packed_func / flash_attn_varlen_*func /
 flash_attn_with_kvcache without a graph break, and CUDA-graph capture records them (no host synchronisation; every
 output and workspace from torch's allocator, on the current stream; the varlen functions need their max_seqlen
-arguments for this, and their offsets as int32 tensors on q's device). Which path a call takes (custom_op_mode, or the LIBFLASH_TORCH_CUSTOM_OP environment variable):
+arguments for this, and their offsets as int32 tensors on q's device). Which path a call takes (custom_op_mode, or
+the LIBFLASH_TORCH_CUSTOM_OP environment variable):
   "auto" (default): the custom op while torch.compile/export traces, under a dispatch mode (FakeTensorMode, make_fx,
       ...) or for tensor subclasses; otherwise the direct path (an autograd.Function, or no autograd at all when no
       gradient is needed), whose host cost is lower. Both paths run the same library calls: results are bitwise equal.
@@ -227,8 +228,9 @@ def _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax
 
 def _check_block_table(block_table):
     if block_table is not None:
-        raise NotImplementedError("libflash: block_table (a paged KV cache) is not supported in flash_attn_varlen_func; "
-                                  "use flash_attn_with_kvcache for paged caches, and pass block_table=None")
+        raise NotImplementedError("libflash: block_table (a paged KV cache) is not supported in "
+                                  "flash_attn_varlen_func; use flash_attn_with_kvcache for paged caches, and pass "
+                                  "block_table=None")
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -408,8 +410,8 @@ def _op_fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, b
 
 
 def _offsets_tensor(x, name, q):
-    """A varlen array as an int32 tensor for the custom ops: tensors as they are (the op checks them), host data (a list,
-    numpy) range-checked and copied to q's device."""
+    """A varlen array as an int32 tensor for the custom ops: tensors as they are (the op checks them), host data (a
+    list, numpy) range-checked and copied to q's device."""
     if isinstance(x, torch.Tensor):
         return x
     return torch.from_numpy(_host_int32(x, name)).to(q.device)

@@ -6,10 +6,11 @@
     dq, dk, dv = libflash.attention_backward(q, k, v, o, do, lse)   # gradients given dO
     o = libflash.attention_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=lens)  # decode
     o, lse = libflash.combine([o1, o2], [lse1, lse2], return_lse=True)  # merge split-KV partials
+    o = libflash.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)   # packed variable-length batch
     libflash.devices(), libflash.version()
 
 FlashAttention-2 drop-in for PyTorch, with autograd: ``from libflash.torch import flash_attn_func`` (and
-``flash_attn_with_kvcache``).
+``flash_attn_varlen_func``, ``flash_attn_with_kvcache``).
 The shared library is found through LIBFLASH_PATH, a copy in libflash/lib/, or the system loader.
 """
 
@@ -20,7 +21,7 @@ from ._errors import FlashError
 from ._kvcache import attention_with_kvcache, combine, kvcache_workspace_size, last_num_splits_used
 from ._mask import BlockMask
 
-__version__ = "1.2.0"  # of this binding; version() is the loaded library's
+__version__ = "1.3.0"  # of this binding; version() is the loaded library's
 
 __all__ = [
     "attention", "attention_backward", "attention_with_kvcache", "combine", "kvcache_workspace_size",

@@ -24,6 +24,8 @@ _DL_CUDA = 2
 _DL_CUDA_HOST = 3
 _DL_CUDA_MANAGED = 13
 
+_I32_MIN, _I32_MAX = -2 ** 31, 2 ** 31 - 1
+
 _FLASH_DTYPES = {"float32": _capi.FLASH_DTYPE_FP32, "float16": _capi.FLASH_DTYPE_FP16, "bfloat16": _capi.FLASH_DTYPE_BF16}
 
 
@@ -343,6 +345,31 @@ class Allocator:
         raise TypeError("libflash: cannot allocate the result for a %s.%s input on the GPU; pass out= (and use "
                         "return_lse=False) or use torch/cupy arrays" % (_module(d.obj), type(d.obj).__name__))
 
+    def full(self, shape, dtype, value):
+        """empty() filled with `value` (in the stream order of the call, like empty())."""
+        d = self.like
+        if d.kind == "torch":
+            import torch
+
+            tdt = d.obj.dtype if dtype == "like" else torch.float32
+            with self._torch_ctx():
+                return torch.full(shape, value, dtype=tdt, device=d.obj.device)
+        if d.kind == "cupy":
+            import cupy
+
+            cdt = d.obj.dtype if dtype == "like" else cupy.float32
+            with cupy.cuda.Device(d.device_id), _cupy_stream(self.stream):
+                return cupy.full(shape, value, dtype=cdt)
+        if d.kind == "numba":
+            from numba import cuda
+
+            ndt = d.obj.dtype if dtype == "like" else np.float32
+            with cuda.gpus[d.device_id]:
+                return cuda.to_device(np.full(shape, value, dtype=ndt))
+        x = self.empty(shape, dtype)  # numpy (or the TypeError naming what cannot be allocated)
+        x[...] = value
+        return x
+
     def upload_int32(self, arr):
         """A device (or host) copy of a host int32 numpy array, for mask arrays."""
         d = self.like
@@ -401,6 +428,22 @@ def _numpy_dtype(name):
 
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
+
+
+def host_int32(a, name):
+    """A C-contiguous int32 numpy copy (or view) of host integer data, refusing what int32 cannot hold: astype would
+    wrap (a cache length of 2**32 + 5 would become 5)."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu":
+        raise error(_capi.FLASH_ERROR_UNSUPPORTED_DTYPE, "%s has dtype %s; index arrays must be int32 (or another "
+                    "integer type whose values fit int32)" % (name, a.dtype))
+    if a.dtype != np.int32 and a.size:
+        lo, hi = int(a.min()), int(a.max())
+        bad = lo if lo < _I32_MIN else hi if hi > _I32_MAX else None
+        if bad is not None:
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s holds %d, which does not fit int32" % (name, bad))
+    a = a.astype(np.int32, copy=False)
+    return np.ascontiguousarray(a) if a.ndim else a  # (ascontiguousarray makes a 0-d array 1-d)
 
 
 def to_host(x, name):

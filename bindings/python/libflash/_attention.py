@@ -4,8 +4,10 @@ import ctypes
 import threading
 from collections import namedtuple
 
+import numpy as np
+
 from . import _capi, _fast, _mask
-from ._arrays import Allocator, current_stream, describe, kind_of, stream_pointer
+from ._arrays import Allocator, current_stream, describe, host_int32, kind_of, stream_pointer, to_host
 from ._errors import FlashError, c_float, c_int, check, error
 
 _ALIGNMENTS = {
@@ -141,6 +143,192 @@ def _set_options(args, dq, shape, alloc, run_stream, causal, causal_alignment, w
     if bm is not None:
         args.block_mask = ctypes.pointer(bm)
     return (bm, keep)
+
+
+# ---- Packed variable-length batches (flash.h 1.3) --------------------------------------------------------------------
+def _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k):
+    """The varlen keywords as a dict when any is given (a packed variable-length call), else None (a dense call)."""
+    if cu_seqlens_q is None and cu_seqlens_k is None and seqused_k is None and max_seqlen_q is None \
+            and max_seqlen_k is None:
+        return None
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        if cu_seqlens_q is None and cu_seqlens_k is None:
+            given = [n for n, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k),
+                                    ("seqused_k", seqused_k)) if x is not None]
+            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s given without cu_seqlens_q and cu_seqlens_k: they "
+                        "describe a packed variable-length batch (pass the offsets too, or leave them None)"
+                        % " and ".join(given))
+        have, missing = ("cu_seqlens_q", "cu_seqlens_k") if cu_seqlens_k is None else ("cu_seqlens_k", "cu_seqlens_q")
+        raise error(_capi.FLASH_ERROR_NULL_POINTER, "%s is given but %s is None: a packed variable-length batch needs "
+                    "both (or neither, for a dense call)" % (have, missing))
+    if not _capi.has_varlen():
+        raise error(_capi.FLASH_ERROR_UNSUPPORTED, "the loaded libflash %s (%s) has no packed variable-length batches "
+                    "(cu_seqlens_q, ...: flash.h 1.3 and later)" % (version(), _capi.library_path))
+    return dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, seqused_k=seqused_k)
+
+
+def _varlen_array(x, name, q, user_stream):
+    """(host, gpu) for one varlen int32 array of a call whose q is described by `q`. Host data (a sequence, numpy, a CPU
+    tensor or CPU DLPack array) of any integer dtype: `host` is a contiguous int32 numpy copy (values int32 cannot hold
+    are refused, never wrapped), `gpu` None. A GPU array is used in place: host None, gpu its Desc; it must be int32,
+    1-d, contiguous and on q's device (another dtype could only be range-checked with a device synchronisation)."""
+    kind = kind_of(x)
+    if kind is None or kind == "numpy":
+        a = host_int32(x, name)
+    else:
+        d = describe(x, name, user_stream)
+        if d.is_cuda:
+            if not q.is_cuda or d.device_id != q.device_id:
+                where = "cuda:%d" % q.device_id if q.is_cuda else "the CPU"
+                raise error(_capi.FLASH_ERROR_DEVICE_MISMATCH, "%s is on cuda:%d but q is on %s; the varlen arrays "
+                            "live on q's device" % (name, d.device_id, where))
+            if d.dtype != "int32":
+                raise error(_capi.FLASH_ERROR_UNSUPPORTED_DTYPE, "%s is a GPU array of dtype %s; GPU varlen arrays "
+                            "must be int32 (convert it, e.g. .to(torch.int32), .astype(cupy.int32))" % (name, d.dtype))
+            if len(d.shape) != 1:
+                raise error(_capi.FLASH_ERROR_BAD_SHAPE, "%s has shape %s but must be 1-d" % (name, d.shape))
+            if d.shape[0] > 1 and d.strides[0] != 1:
+                raise error(_capi.FLASH_ERROR_BAD_STRIDE, "%s has a stride of %d elements but must be contiguous "
+                            "(stride 1)" % (name, d.strides[0]))
+            return None, d
+        if q.is_cuda:
+            raise error(_capi.FLASH_ERROR_DEVICE_MISMATCH, "%s is on the CPU but q is on cuda:%d; the varlen arrays "
+                        "live on q's device (host data is taken as a list or numpy array, and copied)"
+                        % (name, q.device_id))
+        if not d.dtype.startswith(("int", "uint")):
+            raise error(_capi.FLASH_ERROR_UNSUPPORTED_DTYPE, "%s has dtype %s; index arrays must be int32 (or "
+                        "another integer type whose values fit int32)" % (name, d.dtype))
+        a = host_int32(to_host(x, name), name)
+    if a.ndim != 1:
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "%s has shape %s but must be 1-d" % (name, a.shape))
+    return a, None
+
+
+def _on_host(h, g, name):
+    """The values of a varlen array on the host: its host copy, or one device-to-host copy (synchronising)."""
+    return h if h is not None else host_int32(to_host(g.obj, name), name)
+
+
+_I32_MAX = 2 ** 31 - 1
+
+
+class _Varlen:
+    """A packed variable-length call's arrays and lengths, checked in the binding (see _varlen_prepare)."""
+
+    __slots__ = ("arrays", "batch", "max_seqlen_q", "max_seqlen_k")
+
+
+def _varlen_prepare(vl, q, user_stream):
+    """_Varlen for the keywords `vl` (_varlen_opts) of a call whose q is described by `q`: each array taken as
+    _varlen_array takes it, their lengths checked, the batch range-checked, and max_seqlen_q / max_seqlen_k those given
+    (range-checked) or the longest sequence: from the host data, or from one device-to-host copy of the GPU arrays."""
+    r = _Varlen()
+    names = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k")
+    r.arrays = {n: _varlen_array(vl[n], n, q, user_stream) for n in names if vl[n] is not None}
+
+    def length(n):
+        h, g = r.arrays[n]
+        return len(h) if h is not None else g.shape[0]
+
+    nq, nk = length("cu_seqlens_q"), length("cu_seqlens_k")
+    if nq < 2:
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "cu_seqlens_q has %d entries but must hold batch + 1 >= 2 offsets"
+                    % nq)
+    if nk != nq:
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "cu_seqlens_k has %d entries but cu_seqlens_q has %d (each holds "
+                    "batch + 1 offsets)" % (nk, nq))
+    r.batch = c_int(nq - 1, "the batch (len(cu_seqlens_q) - 1)", _capi.FLASH_ERROR_INVALID_ARGUMENT)
+    if "seqused_k" in r.arrays and length("seqused_k") != r.batch:
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "seqused_k has %d entries but must have one per sequence, %d "
+                    "(len(cu_seqlens_q) - 1)" % (length("seqused_k"), r.batch))
+    for which, given, src in (("q", vl["max_seqlen_q"], "cu_seqlens_q"),
+                              ("k", vl["max_seqlen_k"], "seqused_k" if "seqused_k" in r.arrays else "cu_seqlens_k")):
+        name = "max_seqlen_" + which
+        if given is None:
+            vals = _on_host(*r.arrays[src], src).astype(np.int64)
+            longest = int(vals.max()) if src == "seqused_k" else int(np.diff(vals).max())
+            # (invalid offsets are the library's to name: the bound is only kept inside int32 here)
+            given = min(max(longest, 0), _I32_MAX)
+        setattr(r, name, c_int(given, name, _capi.FLASH_ERROR_INVALID_ARGUMENT))
+    return r
+
+
+def _check_offsets_host(cu, name, tensor, rows):
+    """flash.h's rules for one host offsets array, with the library's messages. Returns the longest sequence."""
+    if cu[0] != 0:
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s[0] is %d but must be 0" % (name, cu[0]))
+    d = np.diff(cu.astype(np.int64))
+    bad = np.flatnonzero(d < 0)
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s[%d] is %d, less than %s[%d] = %d: the offsets must not "
+                    "decrease" % (name, i, cu[i], name, i - 1, cu[i - 1]))
+    b = len(cu) - 1
+    if cu[b] > rows:
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s[%d] is %d but %s has %d rows (%s.shape[0])"
+                    % (name, b, cu[b], tensor, rows, tensor))
+    return int(d.max())
+
+
+def _check_varlen_host(r, total_q, total_k):
+    """The checks the library makes of host-resident varlen arrays (flash.h), made here on the host data of a GPU call
+    before it is copied to the device (the library cannot read device arrays without a synchronisation)."""
+    hq, hk = r.arrays["cu_seqlens_q"][0], r.arrays["cu_seqlens_k"][0]
+    hs = r.arrays["seqused_k"][0] if "seqused_k" in r.arrays else None
+    longest_q = _check_offsets_host(hq, "cu_seqlens_q", "q", total_q) if hq is not None else None
+    longest_k = _check_offsets_host(hk, "cu_seqlens_k", "k", total_k) if hk is not None else None
+    if "seqused_k" in r.arrays:
+        longest_k = None
+        if hs is not None and hk is not None:
+            slot = np.diff(hk.astype(np.int64))
+            bad = np.flatnonzero((hs < 0) | (hs > slot))
+            if bad.size:
+                i = int(bad[0])
+                raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "seqused_k[%d] is %d but sequence %d's slot holds %d "
+                            "keys (cu_seqlens_k[%d] - cu_seqlens_k[%d]): must be in [0, %d]"
+                            % (i, hs[i], i, slot[i], i + 1, i, slot[i]))
+            longest_k = int(hs.max())
+    if longest_q is not None and r.max_seqlen_q < longest_q:
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "max_seqlen_q is %d but a sequence has %d queries "
+                    "(cu_seqlens_q)" % (r.max_seqlen_q, longest_q))
+    if longest_k is not None and r.max_seqlen_k < longest_k:
+        raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "max_seqlen_k is %d but a sequence has %d keys (%s)"
+                    % (r.max_seqlen_k, longest_k, "seqused_k" if "seqused_k" in r.arrays else "cu_seqlens_k"))
+
+
+def _varlen_apply(args, r, q, k, alloc, user_stream):
+    """Sets the varlen fields of flash_fwd_args / flash_bwd_args from _Varlen r, host data copied to q's device first
+    (checked here for a GPU call; the library checks a CPU call's). Returns what keeps the arrays alive."""
+    if q.is_cuda and len(q.shape) == 3 and len(k.shape) == 3 and any(h is not None for h, _ in r.arrays.values()):
+        _check_varlen_host(r, q.shape[0], k.shape[0])
+    keep = []
+    for name, (h, g) in r.arrays.items():
+        if h is not None:
+            try:
+                g = describe(alloc.upload_int32(h), name, user_stream)
+            except TypeError:
+                raise TypeError("libflash: cannot copy %s to the GPU for a %s.%s q; pass it as an int32 array on q's "
+                                "device" % (name, type(q.obj).__module__, type(q.obj).__name__)) from None
+        setattr(args, name, g.ptr or None)
+        keep.append(g)
+    args.max_seqlen_q, args.max_seqlen_k, args.varlen_batch = r.max_seqlen_q, r.max_seqlen_k, r.batch
+    return keep
+
+
+def _varlen_resolved(vl, q, user_stream):
+    """vl with max_seqlen_q and max_seqlen_k filled in (for autograd: the backward then needs no device-to-host
+    copy)."""
+    if vl["max_seqlen_q"] is not None and vl["max_seqlen_k"] is not None:
+        return vl
+    r = _varlen_prepare(vl, q, user_stream)
+    return dict(vl, max_seqlen_q=r.max_seqlen_q, max_seqlen_k=r.max_seqlen_k)
+
+
+def _refuse_varlen_block_mask(block_mask):
+    if block_mask is not None:
+        raise error(_capi.FLASH_ERROR_UNSUPPORTED, "block_mask is given with cu_seqlens_q: block-sparse masks are not "
+                    "supported with packed variable-length batches (flash.h)")
 
 
 # ---- The fast path (see _fast.py): exact numpy arrays and torch tensors, no block mask, the framework's current
@@ -311,9 +499,79 @@ def _bwd_fast(kind, q, k, v, o, do, lse, causal, causal_alignment, window, softm
     return tuple(outs)
 
 
+def _attention_varlen(q, dq, dk, dv, vl, user_stream, run_stream, alloc, causal, causal_alignment, window,
+                      softmax_scale, return_lse, algorithm, out, deterministic):
+    """attention() for a packed variable-length batch (the general path: inputs already described)."""
+    r = _varlen_prepare(vl, dq, user_stream)
+    args = _capi.flash_fwd_args()
+    check(_capi.flash_fwd_args_init(ctypes.byref(args)))
+    args.q = dq.tensor("q", 3)
+    args.k = dk.tensor("k", 3)
+    args.v = dv.tensor("v", 3)
+    _set_scalar_options(args, causal, causal_alignment, window, softmax_scale, algorithm, deterministic)
+    args.stream = run_stream or None
+    keep = _varlen_apply(args, r, dq, dk, alloc, user_stream)
+    if len(dq.shape) != 3 or len(dk.shape) != 3:
+        args.o = args.q  # the library names the problem (it checks each tensor's ndim first)
+        check(_capi.flash_fwd(ctypes.byref(args)))
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "q and k must be 3-d [total, heads, head_dim] in a packed "
+                    "variable-length batch")
+    total_q, heads_q, head_dim = dq.shape
+    if out is None:
+        out = alloc.full((total_q, heads_q, head_dim), "like", 0)
+    keep.append(_output(out, "out", user_stream))
+    args.o = keep[-1].tensor("out", 3)
+    lse = None
+    if return_lse:
+        lse = alloc.full((heads_q, total_q), "float32", float("-inf"))
+        keep.append(describe(lse, "lse", user_stream))
+        args.lse = keep[-1].tensor("lse", 2)
+    ws = _framework_workspace(args, _capi.flash_fwd_workspace_size, alloc)
+    check(_capi.flash_fwd(ctypes.byref(args)))
+    _last.algorithm_used = args.algorithm_used
+    del ws, keep
+    return (out, lse) if return_lse else out
+
+
+def _backward_varlen(descs, vl, grads, user_stream, run_stream, alloc, causal, causal_alignment, window, softmax_scale,
+                     algorithm, deterministic):
+    """attention_backward() for a packed variable-length batch (the general path: inputs already described)."""
+    d_q, d_k, d_v, d_o, d_do, d_lse = descs
+    r = _varlen_prepare(vl, d_q, user_stream)
+    args = _capi.flash_bwd_args()
+    check(_capi.flash_bwd_args_init(ctypes.byref(args)))
+    args.q = d_q.tensor("q", 3)
+    args.k = d_k.tensor("k", 3)
+    args.v = d_v.tensor("v", 3)
+    args.o = d_o.tensor("o", 3)
+    args.d_o = d_do.tensor("do", 3)
+    args.lse = d_lse.tensor("lse", 2)
+    _set_scalar_options(args, causal, causal_alignment, window, softmax_scale, algorithm, deterministic)
+    args.stream = run_stream or None
+    keep = _varlen_apply(args, r, d_q, d_k, alloc, user_stream)
+    if len(d_q.shape) != 3 or len(d_k.shape) != 3:
+        args.dq, args.dk, args.dv = args.q, args.k, args.v
+        check(_capi.flash_bwd(ctypes.byref(args)))
+        raise error(_capi.FLASH_ERROR_BAD_SHAPE, "q and k must be 3-d [total, heads, head_dim] in a packed "
+                    "variable-length batch")
+    outs = []
+    for name, given, like in (("dq", grads[0], d_q), ("dk", grads[1], d_k), ("dv", grads[2], d_v)):
+        if given is None:
+            given = alloc.full(like.shape, "like", 0)  # rows outside every sequence: 0
+        keep.append(_output(given, name, user_stream))
+        setattr(args, name, keep[-1].tensor(name, 3))
+        outs.append(given)
+    ws = _framework_workspace(args, _capi.flash_bwd_workspace_size, alloc)
+    check(_capi.flash_bwd(ctypes.byref(args)))
+    _last.algorithm_used = args.algorithm_used
+    del ws, keep
+    return tuple(outs)
+
+
 def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=(-1, -1), block_mask=None,
               block_size=None, softmax_scale=None, return_lse=False, algorithm="auto", out=None, stream=None,
-              deterministic=False):
+              deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+              seqused_k=None):
     """Exact attention O = softmax(softmax_scale * Q K^T + mask) V, computed the FlashAttention way.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim], heads_q a
@@ -339,12 +597,27 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
     deterministic: bitwise-reproducible gradients when the call goes through autograd (the forward always
         is reproducible).
 
+    Packed variable-length batches (flash.h 1.3; FlashAttention's varlen layout): with cu_seqlens_q and cu_seqlens_k
+    (int32 [batch + 1] offsets), q is [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], the result
+    [total_q, heads_q, head_dim] and lse [heads_q, total_q]. Sequence i owns query rows cu_seqlens_q[i] ..
+    cu_seqlens_q[i+1] - 1 and the key rows cu_seqlens_k[i] .. cu_seqlens_k[i+1] - 1, of which it uses the first
+    seqused_k[i] when seqused_k (int32 [batch]) is given; each is its own attention problem (causal and windows
+    aligned with its own lengths; zero-length sequences allowed). Rows of the result past the last offset hold 0 (lse
+    -inf) when the binding allocates it. Not with block_mask.
+        The arrays live on q's device. Host data (lists, numpy, CPU tensors) of any integer dtype is taken when its
+        values fit int32 (refused otherwise, never wrapped) and is copied to q's GPU for a GPU call (checked first on
+        the host, with the library's rules and messages); GPU arrays must already be int32 on q's device, contiguous.
+        max_seqlen_q / max_seqlen_k: at least the longest sequence's queries / keys (they size the GPU grids). When
+        None they are computed from the offsets (seqused_k for the keys): on the host for host data, and for GPU
+        arrays by ONE DEVICE-TO-HOST COPY, which waits for the device (pass them to avoid it, as a CUDA graph must).
+
     torch tensors that require grad (in grad mode) go through autograd (libflash.torch): the result has a
     grad_fn whose backward is flash_bwd (lse, if returned, is not differentiable); out= is refused then.
 
     Returns out, or (out, lse) when return_lse. Raises FlashError on any invalid argument.
     """
-    if block_mask is None and stream is None:
+    vl = _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+    if block_mask is None and stream is None and vl is None:
         kind = _fast.KINDS.get(type(q))
         if kind is not None:
             r = _fwd_fast(kind, q, k, v, causal, causal_alignment, window, softmax_scale, algorithm, deterministic,
@@ -352,16 +625,23 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
             if r is not None:
                 return r
     user_stream, (dq, dk, dv), run_stream, alloc = _describe_inputs(q, (("q", q), ("k", k), ("v", v)), stream)
+    if vl is not None:
+        _refuse_varlen_block_mask(block_mask)
     if _needs_autograd((dq, dk, dv)):
         if out is not None:
             raise RuntimeError("libflash: out= is not supported when an input requires grad (autograd would not "
                                "see the write); drop out= or run under torch.no_grad()")
         from .torch import _attention_autograd
 
-        return _attention_autograd(q, k, v, return_lse, dict(
-            causal=causal, causal_alignment=causal_alignment, window=window, block_mask=block_mask,
-            block_size=block_size, softmax_scale=softmax_scale, algorithm=algorithm, stream=stream,
-            deterministic=deterministic))
+        opts = dict(causal=causal, causal_alignment=causal_alignment, window=window, block_mask=block_mask,
+                    block_size=block_size, softmax_scale=softmax_scale, algorithm=algorithm, stream=stream,
+                    deterministic=deterministic)
+        if vl is not None:
+            opts.update(_varlen_resolved(vl, dq, user_stream))
+        return _attention_autograd(q, k, v, return_lse, opts)
+    if vl is not None:
+        return _attention_varlen(q, dq, dk, dv, vl, user_stream, run_stream, alloc, causal, causal_alignment, window,
+                                 softmax_scale, return_lse, algorithm, out, deterministic)
 
     args = _capi.flash_fwd_args()
     check(_capi.flash_fwd_args_init(ctypes.byref(args)))
@@ -400,7 +680,8 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
 
 def attention_backward(q, k, v, o, do, lse, *, causal=False, causal_alignment="bottom_right", window=(-1, -1),
                        block_mask=None, block_size=None, softmax_scale=None, algorithm="auto", deterministic=False,
-                       dq=None, dk=None, dv=None, stream=None):
+                       dq=None, dk=None, dv=None, stream=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                       max_seqlen_k=None, seqused_k=None):
     """Gradients (dq, dk, dv) of O = attention(q, k, v, ...) given dO = dL/dO, computed the FlashAttention
     way: P is recomputed tile by tile from q, k and the forward's log-sum-exp, nothing N x N is stored.
 
@@ -416,10 +697,16 @@ def attention_backward(q, k, v, o, do, lse, *, causal=False, causal_alignment="b
     dq, dk, dv: optional preallocated outputs (any strides, contiguous last dimension); each one not given
         is allocated like q (or k, v) with the inputs' framework, on the call's stream.
     stream: as attention(): the given stream, or the framework's current one. GPU calls are asynchronous.
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k: a packed variable-length batch, as attention()
+        (the forward's): q, o, do, dq [total_q, heads_q, head_dim]; k, v, dk, dv [total_k, heads_kv, head_dim]; lse
+        [heads_q, total_q]. Gradient rows outside every sequence (and, with seqused_k, the unused keys of a slot) are 0
+        in the arrays the binding allocates. max_seqlen_* None: computed as attention() computes them (for GPU
+        arrays, one device-to-host copy).
 
     Returns (dq, dk, dv), the same kind of arrays as q. Raises FlashError on any invalid argument.
     """
-    if block_mask is None and stream is None and _capi.flash_bwd is not None:
+    vl = _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k)
+    if block_mask is None and stream is None and _capi.flash_bwd is not None and vl is None:
         kind = _fast.KINDS.get(type(q))
         if kind is not None:
             r = _bwd_fast(kind, q, k, v, o, do, lse, causal, causal_alignment, window, softmax_scale, algorithm,
@@ -432,6 +719,10 @@ def attention_backward(q, k, v, o, do, lse, *, causal=False, causal_alignment="b
     if _capi.flash_bwd is None:
         raise error(_capi.FLASH_ERROR_ALGORITHM_UNAVAILABLE, "the loaded libflash %s (%s) has no backward pass "
                     "(flash_bwd is in 1.1 and later)" % (version(), _capi.library_path))
+    if vl is not None:
+        _refuse_varlen_block_mask(block_mask)
+        return _backward_varlen(descs, vl, (dq, dk, dv), user_stream, run_stream, alloc, causal, causal_alignment,
+                                window, softmax_scale, algorithm, deterministic)
 
     args = _capi.flash_bwd_args()
     check(_capi.flash_bwd_args_init(ctypes.byref(args)))

@@ -19,7 +19,7 @@ import sys
 
 # ---- Version of the header this module mirrors --------------------------------------------------------
 FLASH_VERSION_MAJOR = 1
-FLASH_VERSION_MINOR = 2
+FLASH_VERSION_MINOR = 3
 FLASH_VERSION_PATCH = 0
 
 # ---- Status codes -------------------------------------------------------------------------------------
@@ -114,7 +114,9 @@ class flash_fwd_args(ctypes.Structure):
     """typedef struct flash_fwd_args { size_t struct_size; flash_tensor q, k, v, o, lse;
     float softmax_scale; int32_t causal, causal_alignment, window_left, window_right, algorithm;
     uint32_t flags; int32_t algorithm_used; const flash_block_mask* block_mask; void* stream;
-    void* workspace; size_t workspace_size; } flash_fwd_args;"""
+    void* workspace; size_t workspace_size; const int32_t* cu_seqlens_q; const int32_t* cu_seqlens_k;
+    int32_t max_seqlen_q, max_seqlen_k; const int32_t* seqused_k; int32_t varlen_batch, reserved_1_3; } flash_fwd_args;
+    (the last seven fields since 1.3)"""
 
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -135,6 +137,14 @@ class flash_fwd_args(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        # since 1.3: a packed variable-length batch (all 0/NULL: dense)
+        ("cu_seqlens_q", ctypes.c_void_p),  # const int32_t*
+        ("cu_seqlens_k", ctypes.c_void_p),  # const int32_t*
+        ("max_seqlen_q", ctypes.c_int32),
+        ("max_seqlen_k", ctypes.c_int32),
+        ("seqused_k", ctypes.c_void_p),  # const int32_t*
+        ("varlen_batch", ctypes.c_int32),
+        ("reserved_1_3", ctypes.c_int32),
     ]
 
 
@@ -167,7 +177,9 @@ class flash_bwd_args(ctypes.Structure):
     """typedef struct flash_bwd_args { size_t struct_size; flash_tensor q, k, v, o, d_o, lse, dq, dk, dv;
     float softmax_scale; int32_t causal, causal_alignment, window_left, window_right, algorithm;
     uint32_t flags; int32_t algorithm_used; const flash_block_mask* block_mask; void* stream;
-    void* workspace; size_t workspace_size; } flash_bwd_args;   (since 1.1)"""
+    void* workspace; size_t workspace_size; const int32_t* cu_seqlens_q; const int32_t* cu_seqlens_k;
+    int32_t max_seqlen_q, max_seqlen_k; const int32_t* seqused_k; int32_t varlen_batch, reserved_1_3; } flash_bwd_args;
+    (since 1.1; the last seven fields since 1.3)"""
 
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -192,6 +204,14 @@ class flash_bwd_args(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("workspace_size", ctypes.c_size_t),
+        # since 1.3: a packed variable-length batch (all 0/NULL: dense)
+        ("cu_seqlens_q", ctypes.c_void_p),  # const int32_t*
+        ("cu_seqlens_k", ctypes.c_void_p),  # const int32_t*
+        ("max_seqlen_q", ctypes.c_int32),
+        ("max_seqlen_k", ctypes.c_int32),
+        ("seqused_k", ctypes.c_void_p),  # const int32_t*
+        ("varlen_batch", ctypes.c_int32),
+        ("reserved_1_3", ctypes.c_int32),
     ]
 
 
@@ -258,6 +278,19 @@ STRUCTS = {
 }
 # Struct id -> the minor version that added it (an older library knows nothing of it: flash_struct_size says 0).
 STRUCTS_SINCE_MINOR = {FLASH_STRUCT_BWD_ARGS: 1, FLASH_STRUCT_KVCACHE_ARGS: 2, FLASH_STRUCT_COMBINE_ARGS: 2}
+# Struct id -> (minor version, first field it appended): the struct as a library older than that minor knows it ends
+# where that field begins (flash.h's rules: fields are only ever appended).
+STRUCTS_GREW = {FLASH_STRUCT_FWD_ARGS: (3, "cu_seqlens_q"), FLASH_STRUCT_BWD_ARGS: (3, "cu_seqlens_q")}
+
+
+def struct_size_for_minor(which, minor):
+    """sizeof() of struct `which` as a library of this minor version lays it out (this binding's sizeof for the current
+    minor and newer ones): the struct_size to hand that library's init functions."""
+    cls, _ = STRUCTS[which]
+    grew = STRUCTS_GREW.get(which)
+    if grew is not None and minor < grew[0]:
+        return getattr(cls, grew[1]).offset
+    return ctypes.sizeof(cls)
 
 
 # ---- Locating and loading the library -----------------------------------------------------------------
@@ -347,6 +380,9 @@ flash_version_number = _declare("flash_version_number", _u32, [])
 flash_version_major = _declare("flash_version_major", _u32, [])
 # uint32_t flash_version_minor(void);
 flash_version_minor = _declare("flash_version_minor", _u32, [])
+# struct_size handed to flash_fwd_args_init_sized / flash_bwd_args_init_sized: this binding's, or an older library's.
+_FWD_ARGS_SIZE = struct_size_for_minor(FLASH_STRUCT_FWD_ARGS, flash_version_minor())
+_BWD_ARGS_SIZE = struct_size_for_minor(FLASH_STRUCT_BWD_ARGS, flash_version_minor())
 # uint32_t flash_version_patch(void);
 flash_version_patch = _declare("flash_version_patch", _u32, [])
 # const char* flash_version_string(void);
@@ -379,9 +415,10 @@ flash_fwd_args_init_sized = _declare("flash_fwd_args_init_sized", _i32, [ctypes.
 
 
 def flash_fwd_args_init(ref):
-    """The C macro flash_fwd_args_init(p): defaults for a struct of this binding's size (an older or newer
-    library reads what it knows and defaults the rest)."""
-    return flash_fwd_args_init_sized(ref, ctypes.sizeof(flash_fwd_args))
+    """The C macro flash_fwd_args_init(p): defaults for a struct of this binding's size (a newer library reads what
+    it knows and defaults the rest; with a library older than 1.3 the struct_size is that library's, so the varlen
+    fields stay 0 and unread)."""
+    return flash_fwd_args_init_sized(ref, _FWD_ARGS_SIZE)
 
 # int32_t flash_fwd_workspace_size(const flash_fwd_args* args, size_t* bytes);
 flash_fwd_workspace_size = _declare("flash_fwd_workspace_size", _i32,
@@ -413,9 +450,8 @@ flash_bwd_args_init_sized = _declare("flash_bwd_args_init_sized", _i32, [ctypes.
 
 
 def flash_bwd_args_init(ref):
-    """The C macro flash_bwd_args_init(p): defaults for a struct of this binding's size (an older or newer
-    library reads what it knows and defaults the rest)."""
-    return flash_bwd_args_init_sized(ref, ctypes.sizeof(flash_bwd_args))
+    """The C macro flash_bwd_args_init(p): as flash_fwd_args_init."""
+    return flash_bwd_args_init_sized(ref, _BWD_ARGS_SIZE)
 
 # int32_t flash_bwd_workspace_size(const flash_bwd_args* args, size_t* bytes);
 flash_bwd_workspace_size = _declare("flash_bwd_workspace_size", _i32,
@@ -468,10 +504,11 @@ def _check_library():
     for which, (cls, extensible) in STRUCTS.items():
         if minor < STRUCTS_SINCE_MINOR.get(which, 0):
             continue  # an older library without this struct (nor the functions that take it)
-        ours = ctypes.sizeof(cls)
+        ours = struct_size_for_minor(which, minor)
         theirs = flash_struct_size(which)
-        # Same minor: identical layout. A newer library may only have appended fields to extensible
-        # structs (it reads our smaller struct_size and defaults the rest); anything else is a mismatch.
+        # Same minor: identical layout (an older minor: the prefix it knew). A newer library may only have appended
+        # fields to extensible structs (it reads our smaller struct_size and defaults the rest); anything else is a
+        # mismatch.
         ok = ours == theirs or (extensible and minor > FLASH_VERSION_MINOR and theirs > ours)
         if not ok:
             problems.append("%s: ctypes.sizeof is %d but the library's sizeof is %d" % (cls.__name__, ours, theirs))
@@ -483,3 +520,8 @@ def _check_library():
 
 
 _check_library()
+
+
+def has_varlen():
+    """Whether the loaded library takes packed variable-length batches (flash.h 1.3)."""
+    return flash_version_minor() >= 3

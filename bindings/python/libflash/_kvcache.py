@@ -6,10 +6,10 @@ import numpy as np
 
 from . import _capi, _fast
 from ._arrays import Allocator, Desc, current_stream, describe, kind_of, stream_pointer, to_host
+from ._arrays import host_int32 as _host_int32
 from ._attention import _algorithm_id, _framework_workspace, _last, _output, _window, version
 from ._errors import c_float, c_int, check, error
 
-_INT32_MIN, _INT32_MAX = -2 ** 31, 2 ** 31 - 1
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -38,22 +38,6 @@ def _run_stream(d0, user_stream):
 
 
 # ---- Index arrays (cache_seqlens, cache_batch_idx, block_table) ------------------------------------------------
-def _host_int32(a, name):
-    """A C-contiguous int32 numpy copy (or view) of host integer data, refusing what int32 cannot hold: astype would
-    wrap (a cache length of 2**32 + 5 would become 5)."""
-    a = np.asarray(a)
-    if a.dtype.kind not in "iu":
-        raise error(_capi.FLASH_ERROR_UNSUPPORTED_DTYPE, "%s has dtype %s; index arrays must be int32 (or another "
-                    "integer type whose values fit int32)" % (name, a.dtype))
-    if a.dtype != np.int32 and a.size:
-        lo, hi = int(a.min()), int(a.max())
-        bad = lo if lo < _INT32_MIN else hi if hi > _INT32_MAX else None
-        if bad is not None:
-            raise error(_capi.FLASH_ERROR_INVALID_ARGUMENT, "%s holds %d, which does not fit int32" % (name, bad))
-    a = a.astype(np.int32, copy=False)
-    return np.ascontiguousarray(a) if a.ndim else a  # (ascontiguousarray makes a 0-d array 1-d)
-
-
 def _index_array(x, name, expected, q, alloc, user_stream):
     """(pointer, row stride in elements, keepalive) of an int32 index array shaped `expected` (None: any extent) on
     q's device.

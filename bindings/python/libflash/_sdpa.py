@@ -21,7 +21,8 @@ writes nothing, so falling back after it is safe. Keyword arguments a later sche
 functions, which torch.compile trusts) give: empty_like of the [batch, seqlen, heads, d] views of the inputs.
 The backward uses the deterministic kernel when torch.are_deterministic_algorithms_enabled().
 
-Untested here: this needs PyTorch >= 2.11 and a CUDA GPU (tests/test_torch_sdpa.py runs on one and skips elsewhere).
+Untested here: this needs PyTorch >= 2.11 and a CUDA GPU (the second half of tests/test_torch_compile.py runs on one
+and skips elsewhere).
 """
 
 import torch

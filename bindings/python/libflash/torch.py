@@ -13,13 +13,21 @@ Gradients: each function is a torch.autograd.Function. The forward saves q, k, v
 makes the backward bitwise reproducible (as in flash_attn). The packed variants read q, k, v through views
 of the packed tensor and return its gradient as one tensor of its shape.
 
-Not available (raise NotImplementedError): dropout_p > 0, softcap != 0, alibi_slopes, return_attn_probs.
+Packed variable-length batches (flash.h 1.3): flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
+max_seqlen_q, max_seqlen_k, ...) with q [total_q, heads_q, head_dim], k/v [total_k, heads_kv, head_dim] and int32
+[batch + 1] offsets on q's device, and its qkv-packed ([total, 3, heads, head_dim]) and kv-packed ([total_k, 2,
+heads_kv, head_dim]) variants, with autograd, as in flash_attn 2.x.
+
+Not available (raise NotImplementedError): dropout_p > 0, softcap != 0, alibi_slopes, return_attn_probs (and
+block_table in flash_attn_varlen_func).
 
 torch.compile and CUDA graphs (PyTorch >= 2.4): the calls are also torch.library custom ops, torch.ops.libflash.fwd,
-.bwd and .fwd_kvcache, with fake (meta) implementations and autograd registered, so torch.compile(fullgraph=True)
-traces flash_attn_func / flash_attn_*packed_func / flash_attn_with_kvcache without a graph break, and CUDA-graph
-capture records them (no host synchronisation; every output and workspace from torch's allocator, on the current
-stream). Which path a call takes (custom_op_mode, or the LIBFLASH_TORCH_CUSTOM_OP environment variable):
+.bwd, .fwd_kvcache, .varlen_fwd and .varlen_bwd, with fake (meta) implementations and autograd registered, so
+torch.compile(fullgraph=True) traces flash_attn_func / flash_attn_*packed_func / flash_attn_varlen_*func /
+flash_attn_with_kvcache without a graph break, and CUDA-graph capture records them (no host synchronisation; every
+output and workspace from torch's allocator, on the current stream; the varlen functions need their max_seqlen
+arguments for this, and their offsets as int32 tensors on q's device). Which path a call takes (custom_op_mode, or
+the LIBFLASH_TORCH_CUSTOM_OP environment variable):
   "auto" (default): the custom op while torch.compile/export traces, under a dispatch mode (FakeTensorMode, make_fx,
       ...) or for tensor subclasses; otherwise the direct path (an autograd.Function, or no autograd at all when no
       gradient is needed), whose host cost is lower. Both paths run the same library calls: results are bitwise equal.
@@ -46,15 +54,16 @@ from typing import Optional, Tuple
 import torch  # the real PyTorch: absolute import
 
 from . import _capi, _fast
-from ._attention import _attention_nograd, attention, attention_backward
+from ._attention import _attention_nograd, _varlen_resolved, attention, attention_backward
 from ._errors import error
 from ._kvcache import _host_int32, attention_with_kvcache
 
 _fast.register_torch(torch)  # torch tensors take the fast path from the first call
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_with_kvcache",
-           "attention", "attention_backward", "FlashAttnFunction", "custom_op_available", "custom_op_mode",
-           "sdpa_impl_available", "SDPA_IMPL_NAME"]
+           "flash_attn_varlen_func", "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "attention",
+           "attention_backward", "FlashAttnFunction", "custom_op_available", "custom_op_mode", "sdpa_impl_available",
+           "SDPA_IMPL_NAME"]
 
 CUSTOM_OP_MODES = ("auto", "always", "never")
 custom_op_mode = os.environ.get("LIBFLASH_TORCH_CUSTOM_OP", "auto").strip().lower()
@@ -123,20 +132,22 @@ class FlashAttnFunction(torch.autograd.Function):
 
 
 class _PackedFunction(torch.autograd.Function):
-    """Attention over views of one packed tensor (qkv [b, s, 3, h, d] or kv [b, s, 2, h, d]), read in place;
-    the gradient comes back as one tensor shaped like it (the library refuses outputs whose memory ranges
-    interleave, so dq/dk/dv are computed apart and stacked once).
+    """Attention over views of one packed tensor, read in place: qkv [b, s, 3, h, d] or kv [b, s, 2, h, d] (axis 2),
+    or in a packed variable-length batch qkv [total, 3, h, d] or kv [total, 2, h, d] (axis 1); the gradient comes
+    back as one tensor shaped like it (the library refuses outputs whose memory ranges interleave, so dq/dk/dv are
+    computed apart and stacked once).
 
-    `q` is None for qkv-packed input (q = packed[:, :, 0]); otherwise kv-packed with a separate q."""
+    `q` is None for qkv-packed input (q = packed.select(axis, 0)); otherwise kv-packed with a separate q."""
 
     @staticmethod
-    def forward(ctx, q, packed, opts):
+    def forward(ctx, q, packed, opts, axis=2):
         if q is None:
-            qq, k, v = packed[:, :, 0], packed[:, :, 1], packed[:, :, 2]
+            qq, k, v = packed.select(axis, 0), packed.select(axis, 1), packed.select(axis, 2)
         else:
-            qq, k, v = q, packed[:, :, 0], packed[:, :, 1]
+            qq, k, v = q, packed.select(axis, 0), packed.select(axis, 1)
         o, lse = attention(qq, k, v, return_lse=True, **opts)
         ctx.q_separate = q is not None
+        ctx.axis = axis
         ctx.save_for_backward(*((q, packed, o, lse) if q is not None else (packed, o, lse)))
         ctx.opts = _backward_options(opts)
         ctx.mark_non_differentiable(lse)
@@ -145,15 +156,17 @@ class _PackedFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, _dlse):
         if do is None:
-            return None, None, None
+            return None, None, None, None
+        a = ctx.axis
         if ctx.q_separate:
             q, packed, o, lse = ctx.saved_tensors
-            dq, dk, dv = attention_backward(q, packed[:, :, 0], packed[:, :, 1], o, _grad_out(do), lse, **ctx.opts)
-            return dq, torch.stack((dk, dv), dim=2), None
+            dq, dk, dv = attention_backward(q, packed.select(a, 0), packed.select(a, 1), o, _grad_out(do), lse,
+                                            **ctx.opts)
+            return dq, torch.stack((dk, dv), dim=a), None, None
         packed, o, lse = ctx.saved_tensors
-        grads = attention_backward(packed[:, :, 0], packed[:, :, 1], packed[:, :, 2], o, _grad_out(do), lse,
+        grads = attention_backward(packed.select(a, 0), packed.select(a, 1), packed.select(a, 2), o, _grad_out(do), lse,
                                    **ctx.opts)
-        return None, torch.stack(grads, dim=2), None
+        return None, torch.stack(grads, dim=a), None, None
 
 
 def _attention_autograd(q, k, v, return_lse, opts):
@@ -204,6 +217,87 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
         return _op_fwd(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, window_size, deterministic)
     o, _ = _PackedFunction.apply(None, qkv, _opts(softmax_scale, causal, window_size, deterministic))
     return o
+
+
+def _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
+                 deterministic):
+    o = _opts(softmax_scale, causal, window_size, deterministic)
+    o.update(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return o
+
+
+def _check_block_table(block_table):
+    if block_table is not None:
+        raise NotImplementedError("libflash: block_table (a paged KV cache) is not supported in "
+                                  "flash_attn_varlen_func; use flash_attn_with_kvcache for paged caches, and pass "
+                                  "block_table=None")
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """FlashAttention-2's flash_attn_varlen_func: a packed batch of sequences of different lengths.
+
+    q: [total_q, heads_q, head_dim], k, v: [total_k, heads_kv, head_dim]; cu_seqlens_q, cu_seqlens_k: int32 [batch + 1]
+    offsets on q's device (sequence i owns rows cu_seqlens_q[i] .. cu_seqlens_q[i+1] - 1 of q and cu_seqlens_k[i] ..
+    cu_seqlens_k[i+1] - 1 of k and v); max_seqlen_q, max_seqlen_k: ints, at least the longest sequence (None: computed
+    from the offsets with one device-to-host copy). Causal (bottom-right) and window_size apply per sequence. Returns
+    out [total_q, heads_q, head_dim] (rows past cu_seqlens_q[-1] are 0). Differentiable in q, k, v; deterministic=True
+    makes the backward bitwise reproducible. Not supported (NotImplementedError): dropout_p > 0, softcap,
+    alibi_slopes, return_attn_probs, block_table."""
+    _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
+    _check_block_table(block_table)
+    _check_tensors(q, k, v)
+    if _use_custom_op(q, k, v):
+        return _op_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                              window_size, deterministic)
+    opts = _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
+                        deterministic)
+    # With inputs that require grad this goes through FlashAttnFunction (max_seqlen_* resolved once, for both passes).
+    return attention(q, k, v, **opts)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_varlen_func with kv: [total_k, 2, heads_kv, head_dim] (read in place through strided views)."""
+    _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
+    _check_tensors(q, kv)
+    if _use_custom_op(q, kv):
+        return _op_varlen_fwd(q, kv[:, 0], kv[:, 1], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              softmax_scale, causal, window_size, deterministic)
+    opts = _varlen_opts(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_size,
+                        deterministic)
+    _resolve_max_seqlens(q, opts)
+    o, _ = _PackedFunction.apply(q, kv, opts, 1)
+    return o
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func with qkv: [total, 3, heads, head_dim] (read in place through strided views); queries and
+    keys share cu_seqlens and max_seqlen."""
+    _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
+    _check_tensors(qkv)
+    if _use_custom_op(qkv):
+        return _op_varlen_fwd(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                              softmax_scale, causal, window_size, deterministic)
+    opts = _varlen_opts(cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale, causal, window_size,
+                        deterministic)
+    _resolve_max_seqlens(qkv, opts)
+    o, _ = _PackedFunction.apply(None, qkv, opts, 1)
+    return o
+
+
+def _resolve_max_seqlens(like, opts):
+    """Fills in opts' max_seqlen_q / max_seqlen_k when None (one device-to-host copy for device offsets), so that the
+    backward does not compute them again."""
+    if opts["max_seqlen_q"] is None or opts["max_seqlen_k"] is None:
+        from ._arrays import describe
+
+        vl = {n: opts.get(n) for n in ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k")}
+        opts.update(_varlen_resolved(vl, describe(like, "q"), None))
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None,
@@ -263,12 +357,13 @@ if _is_compiling is None:
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", None) or (lambda: 0)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
-_OPS = None  # namespace with fwd, bwd, fwd_kvcache once defined
+_OPS = None  # namespace with fwd, bwd, fwd_kvcache, varlen_fwd, varlen_bwd once defined
 custom_op_error = None  # why the custom ops are unavailable, when they are
 
 
 def custom_op_available():
-    """Whether the torch.library custom ops (torch.ops.libflash.fwd, .bwd, .fwd_kvcache) are defined: PyTorch >= 2.4."""
+    """Whether the torch.library custom ops (torch.ops.libflash.fwd, .bwd, .fwd_kvcache, .varlen_fwd, .varlen_bwd) are
+    defined: PyTorch >= 2.4."""
     return _OPS is not None
 
 
@@ -312,6 +407,40 @@ def _op_fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, b
     o, lse = _OPS.fwd_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table,
                               _scale(softmax_scale), bool(causal), left, right, int(num_splits))
     return (o, lse) if return_lse else o
+
+
+def _offsets_tensor(x, name, q):
+    """A varlen array as an int32 tensor for the custom ops: tensors as they are (the op checks them), host data (a
+    list, numpy) range-checked and copied to q's device."""
+    if isinstance(x, torch.Tensor):
+        return x
+    return torch.from_numpy(_host_int32(x, name)).to(q.device)
+
+
+def _max_seqlen(m, cu):
+    """An int for the custom ops; None: the longest sequence of cu (a device-to-host copy, which a CUDA graph or
+    torch.compile cannot record: pass max_seqlen_* to flash_attn_varlen_func)."""
+    if m is not None:
+        return int(m)
+    lens = cu[1:].long() - cu[:-1].long()
+    return max(int(lens.max().item()), 0) if lens.numel() else 0
+
+
+def _op_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                   window_size, deterministic):
+    cq = _offsets_tensor(cu_seqlens_q, "cu_seqlens_q", q)
+    ck = cq if cu_seqlens_k is cu_seqlens_q else _offsets_tensor(cu_seqlens_k, "cu_seqlens_k", q)
+    left, right = _window(window_size)
+    return _OPS.varlen_fwd(q, k, v, cq, ck, None, _max_seqlen(max_seqlen_q, cq),
+                           _max_seqlen(max_seqlen_k, ck), _scale(softmax_scale), bool(causal), left,
+                           right, bool(deterministic))[0]
+
+
+def _fake_3d(name, *ts):
+    for t in ts:
+        if t.dim() != 3:
+            raise error(_capi.FLASH_ERROR_BAD_SHAPE, "%s must be 3-d [total, heads, head_dim] in a packed "
+                        "variable-length batch (got %d dimensions)" % (name, t.dim()))
 
 
 def _fake_4d(name, *ts):
@@ -379,9 +508,59 @@ def _define_custom_ops():
         b, sn, hq, d = q.shape
         return q.new_empty((b, sn, hq, d)), q.new_empty((b, hq, sn), dtype=torch.float32)
 
+    @torch.library.custom_op("libflash::varlen_fwd", mutates_args=())
+    def varlen_fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                   seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, softmax_scale: Optional[float],
+                   causal: bool, window_left: int, window_right: int, deterministic: bool) -> Tuple[Tensor, Tensor]:
+        """(O, LSE) of libflash.attention over a packed variable-length batch, bottom-right aligned masks."""
+        with torch.no_grad():
+            return attention(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k,
+                             max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, causal=causal,
+                             window=(window_left, window_right), softmax_scale=softmax_scale,
+                             deterministic=deterministic, return_lse=True)
+
+    @varlen_fwd.register_fake
+    def _varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                         causal, window_left, window_right, deterministic):
+        _fake_3d("q, k and v", q, k, v)
+        total_q, hq, d = q.shape
+        return q.new_empty((total_q, hq, d)), q.new_empty((hq, total_q), dtype=torch.float32)
+
+    @torch.library.custom_op("libflash::varlen_bwd", mutates_args=())
+    def varlen_bwd(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
+                   cu_seqlens_k: Tensor, seqused_k: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                   softmax_scale: Optional[float], causal: bool, window_left: int, window_right: int,
+                   deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+        """(dQ, dK, dV) of libflash.attention_backward over a packed variable-length batch."""
+        return attention_backward(q, k, v, o, do, lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                  seqused_k=seqused_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                  causal=causal, window=(window_left, window_right), softmax_scale=softmax_scale,
+                                  deterministic=deterministic)
+
+    @varlen_bwd.register_fake
+    def _varlen_bwd_fake(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, window_left, window_right, deterministic):
+        _fake_3d("q, k and v", q, k, v)
+        return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(v.shape)
+
+    def _varlen_setup(ctx, inputs, output):
+        q, k, v, cu_q, cu_k, seqused_k = inputs[:6]
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, seqused_k)
+        ctx.opts = tuple(inputs[6:])
+
+    def _varlen_backward(ctx, do, _dlse):
+        q, k, v, o, lse, cu_q, cu_k, seqused_k = ctx.saved_tensors
+        dq, dk, dv = torch.ops.libflash.varlen_bwd.default(_grad_out(do), q, k, v, o, lse, cu_q, cu_k, seqused_k,
+                                                           *ctx.opts)
+        return (dq, dk, dv) + (None,) * 10
+
+    varlen_fwd.register_autograd(_varlen_backward, setup_context=_varlen_setup)
+
     ops = torch.ops.libflash  # called as OpOverloads (what traced graphs hold); the definitions stay referenced
     return types.SimpleNamespace(fwd=ops.fwd.default, bwd=ops.bwd.default, fwd_kvcache=ops.fwd_kvcache.default,
-                                 definitions=(fwd, bwd, fwd_kvcache))
+                                 varlen_fwd=ops.varlen_fwd.default, varlen_bwd=ops.varlen_bwd.default,
+                                 definitions=(fwd, bwd, fwd_kvcache, varlen_fwd, varlen_bwd))
 
 
 if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):

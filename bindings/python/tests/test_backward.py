@@ -6,7 +6,7 @@ import pytest
 
 import libflash
 from libflash import FlashError, capi
-from reference import attention_grad_ref
+from reference import attention_grad_ref, attention_ref
 
 try:
     import ml_dtypes
@@ -320,3 +320,169 @@ def test_error_not_an_array():
         libflash.attention_backward([1.0], k, v, o, do, lse)
     with pytest.raises(TypeError):
         libflash.attention_backward(q, k, v, o, "do", lse)
+
+
+# ---- Packed variable-length batches (flash.h 1.3): forward and backward ------------------------------------------
+# Each sequence of a packed batch is its own attention problem: on the CPU its rows of O, the LSE and dQ, and its
+# slot's rows of dK and dV, are bitwise those of a dense call of batch 1 on that sequence alone (the cpu and naive
+# algorithms run each sequence exactly as that call), and the dense call itself is checked against the float64
+# reference. Rows outside every sequence (and a slot's keys past seqused_k) come back 0 (LSE -inf).
+def offsets(lens):
+    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+
+
+def varlen_case(rng, lens_q, lens_k, hq=4, hkv=2, d=32, dtype="float32", used=None, tail_q=0, tail_k=0):
+    """Packed q [total_q + tail_q, hq, d], k, v [total_k + tail_k, hkv, d] (NaN in the tail rows: never read) and the
+    offsets of the given lengths."""
+    cu_q, cu_k = offsets(lens_q), offsets(lens_k)
+    q = randn(rng, (int(cu_q[-1]) + tail_q, hq, d), dtype)
+    k = randn(rng, (int(cu_k[-1]) + tail_k, hkv, d), dtype)
+    v = randn(rng, (int(cu_k[-1]) + tail_k, hkv, d), dtype)
+    for x, n in ((q, cu_q[-1]), (k, cu_k[-1]), (v, cu_k[-1])):
+        x[n:] = np.nan
+    return q, k, v, cu_q, cu_k
+
+
+def bits(x):
+    x = np.ascontiguousarray(x)
+    return x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32)
+
+
+def assert_bitwise(got, want, what):
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    assert np.array_equal(bits(got), bits(want)), "%s: max |diff| %g" % (
+        what, np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+
+
+def check_varlen(q, k, v, cu_q, cu_k, seqused_k=None, dtype="float32", check_ref=True, **kw):
+    """Forward and backward of the packed batch, each sequence against a dense call of it (and that call against the
+    float64 reference). Returns (o, lse, dq, dk, dv)."""
+    rng = np.random.default_rng(int(cu_q[-1]) * 7 + int(cu_k[-1]))
+    vk = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, seqused_k=seqused_k)
+    o, lse = libflash.attention(q, k, v, return_lse=True, **vk, **kw)
+    assert o.shape == q.shape and o.dtype == q.dtype and lse.shape == (q.shape[1], q.shape[0])
+    do = randn(rng, q.shape, dtype)
+    dq, dk, dv = libflash.attention_backward(q, k, v, o, do, lse, **vk, **kw)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    cu_q, cu_k = np.asarray(cu_q, np.int64), np.asarray(cu_k, np.int64)
+    for i in range(len(cu_q) - 1):
+        rows = slice(cu_q[i], cu_q[i + 1])
+        sk = int(cu_k[i + 1] - cu_k[i]) if seqused_k is None else int(seqused_k[i])
+        keys, unused = slice(cu_k[i], cu_k[i] + sk), slice(cu_k[i] + sk, cu_k[i + 1])
+        assert not dk[unused].any() and not dv[unused].any(), "sequence %d: keys past seqused_k" % i
+        if cu_q[i + 1] == cu_q[i]:
+            assert not dk[keys].any() and not dv[keys].any(), "sequence %d: keys no query sees" % i
+            continue
+        if sk == 0:
+            assert not o[rows].any() and np.all(np.isneginf(lse[:, rows])) and not dq[rows].any(), i
+            continue
+        qi, ki, vi = q[None, rows], k[None, keys], v[None, keys]
+        od, ld = libflash.attention(qi, ki, vi, return_lse=True, **kw)
+        gd = libflash.attention_backward(qi, ki, vi, od, do[None, rows], ld, **kw)
+        assert_bitwise(o[rows], od[0], "o of sequence %d" % i)
+        assert_bitwise(lse[:, rows], ld[0], "lse of sequence %d" % i)
+        for name, g, w, sl in (("dq", dq, gd[0], rows), ("dk", dk, gd[1], keys), ("dv", dv, gd[2], keys)):
+            assert_bitwise(g[sl], w[0], "%s of sequence %d" % (name, i))
+        if check_ref and dtype == "float32":
+            ro, _ = attention_ref(qi, ki, vi, softmax_scale=kw.get("softmax_scale"), **mask_kw(
+                {n: x for n, x in kw.items() if n in ("causal", "causal_alignment", "window")}))
+            np.testing.assert_allclose(od.astype(np.float64), ro, atol=2e-5, rtol=2e-5)
+            run_and_check(qi, ki, vi, softmax_scale=kw.get("softmax_scale"), **{
+                n: x for n, x in kw.items() if n in ("causal", "causal_alignment", "window")})
+    # Rows outside every sequence: 0 (LSE -inf), as allocated by the binding.
+    assert not o[cu_q[-1]:].any() and np.all(np.isneginf(lse[:, cu_q[-1]:])) and not dq[cu_q[-1]:].any()
+    assert not dk[cu_k[-1]:].any() and not dv[cu_k[-1]:].any()
+    return o, lse, dq, dk, dv
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_lengths_zero_one_and_odd(dtype, causal):
+    rng = np.random.default_rng(72)
+    lens_q = [0, 1, 5, 1, 33, 0, 17, 1]
+    lens_k = [3, 1, 0, 9, 20, 0, 17, 40]
+    q, k, v, cu_q, cu_k = varlen_case(rng, lens_q, lens_k, hq=4, hkv=2, d=40, dtype=dtype)
+    check_varlen(q, k, v, cu_q, cu_k, dtype=dtype, causal=causal)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_varlen_random_mixes_gqa(seed):
+    rng = np.random.default_rng(seed + 720)
+    b = int(rng.integers(1, 7))
+    lens_q = [int(x) for x in rng.integers(0, 70, b)]
+    lens_k = [int(x) for x in rng.integers(0, 70, b)]
+    hkv = int(rng.choice([1, 2, 3]))
+    hq = hkv * int(rng.choice([1, 2, 4]))
+    d = int(rng.choice([8, 32, 64, 72, 128]))
+    q, k, v, cu_q, cu_k = varlen_case(rng, lens_q, lens_k, hq=hq, hkv=hkv, d=d)
+    check_varlen(q, k, v, cu_q, cu_k, causal=bool(seed % 2))
+
+
+@pytest.mark.parametrize("alignment", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("window", [(-1, -1), (0, 0), (4, -1), (-1, 3), (6, 2)])
+def test_varlen_masks_per_sequence(alignment, window):
+    rng = np.random.default_rng(len(alignment) * 10 + window[0] + 3 * window[1])
+    q, k, v, cu_q, cu_k = varlen_case(rng, [9, 30, 1, 12], [30, 9, 12, 1], hq=2, hkv=1, d=16)
+    check_varlen(q, k, v, cu_q, cu_k, causal=True, causal_alignment=alignment, window=window)
+    check_varlen(q, k, v, cu_q, cu_k, causal=False, causal_alignment=alignment, window=window)
+
+
+def test_varlen_seqused_k_and_tail_rows():
+    """seqused_k: each sequence uses the first seqused_k[i] keys of its slot (a cache with room to grow); rows past the
+    last offsets are neither read (they hold NaN) nor written (they come back 0)."""
+    rng = np.random.default_rng(5)
+    q, k, v, cu_q, cu_k = varlen_case(rng, [4, 1, 7, 0], [10, 6, 8, 5], hq=4, hkv=1, d=24, tail_q=3, tail_k=5)
+    used = np.array([10, 0, 3, 2], np.int32)
+    k[cu_k[0] + 10:cu_k[1]] = np.nan  # (a full slot: nothing past it)
+    for i, u in enumerate(used):
+        k[cu_k[i] + u:cu_k[i + 1]] = np.nan
+        v[cu_k[i] + u:cu_k[i + 1]] = np.nan
+    check_varlen(q, k, v, cu_q, cu_k, seqused_k=used, causal=True)
+    check_varlen(q, k, v, cu_q, cu_k, seqused_k=list(used), window=(2, 1))
+
+
+def test_varlen_options_and_host_offset_forms():
+    """Offsets as lists or int64 arrays (converted), max_seqlen given (a larger bound too) or inferred: the same bits.
+    A scale; the naive algorithm (its own rounding: checked per sequence against its own dense calls)."""
+    rng = np.random.default_rng(9)
+    q, k, v, cu_q, cu_k = varlen_case(rng, [7, 0, 12], [5, 13, 12], hq=2, hkv=2, d=16)
+    base = libflash.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, causal=True)
+    for kw in (dict(cu_seqlens_q=list(cu_q), cu_seqlens_k=cu_k.astype(np.int64)),
+               dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=12, max_seqlen_k=13),
+               dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=100, max_seqlen_k=np.int64(200)),
+               dict(cu_seqlens_q=cu_q.astype(np.uint16), cu_seqlens_k=tuple(int(x) for x in cu_k))):
+        assert_bitwise(libflash.attention(q, k, v, causal=True, **kw), base, str(kw))
+        assert libflash.last_algorithm_used() == "cpu"
+    check_varlen(q, k, v, cu_q, cu_k, softmax_scale=0.3, causal=True)
+    check_varlen(q, k, v, cu_q, cu_k, algorithm="naive", causal=True, check_ref=False)
+    assert libflash.last_algorithm_used() == "naive"
+
+
+def test_varlen_strided_inputs_and_given_outputs():
+    """Views (a packed qkv buffer, every other head) are read in place; preallocated, strided outputs are written."""
+    rng = np.random.default_rng(11)
+    cu = offsets([6, 0, 11, 1])
+    qkv = randn(rng, (int(cu[-1]), 3, 4, 16))
+    q, k, v = qkv[:, 0], qkv[:, 1, ::2], qkv[:, 2, ::2]
+    o_dense, lse_dense, *grads = check_varlen(q, k, v, cu, cu, causal=True)
+    out = np.full((int(cu[-1]), 4, 2, 16), np.nan, np.float32)[:, :, 0]
+    o, lse = libflash.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True, out=out, return_lse=True)
+    assert o is out
+    assert_bitwise(o, o_dense, "o")
+    given = [np.full((x.shape[0], x.shape[1], 2, x.shape[2]), np.nan, np.float32)[:, :, 1] for x in (q, k, v)]
+    g = libflash.attention_backward(q, k, v, o, np.ones_like(o), lse, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True,
+                                    dq=given[0], dk=given[1], dv=given[2])
+    assert all(a is b for a, b in zip(g, given))
+    assert np.all(np.isfinite(g[0])) and np.all(np.isfinite(g[1]))
+
+
+def test_varlen_deterministic_bitwise_across_runs():
+    rng = np.random.default_rng(13)
+    q, k, v, cu_q, cu_k = varlen_case(rng, [40, 3, 77], [90, 3, 20], hq=8, hkv=2, d=64)
+    o, lse = libflash.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+    do = randn(rng, q.shape)
+    runs = [libflash.attention_backward(q, k, v, o, do, lse, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, deterministic=True)
+            for _ in range(3)]
+    for r in runs[1:]:
+        for a, b in zip(runs[0], r):
+            assert_bitwise(a, b, "run to run")

@@ -17,10 +17,27 @@ PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.parametrize("which", sorted(capi.STRUCTS))
 def test_struct_sizes_match_library(which):
     cls, _ = capi.STRUCTS[which]
-    # The binding's layout is a prefix of the library's: a newer library's struct may have grown by appending fields
-    # (flash.h's rules; 1.3 appended the varlen fields to flash_fwd_args and flash_bwd_args), never shrunk.
-    assert ctypes.sizeof(cls) <= capi.flash_struct_size(which), cls.__name__
+    # The binding's layout is the library's (same minor), or a prefix of a newer library's: a struct may grow by
+    # appending fields (flash.h's rules; 1.3 appended the varlen fields to flash_fwd_args and flash_bwd_args).
+    minor = capi.flash_version_minor()
+    if minor == capi.FLASH_VERSION_MINOR:
+        assert ctypes.sizeof(cls) == capi.flash_struct_size(which), cls.__name__
+    else:
+        assert capi.struct_size_for_minor(which, minor) <= capi.flash_struct_size(which), cls.__name__
     assert capi.flash_struct_size(99) == 0
+
+
+def test_struct_sizes_of_older_libraries():
+    """A library older than 1.3 knows flash_fwd_args / flash_bwd_args without the varlen fields: the binding hands its
+    init functions that prefix's size (and refuses varlen calls), so it still loads and runs."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        pytest.skip("sizes written for LP64")
+    F, B = capi.FLASH_STRUCT_FWD_ARGS, capi.FLASH_STRUCT_BWD_ARGS
+    assert [capi.struct_size_for_minor(F, m) for m in (0, 1, 2, 3, 4)] == [512, 512, 512, 552, 552]
+    assert [capi.struct_size_for_minor(B, m) for m in (1, 2, 3)] == [864, 864, 904]
+    assert capi.struct_size_for_minor(capi.FLASH_STRUCT_KVCACHE_ARGS, 2) == 720
+    # The prefix ends exactly where the 1.3 fields begin, and every field before it keeps its offset.
+    assert capi.flash_fwd_args.cu_seqlens_q.offset == 512 and capi.flash_bwd_args.cu_seqlens_q.offset == 864
 
 
 def test_struct_offsets_lp64():
@@ -33,13 +50,19 @@ def test_struct_offsets_lp64():
     A = capi.flash_fwd_args
     assert A.q.offset == 8 and A.lse.offset == 8 + 4 * 88 and A.softmax_scale.offset == 8 + 5 * 88
     assert A.algorithm_used.offset == A.softmax_scale.offset + 28
-    assert A.block_mask.offset == 480 and A.workspace_size.offset == 504 and ctypes.sizeof(A) == 512
+    assert A.block_mask.offset == 480 and A.workspace_size.offset == 504
+    assert (A.cu_seqlens_q.offset, A.cu_seqlens_k.offset, A.max_seqlen_q.offset) == (512, 520, 528)
+    assert A.max_seqlen_k.offset == 532
+    assert (A.seqused_k.offset, A.varlen_batch.offset, A.reserved_1_3.offset, ctypes.sizeof(A)) == (536, 544, 548, 552)
     M = capi.flash_block_mask
     assert (M.kv_num_blocks.offset, M.kv_indices_strides.offset, ctypes.sizeof(M)) == (24, 64, 96)
     B = capi.flash_bwd_args
     assert B.q.offset == 8 and B.d_o.offset == 8 + 4 * 88 and B.dv.offset == 8 + 8 * 88
     assert B.softmax_scale.offset == 8 + 9 * 88 and B.algorithm_used.offset == B.softmax_scale.offset + 28
-    assert B.block_mask.offset == 832 and B.workspace_size.offset == 856 and ctypes.sizeof(B) == 864
+    assert B.block_mask.offset == 832 and B.workspace_size.offset == 856
+    assert (B.cu_seqlens_q.offset, B.max_seqlen_q.offset, B.seqused_k.offset, B.varlen_batch.offset) == (864, 880,
+                                                                                                         888, 896)
+    assert (B.reserved_1_3.offset, ctypes.sizeof(B)) == (900, 904)
     D = capi.flash_device_info
     assert D.name.offset == 16 and D.cc_major.offset == 272 and D.algorithms.offset == 328
     K = capi.flash_kvcache_args
@@ -56,17 +79,20 @@ def test_struct_offsets_lp64():
 def test_init_functions_write_defaults():
     a = capi.flash_fwd_args()
     assert capi.flash_fwd_args_init(ctypes.byref(a)) == capi.FLASH_OK
-    assert a.struct_size == ctypes.sizeof(a)
+    minor = capi.flash_version_minor()  # (a library older than 1.3 is handed its own, smaller, struct_size)
+    assert a.struct_size == capi.struct_size_for_minor(capi.FLASH_STRUCT_FWD_ARGS, minor)
     assert (a.window_left, a.window_right, a.causal_alignment, a.algorithm) == (-1, -1, capi.FLASH_ALIGN_BOTTOM_RIGHT, 0)
+    assert not a.cu_seqlens_q and not a.cu_seqlens_k and (a.max_seqlen_k, a.varlen_batch) == (0, 0)
     m = capi.flash_block_mask()
     assert capi.flash_block_mask_init(ctypes.byref(m)) == capi.FLASH_OK
     assert (m.struct_size, m.block_m, m.block_n) == (ctypes.sizeof(m), 128, 128)
     b = capi.flash_bwd_args()
     b.flags = 7
     assert capi.flash_bwd_args_init(ctypes.byref(b)) == capi.FLASH_OK
-    assert b.struct_size == ctypes.sizeof(b)
+    assert b.struct_size == capi.struct_size_for_minor(capi.FLASH_STRUCT_BWD_ARGS, minor)
     assert (b.window_left, b.window_right, b.causal_alignment, b.algorithm, b.flags) == (-1, -1, 0, 0, 0)
     assert not b.block_mask and b.stream is None
+    assert not b.cu_seqlens_q and not b.seqused_k and (b.max_seqlen_q, b.varlen_batch, b.reserved_1_3) == (0, 0, 0)
     info = capi.flash_device_info()
     assert capi.flash_device_info_init(ctypes.byref(info)) == capi.FLASH_OK
     assert info.struct_size == ctypes.sizeof(info)

@@ -1,10 +1,13 @@
 """The fast path (libflash/_fast.py) against the general path: every result bitwise equal, every refusal the same
 FlashError (status and message), and the fast path really taken where it should be (the general path's describe()
 is made to fail). The general path is forced by emptying _fast.KINDS. Runs in CI (numpy; the torch CPU part needs
-torch). The CUDA workspace logic is checked with stand-ins for the library calls."""
+torch). The CUDA workspace logic is checked with stand-ins for the library calls. At the end, a loose guard on
+the host cost of a tiny call (scripts/host_cost.py measures it properly)."""
 
 import ctypes
+import statistics
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -434,3 +437,50 @@ def test_torch_kvcache_int_lens_and_index_tensors(fast_only):
                                         return_lse=True)
     same(tuple(x.numpy() for x in r), w)
     same(t["kc"].numpy(), kc2)
+
+
+# ---- Host cost (was test_host_cost.py) ---------------------------------------------------------------------------
+# A loose guard on the binding's host cost (scripts/host_cost.py measures it properly): a tiny call must stay far
+# below what the binding cost before its fast path (~115 us for numpy on a CI-class core), with bounds wide enough that
+# a busy CI machine cannot fail them (measured here on an idle core: ~10-15 us numpy, ~15-20 us torch CPU; see
+# scripts/host_cost.py). The best of several medians is taken, so a burst of load on a shared machine does not count.
+
+
+def per_call_us(fn, calls=200, repeats=5):
+    for _ in range(20):
+        fn()
+    medians = []
+    for _ in range(repeats):
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        medians.append(statistics.median(times) * 1e6)
+    return min(medians)
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    monkeypatch.setenv("LIBFLASH_NUM_THREADS", "1")  # read by the library at each call
+
+
+def test_tiny_numpy_call_host_cost(one_thread):
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 8, 2, 16)).astype(np.float32) for _ in range(3))
+    us = per_call_us(lambda: libflash.attention(q, k, v))
+    assert us < 200, "a tiny numpy attention() call took %.1f us (expected ~10-30 us)" % us
+    kc = np.zeros((1, 32, 2, 16), np.float32)
+    us = per_call_us(lambda: libflash.attention_with_kvcache(q[:, :1], kc, kc, cache_seqlens=16))
+    assert us < 200, "a tiny numpy attention_with_kvcache() call took %.1f us (expected ~10-30 us)" % us
+
+
+def test_tiny_torch_cpu_call_host_cost(one_thread):
+    torch = pytest.importorskip("torch")
+    from libflash.torch import flash_attn_func
+
+    q, k, v = (torch.randn(1, 8, 2, 16) for _ in range(3))
+    us = per_call_us(lambda: libflash.attention(q, k, v))
+    assert us < 250, "a tiny torch CPU attention() call took %.1f us (expected ~15-35 us)" % us
+    us = per_call_us(lambda: flash_attn_func(q, k, v))
+    assert us < 250, "a tiny torch CPU flash_attn_func() call took %.1f us (expected ~15-35 us)" % us

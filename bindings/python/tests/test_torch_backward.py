@@ -1,7 +1,9 @@
 """Gradients through PyTorch: libflash.torch.flash_attn_func (and the packed variants, and libflash.attention
 on tensors that require grad) as a torch.autograd.Function, against autograd through a plain torch reference
 in float64. CPU tensors (float32) need only torch; the GPU tests compare against torch SDPA in float64 and are
-skipped without CUDA or with a CPU-only libflash. Skipped entirely when torch is missing."""
+skipped without CUDA or with a CPU-only libflash. At the end, the same for packed variable-length batches
+(flash_attn_varlen_func and its packed variants, libflash.attention with offsets). Skipped entirely when torch is
+missing."""
 
 import numpy as np
 import pytest
@@ -12,7 +14,8 @@ F = torch.nn.functional
 import libflash  # noqa: E402
 from libflash import FlashError, capi  # noqa: E402
 from libflash.torch import (FlashAttnFunction, flash_attn_func, flash_attn_kvpacked_func,  # noqa: E402
-                            flash_attn_qkvpacked_func)
+                            flash_attn_qkvpacked_func, flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                            flash_attn_varlen_qkvpacked_func)
 from reference import visible  # noqa: E402
 
 
@@ -320,3 +323,213 @@ def test_gpu_backward_on_a_side_stream():
     s.synchronize()
     _, rg = sdpa_grads((q, k, v), do, causal=True)
     assert_grads((q.grad, k.grad, v.grad), rg, GPU_TOL[torch.float16])
+
+
+# ---- Packed variable-length batches (flash_attn_varlen_func) ---------------------------------------------------
+# Each sequence against a dense call of it (forward and gradients; bitwise on the CPU, where the library runs each
+# sequence exactly as that call) and against the float64 reference; on a GPU against the reference within GPU_TOL.
+def varlen_leaves(lens_q, lens_k, hq, hkv, d, dtype=torch.float32, device="cpu", seed=0):
+    cu_q = torch.tensor([0] + list(np.cumsum(lens_q)), dtype=torch.int32, device=device)
+    cu_k = torch.tensor([0] + list(np.cumsum(lens_k)), dtype=torch.int32, device=device)
+    q, k, v = leaves((int(cu_q[-1]), hq, d), (int(cu_k[-1]), hkv, d), (int(cu_k[-1]), hkv, d), dtype=dtype,
+                     device=device, seed=seed)
+    return q, k, v, cu_q, cu_k
+
+
+def per_sequence(q, k, v, cu_q, cu_k, o, do, grads, tol=None, bitwise=True, seqused_k=None, **kw):
+    """Every sequence's rows of o and of the gradients against flash_attn_func on that sequence alone (bitwise) or,
+    with tol, against the float64 reference."""
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for i in range(len(cq) - 1):
+        rows = slice(cq[i], cq[i + 1])
+        sk = ck[i + 1] - ck[i] if seqused_k is None else int(seqused_k[i])
+        keys = slice(ck[i], ck[i] + sk)
+        if rows.start == rows.stop:
+            assert not grads[1][keys].any() and not grads[2][keys].any(), i
+            continue
+        if sk == 0:
+            assert not o[rows].any() and not grads[0][rows].any(), i
+            continue
+        xs = [x.detach()[sl][None].clone().requires_grad_(True) for x, sl in ((q, rows), (k, keys), (v, keys))]
+        if bitwise:
+            od = flash_attn_func(*xs, **kw)
+            od.backward(do[rows][None])
+            assert torch.equal(o[rows], od[0].detach()), i
+            for name, g, x, sl in zip(("dq", "dk", "dv"), grads, xs, (rows, keys, keys)):
+                assert torch.equal(g[sl], x.grad[0]), (name, i)
+        if tol is not None:
+            mask = dict(causal=kw.get("causal", False), window=kw.get("window_size", (-1, -1)))
+            ro, rg = sdpa_grads(xs, do[rows][None], softmax_scale=kw.get("softmax_scale"), **mask)
+            assert (o[rows].double() - ro[0]).abs().max().item() <= tol * max(1.0, ro.abs().max().item()), i
+            assert_grads([g[sl][None] for g, sl in zip(grads, (rows, keys, keys))], rg, tol)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("window_size", [(-1, -1), (3, 1)])
+def test_varlen_func_per_sequence_cpu(causal, window_size):
+    lens_q, lens_k = [0, 1, 6, 1, 40, 0, 13], [4, 1, 0, 9, 33, 0, 13]
+    q, k, v, cu_q, cu_k = varlen_leaves(lens_q, lens_k, hq=4, hkv=2, d=32, seed=72)
+    o = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, window_size=window_size)
+    assert o.shape == q.shape and o.grad_fn is not None
+    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(1))
+    o.backward(do)
+    per_sequence(q, k, v, cu_q, cu_k, o.detach(), do, (q.grad, k.grad, v.grad), tol=CPU_TOL, causal=causal,
+                 window_size=window_size)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_varlen_func_random_mixes_gqa_cpu(seed):
+    rng = np.random.default_rng(seed + 72)
+    b = int(rng.integers(1, 6))
+    lens_q, lens_k = [int(x) for x in rng.integers(0, 50, b)], [int(x) for x in rng.integers(0, 50, b)]
+    hkv = int(rng.choice([1, 2]))
+    hq = hkv * int(rng.choice([1, 3]))
+    q, k, v, cu_q, cu_k = varlen_leaves(lens_q, lens_k, hq=hq, hkv=hkv, d=16, seed=seed)
+    # max_seqlen None: computed from the offsets (once: the backward reuses it).
+    o = flash_attn_varlen_func(q, k, v, cu_q, cu_k, None, None, causal=True, softmax_scale=0.2, deterministic=True)
+    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(seed))
+    o.backward(do)
+    per_sequence(q, k, v, cu_q, cu_k, o.detach(), do, (q.grad, k.grad, v.grad), causal=True, softmax_scale=0.2)
+
+
+def test_varlen_packed_variants_cpu():
+    g = torch.Generator().manual_seed(3)
+    cu = torch.tensor([0, 5, 5, 17, 18], dtype=torch.int32)
+    qkv = torch.randn(18, 3, 2, 16, generator=g).requires_grad_(True)
+    do = torch.randn(18, 2, 16, generator=g)
+    o = flash_attn_varlen_qkvpacked_func(qkv, cu, 12, causal=True)
+    o.backward(do)
+    q, k, v = (x.detach().clone().requires_grad_(True) for x in qkv.unbind(1))
+    o2 = flash_attn_varlen_func(q, k, v, cu, cu, 12, 12, causal=True)
+    o2.backward(do)
+    assert torch.equal(o, o2) and qkv.grad.shape == qkv.shape
+    assert torch.equal(qkv.grad, torch.stack((q.grad, k.grad, v.grad), dim=1))
+
+    cu_k = torch.tensor([0, 7, 9, 9, 30], dtype=torch.int32)
+    q = torch.randn(18, 4, 16, generator=g).requires_grad_(True)
+    kv = torch.randn(30, 2, 2, 16, generator=g).requires_grad_(True)
+    o = flash_attn_varlen_kvpacked_func(q, kv, cu, cu_k, 12, 21, window_size=(4, 4))
+    o.backward(do.repeat(1, 2, 1))
+    k, v = (x.detach().clone().requires_grad_(True) for x in kv.unbind(1))
+    q2 = q.detach().clone().requires_grad_(True)
+    o2 = flash_attn_varlen_func(q2, k, v, cu, cu_k, 12, 21, window_size=(4, 4))
+    o2.backward(do.repeat(1, 2, 1))
+    assert torch.equal(o, o2) and torch.equal(q.grad, q2.grad) and kv.grad.shape == kv.shape
+    assert torch.equal(kv.grad, torch.stack((k.grad, v.grad), dim=1))
+
+
+def test_varlen_attention_under_autograd_with_seqused_k():
+    """libflash.attention() with offsets on tensors that require grad: the autograd Function carries the offsets,
+    seqused_k and the lengths into the backward; the unused keys of a slot get no gradient."""
+    q, k, v, cu_q, cu_k = varlen_leaves([3, 8, 0, 1], [6, 8, 5, 4], hq=2, hkv=1, d=16, seed=4)
+    used = torch.tensor([2, 8, 5, 0], dtype=torch.int32)
+    o, lse = libflash.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k.long(), seqused_k=used, causal=True,
+                                return_lse=True)
+    assert o.grad_fn is not None and not lse.requires_grad and lse.shape == (2, 12)
+    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(5))
+    o.backward(do)
+    per_sequence(q, k, v, cu_q, cu_k, o.detach(), do, (q.grad, k.grad, v.grad), tol=CPU_TOL, seqused_k=used,
+                 causal=True)
+    for i, u in enumerate(used.tolist()):
+        unused = slice(int(cu_k[i]) + u, int(cu_k[i + 1]))
+        assert not k.grad[unused].any() and not v.grad[unused].any()
+    # The same through attention_backward directly, on torch CPU tensors.
+    g = libflash.attention_backward(q.detach(), k.detach(), v.detach(), o.detach(), do, lse, cu_seqlens_q=cu_q,
+                                    cu_seqlens_k=cu_k, seqused_k=used, causal=True)
+    assert all(torch.equal(a, b) for a, b in zip(g, (q.grad, k.grad, v.grad)))
+
+
+def test_varlen_half_precision_cpu():
+    for dtype in (torch.float16, torch.bfloat16):
+        q, k, v, cu_q, cu_k = varlen_leaves([9, 0, 20], [9, 3, 25], hq=2, hkv=2, d=32, dtype=dtype, seed=8)
+        o = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 20, 25, causal=True)
+        do = torch.randn(o.shape, generator=torch.Generator().manual_seed(9)).to(dtype)
+        o.backward(do)
+        assert o.dtype == dtype and q.grad.dtype == dtype
+        per_sequence(q, k, v, cu_q, cu_k, o.detach(), do, (q.grad, k.grad, v.grad), causal=True)
+
+
+def test_varlen_signatures_are_flash_attn_2s():
+    import inspect
+
+    from libflash.torch import flash_attn_varlen_kvpacked_func as kvp
+    from libflash.torch import flash_attn_varlen_qkvpacked_func as qkvp
+
+    common = ["dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes", "deterministic",
+              "return_attn_probs"]
+    assert list(inspect.signature(flash_attn_varlen_func).parameters) == [
+        "q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"] + common + ["block_table"]
+    assert list(inspect.signature(kvp).parameters) == [
+        "q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"] + common
+    assert list(inspect.signature(qkvp).parameters) == ["qkv", "cu_seqlens", "max_seqlen"] + common
+
+
+def test_varlen_unsupported_and_refused():
+    q, k, v, cu_q, cu_k = varlen_leaves([3, 4], [3, 4], hq=2, hkv=2, d=16)
+    for kw, needle in ((dict(dropout_p=0.1), "dropout_p"), (dict(return_attn_probs=True), "return_attn_probs"),
+                       (dict(block_table=torch.zeros(2, 1, dtype=torch.int32)), "block_table"),
+                       (dict(softcap=5.0), "softcap")):
+        with pytest.raises(NotImplementedError, match=needle):
+            flash_attn_varlen_func(q, k, v, cu_q, cu_k, 4, 4, **kw)
+    with pytest.raises(FlashError, match="cu_seqlens_q has dtype float32") as ei:
+        flash_attn_varlen_func(q, k, v, cu_q.float(), cu_k, 4, 4)
+    assert ei.value.status == capi.FLASH_ERROR_UNSUPPORTED_DTYPE
+    with pytest.raises(FlashError, match="max_seqlen_q is 3 but a sequence has 4 queries") as ei:
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 3, 4)
+    with pytest.raises(FlashError, match=r"cu_seqlens_k\[2\] is 9 but k has 7 rows") as ei:
+        flash_attn_varlen_func(q, k, v, cu_q, torch.tensor([0, 3, 9], dtype=torch.int32), 4, 6)
+    assert ei.value.status == capi.FLASH_ERROR_INVALID_ARGUMENT
+    with pytest.raises(FlashError, match="q.ndim is 4 but must be 3"):
+        flash_attn_varlen_func(q[None], k[None], v[None], cu_q, cu_k, 4, 4)
+
+
+# -- GPU --
+def gpu_varlen(fn, *a, **kw):
+    """fn's result, or a skip while the library refuses varlen on the GPU (flash.h: the CUDA algorithms read the
+    offsets once their kernels are built; issue 72)."""
+    try:
+        return fn(*a, **kw)
+    except FlashError as e:
+        if e.status == capi.FLASH_ERROR_UNSUPPORTED and "varlen" in e.message:
+            pytest.skip("this libflash refuses varlen on the GPU: %s" % e.message)
+        raise
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_varlen_func_vs_reference(dtype, causal):
+    rng = np.random.default_rng(int(causal) + 2 * (dtype == torch.bfloat16))
+    lens_q = [0, 1, 300, 17, 1000, 1, 64] + [int(x) for x in rng.integers(0, 700, 5)]
+    lens_k = [5, 1, 300, 0, 900, 130, 64] + [int(x) for x in rng.integers(0, 700, 5)]
+    q, k, v, cu_q, cu_k = varlen_leaves(lens_q, lens_k, hq=8, hkv=2, d=128, dtype=dtype, device="cuda", seed=3)
+    o = gpu_varlen(flash_attn_varlen_func, q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    do = torch.randn(o.shape, generator=torch.Generator().manual_seed(4)).to("cuda", dtype)
+    o.backward(do)
+    torch.cuda.synchronize()
+    per_sequence(q, k, v, cu_q, cu_k, o.detach(), do, (q.grad, k.grad, v.grad), tol=GPU_TOL[dtype], bitwise=False,
+                 causal=causal)
+
+
+@gpu
+def test_gpu_varlen_offsets_forms_and_packed():
+    q, k, v, cu_q, cu_k = varlen_leaves([40, 0, 129], [64, 7, 129], hq=4, hkv=4, d=64, dtype=torch.float16,
+                                        device="cuda", seed=5)
+    want = gpu_varlen(libflash.attention, q.detach(), k.detach(), v.detach(), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                      max_seqlen_q=129, max_seqlen_k=129, causal=True)
+    # Host offsets (a list, numpy) are checked and copied to q's device; max_seqlen from host data or one copy back.
+    for kw in (dict(cu_seqlens_q=cu_q.tolist(), cu_seqlens_k=cu_k.cpu().numpy()), dict(cu_seqlens_q=cu_q,
+                                                                                          cu_seqlens_k=cu_k)):
+        assert torch.equal(libflash.attention(q.detach(), k.detach(), v.detach(), causal=True, **kw), want)
+    with pytest.raises(FlashError, match="GPU varlen arrays must be int32") as ei:
+        libflash.attention(q.detach(), k.detach(), v.detach(), cu_seqlens_q=cu_q.long(), cu_seqlens_k=cu_k)
+    assert ei.value.status == capi.FLASH_ERROR_UNSUPPORTED_DTYPE
+    with pytest.raises(FlashError, match="varlen arrays live on q's device") as ei:
+        libflash.attention(q.detach(), k.detach(), v.detach(), cu_seqlens_q=cu_q.cpu(), cu_seqlens_k=cu_k)
+    assert ei.value.status == capi.FLASH_ERROR_DEVICE_MISMATCH
+    with pytest.raises(FlashError, match="cu_seqlens_q\\[2\\] is 30, less than") as ei:
+        libflash.attention(q.detach(), k.detach(), v.detach(), cu_seqlens_q=[0, 40, 30, 169], cu_seqlens_k=cu_k)
+    qkv = torch.stack((q, q, q), dim=1).detach().requires_grad_(True)
+    o = flash_attn_varlen_qkvpacked_func(qkv, cu_q, 129, causal=True)
+    o.sum().backward()
+    assert qkv.grad.shape == qkv.shape and torch.isfinite(qkv.grad).all()

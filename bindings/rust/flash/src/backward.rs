@@ -8,7 +8,7 @@ use flash_sys as sys;
 
 use crate::abi::LibSized;
 use crate::error::{check, Result};
-use crate::forward::{apply_options, Algorithm, Alignment, Forward};
+use crate::forward::{apply_options, apply_varlen, Algorithm, Alignment, Forward, Varlen};
 use crate::mask::BlockMask;
 use crate::tensor::{Element, RawTensor, Stream, Tensor, TensorMut};
 
@@ -48,14 +48,14 @@ pub struct Backward<'m> {
     opts: Forward<'m>,
 }
 
-/// dQ, dK, dV as owned, densely packed buffers (from [`Backward::compute`]).
+/// dQ, dK, dV as owned, densely packed buffers (from [`Backward::compute`] or [`Backward::compute_varlen`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gradients<T: Element> {
-    /// `[batch, seqlen_q, heads_q, head_dim]`
+    /// `[batch, seqlen_q, heads_q, head_dim]` (varlen: `[total_q, heads_q, head_dim]`)
     pub dq: Vec<T>,
-    /// `[batch, seqlen_k, heads_kv, head_dim]`
+    /// `[batch, seqlen_k, heads_kv, head_dim]` (varlen: `[total_k, heads_kv, head_dim]`)
     pub dk: Vec<T>,
-    /// `[batch, seqlen_k, heads_kv, head_dim]`
+    /// `[batch, seqlen_k, heads_kv, head_dim]` (varlen: `[total_k, heads_kv, head_dim]`)
     pub dv: Vec<T>,
     /// The algorithm that ran.
     pub algorithm: Algorithm,
@@ -155,6 +155,7 @@ impl<'m> Backward<'m> {
         dq: sys::flash_tensor,
         dk: sys::flash_tensor,
         dv: sys::flash_tensor,
+        varlen: Option<&Varlen<'_>>,
         stream: Stream,
     ) -> Result<LibSized<sys::flash_bwd_args>> {
         let mut buf = LibSized::<sys::flash_bwd_args>::zeroed();
@@ -172,6 +173,7 @@ impl<'m> Backward<'m> {
         a.dq = dq;
         a.dk = dk;
         a.dv = dv;
+        apply_varlen!(varlen, &self.opts, a);
         apply_options!(&self.opts, a, stream);
         Ok(buf)
     }
@@ -209,6 +211,7 @@ impl<'m> Backward<'m> {
             dq.raw(),
             dk.raw(),
             dv.raw(),
+            None,
             Stream::legacy_default(),
         )?;
         self.call(a)
@@ -273,6 +276,7 @@ impl<'m> Backward<'m> {
             *dq.as_raw(),
             *dk.as_raw(),
             *dv.as_raw(),
+            None,
             stream,
         )?;
         self.call(a)
@@ -302,12 +306,117 @@ impl<'m> Backward<'m> {
             *dq.as_raw(),
             *dk.as_raw(),
             *dv.as_raw(),
+            None,
             Stream::legacy_default(),
         )?;
         let mut bytes = 0usize;
         // Safety: valid, library-sized pointers; the query reads the descriptors only, never tensor data.
         check(unsafe { sys::flash_bwd_workspace_size(a.as_ptr(), &mut bytes) })?;
         Ok(bytes)
+    }
+}
+
+impl<'m> Backward<'m> {
+    /// Runs on a packed variable-length batch of host tensors (see [`Varlen`], the forward's): Q, O, dO, dQ
+    /// `[total_q, heads_q, head_dim]`; K, V, dK, dV `[total_k, heads_kv, head_dim]`; the forward's LSE fp32
+    /// `[heads_q, total_q]`. Each sequence's gradients are those of a dense call on it alone; a slot's keys past
+    /// `seqused_k` get dK = dV = 0; rows outside every sequence are not written. Returns the algorithm that ran.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_varlen<T: Element>(
+        &self,
+        q: &Tensor<'_, T, 3>,
+        k: &Tensor<'_, T, 3>,
+        v: &Tensor<'_, T, 3>,
+        o: &Tensor<'_, T, 3>,
+        d_o: &Tensor<'_, T, 3>,
+        lse: &Tensor<'_, f32, 2>,
+        seqlens: &Varlen<'_>,
+        dq: &mut TensorMut<'_, T, 3>,
+        dk: &mut TensorMut<'_, T, 3>,
+        dv: &mut TensorMut<'_, T, 3>,
+    ) -> Result<Algorithm> {
+        let a = self.args(
+            q.raw(),
+            k.raw(),
+            v.raw(),
+            o.raw(),
+            d_o.raw(),
+            lse.raw(),
+            dq.raw(),
+            dk.raw(),
+            dv.raw(),
+            Some(seqlens),
+            Stream::legacy_default(),
+        )?;
+        self.call(a)
+    }
+
+    /// [`Backward::run_varlen`] into new zero-filled buffers shaped like Q, K, V (so rows outside every sequence hold
+    /// 0).
+    pub fn compute_varlen<T: Element>(
+        &self,
+        q: &Tensor<'_, T, 3>,
+        k: &Tensor<'_, T, 3>,
+        v: &Tensor<'_, T, 3>,
+        o: &Tensor<'_, T, 3>,
+        d_o: &Tensor<'_, T, 3>,
+        lse: &Tensor<'_, f32, 2>,
+        seqlens: &Varlen<'_>,
+    ) -> Result<Gradients<T>> {
+        let (qs, ks) = (q.shape(), k.shape());
+        let zero = || -> T {
+            // Safety: f32, f16 and bf16 (the only Element types) are plain bits; all zero is 0.0.
+            unsafe { std::mem::zeroed() }
+        };
+        let mut dq = vec![zero(); qs.iter().product()];
+        let mut dk = vec![zero(); ks.iter().product()];
+        let mut dv = vec![zero(); ks.iter().product()];
+        let algorithm = self.run_varlen(
+            q,
+            k,
+            v,
+            o,
+            d_o,
+            lse,
+            seqlens,
+            &mut TensorMut::new(&mut dq, qs)?,
+            &mut TensorMut::new(&mut dk, ks)?,
+            &mut TensorMut::new(&mut dv, ks)?,
+        )?;
+        Ok(Gradients { dq, dk, dv, algorithm })
+    }
+
+    /// [`Backward::run_varlen`] on raw tensors and a [`Varlen`] on their device: CUDA tensors asynchronously on
+    /// `stream`, or host tensors the borrow checker cannot see.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_varlen_raw(
+        &self,
+        q: &RawTensor,
+        k: &RawTensor,
+        v: &RawTensor,
+        o: &RawTensor,
+        d_o: &RawTensor,
+        lse: &RawTensor,
+        seqlens: &Varlen<'_>,
+        dq: &RawTensor,
+        dk: &RawTensor,
+        dv: &RawTensor,
+        stream: Stream,
+    ) -> Result<Algorithm> {
+        let a = self.args(
+            *q.as_raw(),
+            *k.as_raw(),
+            *v.as_raw(),
+            *o.as_raw(),
+            *d_o.as_raw(),
+            *lse.as_raw(),
+            *dq.as_raw(),
+            *dk.as_raw(),
+            *dv.as_raw(),
+            Some(seqlens),
+            stream,
+        )?;
+        self.call(a)
     }
 }
 

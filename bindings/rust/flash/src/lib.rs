@@ -16,6 +16,9 @@
 //!   `flash_attn_with_kvcache`), contiguous or paged as a [`CacheIndex`] says, appending the new tokens'
 //!   keys and values in place ([`KvcacheForward::run_append`]); [`combine`] merges partial results
 //!   (split-KV). Both need libflash 1.2.
+//! - [`Varlen`] describes a packed variable-length batch (sequences of different lengths end to end, no
+//!   padding; FlashAttention's `flash_attn_varlen_func` layout): [`Forward::run_varlen`],
+//!   [`Backward::run_varlen`] and their `_raw` forms. Needs libflash 1.3.
 //!
 //! ```
 //! use flash::{Forward, Tensor, TensorMut};
@@ -66,13 +69,13 @@ mod tensor;
 pub use flash_sys as sys;
 pub use half;
 
+pub use backward::{Backward, Gradients};
 pub use device::{
     build_info, compiled_algorithms, cuda_device_count, device_info, version, version_string, AlgorithmSet, DeviceInfo,
     Version, HEADER_VERSION,
 };
-pub use backward::{Backward, Gradients};
 pub use error::{status_name, Error, ErrorKind, Result};
-pub use forward::{forward, Algorithm, Alignment, Forward};
+pub use forward::{forward, Algorithm, Alignment, Forward, Varlen};
 pub use kvcache::{combine, combine_raw, CacheIndex, KvcacheForward, KvcacheRun};
 pub use mask::{num_blocks, BlockMask};
 pub use tensor::{contiguous_strides, DType, Device, Element, RawTensor, Stream, Tensor, TensorMut};

@@ -1,8 +1,8 @@
 //! Backward results (dQ, dK, dV) against an independent fp64 reference gradient written here from the
 //! chain rule on the materialised softmax (nothing taken from the library: not its O, not its LSE; the
 //! visibility rule is tests/common's). Every mask kind, seqlen_q != seqlen_k, GQA, empty rows, strided
-//! views, all three dtypes, both CPU algorithms, determinism, and the error paths. Outputs are poisoned
-//! (NaN) before each run.
+//! views, all three dtypes, both CPU algorithms, determinism, and the error paths; then packed variable-length
+//! batches (`Varlen`), each sequence against dense calls on it alone. Outputs are poisoned (NaN) before each run.
 
 mod common;
 
@@ -12,7 +12,7 @@ use common::{max_abs_err, reference, Masking, Rng, Shape};
 use flash::half::{bf16, f16};
 use flash::{
     Algorithm, Backward, BlockMask, DType, Device, Element, Error, ErrorKind, Forward, RawTensor, Stream, Tensor,
-    TensorMut,
+    TensorMut, Varlen,
 };
 use flash_sys as sys;
 
@@ -535,4 +535,312 @@ fn error_raw_dtypes_overlaps_and_workspace_query() {
     .unwrap();
     let e = Backward::new().run_raw(&rq, &rk, &rv, &ro, &rdo, &rl, &null, &dk, &dv, Stream::default()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NullPointer, "{e}");
+}
+
+// ---- Packed variable-length batches (Varlen): forward and backward ----------------------------------------------
+// Every sequence's rows of O, the LSE and dQ, and its slot's rows of dK and dV, are bitwise those of dense calls of
+// batch 1 on that sequence alone (the cpu and naive algorithms run each sequence exactly as that call); the dense
+// calls are checked against the f64 references. Rows past the last offsets hold NaN on input (never read) and in the
+// poisoned outputs (never written); a slot's keys past seqused_k get dK = dV = 0.
+
+fn offsets(lens: &[usize]) -> Vec<i32> {
+    let mut cu = vec![0i32];
+    for &l in lens {
+        cu.push(cu.last().unwrap() + l as i32);
+    }
+    cu
+}
+
+fn same_bits<T: Elem>(got: &[T], want: &[T], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.to_f64().to_bits(), w.to_f64().to_bits(), "{what}: element {i}: {} vs {}", g.to_f64(), w.to_f64());
+    }
+}
+
+/// Rows `rows` of a packed [total, h, d] buffer, densely packed (a sequence's part).
+fn rows_of<T: Copy>(x: &[T], rows: std::ops::Range<usize>, h: usize, d: usize) -> Vec<T> {
+    x[rows.start * h * d..rows.end * h * d].to_vec()
+}
+
+struct VarlenSpec<'a> {
+    lens_q: &'a [usize],
+    lens_k: &'a [usize],
+    used: Option<&'a [i32]>,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+}
+
+const TAIL_Q: usize = 2;
+const TAIL_K: usize = 3;
+
+/// Packed forward and backward of `spec` under `m` on `alg`, each sequence checked as the section comment says.
+/// Returns (o, lse, dq, dk, dv) of the packed call.
+#[allow(clippy::type_complexity)]
+fn check_varlen<T: Elem>(spec: &VarlenSpec<'_>, m: &Masking, alg: Algorithm, seed: u64) -> [Vec<f64>; 5] {
+    let (hq, hkv, d) = (spec.hq, spec.hkv, spec.d);
+    let (cu_q, cu_k) = (offsets(spec.lens_q), offsets(spec.lens_k));
+    let (tq, tk) = (*cu_q.last().unwrap() as usize, *cu_k.last().unwrap() as usize);
+    let (nq, nk) = (tq + TAIL_Q, tk + TAIL_K);
+    let mut rng = Rng(seed);
+    let nan = T::from_f64(f64::NAN);
+    let mut fill = |n: usize, valid: usize| -> Vec<T> {
+        (0..n).map(|i| if i < valid { T::from_f64(rng.uniform()) } else { nan }).collect()
+    };
+    let (q, k, v) =
+        (fill(nq * hq * d, tq * hq * d), fill(nk * hkv * d, tk * hkv * d), fill(nk * hkv * d, tk * hkv * d));
+    let d_o = fill(nq * hq * d, tq * hq * d);
+    let mut seqlens = Varlen::new(&cu_q, &cu_k).unwrap();
+    if let Some(used) = spec.used {
+        seqlens = seqlens.seqused_k(used).unwrap();
+    }
+    let fwd = options(m, None).algorithm(alg);
+    let (mut o, mut lse) = (vec![nan; nq * hq * d], vec![f32::NAN; hq * nq]);
+    let (qs, ks) = ([nq, hq, d], [nk, hkv, d]);
+    let used_alg = fwd
+        .run_varlen(
+            &Tensor::new(&q, qs).unwrap(),
+            &Tensor::new(&k, ks).unwrap(),
+            &Tensor::new(&v, ks).unwrap(),
+            &seqlens,
+            &mut TensorMut::new(&mut o, qs).unwrap(),
+            Some(&mut TensorMut::new(&mut lse, [hq, nq]).unwrap()),
+        )
+        .unwrap_or_else(|e| panic!("{m:?} {alg}: {e}"));
+    assert_eq!(used_alg, if alg == Algorithm::AUTO { Algorithm::CPU } else { alg });
+    let (mut dq, mut dk, mut dv) = (vec![nan; nq * hq * d], vec![nan; nk * hkv * d], vec![nan; nk * hkv * d]);
+    Backward::from(fwd)
+        .run_varlen(
+            &Tensor::new(&q, qs).unwrap(),
+            &Tensor::new(&k, ks).unwrap(),
+            &Tensor::new(&v, ks).unwrap(),
+            &Tensor::new(&o, qs).unwrap(),
+            &Tensor::new(&d_o, qs).unwrap(),
+            &Tensor::new(&lse, [hq, nq]).unwrap(),
+            &seqlens,
+            &mut TensorMut::new(&mut dq, qs).unwrap(),
+            &mut TensorMut::new(&mut dk, ks).unwrap(),
+            &mut TensorMut::new(&mut dv, ks).unwrap(),
+        )
+        .unwrap_or_else(|e| panic!("backward {m:?} {alg}: {e}"));
+    let zero_rows = |x: &[T], r: std::ops::Range<usize>, h: usize, what: &str| {
+        assert!(x[r.start * h * d..r.end * h * d].iter().all(|e| e.to_f64() == 0.0), "{what} not 0");
+    };
+    for i in 0..spec.lens_q.len() {
+        let rows = cu_q[i] as usize..cu_q[i + 1] as usize;
+        let sk = spec.used.map_or(spec.lens_k[i], |u| u[i] as usize);
+        let keys = cu_k[i] as usize..cu_k[i] as usize + sk;
+        zero_rows(&dk, keys.end..cu_k[i + 1] as usize, hkv, "dk past seqused_k");
+        zero_rows(&dv, keys.end..cu_k[i + 1] as usize, hkv, "dv past seqused_k");
+        let what = format!("{m:?} {alg} sequence {i} ({} queries, {sk} keys)", rows.len());
+        if rows.is_empty() {
+            zero_rows(&dk, keys.clone(), hkv, &what);
+            zero_rows(&dv, keys, hkv, &what);
+            continue;
+        }
+        if sk == 0 {
+            zero_rows(&o, rows.clone(), hq, &what);
+            zero_rows(&dq, rows.clone(), hq, &what);
+            assert!((0..hq).all(|h| rows.clone().all(|r| lse[h * nq + r] == f32::NEG_INFINITY)), "{what}: lse");
+            continue;
+        }
+        let s = shape(1, rows.len(), sk, hq, hkv, d);
+        let (qi, ki, vi, doi) = (
+            rows_of(&q, rows.clone(), hq, d),
+            rows_of(&k, keys.clone(), hkv, d),
+            rows_of(&v, keys.clone(), hkv, d),
+            rows_of(&d_o, rows.clone(), hq, d),
+        );
+        let (mut od, mut ld) = (vec![nan; s.q_len()], vec![f32::NAN; hq * s.sq]);
+        fwd.run_with_lse(
+            &Tensor::new(&qi, s.q()).unwrap(),
+            &Tensor::new(&ki, s.kv()).unwrap(),
+            &Tensor::new(&vi, s.kv()).unwrap(),
+            &mut TensorMut::new(&mut od, s.q()).unwrap(),
+            &mut TensorMut::new(&mut ld, s.lse()).unwrap(),
+        )
+        .unwrap();
+        let g = Backward::from(fwd)
+            .compute(
+                &Tensor::new(&qi, s.q()).unwrap(),
+                &Tensor::new(&ki, s.kv()).unwrap(),
+                &Tensor::new(&vi, s.kv()).unwrap(),
+                &Tensor::new(&od, s.q()).unwrap(),
+                &Tensor::new(&doi, s.q()).unwrap(),
+                &Tensor::new(&ld, s.lse()).unwrap(),
+            )
+            .unwrap();
+        same_bits(&rows_of(&o, rows.clone(), hq, d), &od, &format!("{what}: o"));
+        for h in 0..hq {
+            let packed: Vec<f32> = rows.clone().map(|r| lse[h * nq + r]).collect();
+            same_bits(&packed, &ld[h * s.sq..(h + 1) * s.sq], &format!("{what}: lse head {h}"));
+        }
+        same_bits(&rows_of(&dq, rows.clone(), hq, d), &g.dq, &format!("{what}: dq"));
+        same_bits(&rows_of(&dk, keys.clone(), hkv, d), &g.dk, &format!("{what}: dk"));
+        same_bits(&rows_of(&dv, keys.clone(), hkv, d), &g.dv, &format!("{what}: dv"));
+        // The dense calls against the references.
+        let (ro, _) = reference(&s, m, &widen(&qi), &widen(&ki), &widen(&vi));
+        let bound = T::TOL * ro.iter().fold(1.0f64, |a, x| a.max(x.abs()));
+        assert!(max_abs_err(&widen(&od), &ro) <= bound, "{what}: o against the reference");
+        let want = reference_grad(&s, m, &widen(&qi), &widen(&ki), &widen(&vi), &widen(&doi));
+        check_grads(&what, [&g.dq, &g.dk, &g.dv], &want);
+    }
+    // Outside every sequence: not written.
+    assert!(o[tq * hq * d..].iter().chain(&dq[tq * hq * d..]).all(|x| x.to_f64().is_nan()), "rows past cu_seqlens_q");
+    assert!((0..hq).all(|h| lse[h * nq + tq..(h + 1) * nq].iter().all(|x| x.is_nan())), "lse past cu_seqlens_q");
+    assert!(
+        dk[tk * hkv * d..].iter().chain(&dv[tk * hkv * d..]).all(|x| x.to_f64().is_nan()),
+        "rows past cu_seqlens_k"
+    );
+    [widen(&o), lse.iter().map(|&x| x as f64).collect(), widen(&dq), widen(&dk), widen(&dv)]
+}
+
+#[test]
+fn varlen_lengths_zero_one_and_odd_gqa() {
+    let spec = VarlenSpec {
+        lens_q: &[0, 1, 5, 1, 33, 0, 17, 1],
+        lens_k: &[3, 1, 0, 9, 20, 0, 17, 40],
+        used: None,
+        hq: 4,
+        hkv: 2,
+        d: 40,
+    };
+    for (n, causal) in [false, true].into_iter().enumerate() {
+        let m = Masking { causal, ..Default::default() };
+        for alg in ALGORITHMS {
+            check_varlen::<f32>(&spec, &m, alg, 720 + n as u64);
+        }
+    }
+    let mqa = VarlenSpec { lens_q: &[7, 0, 12], lens_k: &[5, 13, 12], used: None, hq: 3, hkv: 1, d: 64 };
+    check_varlen::<f32>(&mqa, &Masking { causal: true, scale: Some(0.3), ..Default::default() }, Algorithm::CPU, 7);
+}
+
+#[test]
+fn varlen_masks_per_sequence() {
+    let spec = VarlenSpec { lens_q: &[9, 30, 1, 12], lens_k: &[30, 9, 12, 1], used: None, hq: 2, hkv: 1, d: 16 };
+    for top_left in [false, true] {
+        for (l, r) in [(None, None), (Some(0), Some(0)), (Some(4), None), (None, Some(3)), (Some(6), Some(2))] {
+            for causal in [false, true] {
+                let m = Masking { causal, top_left, window_left: l, window_right: r, ..Default::default() };
+                check_varlen::<f32>(&spec, &m, Algorithm::CPU, 31);
+            }
+        }
+    }
+}
+
+#[test]
+fn varlen_seqused_k() {
+    let used = [10, 0, 3, 2];
+    let spec = VarlenSpec { lens_q: &[4, 1, 7, 0], lens_k: &[10, 6, 8, 5], used: Some(&used), hq: 4, hkv: 1, d: 24 };
+    check_varlen::<f32>(&spec, &Masking { causal: true, ..Default::default() }, Algorithm::CPU, 5);
+    let m = Masking { window_left: Some(2), window_right: Some(1), ..Default::default() };
+    check_varlen::<f32>(&spec, &m, Algorithm::NAIVE, 6);
+    // max_seqlen_k follows seqused_k unless given.
+    let (cu_q, cu_k) = (offsets(spec.lens_q), offsets(spec.lens_k));
+    let vl = Varlen::new(&cu_q, &cu_k).unwrap();
+    assert_eq!((vl.batch(), vl.max_seqlen_q(), vl.max_seqlen_k()), (4, 7, 10));
+    assert_eq!(vl.seqused_k(&[1, 2, 3, 4]).unwrap().max_seqlen_k(), 4);
+    let given = vl.max_seqlen(50, 60).unwrap().seqused_k(&used).unwrap();
+    assert_eq!((given.max_seqlen_q(), given.max_seqlen_k()), (50, 60));
+}
+
+#[test]
+fn varlen_half_precision() {
+    let spec = VarlenSpec { lens_q: &[9, 0, 20, 1], lens_k: &[9, 3, 25, 1], used: None, hq: 2, hkv: 2, d: 32 };
+    let m = Masking { causal: true, ..Default::default() };
+    check_varlen::<f16>(&spec, &m, Algorithm::CPU, 8);
+    check_varlen::<bf16>(&spec, &m, Algorithm::CPU, 9);
+}
+
+#[test]
+fn varlen_deterministic_compute_and_raw_agree() {
+    let spec = VarlenSpec { lens_q: &[40, 3, 77], lens_k: &[90, 3, 20], used: None, hq: 8, hkv: 2, d: 64 };
+    let m = Masking { causal: true, ..Default::default() };
+    let runs: Vec<_> = (0..3).map(|_| check_varlen::<f32>(&spec, &m, Algorithm::CPU, 13)).collect();
+    for r in &runs[1..] {
+        for (a, b) in runs[0].iter().zip(r) {
+            assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "run to run");
+        }
+    }
+    // compute_varlen (zero-filled results) and run_varlen_raw (host memory through raw pointers) give the same bits.
+    let (cu_q, cu_k) = (offsets(spec.lens_q), offsets(spec.lens_k));
+    let (tq, tk, hq, hkv, d) = (120usize, 113usize, 8usize, 2usize, 64usize);
+    let mut rng = Rng(99);
+    let mut q: Vec<f32> = rng.vec(tq * hq * d).iter().map(|&x| x as f32).collect();
+    let mut k: Vec<f32> = rng.vec(tk * hkv * d).iter().map(|&x| x as f32).collect();
+    let mut v: Vec<f32> = rng.vec(tk * hkv * d).iter().map(|&x| x as f32).collect();
+    let mut d_o: Vec<f32> = rng.vec(tq * hq * d).iter().map(|&x| x as f32).collect();
+    let vl = Varlen::new(&cu_q, &cu_k).unwrap();
+    let fwd = Forward::new().causal(true);
+    let (mut o, mut lse) = (vec![0f32; tq * hq * d], vec![0f32; hq * tq]);
+    fwd.run_varlen(
+        &Tensor::new(&q, [tq, hq, d]).unwrap(),
+        &Tensor::new(&k, [tk, hkv, d]).unwrap(),
+        &Tensor::new(&v, [tk, hkv, d]).unwrap(),
+        &vl,
+        &mut TensorMut::new(&mut o, [tq, hq, d]).unwrap(),
+        Some(&mut TensorMut::new(&mut lse, [hq, tq]).unwrap()),
+    )
+    .unwrap();
+    let g = fwd
+        .backward()
+        .compute_varlen(
+            &Tensor::new(&q, [tq, hq, d]).unwrap(),
+            &Tensor::new(&k, [tk, hkv, d]).unwrap(),
+            &Tensor::new(&v, [tk, hkv, d]).unwrap(),
+            &Tensor::new(&o, [tq, hq, d]).unwrap(),
+            &Tensor::new(&d_o, [tq, hq, d]).unwrap(),
+            &Tensor::new(&lse, [hq, tq]).unwrap(),
+            &vl,
+        )
+        .unwrap();
+    assert_eq!(g.algorithm, Algorithm::CPU);
+    let raw3 = |x: &mut [f32], shape: [usize; 3]| -> RawTensor {
+        // Safety: live host allocations holding the whole contiguous shape, for the calls below.
+        unsafe {
+            RawTensor::from_raw_parts(
+                x.as_mut_ptr() as *mut c_void,
+                DType::Fp32,
+                Device::Cpu,
+                shape,
+                flash::contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    };
+    let raw2 = |x: &mut [f32], shape: [usize; 2]| -> RawTensor {
+        // Safety: as raw3.
+        unsafe {
+            RawTensor::from_raw_parts(
+                x.as_mut_ptr() as *mut c_void,
+                DType::Fp32,
+                Device::Cpu,
+                shape,
+                flash::contiguous_strides(shape),
+            )
+        }
+        .unwrap()
+    };
+    // Safety: the offsets are live host slices of batch + 1 entries for the calls below.
+    let raw_vl = unsafe {
+        Varlen::from_raw_parts(Device::Cpu, 3, cu_q.as_ptr(), cu_k.as_ptr(), std::ptr::null(), 77, 90).unwrap()
+    };
+    let (mut o2, mut lse2) = (vec![f32::NAN; o.len()], vec![f32::NAN; lse.len()]);
+    let (rq, rk, rv) = (raw3(&mut q, [tq, hq, d]), raw3(&mut k, [tk, hkv, d]), raw3(&mut v, [tk, hkv, d]));
+    let (ro2, rl2) = (raw3(&mut o2, [tq, hq, d]), raw2(&mut lse2, [hq, tq]));
+    assert_eq!(fwd.workspace_size_varlen_raw(&rq, &rk, &rv, &raw_vl, &ro2, Some(&rl2)).unwrap(), 0);
+    fwd.run_varlen_raw(&rq, &rk, &rv, &raw_vl, &ro2, Some(&rl2), Stream::legacy_default()).unwrap();
+    assert!(o.iter().zip(&o2).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert!(lse.iter().zip(&lse2).all(|(a, b)| a.to_bits() == b.to_bits()));
+    let (mut dq, mut dk, mut dv) =
+        (vec![f32::NAN; tq * hq * d], vec![f32::NAN; tk * hkv * d], vec![f32::NAN; tk * hkv * d]);
+    let (ro, rdo, rl) = (raw3(&mut o, [tq, hq, d]), raw3(&mut d_o, [tq, hq, d]), raw2(&mut lse, [hq, tq]));
+    let (rdq, rdk, rdv) = (raw3(&mut dq, [tq, hq, d]), raw3(&mut dk, [tk, hkv, d]), raw3(&mut dv, [tk, hkv, d]));
+    fwd.backward()
+        .run_varlen_raw(&rq, &rk, &rv, &ro, &rdo, &rl, &raw_vl, &rdq, &rdk, &rdv, Stream::legacy_default())
+        .unwrap();
+    for (a, b) in [(&g.dq, &dq), (&g.dk, &dk), (&g.dv, &dv)] {
+        assert!(a.iter().zip(b.iter()).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
 }

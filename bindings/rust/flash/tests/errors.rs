@@ -3,7 +3,9 @@
 
 use std::os::raw::c_void;
 
-use flash::{Algorithm, BlockMask, DType, Device, Error, ErrorKind, Forward, RawTensor, Stream, Tensor, TensorMut};
+use flash::{
+    Algorithm, BlockMask, DType, Device, Error, ErrorKind, Forward, RawTensor, Stream, Tensor, TensorMut, Varlen,
+};
 use flash_sys as sys;
 
 fn assert_error(e: Error, kind: ErrorKind, code: i32, message: &str) {
@@ -366,4 +368,137 @@ fn errors_are_per_thread_and_do_not_leak_into_later_calls() {
     std::thread::spawn(|| host_forward(Forward::new(), 4, 4, 1, 1, 16, 8).unwrap_err()).join().unwrap();
     let e2 = host_forward(Forward::new(), 4, 4, 1, 1, 12, 12).unwrap_err();
     assert_eq!(e, e2);
+}
+
+// ---- Packed variable-length batches (Varlen) ------------------------------------------------------------------
+
+/// A varlen forward on host tensors q [tq, 2, 16], k, v [tk, 1, 16] (tq, tk: 8 and 12 unless the offsets say more);
+/// O is poisoned with 7.0 and must be untouched when the call is refused.
+fn host_varlen(f: Forward<'_>, seqlens: flash::Result<Varlen<'_>>) -> flash::Result<Algorithm> {
+    let seqlens = seqlens?;
+    let (tq, tk) = (8usize, 12usize);
+    let q = vec![0.5f32; tq * 2 * 16];
+    let kv = vec![0.25f32; tk * 16];
+    let mut o = vec![7f32; q.len()];
+    let r = f.run_varlen(
+        &Tensor::new(&q, [tq, 2, 16])?,
+        &Tensor::new(&kv, [tk, 1, 16])?,
+        &Tensor::new(&kv, [tk, 1, 16])?,
+        &seqlens,
+        &mut TensorMut::new(&mut o, [tq, 2, 16])?,
+        None,
+    );
+    if r.is_err() {
+        assert!(o.iter().all(|&x| x == 7.0), "a refused call wrote its output");
+    }
+    r
+}
+
+const CU_Q: [i32; 4] = [0, 3, 3, 8];
+const CU_K: [i32; 4] = [0, 4, 6, 12];
+
+#[test]
+fn varlen_offsets_refused_by_the_library() {
+    for (cu_q, cu_k, message) in [
+        ([1, 3, 3, 8], CU_K, "cu_seqlens_q[0] is 1 but must be 0"),
+        ([0, 3, 2, 8], CU_K, "cu_seqlens_q[2] is 2, less than cu_seqlens_q[1] = 3: the offsets must not decrease"),
+        ([0, 3, 3, 9], CU_K, "cu_seqlens_q[3] is 9 but q has 8 rows (q.shape[0])"),
+        (CU_Q, [0, 4, 6, 13], "cu_seqlens_k[3] is 13 but k has 12 rows (k.shape[0])"),
+    ] {
+        let e = host_varlen(Forward::new(), Varlen::new(&cu_q, &cu_k)).unwrap_err();
+        assert_error(e, ErrorKind::InvalidArgument, sys::FLASH_ERROR_INVALID_ARGUMENT, message);
+    }
+    let e = host_varlen(Forward::new(), Varlen::new(&CU_Q, &CU_K).and_then(|v| v.seqused_k(&[4, 3, 1]))).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::InvalidArgument,
+        sys::FLASH_ERROR_INVALID_ARGUMENT,
+        "seqused_k[1] is 3 but sequence 1's slot holds 2 keys (cu_seqlens_k[2] - cu_seqlens_k[1]): must be in [0, 2]",
+    );
+    let e = host_varlen(Forward::new(), Varlen::new(&CU_Q, &CU_K).and_then(|v| v.max_seqlen(4, 6))).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::InvalidArgument,
+        sys::FLASH_ERROR_INVALID_ARGUMENT,
+        "max_seqlen_q is 4 but a sequence has 5 queries",
+    );
+    let e = host_varlen(Forward::new(), Varlen::new(&CU_Q, &CU_K).and_then(|v| v.max_seqlen(5, 5))).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::InvalidArgument,
+        sys::FLASH_ERROR_INVALID_ARGUMENT,
+        "max_seqlen_k is 5 but a sequence has 6 keys",
+    );
+    // The same arrays, valid: the call runs.
+    assert_eq!(host_varlen(Forward::new(), Varlen::new(&CU_Q, &CU_K)).unwrap(), Algorithm::CPU);
+}
+
+#[test]
+fn varlen_lengths_and_options_refused_by_this_crate() {
+    let e = Varlen::new(&[0], &[0]).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::BadShape,
+        sys::FLASH_ERROR_BAD_SHAPE,
+        "cu_seqlens_q has 1 entries but must hold batch + 1 >= 2",
+    );
+    let e = Varlen::new(&CU_Q, &CU_K[..3]).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::BadShape,
+        sys::FLASH_ERROR_BAD_SHAPE,
+        "cu_seqlens_k has 3 entries but cu_seqlens_q has 4",
+    );
+    let e = Varlen::new(&CU_Q, &CU_K).unwrap().seqused_k(&[1, 1]).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::BadShape,
+        sys::FLASH_ERROR_BAD_SHAPE,
+        "seqused_k has 2 entries but must have one per sequence, 3",
+    );
+    let e = Varlen::new(&CU_Q, &CU_K).unwrap().max_seqlen(1 << 31, 4).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::InvalidArgument,
+        sys::FLASH_ERROR_INVALID_ARGUMENT,
+        "max_seqlen_q is 2147483648, larger than 2^31-1",
+    );
+    // Safety: never used in a call (refused first).
+    let e = unsafe { Varlen::from_raw_parts(Device::Cpu, 0, CU_Q.as_ptr(), CU_K.as_ptr(), std::ptr::null(), 1, 1) }
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let mask = BlockMask::from_dense(64, 64, [1, 1, 1, 1], &[true]).unwrap();
+    let e = host_varlen(Forward::new().block_mask(&mask), Varlen::new(&CU_Q, &CU_K)).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::Unsupported,
+        sys::FLASH_ERROR_UNSUPPORTED,
+        "block-sparse masks are not supported with packed",
+    );
+}
+
+#[test]
+fn varlen_offsets_on_another_device_and_raw_ndim() {
+    // Device offsets with host tensors (never read: refused before the call).
+    // Safety: the pointers are never dereferenced (the device check fails first).
+    let on_gpu = unsafe {
+        Varlen::from_raw_parts(Device::Cuda(0), 3, 0x1000 as *const i32, 0x2000 as *const i32, std::ptr::null(), 5, 6)
+    };
+    let e = host_varlen(Forward::new(), on_gpu).unwrap_err();
+    assert_error(
+        e,
+        ErrorKind::DeviceMismatch,
+        sys::FLASH_ERROR_DEVICE_MISMATCH,
+        "the varlen offsets are on Cuda(0) but q is on Some(Cpu)",
+    );
+    // 4-d raw tensors with offsets: the library names the tensor.
+    let (mut q, mut kv, mut o) = (vec![0.5f32; 8 * 2 * 16], vec![0.5f32; 12 * 16], vec![0f32; 8 * 2 * 16]);
+    let (rq, rkv, ro) = (
+        raw_host(&mut q, DType::Fp32, [1, 8, 2, 16]),
+        raw_host(&mut kv, DType::Fp32, [1, 12, 1, 16]),
+        raw_host(&mut o, DType::Fp32, [1, 8, 2, 16]),
+    );
+    let vl = Varlen::new(&CU_Q, &CU_K).unwrap();
+    let e = Forward::new().run_varlen_raw(&rq, &rkv, &rkv, &vl, &ro, None, Stream::legacy_default()).unwrap_err();
+    assert_error(e, ErrorKind::BadShape, sys::FLASH_ERROR_BAD_SHAPE, "q.ndim is 4 but must be 3");
 }

@@ -3,7 +3,7 @@
 // so a backward is checked on its own. Bound as the CPU backward tests: 2 x (naive same-dtype error + the
 // input sensitivity to the given O and LSE) + half an ulp of max |ref|; rows that see no key and keys no
 // query sees must be exactly 0. Deterministic mode: bitwise identical over 3 runs. Skips without a GPU. Packed
-// variable-length batches at the end (VarlenGpuBackward*: --gtest_filter='Varlen*').
+// variable-length batches at the end (--gtest_filter='*Varlen*').
 #include <gtest/gtest.h>
 
 #include <algorithm>

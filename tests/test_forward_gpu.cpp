@@ -931,7 +931,7 @@ TEST(GpuErrors, HostPointerLabelledCuda) {
 // ---- Packed variable-length batches (flash.h 1.3; issue 72) ----------------------------------------------------------
 // The cases of support/cases.hpp (varlen_test) mirrored to device memory, offsets included: each sequence against the
 // fp64 reference, outputs poisoned before the call and checked untouched outside the sequences' rows. Algorithms sm80,
-// naive and AUTO (which runs sm80 on sm_80 and on sm_90, where sm90 refuses varlen). Filter: --gtest_filter='Varlen*'.
+// naive and AUTO (which runs sm80 on sm_80 and on sm_90, where sm90 refuses varlen). Filter: --gtest_filter='*Varlen*'.
 namespace {
 
 const int32_t kVarlenAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO};

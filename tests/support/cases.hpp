@@ -694,6 +694,23 @@ inline VSpec random_vspec(std::mt19937_64& rng, int64_t max_len, bool gpu = fals
   return s;
 }
 
+// The fp64 references' cost, sum over the sequences of seqlen_q * seqlen_k * heads_q * d, capped at `cap` by shortening
+// the longest sequences (the GPU sweeps draw longer ones than the CPU's; the backward's reference costs ~10x).
+inline void cap_vspec(VSpec& s, int64_t cap) {
+  auto cost = [&] {
+    int64_t c = 0;
+    for (int64_t i = 0; i < s.batch(); ++i) c += s.lq[i] * s.keys(i) * s.hq * s.d;
+    return c;
+  };
+  while (cost() > cap) {
+    int64_t top = 0;
+    for (int64_t i = 1; i < s.batch(); ++i)
+      if (s.lq[i] * s.keys(i) > s.lq[top] * s.keys(top)) top = i;
+    s.lq[top] = s.lq[top] * 2 / 3, s.lk[top] = s.lk[top] * 2 / 3;
+    if (!s.used.empty()) s.used[top] = std::min(s.used[top], s.lk[top]);
+  }
+}
+
 // ---- The backward -------------------------------------------------------------------------------------------
 
 // The forward (algorithm cpu: O and LSE) the backward consumes, dO, and poisoned gradients.

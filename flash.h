@@ -214,10 +214,14 @@ FLASH_API int32_t flash_block_mask_init_sized(flash_block_mask* mask, size_t str
  * cu_seqlens_k[varlen_batch] <= total_k, 0 <= seqused_k[i] <= the slot's keys, max_seqlen_* >= every length.
  * Whatever the device: cu_seqlens_q and cu_seqlens_k go together (one NULL: FLASH_ERROR_NULL_POINTER), and with
  * them varlen_batch >= 1 and max_seqlen_* >= 0; without them seqused_k, varlen_batch and max_seqlen_* must be
- * NULL/0 (FLASH_ERROR_INVALID_ARGUMENT).
+ * NULL/0 (FLASH_ERROR_INVALID_ARGUMENT). Device-resident arrays (CUDA tensors) are not read by the host: they must
+ * be device memory on the tensors' device (FLASH_ERROR_DEVICE_MISMATCH) and may not overlap an output or the
+ * workspace, but their values are the caller's promise: values that break the rules above give unspecified results,
+ * never an access outside the tensors (the kernels clamp every offset and length they read into them).
  * Not with a block-sparse mask (block_mask must be NULL: FLASH_ERROR_UNSUPPORTED). Algorithms: cpu and naive on
- * the CPU; the CUDA algorithms refuse varlen for now (FLASH_ERROR_UNSUPPORTED: "varlen runs on the cpu algorithm
- * so far"). All varlen fields are 0/NULL after flash_*_args_init (and for callers built against flash.h 1.0-1.2,
+ * the CPU; sm80 and naive on CUDA (AUTO picks sm80, on sm_90 too; naive copies the offsets to the host once,
+ * synchronising the stream); sm90 refuses varlen for now (FLASH_ERROR_UNSUPPORTED: "varlen runs on the sm80
+ * kernels ..."). All varlen fields are 0/NULL after flash_*_args_init (and for callers built against flash.h 1.0-1.2,
  * whose smaller struct_size leaves them at those defaults): a dense call. */
 
 /* ---- Forward ------------------------------------------------------------------------------------------ */

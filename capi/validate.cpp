@@ -377,7 +377,8 @@ int32_t check_options(const Args& a) {
 // into *p, then checks the block mask. `lse` may have data == NULL (the forward's optional LSE).
 // A varlen call's index arrays, element by element when they are host memory (a CPU call), after the overlap checks
 // (an output over an index array is reported as such, not as the garbage it holds). Device-resident arrays cannot be
-// read without a synchronisation (the CUDA algorithms refuse varlen for now: libflash/varlen.h).
+// read without a synchronisation: they are the caller's promise, and the kernels clamp what they read into the tensors
+// (libflash/varlen.h, seq_bounds); that they are device memory on q's device is checked by libflash/dispatch.cpp.
 template <class Args>
 int32_t check_varlen_host_arrays(const Args& a) {
   if (a.cu_seqlens_q == nullptr || a.q.device_type != FLASH_DEVICE_CPU) return FLASH_OK;

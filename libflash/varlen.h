@@ -1,13 +1,16 @@
-// libflash/varlen.h -- packed variable-length batches on the host side (flash.h, "Packed variable-length batches").
+// libflash/varlen.h -- packed variable-length batches (flash.h, "Packed variable-length batches").
 //
 // A varlen call is a list of dense problems of batch 1, one per sequence, each with its own lengths and diagonal.
 // sequence_view() writes that problem for sequence s (pointers moved to the sequence's first rows), so a backend
 // that runs dense problems runs varlen ones by running each sequence's view: the CPU algorithms do exactly that
-// (libflash/cpu/). The CUDA algorithms refuse varlen in their supports() until their kernels read the offsets
-// (issue 72): gpu_refuses_varlen() is that one refusal, worded once.
+// (libflash/cpu/), and the naive GPU algorithm on host copies of the offsets (cuda/naive/). The fused CUDA kernels
+// (sm80 forward and backward) read the offsets themselves, per CTA, through seq_bounds() below, which also serves
+// dense calls (offsets 0, the call's lengths) so one code path addresses both. The sm90 kernels do not read them yet:
+// sm90_refuses_varlen() is their one refusal (AUTO then runs sm80, which runs on sm_90 too).
 //
-// Host code only: the views read cu_seqlens and seqused_k, which must be host memory (a CPU call's, checked by
-// capi/validate.cpp before any backend runs).
+// sequence_view(), dense_parts() and zero_unused_key_rows() read cu_seqlens and seqused_k on the host: host memory (a
+// CPU call's, checked by capi/validate.cpp before any backend runs, or the naive GPU algorithm's host copies of a CUDA
+// call's arrays, which nothing checked: they place each sequence through seq_bounds(), which clamps).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -19,20 +22,65 @@
 
 namespace flash {
 
-// The message of every CUDA algorithm's refusal of a varlen call (tests match it).
-inline constexpr const char* kVarlenGpuRefusal = "varlen runs on the cpu algorithm so far (GPU kernels: issue 72)";
+// The message of the sm90 algorithm's refusal of a varlen call (tests match it).
+inline constexpr const char* kVarlenSm90Refusal =
+    "varlen runs on the sm80 kernels (FLASH_ALGO_SM80, which AUTO picks on sm_90 too); the sm90 kernels do not read "
+    "cu_seqlens yet (issue 72)";
 
-// True (and *why set) when p is a varlen call: the CUDA algorithms' kernels do not read cu_seqlens yet.
-inline bool gpu_refuses_varlen(const FwdParams& p, std::string* why) {
+// True (and *why set) when p is a varlen call: the sm90 forward's kernels do not read cu_seqlens yet.
+inline bool sm90_refuses_varlen(const FwdParams& p, std::string* why) {
   if (!p.varlen) return false;
-  if (why) *why = kVarlenGpuRefusal;
+  if (why) *why = kVarlenSm90Refusal;
   return true;
 }
 
-// Query rows and keys of sequence s.
-inline int64_t varlen_seqlen_q(const FwdParams& p, int64_t s) { return int64_t{p.cu_seqlens_q[s + 1]} - p.cu_seqlens_q[s]; }
-inline int64_t varlen_seqlen_k(const FwdParams& p, int64_t s) {
-  return p.seqused_k != nullptr ? int64_t{p.seqused_k[s]} : int64_t{p.cu_seqlens_k[s + 1]} - p.cu_seqlens_k[s];
+#if defined(__CUDACC__)
+#define FLASH_VARLEN_HD __host__ __device__
+#else
+#define FLASH_VARLEN_HD
+#endif
+
+// ---- Where sequence b lies, as a kernel sees it ------------------------------------------------------------------
+// A CUDA call's cu_seqlens and seqused_k are device memory that the host never reads: their values are the caller's
+// promise (flash.h), not checked. A kernel must nevertheless never touch memory outside the tensors whatever they
+// hold, so seq_bounds() clamps what it reads:
+//   q_start = cu_seqlens_q[b] clamped to [0, total_q], its end cu_seqlens_q[b+1] to [q_start, total_q];
+//   k_start = cu_seqlens_k[b] clamped to [0, total_k], the slot's end cu_seqlens_k[b+1] to [k_start, total_k];
+//   seqlen_k = seqused_k[b] clamped to [0, slot] (the slot without seqused_k);
+//   seqlen_q and seqlen_k at most max_seqlen_q and max_seqlen_k: the grids cover that many query rows (forward, dQ)
+//   and keys (the backward's key blocks), so a sequence longer than its promise is cut there, the same way in every
+//   kernel of a call (the backward then agrees with the forward).
+// So every row a kernel addresses is in [0, total), whatever the arrays hold; wrong (non-monotone, negative, huge)
+// offsets give unspecified results -- sequences may overlap, outputs may race -- but no access outside the tensors and
+// no hang (the backward's deterministic counters are per (sequence, head, query block), never shared through an
+// offset). For a dense call: offsets 0 (batch strides address b), the call's lengths and diagonal.
+struct SeqBounds {
+  int32_t q_start, k_start;  // the sequence's first query row and first key (0 for a dense call)
+  int32_t seqlen_q, seqlen_k;  // its queries and (used) keys
+  int32_t k_slot;              // its key slot, >= seqlen_k: dk and dv rows [k_start + seqlen_k, k_start + k_slot) are 0
+  int64_t diag_offset;         // query i sees the diagonal key i + diag_offset (bottom_right: seqlen_k - seqlen_q)
+};
+
+FLASH_VARLEN_HD inline int64_t clamp_to(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+FLASH_VARLEN_HD inline SeqBounds seq_bounds(const FwdParams& p, int64_t b) {
+  SeqBounds s;
+  if (!p.varlen) {
+    s.q_start = s.k_start = 0;
+    s.seqlen_q = p.seqlen_q, s.seqlen_k = s.k_slot = p.seqlen_k;
+    s.diag_offset = p.diag_offset;
+    return s;
+  }
+  const int64_t q0 = clamp_to(p.cu_seqlens_q[b], 0, p.total_q), q1 = clamp_to(p.cu_seqlens_q[b + 1], q0, p.total_q);
+  const int64_t k0 = clamp_to(p.cu_seqlens_k[b], 0, p.total_k), k1 = clamp_to(p.cu_seqlens_k[b + 1], k0, p.total_k);
+  const int64_t slot = k1 - k0;
+  const int64_t used = p.seqused_k != nullptr ? clamp_to(p.seqused_k[b], 0, slot) : slot;
+  s.q_start = int32_t(q0), s.k_start = int32_t(k0);
+  s.seqlen_q = int32_t(clamp_to(q1 - q0, 0, p.seqlen_q));
+  s.seqlen_k = int32_t(clamp_to(used, 0, p.seqlen_k));
+  s.k_slot = int32_t(slot);
+  s.diag_offset = p.bottom_right ? int64_t{s.seqlen_k} - s.seqlen_q : 0;
+  return s;
 }
 
 namespace varlen_detail {
@@ -43,8 +91,8 @@ Ptr advance(Ptr base, int64_t elements, size_t elem_bytes) {
   return reinterpret_cast<Ptr>(reinterpret_cast<Byte*>(base) + elements * static_cast<int64_t>(elem_bytes));
 }
 // The forward's part of a view: everything a FwdParams holds (BwdParams's own fields are done by the caller).
-inline void view_common(const FwdParams& p, int64_t s, FwdParams* v) {
-  const int64_t q0 = p.cu_seqlens_q[s], k0 = p.cu_seqlens_k[s];
+inline void view_common(const FwdParams& p, const SeqBounds& sb, FwdParams* v) {
+  const int64_t q0 = sb.q_start, k0 = sb.k_start;
   const size_t e = dtype_size(p.dtype);
   v->q = advance(p.q, q0 * p.q_row_stride, e);
   v->o = advance(p.o, q0 * p.o_row_stride, e);
@@ -52,9 +100,9 @@ inline void view_common(const FwdParams& p, int64_t s, FwdParams* v) {
   v->v = advance(p.v, k0 * p.v_row_stride, e);
   v->lse = advance(p.lse, q0 * p.lse_row_stride, sizeof(float));
   v->batch = 1;
-  v->seqlen_q = static_cast<int32_t>(varlen_seqlen_q(p, s));
-  v->seqlen_k = static_cast<int32_t>(varlen_seqlen_k(p, s));
-  v->diag_offset = p.bottom_right ? int64_t{v->seqlen_k} - v->seqlen_q : 0;
+  v->seqlen_q = sb.seqlen_q;
+  v->seqlen_k = sb.seqlen_k;
+  v->diag_offset = sb.diag_offset;
   v->varlen = false;
   v->cu_seqlens_q = v->cu_seqlens_k = v->seqused_k = nullptr;
   v->total_q = v->total_k = 0;
@@ -62,16 +110,18 @@ inline void view_common(const FwdParams& p, int64_t s, FwdParams* v) {
 }  // namespace varlen_detail
 
 // The dense problem of sequence s of varlen call p: batch 1, seqlen_q/seqlen_k the sequence's own, its diagonal,
-// the data pointers at its first query row and first key (batch index 0, so the batch strides are never used).
+// the data pointers at its first query row and first key (batch index 0, so the batch strides are never used). The
+// sequence is placed by seq_bounds() (for validated offsets exactly cu_seqlens_*[s] and the differences).
 inline FwdParams sequence_view(const FwdParams& p, int64_t s) {
   FwdParams v = p;
-  varlen_detail::view_common(p, s, &v);
+  varlen_detail::view_common(p, seq_bounds(p, s), &v);
   return v;
 }
 inline BwdParams sequence_view(const BwdParams& p, int64_t s) {
   BwdParams v = p;
-  varlen_detail::view_common(p, s, &v);
-  const int64_t q0 = p.cu_seqlens_q[s], k0 = p.cu_seqlens_k[s];
+  const SeqBounds sb = seq_bounds(p, s);
+  varlen_detail::view_common(p, sb, &v);
+  const int64_t q0 = sb.q_start, k0 = sb.k_start;
   const size_t e = dtype_size(p.dtype);
   v.d_o = varlen_detail::advance(p.d_o, q0 * p.do_row_stride, e);
   v.dq = varlen_detail::advance(p.dq, q0 * p.dq_row_stride, e);
@@ -96,14 +146,16 @@ std::vector<Params> dense_parts(const Params& p) {
 inline void zero_unused_key_rows(const BwdParams& p) {
   if (!p.varlen || p.seqused_k == nullptr) return;
   const size_t row_bytes = size_t(p.head_dim) * dtype_size(p.dtype);
-  for (int64_t s = 0; s < p.batch; ++s)
-    for (int64_t r = int64_t{p.cu_seqlens_k[s]} + p.seqused_k[s]; r < p.cu_seqlens_k[s + 1]; ++r)
+  for (int64_t s = 0; s < p.batch; ++s) {
+    const SeqBounds sb = seq_bounds(p, s);
+    for (int64_t r = int64_t{sb.k_start} + sb.seqlen_k; r < int64_t{sb.k_start} + sb.k_slot; ++r)
       for (int64_t h = 0; h < p.heads_kv; ++h) {
         std::memset(varlen_detail::advance(p.dk, r * p.dk_row_stride + h * p.dk_head_stride, dtype_size(p.dtype)), 0,
                     row_bytes);
         std::memset(varlen_detail::advance(p.dv, r * p.dv_row_stride + h * p.dv_head_stride, dtype_size(p.dtype)), 0,
                     row_bytes);
       }
+  }
 }
 
 }  // namespace flash

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -927,55 +928,287 @@ TEST(GpuErrors, HostPointerLabelledCuda) {
   EXPECT_NE(std::string(flash_last_error_message()).find("host memory"), std::string::npos) << flash_last_error_message();
 }
 
-// Packed variable-length batches (flash.h 1.3) on CUDA tensors: every GPU algorithm refuses them in supports() until
-// its kernels read cu_seqlens (issue 72), forward and backward, named or AUTO, with the one message, and writes
-// nothing (o, dq still poisoned).
-TEST(GpuVarlen, EveryAlgorithmRefusesUntilTheKernelsReadCuSeqlens) {
+// ---- Packed variable-length batches (flash.h 1.3; issue 72) ----------------------------------------------------------
+// The cases of support/cases.hpp (varlen_test) mirrored to device memory, offsets included: each sequence against the
+// fp64 reference, outputs poisoned before the call and checked untouched outside the sequences' rows. Algorithms sm80,
+// naive and AUTO (which runs sm80 on sm_80 and on sm_90, where sm90 refuses varlen). Filter: --gtest_filter='*Varlen*'.
+namespace {
+
+const int32_t kVarlenAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO};
+
+std::string varlen_algo_name(int32_t a) { return a == FLASH_ALGO_AUTO ? "auto" : flash_algorithm_name(a); }
+
+// Skips unless a GPU is present and `algorithm` (AUTO: sm80) is usable on device 0.
+#define REQUIRE_VARLEN_ALGORITHM(algo) REQUIRE_GPU_ALGORITHM((algo) == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : (algo))
+
+void expect_varlen_fwd_ok(const varlen_test::VSpec& s, int32_t algorithm, uint64_t salt) {
+  std::mt19937_64 rng(base_seed() ^ (0x9a7f + salt));
+  varlen_test::VCase c = varlen_test::make_vcase(s, rng);
+  int32_t used = -1;
+  const int32_t st = varlen_test::run_fwd_cuda(c, algorithm, &used);
+  ASSERT_EQ(st, FLASH_OK) << flash_status_string(st) << ": " << flash_last_error_message() << "\n  case: " << s.describe();
+  EXPECT_EQ(used, algorithm == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : algorithm) << "case: " << s.describe();
+  const std::string problems = varlen_test::check_fwd(c);
+  EXPECT_TRUE(problems.empty()) << varlen_algo_name(algorithm) << ": " << problems << "\n  case: " << s.describe()
+                                << "\n  LIBFLASH_TEST_SEED=" << base_seed();
+}
+
+varlen_test::VSpec varlen_fixed(std::vector<int64_t> lq, std::vector<int64_t> lk, int32_t dtype, int64_t d = 64) {
+  varlen_test::VSpec s;
+  s.lq = std::move(lq), s.lk = std::move(lk), s.dtype = dtype;
+  s.hq = 4, s.hkv = 2, s.d = d;
+  return s;
+}
+
+}  // namespace
+
+class VarlenGpuForwardSweep : public ::testing::TestWithParam<std::tuple<int32_t, int>> {};
+
+TEST_P(VarlenGpuForwardSweep, MatchesReferencePerSequence) {
+  const auto [algorithm, index] = GetParam();
+  REQUIRE_VARLEN_ALGORITHM(algorithm);
+  std::mt19937_64 rng(base_seed() + 6151u * static_cast<uint64_t>(index + 1) + 97u * static_cast<uint64_t>(algorithm));
+  varlen_test::VSpec s = varlen_test::random_vspec(rng, index % 4 == 3 ? 1500 : 400, /*gpu=*/true);
+  varlen_test::cap_vspec(s, 200'000'000);  // the fp64 reference's cost
+  expect_varlen_fwd_ok(s, algorithm, static_cast<uint64_t>(index));
+}
+
+INSTANTIATE_TEST_SUITE_P(Random, VarlenGpuForwardSweep,
+                         ::testing::Combine(::testing::ValuesIn(kVarlenAlgorithms), ::testing::Range(0, 32)),
+                         [](const auto& info) {
+                           return varlen_algo_name(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+class VarlenGpuForward : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(VarlenGpuForward, ZeroOneAndOddLengths) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  // Empty sequences first, in the middle and last; queries without keys (O = 0, LSE = -inf); keys without queries.
+  varlen_test::VSpec s = varlen_fixed({0, 5, 0, 1, 7, 129, 0, 63}, {4, 0, 6, 1, 1, 9, 0, 65}, FLASH_DTYPE_BF16);
+  expect_varlen_fwd_ok(s, GetParam(), 1);
+  s.mask.causal = 1;
+  expect_varlen_fwd_ok(s, GetParam(), 2);
+  expect_varlen_fwd_ok(varlen_fixed({0, 0}, {0, 3}, FLASH_DTYPE_FP16), GetParam(), 3);  // nothing to compute
+}
+
+TEST_P(VarlenGpuForward, CausalBothAlignmentsPerSequence) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  // seqlen_q > and < seqlen_k per sequence, across block edges (the kernels' 64 and 128).
+  for (int align : {FLASH_ALIGN_BOTTOM_RIGHT, FLASH_ALIGN_TOP_LEFT})
+    for (int32_t dt : {FLASH_DTYPE_FP16, FLASH_DTYPE_BF16}) {
+      varlen_test::VSpec s = varlen_fixed({70, 3, 300, 129, 1}, {20, 65, 257, 128, 200}, dt, 128);
+      s.mask.causal = 1, s.mask.alignment = align, s.max_slack = 11;
+      expect_varlen_fwd_ok(s, GetParam(), 10 + align);
+    }
+}
+
+TEST_P(VarlenGpuForward, SlidingWindowsPerSequence) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  const int windows[][2] = {{0, 0}, {16, 0}, {-1, 5}, {3, -1}, {100, 40}, {200, -1}};
+  for (const auto& w : windows)
+    for (int align : {FLASH_ALIGN_BOTTOM_RIGHT, FLASH_ALIGN_TOP_LEFT}) {
+      varlen_test::VSpec s = varlen_fixed({190, 17, 1, 350}, {320, 17, 33, 70}, FLASH_DTYPE_FP16);
+      s.mask.window_left = w[0], s.mask.window_right = w[1], s.mask.alignment = align;
+      expect_varlen_fwd_ok(s, GetParam(), 20 + w[0] + 7 * align);
+    }
+}
+
+TEST_P(VarlenGpuForward, GqaMqaAndEveryHeadDim) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  for (int64_t d : {8, 32, 40, 64, 96, 128, 192, 200, 256}) {
+    varlen_test::VSpec s = varlen_fixed({33, 180, 5, 0}, {47, 12, 260, 9}, d % 3 ? FLASH_DTYPE_BF16 : FLASH_DTYPE_FP16, d);
+    s.hq = 8, s.hkv = d % 3 == 0 ? 8 : (d % 16 == 0 ? 1 : 2);  // MHA, MQA and groups of 4
+    s.mask.causal = d % 5 == 0;
+    expect_varlen_fwd_ok(s, GetParam(), 30 + d);
+  }
+}
+
+TEST_P(VarlenGpuForward, StridedAndHeadMajorLayouts) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  for (int layout : {1, 2}) {
+    varlen_test::VSpec s = varlen_fixed({40, 0, 177}, {63, 9, 165}, FLASH_DTYPE_FP16, 128);
+    s.layout = layout;
+    s.extra_q = 3, s.extra_k = 5;  // rows after the last sequence: never written
+    expect_varlen_fwd_ok(s, GetParam(), 40 + layout);
+  }
+}
+
+TEST_P(VarlenGpuForward, SequsedKAndLargeMaxSeqlens) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  varlen_test::VSpec s = varlen_fixed({20, 131, 8, 5}, {150, 131, 64, 10}, FLASH_DTYPE_BF16);
+  s.used = {13, 131, 0, 10};
+  expect_varlen_fwd_ok(s, GetParam(), 50);
+  s.mask.causal = 1, s.max_slack = 300, s.dtype = FLASH_DTYPE_FP16;
+  expect_varlen_fwd_ok(s, GetParam(), 51);
+}
+
+TEST_P(VarlenGpuForward, ManySequencesAndLongOnes) {
+  REQUIRE_VARLEN_ALGORITHM(GetParam());
+  std::mt19937_64 rng(base_seed() ^ 0x10ad);
+  varlen_test::VSpec s = varlen_fixed({}, {}, FLASH_DTYPE_BF16, 128);
+  for (int i = 0; i < 40; ++i) s.lq.push_back(varlen_test::uni(rng, 0, 90)), s.lk.push_back(varlen_test::uni(rng, 0, 90));
+  s.lq.push_back(2100), s.lk.push_back(1900);  // one long sequence: many query and key blocks
+  s.mask.causal = 1;
+  expect_varlen_fwd_ok(s, GetParam(), 60);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, VarlenGpuForward, ::testing::ValuesIn(kVarlenAlgorithms),
+                         [](const auto& info) { return varlen_algo_name(info.param); });
+
+// Each sequence of a varlen call is the dense call of batch 1 on its rows: with sm80, bit for bit (the same kernel,
+// tiles and order; only the addressing differs).
+TEST(VarlenGpu, Sm80EachSequenceIsBitwiseTheDenseCall) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM80);
+  std::mt19937_64 rng(base_seed() ^ 0xb17);
+  for (int64_t d : {64, 128, 256}) {
+    varlen_test::VSpec s = varlen_fixed({70, 0, 300, 1, 129}, {65, 8, 400, 0, 40}, FLASH_DTYPE_BF16, d);
+    s.used = {60, 8, 333, 0, 21};
+    s.mask.causal = 1, s.layout = 1;
+    varlen_test::VCase c = varlen_test::make_vcase(s, rng);
+    ASSERT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_SM80), FLASH_OK) << flash_last_error_message();
+    varlen_test::DeviceVCase dev;
+    const flash_tensor q = dev.mirror(c.q), k = dev.mirror(c.k), v = dev.mirror(c.v);
+    for (int64_t i = 0; i < s.batch(); ++i) {
+      const int64_t sq = s.lq[i], sk = s.keys(i);
+      if (sq == 0 || sk == 0) continue;  // (a dense call has positive lengths)
+      SCOPED_TRACE("d " + std::to_string(d) + " sequence " + std::to_string(i));
+      const size_t obytes = size_t(sq * s.hq * s.d) * 2;
+      const std::vector<unsigned char> poison(obytes, 0xFF);
+      std::vector<float> lse_poison(size_t(s.hq * sq), NAN);
+      const int64_t qshape[4] = {1, sq, s.hq, s.d}, lshape[3] = {1, s.hq, sq};
+      flash_fwd_args f;
+      flash_fwd_args_init(&f);
+      f.q = varlen_test::view4(q, c.cu_q[i], sq), f.k = varlen_test::view4(k, c.cu_k[i], sk);
+      f.v = varlen_test::view4(v, c.cu_k[i], sk);
+      f.o = flash_tensor_contiguous(dev.put(poison.data(), obytes), s.dtype, FLASH_DEVICE_CUDA, 0, 4, qshape);
+      f.lse = flash_tensor_contiguous(dev.put(lse_poison.data(), lse_poison.size() * 4), FLASH_DTYPE_FP32, FLASH_DEVICE_CUDA,
+                                      0, 3, lshape);
+      f.causal = 1;
+      f.algorithm = FLASH_ALGO_SM80;
+      ASSERT_TRUE(dev.ok);
+      ASSERT_EQ(flash_fwd(&f), FLASH_OK) << flash_last_error_message();
+      std::vector<unsigned char> o(obytes);
+      std::vector<float> lse(size_t(s.hq * sq));
+      ASSERT_TRUE(cuda_download(o.data(), f.o.data, obytes) && cuda_download(lse.data(), f.lse.data, lse.size() * 4));
+      for (int64_t r = 0; r < sq; ++r)
+        for (int64_t h = 0; h < s.hq; ++h) {
+          ASSERT_EQ(0, std::memcmp(&o[size_t((r * s.hq + h) * s.d) * 2],
+                                   &c.o.bytes[size_t(varlen_test::off3(c.o.desc, c.cu_q[i] + r, h, 0)) * 2], size_t(s.d) * 2))
+              << "o row " << r << " head " << h;
+          const float packed = reinterpret_cast<const float*>(
+              c.lse.bytes.data())[h * c.lse.desc.strides[0] + (c.cu_q[i] + r) * c.lse.desc.strides[1]];
+          ASSERT_EQ(0, std::memcmp(&lse[size_t(h * sq + r)], &packed, 4)) << "lse row " << r << " head " << h;
+        }
+    }
+  }
+}
+
+// The sm90 algorithm refuses varlen with a message naming sm80, forward and backward; AUTO runs sm80 on the same device.
+TEST(VarlenGpu, Sm90RefusesAndAutoRunsSm80) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
+  std::mt19937_64 rng(base_seed() ^ 0x590);
+  varlen_test::VSpec s = varlen_fixed({70, 0, 130}, {65, 8, 129}, FLASH_DTYPE_BF16, 128);
+  varlen_test::VCase c;
+  ASSERT_EQ(varlen_test::make_bwd_vcase(s, rng, &c), FLASH_OK) << flash_last_error_message();
+  EXPECT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_SM90), FLASH_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the sm80 kernels"), std::string::npos)
+      << flash_last_error_message();
+  EXPECT_EQ(varlen_test::run_bwd_cuda(c, FLASH_ALGO_SM90), FLASH_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the sm80 kernels"), std::string::npos)
+      << flash_last_error_message();
+  int32_t used = -1;
+  ASSERT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_AUTO, &used), FLASH_OK) << flash_last_error_message();
+  EXPECT_EQ(used, FLASH_ALGO_SM80);
+  EXPECT_EQ(varlen_test::check_fwd(c), "");
+  ASSERT_EQ(varlen_test::run_bwd_cuda(c, FLASH_ALGO_AUTO, 0, &used), FLASH_OK) << flash_last_error_message();
+  EXPECT_EQ(used, FLASH_ALGO_SM80);
+}
+
+// The offsets of a CUDA call must be device memory on the tensors' device, and no output (o, lse, the workspace) may
+// overlap them: both checked on the host before anything runs.
+TEST(VarlenGpu, OffsetsAreCheckedForDeviceAndOverlap) {
+  REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM80);
+  std::mt19937_64 rng(base_seed() ^ 0xc4ec);
+  varlen_test::VCase c = varlen_test::make_vcase(varlen_fixed({5, 9}, {7, 3}, FLASH_DTYPE_FP16), rng);
+  varlen_test::DeviceVCase d;
+  flash_fwd_args a;
+  varlen_test::fill_fwd(c, &a, FLASH_ALGO_AUTO);
+  a.q = d.mirror(c.q), a.k = d.mirror(c.k), a.v = d.mirror(c.v), a.o = d.mirror(c.o), a.lse = d.mirror(c.lse);
+  ASSERT_TRUE(d.ok);
+  // Host offsets with CUDA tensors.
+  EXPECT_EQ(flash_fwd(&a), FLASH_ERROR_DEVICE_MISMATCH) << flash_last_error_message();
+  EXPECT_NE(std::string(flash_last_error_message()).find("cu_seqlens_q"), std::string::npos) << flash_last_error_message();
+  d.offsets(c, &a);
+  ASSERT_TRUE(d.ok);
+  const int32_t* good_q = a.cu_seqlens_q;
+  // cu_seqlens_q inside o (its values copied there first: only the overlap is wrong).
+  ASSERT_TRUE(cuda_upload(a.o.data, c.cu_q.data(), c.cu_q.size() * 4));
+  a.cu_seqlens_q = static_cast<const int32_t*>(a.o.data);
+  EXPECT_EQ(flash_fwd(&a), FLASH_ERROR_INVALID_ARGUMENT) << flash_last_error_message();
+  EXPECT_NE(std::string(flash_last_error_message()).find("o overlaps cu_seqlens_q"), std::string::npos)
+      << flash_last_error_message();
+  // The workspace over cu_seqlens_k.
+  a.cu_seqlens_q = good_q;
+  a.workspace = const_cast<int32_t*>(a.cu_seqlens_k);
+  a.workspace_size = 64;
+  EXPECT_EQ(flash_fwd(&a), FLASH_ERROR_INVALID_ARGUMENT) << flash_last_error_message();
+  EXPECT_NE(std::string(flash_last_error_message()).find("workspace overlaps cu_seqlens_k"), std::string::npos)
+      << flash_last_error_message();
+  a.workspace = nullptr, a.workspace_size = 0;
+  EXPECT_EQ(flash_fwd(&a), FLASH_OK) << flash_last_error_message();
+}
+
+// Device offsets are the caller's promise, never read by the host: whatever they hold -- huge, negative, decreasing,
+// past the tensors, seqused_k past the slots, lengths past max_seqlen_* -- no kernel may touch memory outside the
+// tensors (run under compute-sanitizer memcheck: scripts/device.sh sanitize) nor hang (deterministic backward
+// included). The results are unspecified; the calls succeed and the device stays healthy.
+TEST(VarlenGpu, GarbageDeviceOffsetsNeverFault) {
   std::string why;
   if (!usable(FLASH_ALGO_SM80, &why) && !usable(FLASH_ALGO_NAIVE, &why)) GTEST_SKIP() << why;
-  const int64_t total = 40, hq = 4, hkv = 2, d = 64;
-  const size_t qbytes = size_t(total * hq * d) * 2, kbytes = size_t(total * hkv * d) * 2;
-  void *q = cuda_alloc(qbytes), *k = cuda_alloc(kbytes), *v = cuda_alloc(kbytes), *o = cuda_alloc(qbytes),
-       *d_o = cuda_alloc(qbytes), *dq = cuda_alloc(qbytes), *dk = cuda_alloc(kbytes), *dv = cuda_alloc(kbytes),
-       *lse = cuda_alloc(size_t(hq * total) * 4), *cu = cuda_alloc(4 * 4);
-  ASSERT_TRUE(q && k && v && o && d_o && dq && dk && dv && lse && cu);
-  const std::vector<int32_t> offsets{0, 17, 17, 40};
-  ASSERT_TRUE(cuda_upload(cu, offsets.data(), offsets.size() * 4));
-  const std::vector<unsigned char> poison(qbytes, 0xFF);
-  ASSERT_TRUE(cuda_upload(o, poison.data(), qbytes) && cuda_upload(dq, poison.data(), qbytes));
-  const int64_t qs[3] = {total, hq, d}, ks[3] = {total, hkv, d}, ls[2] = {hq, total};
-  auto t = [](void* p, int32_t dtype, int ndim, const int64_t* shape) {
-    return flash_tensor_contiguous(p, dtype, FLASH_DEVICE_CUDA, 0, ndim, shape);
+  const int32_t big = 0x7fffffff, small = -0x7fffffff - 1;
+  const std::vector<std::vector<int32_t>> offsets = {
+      {0, big, 5, small, 300, -7, 70},         // huge, negative, past total
+      {300, 200, 100, 50, 0, 0, 600},          // decreasing, past total
+      {0, 1, 2, 3, 4, 5, 6},                   // valid but tiny
+      {0, 0, 0, 0, 0, 0, 0},                   // all empty
+      {-1, 150, 151, 260, 261, 262, big},      // starts negative, ends huge
   };
-  for (int32_t algo : {FLASH_ALGO_AUTO, FLASH_ALGO_SM80, FLASH_ALGO_SM90, FLASH_ALGO_NAIVE}) {
-    SCOPED_TRACE(flash_algorithm_name(algo));
-    if (algo != FLASH_ALGO_AUTO && !usable(algo, &why)) continue;
-    flash_fwd_args f;
-    flash_fwd_args_init(&f);
-    f.q = t(q, FLASH_DTYPE_BF16, 3, qs), f.k = t(k, FLASH_DTYPE_BF16, 3, ks), f.v = t(v, FLASH_DTYPE_BF16, 3, ks);
-    f.o = t(o, FLASH_DTYPE_BF16, 3, qs), f.lse = t(lse, FLASH_DTYPE_FP32, 2, ls);
-    f.cu_seqlens_q = f.cu_seqlens_k = static_cast<const int32_t*>(cu);
-    f.varlen_batch = 3, f.max_seqlen_q = f.max_seqlen_k = 23;
-    f.algorithm = algo;
-    EXPECT_EQ(flash_fwd(&f), FLASH_ERROR_UNSUPPORTED) << flash_last_error_message();
-    EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the cpu algorithm so far (GPU kernels: issue 72)"),
-              std::string::npos)
-        << flash_last_error_message();
-    flash_bwd_args b;
-    flash_bwd_args_init(&b);
-    b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.lse = f.lse, b.d_o = t(d_o, FLASH_DTYPE_BF16, 3, qs);
-    b.dq = t(dq, FLASH_DTYPE_BF16, 3, qs), b.dk = t(dk, FLASH_DTYPE_BF16, 3, ks), b.dv = t(dv, FLASH_DTYPE_BF16, 3, ks);
-    b.cu_seqlens_q = f.cu_seqlens_q, b.cu_seqlens_k = f.cu_seqlens_k;
-    b.varlen_batch = 3, b.max_seqlen_q = b.max_seqlen_k = 23;
-    b.algorithm = algo;
-    EXPECT_EQ(flash_bwd(&b), FLASH_ERROR_UNSUPPORTED) << flash_last_error_message();
-    EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the cpu algorithm so far"), std::string::npos)
-        << flash_last_error_message();
+  const std::vector<int32_t> used = {big, -3, 7, 0, small, 250};
+  std::mt19937_64 rng(base_seed() ^ 0x9a8b);
+  varlen_test::VSpec s = varlen_fixed({40, 50, 60, 30, 40, 41}, {50, 40, 30, 60, 40, 41}, FLASH_DTYPE_BF16);  // 261 rows each
+  s.extra_q = 6, s.extra_k = 6;
+  varlen_test::VCase c;
+  ASSERT_EQ(varlen_test::make_bwd_vcase(s, rng, &c), FLASH_OK) << flash_last_error_message();
+  int n = 0;
+  for (int32_t algo : {FLASH_ALGO_SM80, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO}) {
+    if (!usable(algo == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : algo, &why)) continue;
+    for (const auto& oq : offsets)
+      for (const auto& ok : offsets) {
+        if ((++n) % 3 != 0 && &oq != &ok) continue;  // a sample of the pairs (each array against itself, a third of the rest)
+        for (int variant = 0; variant < 4; ++variant) {  // seqused_k or not; max_seqlen_* at the promise or below it
+          SCOPED_TRACE(varlen_algo_name(algo) + " pair " + std::to_string(n) + " variant " + std::to_string(variant));
+          varlen_test::DeviceVCase d;
+          flash_fwd_args f;
+          varlen_test::fill_fwd(c, &f, algo);
+          f.q = d.mirror(c.q), f.k = d.mirror(c.k), f.v = d.mirror(c.v), f.o = d.mirror(c.o), f.lse = d.mirror(c.lse);
+          f.cu_seqlens_q = static_cast<const int32_t*>(d.put(oq.data(), oq.size() * 4));
+          f.cu_seqlens_k = static_cast<const int32_t*>(d.put(ok.data(), ok.size() * 4));
+          f.seqused_k = variant & 1 ? static_cast<const int32_t*>(d.put(used.data(), used.size() * 4)) : nullptr;
+          f.max_seqlen_q = variant & 2 ? 17 : 300, f.max_seqlen_k = variant & 2 ? 33 : 300;
+          f.causal = variant == 1;
+          flash_bwd_args b;
+          varlen_test::fill_bwd(c, &b, algo, variant >= 2 ? FLASH_FLAG_DETERMINISTIC : 0);
+          b.q = f.q, b.k = f.k, b.v = f.v, b.o = f.o, b.lse = f.lse;
+          b.d_o = d.mirror(c.d_o), b.dq = d.mirror(c.dq), b.dk = d.mirror(c.dk), b.dv = d.mirror(c.dv);
+          b.cu_seqlens_q = f.cu_seqlens_q, b.cu_seqlens_k = f.cu_seqlens_k, b.seqused_k = f.seqused_k;
+          b.max_seqlen_q = f.max_seqlen_q, b.max_seqlen_k = f.max_seqlen_k;
+          b.causal = f.causal;
+          ASSERT_TRUE(d.ok);
+          EXPECT_EQ(flash_fwd(&f), FLASH_OK) << flash_last_error_message();
+          EXPECT_EQ(flash_bwd(&b), FLASH_OK) << flash_last_error_message();
+          std::vector<unsigned char> back(c.dq.bytes.size());
+          ASSERT_TRUE(cuda_download(back.data(), b.dq.data, back.size())) << "the device faulted";
+        }
+      }
   }
-  std::vector<unsigned char> back(qbytes);
-  ASSERT_TRUE(cuda_download(back.data(), o, qbytes));
-  EXPECT_EQ(back, poison) << "a refused call wrote o";
-  ASSERT_TRUE(cuda_download(back.data(), dq, qbytes));
-  EXPECT_EQ(back, poison) << "a refused call wrote dq";
-  for (void* p : {q, k, v, o, d_o, dq, dk, dv, lse, cu}) cuda_free(p);
 }

@@ -5,8 +5,9 @@
 // 0, 1 and odd lengths, seqlen_q != seqlen_k per sequence, GQA/MQA, causal in both alignments, windows, strided and
 // head-major layouts, seqused_k, rows after the last sequence; outputs poisoned (NaN) before every call, and every
 // byte of an output outside the sequences' rows checked untouched afterwards. Then: each sequence bitwise equal to the
-// dense call of batch 1 it is, bitwise determinism across thread counts, every refusal, and the CUDA algorithms'
-// refusal message (host code: no GPU needed).
+// dense call of batch 1 it is, bitwise determinism across thread counts, every refusal, and the sm90 algorithm's
+// refusal message (host code: no GPU needed). The cases and checks: tests/support/cases.hpp (namespace varlen_test),
+// which the GPU suites share.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,439 +23,13 @@
 
 #include "libflash/cuda/sm90/fwd/plan.h"
 #include "libflash/varlen.h"
-#include "support/harness.hpp"
-#include "support/harness_bwd.hpp"
-#include "support/reference.hpp"
-#include "support/reference_bwd.hpp"
+#include "support/cases.hpp"
 
 using flash_test::HostTensor;
 using flash_test::base_seed;
+using namespace varlen_test;
 
 namespace {
-
-size_t esize(int32_t dtype) { return dtype == FLASH_DTYPE_FP32 ? 4 : 2; }
-const double kInf = std::numeric_limits<double>::infinity();
-
-// ---- A varlen problem -------------------------------------------------------------------------------------------
-
-struct VSpec {
-  std::vector<int64_t> lq, lk;  // per sequence: query rows, key slot rows
-  std::vector<int64_t> used;    // seqused_k (empty: none)
-  int64_t extra_q = 0, extra_k = 0;  // rows after the last sequence (never read, never written)
-  int64_t hq = 2, hkv = 1, d = 32;
-  int32_t dtype = FLASH_DTYPE_FP32;
-  float scale = 0.0f;
-  flash_ref::Mask mask;  // causal, alignment, window (no block mask: varlen refuses it)
-  int layout = 0;        // 0 packed, 1 padded rows and heads, 2 head-major ([h, total, d] in memory)
-  int64_t max_slack = 0;  // max_seqlen_* = longest + this
-  bool want_lse = true;
-
-  int64_t batch() const { return static_cast<int64_t>(lq.size()); }
-  int64_t keys(int64_t i) const { return used.empty() ? lk[i] : used[i]; }  // seqlen_k_i
-  std::string describe() const {
-    std::ostringstream s;
-    s << "lq={";
-    for (size_t i = 0; i < lq.size(); ++i) s << (i ? "," : "") << lq[i];
-    s << "} lk={";
-    for (size_t i = 0; i < lk.size(); ++i) s << (i ? "," : "") << lk[i];
-    s << "}";
-    if (!used.empty()) {
-      s << " used={";
-      for (size_t i = 0; i < used.size(); ++i) s << (i ? "," : "") << used[i];
-      s << "}";
-    }
-    s << " extra=(" << extra_q << "," << extra_k << ") hq=" << hq << " hkv=" << hkv << " d=" << d
-      << " dtype=" << dtype << " scale=" << scale << " causal=" << mask.causal
-      << " align=" << (mask.alignment == FLASH_ALIGN_TOP_LEFT ? "tl" : "br") << " window=(" << mask.window_left << ","
-      << mask.window_right << ") layout=" << layout << " slack=" << max_slack << " lse=" << want_lse;
-    return s.str();
-  }
-};
-
-// A [rows, heads, d] host tensor in a layout, poisoned (0xFF bytes: NaN in every dtype).
-HostTensor make3(int32_t dtype, int64_t rows, int64_t heads, int64_t d, int layout, std::mt19937_64& rng) {
-  HostTensor t;
-  flash_tensor& x = t.desc;
-  x.dtype = dtype, x.device_type = FLASH_DEVICE_CPU, x.device_id = 0, x.ndim = 3;
-  x.shape[0] = rows, x.shape[1] = heads, x.shape[2] = d;
-  if (layout == 0) {
-    x.strides[0] = heads * d, x.strides[1] = d, x.strides[2] = 1;
-  } else if (layout == 1) {
-    const int64_t head_pad = 8 * static_cast<int64_t>(rng() % 3), row_pad = 8 * static_cast<int64_t>(1 + rng() % 3);
-    x.strides[2] = 1, x.strides[1] = d + head_pad, x.strides[0] = heads * (d + head_pad) + row_pad;
-  } else {
-    x.strides[2] = 1, x.strides[0] = d, x.strides[1] = rows * d;
-  }
-  t.bytes.assign(static_cast<size_t>(t.span_elements()) * esize(dtype), 0xFF);
-  x.data = t.bytes.data();
-  return t;
-}
-
-// The LSE: fp32 [heads, total_q]; head-major layouts write it transposed ([total_q, heads] in memory).
-HostTensor make_lse(int64_t heads, int64_t rows, int layout) {
-  HostTensor t;
-  flash_tensor& x = t.desc;
-  x.dtype = FLASH_DTYPE_FP32, x.device_type = FLASH_DEVICE_CPU, x.device_id = 0, x.ndim = 2;
-  x.shape[0] = heads, x.shape[1] = rows;
-  if (layout == 2) x.strides[0] = 1, x.strides[1] = heads;
-  else x.strides[0] = rows + (layout == 1 ? 5 : 0), x.strides[1] = 1;
-  t.bytes.assign(static_cast<size_t>(t.span_elements()) * 4, 0xFF);
-  x.data = t.bytes.data();
-  return t;
-}
-
-int64_t off3(const flash_tensor& t, int64_t r, int64_t h, int64_t e) {
-  return r * t.strides[0] + h * t.strides[1] + e * t.strides[2];
-}
-
-void fill_normal(HostTensor& t, double magnitude, std::mt19937_64& rng) {
-  std::normal_distribution<double> dist(0.0, magnitude);
-  const flash_tensor& x = t.desc;
-  for (int64_t r = 0; r < x.shape[0]; ++r)
-    for (int64_t h = 0; h < x.shape[1]; ++h)
-      for (int64_t e = 0; e < x.shape[2]; ++e) {
-        const int64_t o = off3(x, r, h, e);
-        const double v = dist(rng);
-        if (x.dtype == FLASH_DTYPE_FP32) reinterpret_cast<float*>(t.bytes.data())[o] = static_cast<float>(v);
-        else if (x.dtype == FLASH_DTYPE_FP16) reinterpret_cast<uint16_t*>(t.bytes.data())[o] = flash_ref::fp16_round(v);
-        else reinterpret_cast<uint16_t*>(t.bytes.data())[o] = flash_ref::bf16_round(v);
-      }
-}
-
-// Rows [row0, row0 + rows) of a packed [total, h, d] tensor as the 4-D [1, rows, h, d] tensor the references read.
-flash_tensor view4(const flash_tensor& t, int64_t row0, int64_t rows) {
-  flash_tensor v = t;
-  v.ndim = 4;
-  v.data = static_cast<char*>(t.data) + row0 * t.strides[0] * static_cast<int64_t>(esize(t.dtype));
-  v.shape[0] = 1, v.shape[1] = rows, v.shape[2] = t.shape[1], v.shape[3] = t.shape[2];
-  v.strides[0] = 0, v.strides[1] = t.strides[0], v.strides[2] = t.strides[1], v.strides[3] = t.strides[2];
-  return v;
-}
-
-struct VCase {
-  VSpec spec;
-  std::vector<int32_t> cu_q, cu_k, used;
-  int64_t total_q = 0, total_k = 0;
-  HostTensor q, k, v, o, lse;
-  // Backward.
-  HostTensor d_o, dq, dk, dv;
-};
-
-VCase make_vcase(const VSpec& s, std::mt19937_64& rng) {
-  VCase c;
-  c.spec = s;
-  c.cu_q.assign(1, 0);
-  c.cu_k.assign(1, 0);
-  for (int64_t i = 0; i < s.batch(); ++i) {
-    c.cu_q.push_back(static_cast<int32_t>(c.cu_q.back() + s.lq[i]));
-    c.cu_k.push_back(static_cast<int32_t>(c.cu_k.back() + s.lk[i]));
-  }
-  for (int64_t u : s.used) c.used.push_back(static_cast<int32_t>(u));
-  // A tensor has at least one row (flash.h: shapes are positive), even when every sequence is empty.
-  c.total_q = std::max<int64_t>(1, c.cu_q.back() + s.extra_q);
-  c.total_k = std::max<int64_t>(1, c.cu_k.back() + s.extra_k);
-  c.q = make3(s.dtype, c.total_q, s.hq, s.d, s.layout, rng);
-  c.k = make3(s.dtype, c.total_k, s.hkv, s.d, s.layout, rng);
-  c.v = make3(s.dtype, c.total_k, s.hkv, s.d, s.layout, rng);
-  c.o = make3(s.dtype, c.total_q, s.hq, s.d, s.layout, rng);
-  c.lse = make_lse(s.hq, c.total_q, s.layout);
-  fill_normal(c.q, 1.0, rng);
-  fill_normal(c.k, 1.0, rng);
-  fill_normal(c.v, 1.0, rng);
-  return c;
-}
-
-int64_t longest(const std::vector<int64_t>& x) { return x.empty() ? 0 : *std::max_element(x.begin(), x.end()); }
-
-template <class Args>
-void set_varlen(VCase& c, Args* a) {
-  const VSpec& s = c.spec;
-  a->cu_seqlens_q = c.cu_q.data();
-  a->cu_seqlens_k = c.cu_k.data();
-  a->seqused_k = c.used.empty() ? nullptr : c.used.data();
-  a->varlen_batch = static_cast<int32_t>(s.batch());
-  a->max_seqlen_q = static_cast<int32_t>(longest(s.lq) + s.max_slack);
-  std::vector<int64_t> keys;
-  for (int64_t i = 0; i < s.batch(); ++i) keys.push_back(s.keys(i));
-  a->max_seqlen_k = static_cast<int32_t>(longest(keys) + s.max_slack);
-  a->softmax_scale = s.scale;
-  a->causal = s.mask.causal;
-  a->causal_alignment = s.mask.alignment;
-  a->window_left = s.mask.window_left;
-  a->window_right = s.mask.window_right;
-}
-
-void fill_fwd(VCase& c, flash_fwd_args* a, int32_t algorithm) {
-  flash_fwd_args_init(a);
-  a->q = c.q.desc, a->k = c.k.desc, a->v = c.v.desc, a->o = c.o.desc;
-  if (c.spec.want_lse) a->lse = c.lse.desc;
-  a->algorithm = algorithm;
-  set_varlen(c, a);
-}
-
-int32_t run_fwd(VCase& c, int32_t algorithm, int32_t* used = nullptr) {
-  std::fill(c.o.bytes.begin(), c.o.bytes.end(), 0xFF);
-  std::fill(c.lse.bytes.begin(), c.lse.bytes.end(), 0xFF);
-  flash_fwd_args a;
-  fill_fwd(c, &a, algorithm);
-  const int32_t s = flash_fwd(&a);
-  if (used) *used = a.algorithm_used;
-  return s;
-}
-
-// Every byte of `t` outside the elements of rows [0, rows) must still hold the poison (0xFF): rows past the last
-// sequence, and the gaps of a strided layout. "" or a description of the first written byte.
-std::string untouched_outside(const HostTensor& t, int64_t rows, const char* name) {
-  std::vector<uint8_t> mine(t.bytes.size(), 0);
-  const flash_tensor& x = t.desc;
-  const int64_t es = x.dtype == FLASH_DTYPE_FP32 ? 4 : 2;
-  if (x.ndim == 3) {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t h = 0; h < x.shape[1]; ++h)
-        for (int64_t e = 0; e < x.shape[2]; ++e)
-          std::fill_n(mine.begin() + off3(x, r, h, e) * es, es, uint8_t{1});
-  } else {  // the LSE [heads, total_q]
-    for (int64_t h = 0; h < x.shape[0]; ++h)
-      for (int64_t r = 0; r < rows; ++r) std::fill_n(mine.begin() + (h * x.strides[0] + r * x.strides[1]) * 4, 4, uint8_t{1});
-  }
-  for (size_t b = 0; b < t.bytes.size(); ++b)
-    if (!mine[b] && t.bytes[b] != 0xFF) return std::string(name) + ": byte " + std::to_string(b) + " outside its rows was written";
-  return "";
-}
-
-// The forward's output against the fp64 reference, sequence by sequence; the bound (2 x the naive same-dtype error
-// plus half an ulp of max |O|, as harness.cpp's check_case) over the whole call. "" when it passes.
-std::string check_fwd(const VCase& c) {
-  const VSpec& s = c.spec;
-  double err = 0, naive_err = 0, max_ref = 0, lse_err = 0, lse_naive = 0, max_lse = 0;
-  std::ostringstream msg;
-  int bad = 0;
-  for (int64_t i = 0; i < s.batch(); ++i) {
-    const int64_t sq = s.lq[i], sk = s.keys(i);
-    if (sq == 0) continue;
-    flash_ref::Problem pr{1, sq, sk, s.hq, s.hkv, s.d,
-                          s.scale != 0.0f ? static_cast<double>(s.scale) : 1.0 / std::sqrt(double(s.d)), s.mask};
-    const flash_tensor q = view4(c.q.desc, c.cu_q[i], sq), k = view4(c.k.desc, c.cu_k[i], sk),
-                       v = view4(c.v.desc, c.cu_k[i], sk);
-    // A sequence without keys: every row sees nothing (O = 0, LSE = -inf), by definition; the reference is written for
-    // positive lengths (a dense call's), so it is not asked.
-    flash_ref::Result exact, naive;
-    if (sk == 0) {
-      exact.o.assign(sq * s.hq * s.d, 0.0), exact.lse.assign(s.hq * sq, -kInf);
-      naive = exact;
-    } else {
-      exact = flash_ref::attention(pr, q, k, v, 0), naive = flash_ref::attention(pr, q, k, v, 1);
-    }
-    for (int64_t r = 0; r < sq; ++r)
-      for (int64_t h = 0; h < s.hq; ++h) {
-        const int64_t row = c.cu_q[i] + r;
-        const bool empty = exact.lse[h * sq + r] == -kInf;
-        for (int64_t e = 0; e < s.d; ++e) {
-          const double got = flash_ref::load(c.o.bytes.data(), s.dtype, off3(c.o.desc, row, h, e));
-          const double ref = exact.o[(r * s.hq + h) * s.d + e];
-          if (!std::isfinite(got) || (empty && got != 0.0)) {
-            if (bad++ < 3) msg << "O[seq " << i << ", row " << r << ", head " << h << ", " << e << "] = " << got << " (ref " << ref << "); ";
-            err = kInf;
-            continue;
-          }
-          err = std::max(err, std::fabs(got - ref));
-          naive_err = std::max(naive_err, std::fabs(naive.o[(r * s.hq + h) * s.d + e] - ref));
-          max_ref = std::max(max_ref, std::fabs(ref));
-        }
-        if (!s.want_lse) continue;
-        const flash_tensor& l = c.lse.desc;
-        const double got = reinterpret_cast<const float*>(c.lse.bytes.data())[h * l.strides[0] + row * l.strides[1]];
-        const double ref = exact.lse[h * sq + r];
-        if (ref == -kInf) {
-          if (got != -kInf && bad++ < 3) msg << "LSE[seq " << i << ", row " << r << ", head " << h << "] = " << got << " (want -inf); ";
-          if (got != -kInf) lse_err = kInf;
-          continue;
-        }
-        if (!std::isfinite(got)) {
-          if (bad++ < 3) msg << "LSE[seq " << i << ", row " << r << ", head " << h << "] = " << got << "; ";
-          lse_err = kInf;
-          continue;
-        }
-        lse_err = std::max(lse_err, std::fabs(got - ref));
-        lse_naive = std::max(lse_naive, std::fabs(naive.lse[h * sq + r] - ref));
-        max_lse = std::max(max_lse, std::fabs(ref));
-      }
-  }
-  const double ulp = s.dtype == FLASH_DTYPE_FP32 ? std::ldexp(1.0, -24) : s.dtype == FLASH_DTYPE_FP16 ? std::ldexp(1.0, -11)
-                                                                                                      : std::ldexp(1.0, -8);
-  const double bound = 2 * naive_err + ulp * max_ref;
-  const double lse_bound = 2 * lse_naive + std::ldexp(1.0, -23) * std::max(1.0, max_lse) * 4;
-  std::string out;
-  if (!(err <= bound) || (s.want_lse && !(lse_err <= lse_bound))) {
-    msg << "max|O-ref|=" << err << " bound=" << bound << " (naive " << naive_err << ") max|LSE-ref|=" << lse_err
-        << " bound=" << lse_bound;
-    out = msg.str();
-  }
-  for (const std::string& u : {untouched_outside(c.o, c.cu_q.back(), "o"),
-                               s.want_lse ? untouched_outside(c.lse, c.cu_q.back(), "lse") : std::string()})
-    if (!u.empty()) out += (out.empty() ? "" : "; ") + u;
-  return out;
-}
-
-// ---- Random specs -------------------------------------------------------------------------------------------
-
-int64_t uni(std::mt19937_64& rng, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
-
-// A length: 0, 1, small odd, around a block (63..65, 127..129), or anything up to `hi`.
-int64_t random_length(std::mt19937_64& rng, int64_t hi) {
-  switch (uni(rng, 0, 5)) {
-    case 0: return 0;
-    case 1: return 1;
-    case 2: return 2 * uni(rng, 0, 8) + 1;
-    case 3: return std::min<int64_t>(hi, 64 * uni(rng, 1, 2) + uni(rng, -1, 1));
-    default: return uni(rng, 0, hi);
-  }
-}
-
-VSpec random_vspec(std::mt19937_64& rng, int64_t max_len) {
-  VSpec s;
-  const int64_t batch = uni(rng, 1, 6);
-  for (int64_t i = 0; i < batch; ++i) {
-    s.lq.push_back(random_length(rng, max_len));
-    s.lk.push_back(uni(rng, 0, 3) == 0 ? s.lq.back() : random_length(rng, max_len));
-  }
-  if (uni(rng, 0, 3) == 0)
-    for (int64_t i = 0; i < batch; ++i) s.used.push_back(uni(rng, 0, 2) == 0 ? s.lk[i] : uni(rng, 0, s.lk[i]));
-  if (uni(rng, 0, 2) == 0) s.extra_q = uni(rng, 1, 9), s.extra_k = uni(rng, 0, 9);
-  const int64_t ratios[] = {1, 2, 4};
-  s.hkv = uni(rng, 1, 2);
-  s.hq = s.hkv * ratios[uni(rng, 0, 2)];
-  const int64_t dims[] = {8, 16, 32, 40, 64, 96, 128};
-  s.d = dims[uni(rng, 0, 6)];
-  const int32_t dtypes[] = {FLASH_DTYPE_FP32, FLASH_DTYPE_FP16, FLASH_DTYPE_BF16};
-  s.dtype = dtypes[uni(rng, 0, 2)];
-  const float scales[] = {0.0f, 0.0f, 0.3f, 1.0f};
-  s.scale = scales[uni(rng, 0, 3)];
-  s.layout = static_cast<int>(uni(rng, 0, 2));
-  s.mask.causal = static_cast<int>(uni(rng, 0, 1));
-  s.mask.alignment = uni(rng, 0, 1) ? FLASH_ALIGN_TOP_LEFT : FLASH_ALIGN_BOTTOM_RIGHT;
-  if (uni(rng, 0, 2) == 0) {
-    s.mask.window_left = uni(rng, 0, 1) ? static_cast<int>(uni(rng, 0, 80)) : -1;
-    s.mask.window_right = s.mask.causal ? 0 : (uni(rng, 0, 1) ? static_cast<int>(uni(rng, 0, 80)) : -1);
-  }
-  s.max_slack = uni(rng, 0, 3) == 0 ? uni(rng, 1, 20) : 0;
-  s.want_lse = uni(rng, 0, 4) != 0;
-  return s;
-}
-
-// ---- The backward -------------------------------------------------------------------------------------------
-
-// The forward (algorithm cpu: O and LSE) the backward consumes, dO, and poisoned gradients.
-int32_t make_bwd_vcase(VSpec s, std::mt19937_64& rng, VCase* c) {
-  s.want_lse = true;
-  *c = make_vcase(s, rng);
-  const int32_t st = run_fwd(*c, FLASH_ALGO_CPU);
-  c->d_o = make3(s.dtype, c->total_q, s.hq, s.d, s.layout, rng);
-  fill_normal(c->d_o, 1.0, rng);
-  c->dq = make3(s.dtype, c->total_q, s.hq, s.d, s.layout, rng);
-  c->dk = make3(s.dtype, c->total_k, s.hkv, s.d, s.layout, rng);
-  c->dv = make3(s.dtype, c->total_k, s.hkv, s.d, s.layout, rng);
-  return st;
-}
-
-void fill_bwd(VCase& c, flash_bwd_args* a, int32_t algorithm, uint32_t flags = 0) {
-  flash_bwd_args_init(a);
-  a->q = c.q.desc, a->k = c.k.desc, a->v = c.v.desc, a->o = c.o.desc, a->d_o = c.d_o.desc, a->lse = c.lse.desc;
-  a->dq = c.dq.desc, a->dk = c.dk.desc, a->dv = c.dv.desc;
-  a->algorithm = algorithm;
-  a->flags = flags;
-  set_varlen(c, a);
-}
-
-int32_t run_bwd(VCase& c, int32_t algorithm, uint32_t flags = 0, int32_t* used = nullptr) {
-  for (HostTensor* t : {&c.dq, &c.dk, &c.dv}) std::fill(t->bytes.begin(), t->bytes.end(), 0xFF);
-  flash_bwd_args a;
-  fill_bwd(c, &a, algorithm, flags);
-  const int32_t s = flash_bwd(&a);
-  if (used) *used = a.algorithm_used;
-  return s;
-}
-
-// The whole call's gradients as [1, rows, h, d] references: each sequence's from reference_bwd.hpp at its rows.
-struct PackedRefs {
-  flash_ref::Dense dq, dk, dv, dq_naive, dk_naive, dv_naive, dq_in, dk_in, dv_in;
-  std::vector<uint8_t> dq_empty, dk_unseen;
-};
-
-PackedRefs packed_references(const VCase& c) {
-  const VSpec& s = c.spec;
-  const int64_t rq = c.cu_q.back(), rk = c.cu_k.back();
-  PackedRefs p;
-  for (flash_ref::Dense* x : {&p.dq, &p.dq_naive, &p.dq_in}) *x = flash_ref::Dense(1, rq, s.hq, s.d);
-  for (flash_ref::Dense* x : {&p.dk, &p.dk_naive, &p.dk_in, &p.dv, &p.dv_naive, &p.dv_in}) *x = flash_ref::Dense(1, rk, s.hkv, s.d);
-  p.dq_empty.assign(rq * s.hq, 0);
-  p.dk_unseen.assign(rk * s.hkv, 1);  // slot rows past seqused_k stay "must be 0"
-  for (int64_t i = 0; i < s.batch(); ++i) {
-    const int64_t sq = s.lq[i], sk = s.keys(i);
-    // Without queries, or without keys, every gradient of the sequence is 0 by definition (rows that see no key, keys
-    // no query sees: dq_empty and dk_unseen, as set above for zeros): the reference, written for a dense call's
-    // positive lengths, is not asked.
-    if (sk == 0) {
-      for (int64_t r = 0; r < sq; ++r)
-        for (int64_t h = 0; h < s.hq; ++h) p.dq_empty[(c.cu_q[i] + r) * s.hq + h] = 1;
-      continue;
-    }
-    if (sq == 0) continue;
-    const flash_ref::Problem pr{1, sq, sk, s.hq, s.hkv, s.d,
-                                s.scale != 0.0f ? static_cast<double>(s.scale) : 1.0 / std::sqrt(double(s.d)), s.mask};
-    const flash_ref::Dense q = flash_ref::to_dense(view4(c.q.desc, c.cu_q[i], sq)),
-                           k = flash_ref::to_dense(view4(c.k.desc, c.cu_k[i], sk)),
-                           v = flash_ref::to_dense(view4(c.v.desc, c.cu_k[i], sk)),
-                           d_o = flash_ref::to_dense(view4(c.d_o.desc, c.cu_q[i], sq)),
-                           o = flash_ref::to_dense(view4(c.o.desc, c.cu_q[i], sq));
-    std::vector<double> lse(s.hq * sq);
-    for (int64_t h = 0; h < s.hq; ++h)
-      for (int64_t r = 0; r < sq; ++r)
-        lse[h * sq + r] = reinterpret_cast<const float*>(
-            c.lse.bytes.data())[h * c.lse.desc.strides[0] + (c.cu_q[i] + r) * c.lse.desc.strides[1]];
-    const flash_ref::Grads ex = flash_ref::attention_backward(pr, q, k, v, d_o, s.dtype, 0, &o, &lse);
-    const flash_ref::Grads nv = flash_ref::attention_backward(pr, q, k, v, d_o, s.dtype, 1);
-    auto place = [&](flash_ref::Dense& to, const flash_ref::Dense& from, int64_t row0) {
-      for (int64_t r = 0; r < from.s; ++r)
-        for (int64_t h = 0; h < from.h; ++h)
-          for (int64_t e = 0; e < from.d; ++e) to.at(0, row0 + r, h, e) = from.at(0, r, h, e);
-    };
-    place(p.dq, ex.dq, c.cu_q[i]), place(p.dq_naive, nv.dq, c.cu_q[i]), place(p.dq_in, ex.dq_in, c.cu_q[i]);
-    place(p.dk, ex.dk, c.cu_k[i]), place(p.dk_naive, nv.dk, c.cu_k[i]), place(p.dk_in, ex.dk_in, c.cu_k[i]);
-    place(p.dv, ex.dv, c.cu_k[i]), place(p.dv_naive, nv.dv, c.cu_k[i]), place(p.dv_in, ex.dv_in, c.cu_k[i]);
-    for (int64_t r = 0; r < sq; ++r)
-      for (int64_t h = 0; h < s.hq; ++h) p.dq_empty[(c.cu_q[i] + r) * s.hq + h] = ex.dq_empty[r * s.hq + h];
-    for (int64_t r = 0; r < sk; ++r)
-      for (int64_t h = 0; h < s.hkv; ++h) p.dk_unseen[(c.cu_k[i] + r) * s.hkv + h] = ex.dk_unseen[r * s.hkv + h];
-  }
-  return p;
-}
-
-// A copy of a packed gradient's buffer with a [1, rows, h, d] descriptor (check_grad reads bytes.data() + offset).
-HostTensor as4(const HostTensor& t, int64_t rows) {
-  HostTensor r;
-  r.bytes = t.bytes;
-  r.desc = view4(t.desc, 0, rows);
-  r.desc.data = r.bytes.data();
-  return r;
-}
-
-// dq, dk, dv against the references (harness_bwd.hpp's check_grad: its element-wise bound over the whole call) and
-// every byte outside the sequences' rows untouched. "" when all pass.
-std::string check_bwd(const VCase& c, const PackedRefs& r) {
-  using flash_test::bwd::check_grad;
-  const int32_t dt = c.spec.dtype;
-  const int64_t rq = c.cu_q.back(), rk = c.cu_k.back();
-  std::string out;
-  const flash_test::bwd::GradCheck cq = check_grad("dq", as4(c.dq, rq), r.dq, r.dq_naive, r.dq_in, r.dq_empty, dt, 2.0);
-  const flash_test::bwd::GradCheck ck = check_grad("dk", as4(c.dk, rk), r.dk, r.dk_naive, r.dk_in, r.dk_unseen, dt, 2.0);
-  const flash_test::bwd::GradCheck cv = check_grad("dv", as4(c.dv, rk), r.dv, r.dv_naive, r.dv_in, r.dk_unseen, dt, 2.0);
-  if (!(cq.ok && ck.ok && cv.ok)) out = cq.message + "\n  " + ck.message + "\n  " + cv.message;
-  for (const std::string& u : {untouched_outside(c.dq, rq, "dq"), untouched_outside(c.dk, rk, "dk"),
-                               untouched_outside(c.dv, rk, "dv")})
-    if (!u.empty()) out += (out.empty() ? "" : "; ") + u;
-  return out;
-}
 
 void expect_fwd_ok(const VSpec& s, uint64_t salt, std::vector<int32_t> algorithms = {FLASH_ALGO_CPU, FLASH_ALGO_NAIVE}) {
   std::mt19937_64 rng(base_seed() ^ (0x7a11 + salt));
@@ -940,16 +515,17 @@ TEST(VarlenValidation, OutputsMayNotOverlapTheIndexArrays) {
   }
 }
 
-// The CUDA algorithms refuse varlen in supports() (their kernels do not read cu_seqlens yet: issue 72). Without a GPU:
-// the shared refusal (libflash/varlen.h, which sm80's forward and backward plans and naive's supports() ask first) and
-// the sm90 forward's plan (host code, compiled into this test), which must answer with it.
+// The sm90 algorithm refuses varlen (its kernels do not read cu_seqlens yet: issue 72; AUTO runs sm80, whose kernels
+// do). Without a GPU: the refusal (libflash/varlen.h) and the sm90 forward's plan (host code, compiled into this test),
+// which must answer with it.
 TEST(VarlenGpu, RefusalMessageWithoutAGpu) {
   flash::FwdParams p{};
   std::string why;
-  EXPECT_FALSE(flash::gpu_refuses_varlen(p, &why));
+  EXPECT_FALSE(flash::sm90_refuses_varlen(p, &why));
   p.varlen = true;
-  ASSERT_TRUE(flash::gpu_refuses_varlen(p, &why));
-  EXPECT_EQ(why, "varlen runs on the cpu algorithm so far (GPU kernels: issue 72)");
+  ASSERT_TRUE(flash::sm90_refuses_varlen(p, &why));
+  EXPECT_EQ(why, flash::kVarlenSm90Refusal);
+  EXPECT_NE(why.find("sm80"), std::string::npos) << "the refusal names the fallback";
 
   // An sm90-eligible problem (bf16, d 128, aligned): planned dense, refused as varlen.
   flash::FwdParams q{};
@@ -974,7 +550,7 @@ TEST(VarlenGpu, RefusalMessageWithoutAGpu) {
   q.q_batch_stride = q.k_batch_stride = q.v_batch_stride = q.o_batch_stride = 0;
   const flash::sm90::FwdPlan refused = flash::sm90::plan(q, dev);
   EXPECT_FALSE(refused.ok());
-  EXPECT_EQ(refused.why, "varlen runs on the cpu algorithm so far (GPU kernels: issue 72)");
+  EXPECT_EQ(refused.why, flash::kVarlenSm90Refusal);
 }
 
 // CUDA tensors on a machine (or a build) without a GPU: the call is refused before anything runs.

@@ -113,6 +113,15 @@ void free_async(void* ptr, void* stream) {
   if (ptr != nullptr && cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
 }
 
+int32_t copy_to_host(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return FLASH_OK;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (const int32_t st = status_from(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+      st != FLASH_OK)
+    return st;
+  return status_from(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
 int32_t status_from(int cuda_error, const char* what) {
   if (cuda_error == cudaSuccess) return FLASH_OK;
   const auto e = static_cast<cudaError_t>(cuda_error);

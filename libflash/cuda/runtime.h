@@ -27,6 +27,9 @@ int32_t check_device_pointer(const void* ptr, int device_id, const char* name);
 // Stream-ordered allocation: no device synchronisation (cudaMallocAsync / cudaFreeAsync).
 int32_t malloc_async(void** ptr, size_t bytes, void* stream);
 void free_async(void* ptr, void* stream);
+// Copies device memory to the host in `stream`'s order and waits for it (so the stream's earlier work, and the copy, are
+// done on return). Synchronising: for the naive reference algorithm only (its varlen path reads cu_seqlens on the host).
+int32_t copy_to_host(void* dst, const void* src, size_t bytes, void* stream);
 // FLASH_ERROR_CUDA with the runtime's message if the last launch failed.
 int32_t check_launch(const char* what);
 // Turns a cudaError_t value into a status (FLASH_OK for cudaSuccess).

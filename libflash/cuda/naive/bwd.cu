@@ -200,32 +200,30 @@ int32_t launch_store_sums(const float* acc, void* out, int64_t head_stride, int6
   return check_launch("naive backward group-sum store launch");
 }
 
-int32_t bwd(const BwdParams& p) {
-  std::string why;
-  const CublasApi* api = cublas_api(&why);
-  if (api == nullptr) return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm naive is unavailable: ", why);
-  const BwdLayout lay = bwd_layout(p);
-  if (lay.total == SIZE_MAX) return fail(FLASH_ERROR_OUT_OF_MEMORY, "naive: the backward's N x N matrices do not fit in memory");
-  if (p.workspace == nullptr || p.workspace_size < lay.total)
-    return fail(FLASH_ERROR_INTERNAL, "naive: backward workspace of ", p.workspace_size, " bytes, ", lay.total, " needed");
+namespace {
 
-  char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.workspace) + kAlign - 1) / kAlign * kAlign);
-  float* smat = reinterpret_cast<float*>(base + lay.s);
-  float* dpmat = reinterpret_cast<float*>(base + lay.dp);
-  void* pmat = base + lay.pm;
-  void* dsmat = base + lay.ds;
-  float* dk_sum = reinterpret_cast<float*>(base + lay.dk_sum);
-  float* dv_sum = reinterpret_cast<float*>(base + lay.dv_sum);
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+// What one call's dense problems share: cuBLAS, its handle on the call's stream, the scratch, the chunk of heads.
+struct BwdRun {
+  const CublasApi* api;
+  cublasHandle_t hd;
+  float *smat, *dpmat;
+  void *pmat, *dsmat;
+  float *dk_sum, *dv_sum;
+  int chunk;  // kv heads per chunk (the whole call's: the scratch holds chunk heads at its max lengths)
+  cudaStream_t stream;
+};
 
-  LockedHandle handle;
-  if (const int32_t s = acquire_handle(*api, p.device_id, &handle); s != FLASH_OK) return s;
-  cublasHandle_t hd = handle.get();
-  if (const int32_t s = cublas_status(*api, api->set_stream(hd, stream), "cublasSetStream"); s != FLASH_OK) return s;
-  if (const int32_t s = cublas_status(*api, api->set_workspace(hd, base, kCublasWorkspace), "cublasSetWorkspace");
-      s != FLASH_OK)
-    return s;
-
+// One dense problem (the call, or one sequence's view of a varlen call, both lengths > 0).
+int32_t bwd_problem(const BwdParams& p, const BwdRun& run) {
+  const CublasApi* api = run.api;
+  cublasHandle_t hd = run.hd;
+  float* smat = run.smat;
+  float* dpmat = run.dpmat;
+  void* pmat = run.pmat;
+  void* dsmat = run.dsmat;
+  float* dk_sum = run.dk_sum;
+  float* dv_sum = run.dv_sum;
+  cudaStream_t stream = run.stream;
   const cudaDataType dt = p.dtype == DType::FP16 ? CUDA_R_16F : CUDA_R_16BF;
   const size_t es = dtype_size(p.dtype);
   const bool group = p.head_ratio > 1;
@@ -233,7 +231,7 @@ int32_t bwd(const BwdParams& p) {
   const int ld = static_cast<int>(ld_of(p));
   const long long mat = static_cast<long long>(sq) * ld;
   const long long sum_step = static_cast<long long>(sk) * d;  // between heads of the fp32 group sums
-  const int chunk = bwd_chunk_heads(p);
+  const int chunk = run.chunk;
   const float scale = p.scale, one = 1.0f, zero = 0.0f;
   const int ldq = static_cast<int>(lead_dim(p.q_row_stride, sq, d)), ldk = static_cast<int>(lead_dim(p.k_row_stride, sk, d));
   const int ldv = static_cast<int>(lead_dim(p.v_row_stride, sk, d)), lddo = static_cast<int>(lead_dim(p.do_row_stride, sq, d));
@@ -313,6 +311,68 @@ int32_t bwd(const BwdParams& p) {
       }
     }
 #undef FLASH_TRY
+  return FLASH_OK;
+}
+
+}  // namespace
+
+int32_t bwd(const BwdParams& p) {
+  std::string why;
+  const CublasApi* api = cublas_api(&why);
+  if (api == nullptr) return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm naive is unavailable: ", why);
+  const BwdLayout lay = bwd_layout(p);
+  if (lay.total == SIZE_MAX) return fail(FLASH_ERROR_OUT_OF_MEMORY, "naive: the backward's N x N matrices do not fit in memory");
+  if (p.workspace == nullptr || p.workspace_size < lay.total)
+    return fail(FLASH_ERROR_INTERNAL, "naive: backward workspace of ", p.workspace_size, " bytes, ", lay.total, " needed");
+
+  char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.workspace) + kAlign - 1) / kAlign * kAlign);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+
+  LockedHandle handle;
+  if (const int32_t s = acquire_handle(*api, p.device_id, &handle); s != FLASH_OK) return s;
+  cublasHandle_t hd = handle.get();
+  if (const int32_t s = cublas_status(*api, api->set_stream(hd, stream), "cublasSetStream"); s != FLASH_OK) return s;
+  if (const int32_t s = cublas_status(*api, api->set_workspace(hd, base, kCublasWorkspace), "cublasSetWorkspace");
+      s != FLASH_OK)
+    return s;
+  const BwdRun run{api,
+                   hd,
+                   reinterpret_cast<float*>(base + lay.s),
+                   reinterpret_cast<float*>(base + lay.dp),
+                   base + lay.pm,
+                   base + lay.ds,
+                   reinterpret_cast<float*>(base + lay.dk_sum),
+                   reinterpret_cast<float*>(base + lay.dv_sum),
+                   bwd_chunk_heads(p),
+                   stream};
+  if (!p.varlen) return bwd_problem(p, run);
+
+  // Varlen: sequence by sequence (naive.cuh, "Packed variable-length batches"), each within the whole call's scratch.
+  HostOffsets offsets;
+  BwdParams hp;
+  if (const int32_t s = host_offsets(p, &offsets, &hp); s != FLASH_OK) return s;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const BwdParams v = sequence_view(hp, b);
+    const SeqBounds sb = seq_bounds(hp, b);
+    int32_t s = FLASH_OK;
+    if (v.seqlen_q > 0 && v.seqlen_k > 0) {
+      s = bwd_problem(v, run);
+    } else {  // rows that see no key: dq = 0; keys no query sees: dk = dv = 0
+      s = zero_rows(v.dq, v.dq_row_stride, v.dq_head_stride, v.seqlen_q, v.heads_q, v.head_dim, stream);
+      if (s == FLASH_OK) s = zero_rows(v.dk, v.dk_row_stride, v.dk_head_stride, v.seqlen_k, v.heads_kv, v.head_dim, stream);
+      if (s == FLASH_OK) s = zero_rows(v.dv, v.dv_row_stride, v.dv_head_stride, v.seqlen_k, v.heads_kv, v.head_dim, stream);
+    }
+    // The slot's rows past seqused_k: keys no query sees (dk = dv = 0).
+    const int64_t unused = int64_t{sb.k_slot} - sb.seqlen_k;
+    const size_t es = dtype_size(p.dtype);
+    if (s == FLASH_OK && unused > 0) {
+      char* dk = static_cast<char*>(v.dk) + int64_t{v.seqlen_k} * v.dk_row_stride * int64_t(es);
+      char* dv = static_cast<char*>(v.dv) + int64_t{v.seqlen_k} * v.dv_row_stride * int64_t(es);
+      s = zero_rows(dk, v.dk_row_stride, v.dk_head_stride, unused, v.heads_kv, v.head_dim, stream);
+      if (s == FLASH_OK) s = zero_rows(dv, v.dv_row_stride, v.dv_head_stride, unused, v.heads_kv, v.head_dim, stream);
+    }
+    if (s != FLASH_OK) return s;
+  }
   return FLASH_OK;
 }
 

@@ -1,7 +1,6 @@
 // libflash/cuda/naive/fwd.cu -- the naive GPU forward: S = scale Q K^T and O = P V by cuBLAS, the softmax row kernel
 // between them (naive.cuh says how heads are chunked and where S and P live), and the algorithm's record.
 #include "naive.cuh"
-#include "../../varlen.h"
 
 namespace flash {
 namespace cuda {
@@ -90,8 +89,37 @@ __global__ void __launch_bounds__(kSoftmaxThreads) softmax_rows(const FwdParams 
   }
 }
 
+__global__ void zero_rows_kernel(uint16_t* base, int64_t row_stride, int64_t head_stride, int64_t heads, int64_t d,
+                                 int64_t n) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % d, h = (x / d) % heads, r = x / d / heads;
+    base[r * row_stride + h * head_stride + e] = 0;
+  }
+}
+
+__global__ void fill_lse_kernel(float* lse, int64_t row_stride, int64_t head_stride, int64_t heads, int64_t n) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x)
+    lse[(x / heads) * row_stride + (x % heads) * head_stride] = -INFINITY;
+}
+
+unsigned grid_for(int64_t n) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 4096))); }
+
 }  // namespace
 
+int32_t zero_rows(void* base, int64_t row_stride, int64_t head_stride, int64_t rows, int64_t heads, int64_t d,
+                  cudaStream_t stream) {
+  const int64_t n = rows * heads * d;
+  if (n <= 0 || base == nullptr) return FLASH_OK;
+  zero_rows_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<uint16_t*>(base), row_stride, head_stride, heads, d, n);
+  return check_launch("naive zero rows kernel launch");
+}
+
+int32_t fill_lse(float* lse, int64_t row_stride, int64_t head_stride, int64_t rows, int64_t heads, cudaStream_t stream) {
+  const int64_t n = rows * heads;
+  if (n <= 0 || lse == nullptr) return FLASH_OK;
+  fill_lse_kernel<<<grid_for(n), 256, 0, stream>>>(lse, row_stride, head_stride, heads, n);
+  return check_launch("naive lse fill kernel launch");
+}
 
 const char* dtype_word(DType t) { return t == DType::FP16 ? "fp16" : t == DType::BF16 ? "bf16" : "fp32"; }
 
@@ -110,7 +138,6 @@ bool available(int32_t device_id, std::string* why) {
 }
 
 bool supports(const FwdParams& p, std::string* why) {
-  if (gpu_refuses_varlen(p, why)) return false;  // (supports_bwd asks this first too)
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) {
     *why = std::string("dtype ") + dtype_word(p.dtype) + " is not supported (fp16 or bf16 only)";
     return false;
@@ -150,35 +177,31 @@ int32_t launch_softmax(const FwdParams& p, const ChunkArgs& a, int c, cudaStream
   return check_launch("naive softmax kernel launch");
 }
 
-int32_t fwd(const FwdParams& p) {
-  std::string why;
-  const CublasApi* api = cublas_api(&why);
-  if (api == nullptr) return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm naive is unavailable: ", why);
-  const Layout lay = layout(p);
-  if (lay.total == SIZE_MAX) return fail(FLASH_ERROR_OUT_OF_MEMORY, "naive: the S and P matrices do not fit in memory");
-  if (p.workspace == nullptr || p.workspace_size < lay.total)
-    return fail(FLASH_ERROR_INTERNAL, "naive: workspace of ", p.workspace_size, " bytes, ", lay.total, " needed");
+namespace {
 
-  char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.workspace) + kAlign - 1) / kAlign * kAlign);
-  float* smat = reinterpret_cast<float*>(base + lay.s_offset);
-  void* pmat = base + lay.p_offset;
-  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+// What one call's dense problems share: cuBLAS, its handle on the call's stream, the S and P scratch, the chunk of heads.
+struct FwdRun {
+  const CublasApi* api;
+  cublasHandle_t hd;
+  float* smat;
+  void* pmat;
+  int chunk;  // kv heads per chunk (the whole call's: the scratch holds chunk heads at its max lengths)
+  cudaStream_t stream;
+};
 
-  LockedHandle handle;
-  if (const int32_t s = acquire_handle(*api, p.device_id, &handle); s != FLASH_OK) return s;
-  cublasHandle_t hd = handle.get();
-  if (const int32_t s = cublas_status(*api, api->set_stream(hd, stream), "cublasSetStream"); s != FLASH_OK) return s;
-  // After SetStream (which resets it): cuBLAS's scratch is this call's, stream-ordered memory.
-  if (const int32_t s = cublas_status(*api, api->set_workspace(hd, base, kCublasWorkspace), "cublasSetWorkspace");
-      s != FLASH_OK)
-    return s;
-
+// One dense problem (the call, or one sequence's view of a varlen call, both lengths > 0).
+int32_t fwd_problem(const FwdParams& p, const FwdRun& run) {
+  const CublasApi* api = run.api;
+  cublasHandle_t hd = run.hd;
+  float* smat = run.smat;
+  void* pmat = run.pmat;
+  cudaStream_t stream = run.stream;
   const cudaDataType dt = p.dtype == DType::FP16 ? CUDA_R_16F : CUDA_R_16BF;
   const size_t es = dtype_size(p.dtype);
   const int sq = p.seqlen_q, sk = p.seqlen_k, d = p.head_dim;
   const int ld = static_cast<int>(ld_of(p));
   const long long mat = static_cast<long long>(sq) * ld;  // elements of one head's S (and P)
-  const int chunk = chunk_heads(p);
+  const int chunk = run.chunk;
   const float alpha_s = p.scale, one = 1.0f, zero = 0.0f;
   const int ldq = static_cast<int>(lead_dim(p.q_row_stride, sq, d)), ldk = static_cast<int>(lead_dim(p.k_row_stride, sk, d));
   const int ldv = static_cast<int>(lead_dim(p.v_row_stride, sk, d)), ldo = static_cast<int>(lead_dim(p.o_row_stride, sq, d));
@@ -226,6 +249,51 @@ int32_t fwd(const FwdParams& p) {
             s != FLASH_OK)
           return s;
       }
+  return FLASH_OK;
+}
+
+}  // namespace
+
+int32_t fwd(const FwdParams& p) {
+  std::string why;
+  const CublasApi* api = cublas_api(&why);
+  if (api == nullptr) return fail(FLASH_ERROR_ALGORITHM_UNAVAILABLE, "algorithm naive is unavailable: ", why);
+  const Layout lay = layout(p);
+  if (lay.total == SIZE_MAX) return fail(FLASH_ERROR_OUT_OF_MEMORY, "naive: the S and P matrices do not fit in memory");
+  if (p.workspace == nullptr || p.workspace_size < lay.total)
+    return fail(FLASH_ERROR_INTERNAL, "naive: workspace of ", p.workspace_size, " bytes, ", lay.total, " needed");
+
+  char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.workspace) + kAlign - 1) / kAlign * kAlign);
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+
+  LockedHandle handle;
+  if (const int32_t s = acquire_handle(*api, p.device_id, &handle); s != FLASH_OK) return s;
+  cublasHandle_t hd = handle.get();
+  if (const int32_t s = cublas_status(*api, api->set_stream(hd, stream), "cublasSetStream"); s != FLASH_OK) return s;
+  // After SetStream (which resets it): cuBLAS's scratch is this call's, stream-ordered memory.
+  if (const int32_t s = cublas_status(*api, api->set_workspace(hd, base, kCublasWorkspace), "cublasSetWorkspace");
+      s != FLASH_OK)
+    return s;
+  const FwdRun run{api, hd, reinterpret_cast<float*>(base + lay.s_offset), base + lay.p_offset, chunk_heads(p), stream};
+  if (!p.varlen) return fwd_problem(p, run);
+
+  // Varlen: sequence by sequence (naive.cuh, "Packed variable-length batches"), each within the whole call's scratch.
+  HostOffsets offsets;
+  FwdParams hp;
+  if (const int32_t s = host_offsets(p, &offsets, &hp); s != FLASH_OK) return s;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const FwdParams v = sequence_view(hp, b);
+    if (v.seqlen_q == 0) continue;
+    if (v.seqlen_k == 0) {  // every row sees no key: O = 0, LSE = -inf
+      if (const int32_t s = zero_rows(v.o, v.o_row_stride, v.o_head_stride, v.seqlen_q, v.heads_q, v.head_dim, stream);
+          s != FLASH_OK)
+        return s;
+      if (const int32_t s = fill_lse(v.lse, v.lse_row_stride, v.lse_head_stride, v.seqlen_q, v.heads_q, stream); s != FLASH_OK)
+        return s;
+      continue;
+    }
+    if (const int32_t s = fwd_problem(v, run); s != FLASH_OK) return s;
+  }
   return FLASH_OK;
 }
 

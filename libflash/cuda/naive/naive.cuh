@@ -42,10 +42,12 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../../../flash.h"
 #include "../../algorithm.h"
 #include "../../error.h"
+#include "../../varlen.h"
 #include "../runtime.h"
 #include "cublas_dl.h"
 
@@ -180,6 +182,40 @@ __device__ RowMask<kBlockMask> row_mask(const FwdParams& p, int64_t batch, int64
 }
 
 // One CTA per (row i = blockIdx.x, head y = blockIdx.y). Reads S twice (online max/sum, then normalise).
+
+// ---- Packed variable-length batches ------------------------------------------------------------------------
+// The naive algorithm runs a varlen call sequence by sequence from the host (libflash/varlen.h: sequence_view), each
+// sequence the dense problem of batch 1 it is, in the scratch of the whole call (layout() / bwd_layout() at
+// max_seqlen_q/k with the whole call's chunk of heads, which bounds every sequence's). For that the host needs the
+// offsets, which a CUDA call holds in device memory: host_offsets() copies them once, in the caller's stream's order,
+// and waits for the copy (cuda::copy_to_host) -- a synchronisation the fused algorithms never make, acceptable for the
+// O(N^2) reference baseline. The copies are not trusted: sequence_view() places each sequence through seq_bounds(),
+// which clamps it into the tensors. A sequence without queries or without keys is not a problem cuBLAS can run (a
+// leading dimension of 0): its outputs are written by zero_rows() / fill_lse() instead (O = 0, LSE = -inf, dq = 0,
+// dk = dv = 0), as are the backward's slot rows past seqused_k.
+struct HostOffsets {
+  std::vector<int32_t> cu_q, cu_k, used;
+};
+// Copies p's cu_seqlens_q/k (and seqused_k) to *h and points *hp's at the copies (hp = p otherwise).
+template <class Params>
+int32_t host_offsets(const Params& p, HostOffsets* h, Params* hp) {
+  *hp = p;
+  h->cu_q.resize(size_t(p.batch) + 1), h->cu_k.resize(size_t(p.batch) + 1);
+  if (const int32_t s = copy_to_host(h->cu_q.data(), p.cu_seqlens_q, h->cu_q.size() * 4, p.stream); s != FLASH_OK) return s;
+  if (const int32_t s = copy_to_host(h->cu_k.data(), p.cu_seqlens_k, h->cu_k.size() * 4, p.stream); s != FLASH_OK) return s;
+  hp->cu_seqlens_q = h->cu_q.data(), hp->cu_seqlens_k = h->cu_k.data();
+  if (p.seqused_k != nullptr) {
+    h->used.resize(size_t(p.batch));
+    if (const int32_t s = copy_to_host(h->used.data(), p.seqused_k, h->used.size() * 4, p.stream); s != FLASH_OK) return s;
+    hp->seqused_k = h->used.data();
+  }
+  return FLASH_OK;
+}
+// Rows [0, rows) of every head [0, heads) of a strided 16-bit tensor (elements [0, d) of each) set to 0 bits; an fp32
+// LSE's rows [0, rows) of every head set to -inf (lse may be null). Both asynchronous on `stream` (fwd.cu).
+int32_t zero_rows(void* base, int64_t row_stride, int64_t head_stride, int64_t rows, int64_t heads, int64_t d,
+                  cudaStream_t stream);
+int32_t fill_lse(float* lse, int64_t row_stride, int64_t head_stride, int64_t rows, int64_t heads, cudaStream_t stream);
 
 // ---- Shared by the forward and the backward's host side (fwd.cu) ----------------------------------------
 const char* dtype_word(DType t);

@@ -10,6 +10,7 @@
 #include "../../error.h"
 #include "../ptx/plan.h"
 #include "../runtime.h"
+#include "../../varlen.h"
 #include "../sm80/bwd/bwd.h"
 #include "fwd/plan.h"
 
@@ -46,6 +47,14 @@ bool supports(const FwdParams& p, std::string* why) {
 
 size_t workspace(const FwdParams& p) { return plan(p, device_of(p)).workspace; }
 
+// The backward is the backward family's (sm80/bwd/bwd.cpp: its plan runs the wgmma main kernel on sm_90), which reads
+// cu_seqlens; FLASH_ALGO_SM90 still refuses varlen in both directions, as its forward does, so a call naming it gets
+// one answer (AUTO runs FLASH_ALGO_SM80, the same backward).
+bool supports_bwd(const BwdParams& p, std::string* why) {
+  if (sm90_refuses_varlen(p, why)) return false;
+  return bwd::supports(p, why);
+}
+
 int32_t fwd(const FwdParams& p) {
   const FwdPlan pl = plan(p, device_of(p));
   if (!pl.ok()) return fail(FLASH_ERROR_INTERNAL, "sm90: ", pl.why);
@@ -65,6 +74,6 @@ int32_t fwd(const FwdParams& p) {
 }  // namespace sm90
 
 extern const Algorithm kCudaSm90 = {FLASH_ALGO_SM90, "sm90", FLASH_DEVICE_CUDA, sm90::available, sm90::supports,
-                                    sm90::workspace, sm90::fwd, bwd::supports, bwd::workspace, bwd::run};
+                                    sm90::workspace, sm90::fwd, sm90::supports_bwd, bwd::workspace, bwd::run};
 
 }  // namespace flash

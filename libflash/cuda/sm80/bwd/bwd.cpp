@@ -5,7 +5,6 @@
 
 #include "../../../../flash.h"
 #include "../../../error.h"
-#include "../../../varlen.h"
 #include "bwd.h"
 #if defined(FLASH_BWD_WGMMA)
 #include "../../sm90/bwd/bwd_sm90.h"
@@ -27,10 +26,13 @@ WsLayout ws_layout(const BwdParams& p) {
   w.dc = bwd_compiled_head_dim(p.head_dim);
   w.sq_pad = (int64_t(p.seqlen_q > 0 ? p.seqlen_q : 1) + 127) / 128 * 128;
   const size_t bh = size_t(p.batch) * size_t(p.heads_q);
+  w.ws_head = p.varlen ? (int64_t(p.total_q) + 128 * int64_t(p.batch) + 127) / 128 * 128 : w.sq_pad;
+  // Rows of dq_acc, lse2 and dsum: dense [b * hq][sq_pad], varlen [hq][ws_head].
+  const size_t rows = p.varlen ? size_t(p.heads_q) * size_t(w.ws_head) : bh * size_t(w.sq_pad);
   size_t off = 0;
-  w.dq_acc = off, off = align(off + bh * size_t(w.sq_pad) * size_t(w.dc) * 4);
-  w.lse2 = off, off = align(off + bh * size_t(w.sq_pad) * 4);
-  w.dsum = off, off = align(off + bh * size_t(w.sq_pad) * 4);
+  w.dq_acc = off, off = align(off + rows * size_t(w.dc) * 4);
+  w.lse2 = off, off = align(off + rows * 4);
+  w.dsum = off, off = align(off + rows * 4);
   w.sem = off;
   if (p.deterministic) off = align(off + bh * size_t(w.sq_pad / 64) * 4);
   w.bmap = off;
@@ -47,7 +49,6 @@ WsLayout ws_layout(const BwdParams& p) {
 }
 
 BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why) {
-  if (std::string reason; gpu_refuses_varlen(p, &reason)) return refuse(why, reason);
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return refuse(why, "the sm80 backward supports fp16 and bf16 only");
   const int d = bwd_compiled_head_dim(p.head_dim);
   if (d == 0 || p.head_dim % 8 != 0)
@@ -85,7 +86,9 @@ BwdPlan plan(const BwdParams& p, const cuda::DeviceLimits& dev, std::string* why
 
 bool supports(const BwdParams& p, std::string* why) {
   if (!plan(p, cuda::device_limits(p.device_id), why).ok()) return false;
-  const int64_t B = p.batch, SQ = p.seqlen_q, SK = p.seqlen_k, HQ = p.heads_q, HK = p.heads_kv;
+  // Rows a stride steps over: a dense call's seqlen, a varlen call's total (its sequences start at any row).
+  const int64_t B = p.batch, SQ = p.varlen ? p.total_q : p.seqlen_q, SK = p.varlen ? p.total_k : p.seqlen_k;
+  const int64_t HQ = p.heads_q, HK = p.heads_kv;
   if (!cuda::aligned16(p.q, {{p.q_batch_stride, B}, {p.q_row_stride, SQ}, {p.q_head_stride, HQ}}) ||
       !cuda::aligned16(p.k, {{p.k_batch_stride, B}, {p.k_row_stride, SK}, {p.k_head_stride, HK}}) ||
       !cuda::aligned16(p.v, {{p.v_batch_stride, B}, {p.v_row_stride, SK}, {p.v_head_stride, HK}}) ||

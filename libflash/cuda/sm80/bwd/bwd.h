@@ -24,7 +24,7 @@ struct BwdShape {
   int dq_cols;    // columns of a dQ work item (16 rows x dq_cols per warp at a time)
   constexpr size_t smem_bytes() const {
     return size_t(2) * block_n * head_dim * 2 + size_t(q_stages) * (2 * block_m * head_dim * 2 + 2 * block_m * 4) +
-           size_t(block_n) * block_m * 2;
+           size_t(block_n) * block_m * 2 + 32;  // + a varlen sequence's bounds
   }
 };
 
@@ -55,9 +55,15 @@ constexpr BwdShape bwd_shape(int d) {
 //   dsum   fp32 [b * hq][sq_pad]         D = rowsum(dO o O)
 //   sem    int32 [b * hq][sq_pad / 64]   deterministic mode: how many key blocks have added into a query block
 //   bmap   uint8 [mb][mh][n_qb][n_kb]    block-sparse mask as a dense byte map (built from the compact lists)
+// sq_pad = seqlen_q (varlen: max_seqlen_q) rounded up to 128. A varlen call's dq_acc, lse2 and dsum are instead
+// [hq][ws_head] rows, ws_head = total_q + 128 * batch rounded up to 128 (FlashAttention-2's padded total): sequence b's
+// rows start at floor128(cu_seqlens_q[b]) + 128 b (bwd_common.cuh, ws_row), at least 128 rows past the previous
+// sequence's start plus its length, and its padded rows (at most ceil128(seqlen_q)) end before ws_head for any
+// clamped offsets. Its counters stay per (sequence, head): [b * hq][sq_pad / 64], never addressed through an offset.
 struct WsLayout {
   size_t dq_acc = 0, lse2 = 0, dsum = 0, sem = 0, bmap = 0, total = 0;
   int64_t sq_pad = 0;
+  int64_t ws_head = 0;  // rows between heads of dq_acc, lse2, dsum (dense: sq_pad, by batch then head)
   int dc = 0;
   int bm_b = 0, bm_h = 0, n_mqb = 0, n_mkb = 0;
 };

@@ -10,6 +10,13 @@
 //   main        grid (key block j, batch * kv head): dK, dV of the block's keys, dQ added into the fp32
 //               accumulator (bwd_kernel.cuh says how; KeyBlockWork below is which query blocks it visits).
 //   convert     dQ = acc * scale in the dtype. dK (times scale) and dV are written by the main kernel.
+//   [zero]      varlen with seqused_k only: dK = dV = 0 in each slot's rows past seqused_k (keys no query sees).
+//
+// Packed variable-length batches (p.varlen) run in the same kernels: each CTA places its sequence with seq_bounds()
+// (libflash/varlen.h: offsets clamped into the tensors), the grids cover max_seqlen_q / max_seqlen_k, and CTAs past a
+// sequence's end exit. The workspace rows of (sequence b, head h) start at ws_row(b, h): dense, (b * hq + h) * sq_pad;
+// varlen, h * ws_head + floor128(q_start) + 128 b -- each sequence's rows padded to 128 apart, so no query block of one
+// sequence (at most 128 rows past its end) reaches the next one's rows, whatever the offsets (bwd.h, WsLayout).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -21,6 +28,7 @@
 
 #include "../../../error.h"
 #include "../../../params.h"
+#include "../../../varlen.h"
 #include "../../ptx/sm80.cuh"
 #include "../../runtime.h"
 #include "bwd.h"
@@ -42,10 +50,17 @@ struct KArgs {
   float* dsum;
   int32_t* sem;
   uint8_t* bmap;
-  int64_t sq_pad;
+  int64_t sq_pad;   // rows of workspace per (sequence, head) that a kernel may touch: max_seqlen_q padded to 128
+  int64_t ws_head;  // workspace rows between heads (dense: sq_pad; varlen: WsLayout::ws_head)
   int dc;
   int bm_b, bm_h, n_mqb, n_mkb;
 };
+
+// The workspace row (of dq_acc, lse2, dsum; dq_acc has dc floats a row) of query row 0 of (sequence b, head h).
+__device__ __forceinline__ int64_t ws_row(const BwdParams& p, const KArgs& w, int b, int h, const SeqBounds& seq) {
+  if (!p.varlen) return (int64_t(b) * p.heads_q + h) * w.sq_pad;
+  return int64_t(h) * w.ws_head + int64_t(seq.q_start) / 128 * 128 + int64_t(b) * 128;
+}
 
 // ---- Shared layout: [rows][kHeadDim] tiles in pages of 64 columns (128-byte rows), chunk ^= row % 8 ----
 __device__ __forceinline__ uint32_t in_page(int row, int cc) { return uint32_t(row * 128 + ((cc ^ (row & 7)) << 4)); }
@@ -64,10 +79,17 @@ __global__ void __launch_bounds__(256) bwd_preprocess(const __grid_constant__ Bw
   const int64_t row = int64_t(blockIdx.x) * 8 + warp;
   const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
   if (row >= w.sq_pad) return;
+  if (lane == 0 && w.sem != nullptr && row % 64 == 0) w.sem[bh * (w.sq_pad / 64) + row / 64] = 0;
+  // The sequence's rows padded to 128 (the main kernels' query blocks read lse2 and dsum, and add into dq_acc, up to
+  // there); dense: exactly sq_pad. Rows of other sequences are theirs.
+  const SeqBounds seq = seq_bounds(p, b);
+  if (row >= (int64_t(seq.seqlen_q) + 127) / 128 * 128) return;
+  const int64_t ws = ws_row(p, w, b, h, seq) + row;
   float lse2 = INFINITY, dsum = 0.f;
-  if (row < p.seqlen_q) {
-    const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + row * p.o_row_stride + h * p.o_head_stride;
-    const T* d_o = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + row * p.do_row_stride + h * p.do_head_stride;
+  if (row < seq.seqlen_q) {
+    const int64_t r = seq.q_start + row;  // (dense: row; the batch stride adds b)
+    const T* o = static_cast<const T*>(p.o) + b * p.o_batch_stride + r * p.o_row_stride + h * p.o_head_stride;
+    const T* d_o = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + r * p.do_row_stride + h * p.do_head_stride;
     float acc = 0.f;
     for (int c = lane; c * 8 < p.head_dim; c += 32) {
       const uint4 ov = *reinterpret_cast<const uint4*>(o + c * 8);
@@ -79,18 +101,17 @@ __global__ void __launch_bounds__(256) bwd_preprocess(const __grid_constant__ Bw
     }
 #pragma unroll
     for (int m = 16; m >= 1; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+    const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + r * p.lse_row_stride];
     if (lse != -INFINITY) {
       lse2 = lse * 1.4426950408889634f;
       dsum = acc;
     }
   }
   if (lane == 0) {
-    w.lse2[bh * w.sq_pad + row] = lse2;
-    w.dsum[bh * w.sq_pad + row] = dsum;
-    if (w.sem != nullptr && row % 64 == 0) w.sem[bh * (w.sq_pad / 64) + row / 64] = 0;
+    w.lse2[ws] = lse2;
+    w.dsum[ws] = dsum;
   }
-  float4* acc_row = reinterpret_cast<float4*>(w.dq_acc + (bh * w.sq_pad + row) * w.dc);
+  float4* acc_row = reinterpret_cast<float4*>(w.dq_acc + ws * w.dc);
   for (int c = lane; c < w.dc / 4; c += 32) acc_row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
@@ -118,8 +139,10 @@ __global__ void __launch_bounds__(256) bwd_convert_dq(const __grid_constant__ Bw
   const int64_t row = int64_t(blockIdx.x) * 8 + warp;
   const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
   if (row >= p.seqlen_q) return;
-  const float* acc = w.dq_acc + (bh * w.sq_pad + row) * w.dc;
-  T* dq = static_cast<T*>(p.dq) + b * p.dq_batch_stride + row * p.dq_row_stride + h * p.dq_head_stride;
+  const SeqBounds seq = seq_bounds(p, b);
+  if (row >= seq.seqlen_q) return;  // varlen: past this sequence's rows
+  const float* acc = w.dq_acc + (ws_row(p, w, b, h, seq) + row) * w.dc;
+  T* dq = static_cast<T*>(p.dq) + b * p.dq_batch_stride + (seq.q_start + row) * p.dq_row_stride + h * p.dq_head_stride;
   for (int c = lane; c * 8 < p.head_dim; c += 32) {
     const float4 x = reinterpret_cast<const float4*>(acc)[2 * c];
     const float4 y = reinterpret_cast<const float4*>(acc)[2 * c + 1];
@@ -132,10 +155,33 @@ __global__ void __launch_bounds__(256) bwd_convert_dq(const __grid_constant__ Bw
   }
 }
 
+// ---- Varlen with seqused_k: dK = dV = 0 in each slot's unused rows ------------------------------------------
+// Keys [k_start + seqlen_k, k_start + k_slot) of sequence blockIdx.y (seq_bounds: inside the tensors), every kv head,
+// 16-byte chunks where the strides allow (head_dim is a multiple of 8; dk/dv rows may be only 4-byte aligned, so
+// pairs of elements). Grid (a few CTAs per sequence, batch); the main kernel writes only keys < seqlen_k.
+template <DType kDType, int kTag>
+__global__ void __launch_bounds__(256) bwd_zero_unused_keys(const __grid_constant__ BwdParams p) {
+  const int b = blockIdx.y;
+  const SeqBounds seq = seq_bounds(p, b);
+  const int64_t rows = int64_t(seq.k_slot) - seq.seqlen_k, pairs = p.head_dim / 2;
+  const int64_t n = rows * p.heads_kv * pairs;
+  for (int64_t x = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % pairs, hk = (x / pairs) % p.heads_kv, r = seq.k_start + seq.seqlen_k + x / pairs / p.heads_kv;
+    uint16_t* dk = static_cast<uint16_t*>(p.dk) + r * p.dk_row_stride + hk * p.dk_head_stride + 2 * e;
+    uint16_t* dv = static_cast<uint16_t*>(p.dv) + r * p.dv_row_stride + hk * p.dv_head_stride + 2 * e;
+    *reinterpret_cast<uint32_t*>(dk) = 0u;
+    *reinterpret_cast<uint32_t*>(dv) = 0u;
+  }
+}
+
 // ---- One CTA's work in the main kernels (mma.sync and wgmma) -------------------------------------------
 // Key block blockIdx.x of kv head (b, h_kv) = blockIdx.y: its K and V tiles (the constructor starts their
 // copies), and the steps -- (query head of the GQA group, query block) pairs, s = head-in-group * n_i +
-// block -- whose query rows see some key of it.
+// block -- whose query rows see some key of it. Varlen: the block of sequence b (its keys from seq.k_start, its
+// queries from its q_start); a block past the sequence's keys has k_rows <= 0, no copies and no steps, and its CTA
+// exits (the kernels test has_keys()). The sequence's bounds are read where used: a dense call's from the parameter
+// bank, a varlen call's from a copy in shared memory (K::kOffSeq, 32 bytes) that the constructor writes -- held in
+// registers through the main loop they cost the wgmma kernel 70-120 bytes of spills.
 template <class K>
 struct KeyBlockWork {
   using T = typename Elem<K::kDType>::type;
@@ -151,32 +197,73 @@ struct KeyBlockWork {
   int i_lo, n_i, ratio, n_steps;  // query blocks [i_lo, i_lo + n_i) of each of the group's ratio heads
   bool sparse, det;
 
+  // The copy in shared memory: seqlen_q, seqlen_k, q_start, k_start, diag_offset (8 bytes), ws_row(b, 0) (8 bytes).
+  static constexpr uint32_t kSeqQ = 0, kSeqK = 4, kSeqQStart = 8, kSeqKStart = 12, kSeqDiag = 16, kSeqWs = 24;
+  __device__ __forceinline__ int32_t seq32(uint32_t off) const {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem0 + K::kOffSeq + off));
+    return int32_t(v);
+  }
+  __device__ __forceinline__ int64_t seq64(uint32_t off) const {
+    uint64_t v;
+    asm volatile("ld.shared.b64 %0, [%1];\n" : "=l"(v) : "r"(smem0 + K::kOffSeq + off));
+    return int64_t(v);
+  }
+
   __device__ __forceinline__ KeyBlockWork(const BwdParams& p_, const KArgs& w_, uint32_t smem0_, int tid_)
       : p(p_), w(w_), smem0(smem0_), tid(tid_) {
     n_block = blockIdx.x;
     b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
+    const SeqBounds seq = seq_bounds(p, b);
+    if (p.varlen) {  // the copy the main loop reads (uniform branch: every thread reaches the barrier)
+      if (tid == 0) {
+        const int64_t ws0 = ws_row(p, w, b, 0, seq);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem0 + K::kOffSeq), "r"(seq.seqlen_q),
+                     "r"(seq.seqlen_k), "r"(seq.q_start), "r"(seq.k_start) : "memory");
+        asm volatile("st.shared.v2.b64 [%0], {%1, %2};\n" ::"r"(smem0 + K::kOffSeq + kSeqDiag), "l"(seq.diag_offset),
+                     "l"(ws0) : "memory");
+      }
+      __syncthreads();
+    }
     k0 = n_block * kBlockN;
-    k_rows = min(kBlockN, p.seqlen_k - k0);
+    k_rows = min(kBlockN, seq.seqlen_k - k0);
     chunks_valid = p.head_dim / 8;
+    ratio = p.head_ratio;
+    sparse = p.has_block_mask;
+    det = p.deterministic;
+    if (k_rows <= 0) {  // varlen: past this sequence's keys (the grid covers the longest): nothing to load or visit
+      i_lo = n_i = n_steps = 0;
+      return;
+    }
 
-    const T* kp = static_cast<const T*>(p.k) + b * p.k_batch_stride + int64_t(k0) * p.k_row_stride + h_kv * p.k_head_stride;
-    const T* vp = static_cast<const T*>(p.v) + b * p.v_batch_stride + int64_t(k0) * p.v_row_stride + h_kv * p.v_head_stride;
+    const int64_t kr = int64_t(seq.k_start) + k0;
+    const T* kp = static_cast<const T*>(p.k) + b * p.k_batch_stride + kr * p.k_row_stride + h_kv * p.k_head_stride;
+    const T* vp = static_cast<const T*>(p.v) + b * p.v_batch_stride + kr * p.v_row_stride + h_kv * p.v_head_stride;
     load_tile(RowsN{}, smem0 + K::kOffK, kp, p.k_row_stride, k_rows);
     load_tile(RowsN{}, smem0 + K::kOffV, vp, p.v_row_stride, k_rows);
     cp_async_commit();
 
     // Query rows that see some key of this block: [q_lo, q_hi) (the forward's key range, transposed).
     const int64_t k_last = k0 + k_rows - 1;
-    int64_t q_lo = p.window_right >= 0 ? k0 - p.diag_offset - p.window_right : 0;
-    int64_t q_hi = p.window_left >= 0 ? k_last - p.diag_offset + p.window_left + 1 : p.seqlen_q;
+    int64_t q_lo = p.window_right >= 0 ? k0 - seq.diag_offset - p.window_right : 0;
+    int64_t q_hi = p.window_left >= 0 ? k_last - seq.diag_offset + p.window_left + 1 : seq.seqlen_q;
     q_lo = max(q_lo, int64_t(0));
-    q_hi = min(q_hi, int64_t(p.seqlen_q));
+    q_hi = min(q_hi, int64_t(seq.seqlen_q));
     i_lo = int(q_lo / kBlockM);
     n_i = q_lo < q_hi ? int((q_hi + kBlockM - 1) / kBlockM) - i_lo : 0;
-    ratio = p.head_ratio;
     n_steps = n_i * ratio;
-    sparse = p.has_block_mask;
-    det = p.deterministic;
+  }
+
+  __device__ __forceinline__ bool has_keys() const { return k_rows > 0; }
+  // The sequence's bounds (seq_bounds): a dense call's from p, a varlen call's from the shared copy.
+  __device__ __forceinline__ int seqlen_q() const { return p.varlen ? seq32(kSeqQ) : p.seqlen_q; }
+  __device__ __forceinline__ int seqlen_k() const { return p.varlen ? seq32(kSeqK) : p.seqlen_k; }
+  __device__ __forceinline__ int q_start() const { return p.varlen ? seq32(kSeqQStart) : 0; }
+  __device__ __forceinline__ int k_start() const { return p.varlen ? seq32(kSeqKStart) : 0; }
+  __device__ __forceinline__ int64_t diag_offset() const { return p.varlen ? seq64(kSeqDiag) : p.diag_offset; }
+  // The workspace row of query row 0 of (this sequence, query head h): ws_row(p, w, b, h, seq).
+  __device__ __forceinline__ int64_t ws_row_of(int h) const {
+    return p.varlen ? seq64(kSeqWs) + int64_t(h) * w.ws_head : (int64_t(b) * p.heads_q + h) * w.sq_pad;
   }
 
   // global -> shared for a [kRows][kD] tile; rows past rows_valid and chunks past the head dim read 0.
@@ -215,17 +302,18 @@ struct KeyBlockWork {
   // Step s's Q and dO tiles, LSE*log2(e) and D rows into buffer `stage` (cp.async; the caller commits).
   __device__ __forceinline__ void load_q(int s, int stage) const {
     const int h = h_kv * ratio + s / n_i, i = i_lo + s % n_i, q0 = i * kBlockM;
-    const int q_rows = min(kBlockM, p.seqlen_q - q0);
-    const T* qp = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q0) * p.q_row_stride + h * p.q_head_stride;
-    const T* dop = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + int64_t(q0) * p.do_row_stride + h * p.do_head_stride;
+    const int q_rows = min(kBlockM, seqlen_q() - q0);
+    const int64_t qr = int64_t(q_start()) + q0;
+    const T* qp = static_cast<const T*>(p.q) + b * p.q_batch_stride + qr * p.q_row_stride + h * p.q_head_stride;
+    const T* dop = static_cast<const T*>(p.d_o) + b * p.do_batch_stride + qr * p.do_row_stride + h * p.do_head_stride;
     load_tile(RowsM{}, smem0 + K::kOffQ + stage * K::kQBytes, qp, p.q_row_stride, q_rows);
     load_tile(RowsM{}, smem0 + K::kOffDO + stage * K::kQBytes, dop, p.do_row_stride, q_rows);
-    const int64_t bh = int64_t(b) * p.heads_q + h;
+    const int64_t ws = ws_row_of(h) + q0;
     if (tid < kBlockM / 4)
-      cp_async_16(smem0 + K::kOffL + stage * kBlockM * 4 + tid * 16, w.lse2 + bh * w.sq_pad + q0 + tid * 4, 16);
+      cp_async_16(smem0 + K::kOffL + stage * kBlockM * 4 + tid * 16, w.lse2 + ws + tid * 4, 16);
     else if (tid < kBlockM / 2)
       cp_async_16(smem0 + K::kOffDsum + stage * kBlockM * 4 + (tid - kBlockM / 4) * 16,
-                  w.dsum + bh * w.sq_pad + q0 + (tid - kBlockM / 4) * 4, 16);
+                  w.dsum + ws + (tid - kBlockM / 4) * 4, 16);
   }
 };
 
@@ -244,6 +332,7 @@ int32_t launch_bwd_with(const BwdParams& p, const BwdPlan& plan, Kernel* kernel,
   w.sem = p.deterministic ? reinterpret_cast<int32_t*>(ws + l.sem) : nullptr;
   w.bmap = p.has_block_mask ? ws + l.bmap : nullptr;
   w.sq_pad = l.sq_pad;
+  w.ws_head = l.ws_head;
   w.dc = l.dc;
   w.bm_b = l.bm_b, w.bm_h = l.bm_h, w.n_mqb = l.n_mqb, w.n_mkb = l.n_mkb;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -270,6 +359,10 @@ int32_t launch_bwd_with(const BwdParams& p, const BwdPlan& plan, Kernel* kernel,
   if (p.seqlen_q > 0) {
     bwd_convert_dq<kDType, K::kTag><<<dim3(unsigned((p.seqlen_q + 7) / 8), bh), 256, 0, stream>>>(p, w);
     if (const int32_t s = cuda::check_launch("sm80 bwd convert dq"); s != FLASH_OK) return s;
+  }
+  if (p.varlen && p.seqused_k != nullptr) {  // slot rows past seqused_k: dk = dv = 0 (slot lengths are device data)
+    bwd_zero_unused_keys<kDType, K::kTag><<<dim3(8, unsigned(p.batch)), 256, 0, stream>>>(p);
+    if (const int32_t s = cuda::check_launch("sm80 bwd zero unused keys"); s != FLASH_OK) return s;
   }
   return FLASH_OK;
 }

@@ -40,7 +40,8 @@ struct BwdTraits {
   static constexpr uint32_t kOffL = kOffDO + kQStages * kQBytes;          // lse2 [stages][kBlockM]
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;    // dsum [stages][kBlockM]
   static constexpr uint32_t kOffDS = kOffDsum + kQStages * kBlockM * 4;   // dS^T [kBlockN][kBlockM]
-  static constexpr uint32_t kSmem = kOffDS + kBlockN * kBlockM * 2;
+  static constexpr uint32_t kOffSeq = kOffDS + kBlockN * kBlockM * 2;  // a varlen sequence's bounds (KeyBlockWork)
+  static constexpr uint32_t kSmem = kOffSeq + 32;
   static_assert(kSmem == s.smem_bytes(), "smem formula");
 };
 
@@ -62,7 +63,14 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
 
   // This CTA's key block, its K and V copies (started here), and the steps that see it.
   const KeyBlockWork<K> work(p, w, smem0, tid);
+  // Varlen: a key block past its sequence's keys has no steps and writes nothing. Leaving at once or running through
+  // are the same; the return is taken at d256 only, where ptxas spills less with it (sm_90 44 -> 8 bytes; at d128 on
+  // sm_80 it spills more, 0 -> 12).
+  if (K::kD == 256 && !work.has_keys()) return;
   const int n_block = work.n_block, b = work.b, h_kv = work.h_kv, k0 = work.k0;
+  // The sequence's keys and diagonal, read at each use (KeyBlockWork: not held in registers through the loop).
+  auto seqlen_k = [&]() { return work.seqlen_k(); };
+  auto diag_offset = [&]() { return work.diag_offset(); };
   const int i_lo = work.i_lo, n_i = work.n_i, ratio = work.ratio, n_steps = work.n_steps;
   const bool sparse = work.sparse, det = work.det;
   const float scale_log2 = p.scale_log2;
@@ -89,7 +97,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
   for (int it = 0; step < n_steps; ++it) {
     const int stage = K::kQStages == 2 ? (it & 1) : 0;
     const int h = h_kv * ratio + step / n_i, i = i_lo + step % n_i, q0 = i * kBlockM;
-    const int64_t bh = int64_t(b) * p.heads_q + h;
+    const int64_t bh = int64_t(b) * p.heads_q + h;  // (the deterministic counters: per sequence and head)
     cp_async_wait<0>();
     __syncthreads();  // Q_i, dO_i landed; every warp is done with the previous step (dS, the other stage)
     const int step_next = next_step(step + 1);
@@ -130,9 +138,11 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
     const int64_t key_first = k0 + kr0;
     bool warp_visible = true;
     if (sparse) warp_visible = listed(h, i, int(key_first));
-    const bool need_mask = !warp_visible || k0 + kBlockN > p.seqlen_k ||
-                           (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + p.diag_offset - p.window_left) ||
-                           (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + p.diag_offset + p.window_right);
+    const int seq_k = seqlen_k();             // (this step's copies)
+    const int64_t seq_diag = diag_offset();
+    const bool need_mask = !warp_visible || k0 + kBlockN > seq_k ||
+                           (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + seq_diag - p.window_left) ||
+                           (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + seq_diag + p.window_right);
     uint32_t pk[kNS][2], dsk[kNS][2];
 #pragma unroll
     for (int nt = 0; nt < kNS; ++nt) {
@@ -145,8 +155,8 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
         for (int e = 0; e < 2; ++e) {
           pv[e] = exp2f(s[nt][2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
           if (need_mask) {
-            const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + p.diag_offset;
-            const bool vis = warp_visible && key < p.seqlen_k && (p.window_left < 0 || key >= diag - p.window_left) &&
+            const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + seq_diag;
+            const bool vis = warp_visible && key < seq_k && (p.window_left < 0 || key >= diag - p.window_left) &&
                              (p.window_right < 0 || key <= diag + p.window_right);
             if (!vis) pv[e] = 0.f;
           }
@@ -190,7 +200,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
     int rank = 0;
     if (det) {
       sem = w.sem + bh * (sq_pad / 64) + i;
-      const int64_t k_first = q0 + p.diag_offset - (p.window_left >= 0 ? p.window_left : 0);
+      const int64_t k_first = q0 + diag_offset() - (p.window_left >= 0 ? p.window_left : 0);
       const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
       rank = n_block - j_first;
       if (tid == 0)
@@ -201,7 +211,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
     // dQ_i += dS K_j: work items of 16 query rows x kDQCols columns, spread over the warps.
     constexpr int kMQ = kBlockM / 16, kItems = kMQ * (kD / K::kDQCols);
     const uint32_t ds_lane = in_page((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-    float* dq_rows = w.dq_acc + (bh * sq_pad + q0) * w.dc;
+    float* dq_rows = w.dq_acc + (work.ws_row_of(h) + q0) * w.dc;
 #pragma unroll
     for (int item = warp; item < kItems; item += K::kWarps) {
       const int mq = item % kMQ, cq = item / kMQ;
@@ -255,9 +265,10 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = k0 + kr0 + g + 8 * r;
-    if (key >= p.seqlen_k) continue;
-    T* dk = static_cast<T*>(p.dk) + b * p.dk_batch_stride + int64_t(key) * p.dk_row_stride + h_kv * p.dk_head_stride;
-    T* dv = static_cast<T*>(p.dv) + b * p.dv_batch_stride + int64_t(key) * p.dv_row_stride + h_kv * p.dv_head_stride;
+    if (key >= seqlen_k()) continue;
+    const int64_t kr = int64_t(work.k_start()) + key;  // (dense: key; the batch stride adds b)
+    T* dk = static_cast<T*>(p.dk) + b * p.dk_batch_stride + kr * p.dk_row_stride + h_kv * p.dk_head_stride;
+    T* dv = static_cast<T*>(p.dv) + b * p.dv_batch_stride + kr * p.dv_row_stride + h_kv * p.dv_head_stride;
 #pragma unroll
     for (int dt = 0; dt < kDPart / 8; ++dt) {
       const int col = dpart * kDPart + dt * 8 + 2 * t;

@@ -15,22 +15,24 @@ template <int kBlockN>
 struct KeyRange {
   int lo, hi, n_lo, n_hi;
 
-  __device__ KeyRange(const FwdParams& p, int q_begin, int q_end) {
-    const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
-    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+  // seqlen_k and diag_offset: the sequence's (a varlen call's own per sequence; a dense call's p.seqlen_k, p.diag_offset).
+  __device__ KeyRange(const FwdParams& p, int seqlen_k, int64_t diag_offset, int q_begin, int q_end) {
+    const int64_t lo64 = p.window_left >= 0 ? q_begin + diag_offset - p.window_left : 0;
+    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + diag_offset + p.window_right + 1 : seqlen_k;
     lo = int(max(lo64, int64_t(0)));
-    hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
+    hi = int(max(min(hi64, int64_t(seqlen_k)), int64_t(0)));
     n_lo = lo / kBlockN;
     n_hi = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
   }
 
   // Does some (row, key) of this tile fall outside the sequence or the window? Only those pay the
   // element test; blocks wholly inside take the unmasked path.
-  __device__ __forceinline__ bool needs_mask(const FwdParams& p, int n, int q_first, int q_last) const {
+  __device__ __forceinline__ bool needs_mask(const FwdParams& p, int seqlen_k, int64_t diag_offset, int n, int q_first,
+                                             int q_last) const {
     const int64_t k_begin = int64_t(n) * kBlockN, k_last = k_begin + kBlockN - 1;
-    if (k_last >= p.seqlen_k) return true;
-    if (p.window_left >= 0 && k_begin < q_last + p.diag_offset - p.window_left) return true;
-    if (p.window_right >= 0 && k_last > q_first + p.diag_offset + p.window_right) return true;
+    if (k_last >= seqlen_k) return true;
+    if (p.window_left >= 0 && k_begin < q_last + diag_offset - p.window_left) return true;
+    if (p.window_right >= 0 && k_last > q_first + diag_offset + p.window_right) return true;
     return false;
   }
 };

@@ -5,7 +5,6 @@
 
 #include "../../../../flash.h"
 #include "../../../error.h"
-#include "../../../varlen.h"
 #include "fwd.h"
 
 namespace flash::sm80 {
@@ -19,7 +18,6 @@ FwdPlan refuse(std::string* why, std::string reason) {
 }  // namespace
 
 FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why) {
-  if (std::string reason; gpu_refuses_varlen(p, &reason)) return refuse(why, reason);
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return refuse(why, "supports fp16 and bf16 only");
   const int d = compiled_head_dim(p.head_dim);
   if (d == 0 || p.head_dim % 8 != 0)
@@ -50,6 +48,8 @@ FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why
     smem += bytes;
   }
   pl.smem_bytes = int(smem);
+  // (varlen: seqlen_q is max_seqlen_q, so every sequence gets the longest one's query blocks; those past a sequence's
+  // end exit at once)
   pl.ctas = int64_t{(p.seqlen_q + t.block_m - 1) / t.block_m} * p.heads_q * p.batch;
   if (pl.ctas > 0x7fffffff)
     return refuse(why, std::to_string(pl.ctas) + " query blocks exceed one launch (2^31-1 CTAs)");
@@ -58,10 +58,12 @@ FwdPlan plan(const FwdParams& p, const cuda::DeviceLimits& dev, std::string* why
 
 bool supports(const FwdParams& p, std::string* why) {
   if (!plan(p, cuda::device_limits(p.device_id), why).ok()) return false;
-  if (!cuda::aligned16(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
-      !cuda::aligned16(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
-      !cuda::aligned16(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
-      !cuda::aligned16(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}})) {
+  // Rows a stride steps over: a dense call's seqlen, a varlen call's total (its sequences start at any row).
+  const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
+  if (!cuda::aligned16(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, rows_q}, {p.q_head_stride, p.heads_q}}) ||
+      !cuda::aligned16(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, rows_k}, {p.k_head_stride, p.heads_kv}}) ||
+      !cuda::aligned16(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, rows_k}, {p.v_head_stride, p.heads_kv}}) ||
+      !cuda::aligned16(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, rows_q}, {p.o_head_stride, p.heads_q}})) {
     *why = "needs 16-byte aligned q/k/v/o pointers and batch/row/head strides that are multiples of 8 elements "
            "(cp.async moves 16-byte chunks)";
     return false;

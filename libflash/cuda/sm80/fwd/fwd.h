@@ -17,7 +17,7 @@ struct FwdPlan {
   int tile = -1;         // index into kTileTable; -1: no instantiation runs this problem (plan's why says so)
   TileShape shape{};     // kTileTable[tile]
   int smem_bytes = 0;    // dynamic shared memory: the Q, K, V tiles, then the block-sparse bitmaps (if any)
-  int64_t ctas = 0;      // one per (query block, head, batch), a 1-D grid
+  int64_t ctas = 0;      // one per (query block, head, batch), a 1-D grid (varlen: max_seqlen_q's blocks, batch = sequences)
   size_t workspace = 0;  // none
   bool ok() const { return tile >= 0; }
 };

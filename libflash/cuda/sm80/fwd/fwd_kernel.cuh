@@ -22,6 +22,12 @@
 // Key blocks visited: those of the window's range, last first; with a block-sparse mask, those the
 // mask's lists name for the CTA's rows, walked from shared-memory bitmaps built once per CTA
 // (SparseBlocks), so unlisted blocks are never loaded and fully listed ones take the unmasked path.
+//
+// Packed variable-length batches (p.varlen, a run-time property of the same kernels): the grid is the dense
+// one over max_seqlen_q; a CTA reads its sequence's offsets and lengths (seq_bounds, libflash/varlen.h, which
+// clamps them into the tensors), exits when its query block lies past the sequence's end, and otherwise runs
+// the dense body with the sequence's rows, lengths and diagonal (docs/kernels.md, "Packed variable-length
+// batches on the GPU"). A dense call takes the same path with offsets 0.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,8 +37,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../../params.h"
 #include "../../../error.h"
+#include "../../../params.h"
+#include "../../../varlen.h"
 #include "../../runtime.h"
 #include "../../ptx/sm80.cuh"
 #include "blocks.cuh"
@@ -119,17 +126,32 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   const int m_block = num_m_blocks - 1 - (longest_first ? x / num_bh : x % num_m_blocks);
   const int bh = longest_first ? x % num_bh : x / num_m_blocks;
   const int h = bh % p.heads_q, b = bh / p.heads_q, h_kv = h / p.head_ratio;  // GQA: kv head = h / head_ratio
+  // The sequence's rows and lengths: a varlen call's from its (clamped) offsets, a dense call's own (varlen.h).
+  const SeqBounds seq = kSparse ? SeqBounds{} : seq_bounds(p, b);
+  // The sequence's key count and diagonal. A block-sparse call is never varlen (validation refuses the pair), so its
+  // kernel reads the dense values from the parameter bank at each use, as it did before varlen: held in registers
+  // through its loop they cost the sparse body spills at d64 (ptxas, 255 registers).
+  auto seqlen_k = [&]() -> int {
+    if constexpr (kSparse) return p.seqlen_k;
+    else return seq.seqlen_k;
+  };
+  auto diag_offset = [&]() -> int64_t {
+    if constexpr (kSparse) return p.diag_offset;
+    else return seq.diag_offset;
+  };
   const int q_begin = m_block * kBlockM;
-  const int q_rows = min(kBlockM, p.seqlen_q - q_begin);
+  if (!kSparse && q_begin >= seq.seqlen_q) return;  // varlen: a query block past its sequence (the grid covers the longest)
+  const int q_rows = min(kBlockM, (kSparse ? p.seqlen_q : seq.seqlen_q) - q_begin);
+  const int q_row0 = seq.q_start + q_begin;  // the first row in q, o, lse (dense: q_begin; the batch stride adds b)
   const int chunks_valid = p.head_dim / 8;  // head-dim chunks past this are zero-filled, never read
 
-  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q_begin) * p.q_row_stride + h * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h_kv * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
+  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + int64_t(q_row0) * p.q_row_stride + h * p.q_head_stride;
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + int64_t(seq.k_start) * p.k_row_stride + h_kv * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + int64_t(seq.k_start) * p.v_row_stride + h_kv * p.v_head_stride;
   // Outputs (computed where used, so no register holds them through the main loop).
 #define FLASH_SM80_OUTPUT_POINTERS                                                                                 \
-  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + int64_t(q_begin) * p.o_row_stride + h * p.o_head_stride; \
-  float* lse = p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + int64_t(q_begin) * p.lse_row_stride : nullptr;
+  T* o = static_cast<T*>(p.o) + b * p.o_batch_stride + int64_t(q_row0) * p.o_row_stride + h * p.o_head_stride; \
+  float* lse = p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + int64_t(q_row0) * p.lse_row_stride : nullptr;
 
   // global -> shared, 16 bytes per cp.async; rows past rows_valid and chunks past the head dim read 0.
   // Thread tid copies chunk cc = tid % kPageChunks of rows row0 + pass * kStepRows of every page, so
@@ -169,7 +191,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   using RowsN = std::integral_constant<int, kBlockN>;
 
   const int warp_row0 = warp * K::kRowsPerWarp;
-  const KeyRange<kBlockN> range(p, q_begin, q_begin + q_rows);
+  const KeyRange<kBlockN> range(p, seqlen_k(), diag_offset(), q_begin, q_begin + q_rows);
   int dense_cursor = range.n_hi;
   SparseBlocks<kBlockM, kBlockN, K::kThreads> sparse_blocks;
   if constexpr (kSparse) {
@@ -200,10 +222,10 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
   }
 
   if constexpr (!kSparse) load_tile(RowsM{}, q_smem, q, p.q_row_stride, q_rows);
-  load_tile(RowsN{}, k_smem0, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_block * kBlockN);
+  load_tile(RowsN{}, k_smem0, k + int64_t(n_block) * kBlockN * p.k_row_stride, p.k_row_stride, seqlen_k() - n_block * kBlockN);
   cp_async_commit();
   if constexpr (K::kStages == 2) {
-    load_tile(RowsN{}, v_smem0, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
+    load_tile(RowsN{}, v_smem0, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, seqlen_k() - n_block * kBlockN);
     cp_async_commit();
   }
 
@@ -237,7 +259,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     if constexpr (K::kStages == 1) {
       cp_async_wait<0>();
       __syncthreads();  // K_j (and Q) landed for every thread's copies; every warp is done reading V_{j-1}
-      load_tile(RowsN{}, v_smem, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_block * kBlockN);
+      load_tile(RowsN{}, v_smem, v + int64_t(n_block) * kBlockN * p.v_row_stride, p.v_row_stride, seqlen_k() - n_block * kBlockN);
       cp_async_commit();
     } else {
       cp_async_wait<1>();  // K_j landed (V_j may still be in flight)
@@ -245,9 +267,9 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       n_next = next_block();
       if (n_next >= 0) {  // K_{j+1}, V_{j+1} into the other buffers: a whole step to arrive
         const uint32_t other = uint32_t((step + 1) & 1) * K::kKVBytes;
-        load_tile(RowsN{}, k_smem0 + other, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
+        load_tile(RowsN{}, k_smem0 + other, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, seqlen_k() - n_next * kBlockN);
         cp_async_commit();
-        load_tile(RowsN{}, v_smem0 + other, v + int64_t(n_next) * kBlockN * p.v_row_stride, p.v_row_stride, p.seqlen_k - n_next * kBlockN);
+        load_tile(RowsN{}, v_smem0 + other, v + int64_t(n_next) * kBlockN * p.v_row_stride, p.v_row_stride, seqlen_k() - n_next * kBlockN);
         cp_async_commit();
       }
     }
@@ -297,7 +319,7 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
       cp_async_wait<0>();
       __syncthreads();  // V_j landed; every warp is done reading K_j, so K_{j+1} may overwrite it
       if (n_next >= 0) {
-        load_tile(RowsN{}, k_smem, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, p.seqlen_k - n_next * kBlockN);
+        load_tile(RowsN{}, k_smem, k + int64_t(n_next) * kBlockN * p.k_row_stride, p.k_row_stride, seqlen_k() - n_next * kBlockN);
         cp_async_commit();
       }
     }
@@ -306,17 +328,17 @@ __device__ __forceinline__ void fwd_body(const FwdParams& p) {
     // Element mask, only on blocks that cross the sequence end or a window edge, or that this warp's
     // rows list only half of. Per row, the visible keys of this block are the columns [lo, hi) relative
     // to this lane's first column (a listed half narrows that interval).
-    if (range.needs_mask(p, n_block, q_begin, q_begin + q_rows - 1) || warp_bits != 3u) {
+    if (range.needs_mask(p, seqlen_k(), diag_offset(), n_block, q_begin, q_begin + q_rows - 1) || warp_bits != 3u) {
       const int cut_lo = (warp_bits & 1u) ? 0 : kBlockN / 2, cut_hi = (warp_bits & 2u) ? kBlockN : kBlockN / 2;
       const int64_t col0 = int64_t(n_block) * kBlockN + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int64_t diag = q_begin + warp_row0 + mt * 16 + g + r * 8 + p.diag_offset;  // query row + offset
+          const int64_t diag = q_begin + warp_row0 + mt * 16 + g + r * 8 + diag_offset();  // query row + offset
           int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
-          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
-          hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+          int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : seqlen_k();
+          hi = hi > seqlen_k() ? seqlen_k() : hi;
           const int lo_rel = max(int(max(min(lo - col0, int64_t(kBlockN)), int64_t(-1))), cut_lo - 2 * t);
           const int hi_rel = min(int(max(min(hi - col0, int64_t(kBlockN)), int64_t(-1))), cut_hi - 2 * t);
 #pragma unroll

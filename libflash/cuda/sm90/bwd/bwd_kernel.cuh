@@ -57,7 +57,8 @@ struct BwdTraits90 {
   static constexpr uint32_t kOffDS = kOffDO + kQStages * kQBytes;        // dS^T [bufs][kBlockN][kBlockM], 1024-aligned
   static constexpr uint32_t kOffL = kOffDS + kDSBufs * kDSBytes;         // lse2 [stages][kBlockM]
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
-  static constexpr uint32_t kSmem = kOffDsum + kQStages * kBlockM * 4;
+  static constexpr uint32_t kOffSeq = kOffDsum + kQStages * kBlockM * 4;  // a varlen sequence's bounds (KeyBlockWork)
+  static constexpr uint32_t kSmem = kOffSeq + 32;
   static constexpr uint32_t kSmemAlloc = kSmem + 1024;  // room to align the base to 1024 bytes
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
   static_assert(kSmemAlloc == s.smem_bytes(), "the plan's shared memory");
@@ -90,10 +91,10 @@ __device__ __forceinline__ void dq_mma(float (&acc)[K::kDQTilesPerWG][32], uint3
   wg::commit();
 }
 
-// The pieces' adds into the fp32 dQ accumulator of (bh, query block at q0): red.global.add.v2.f32 pairs.
+// The pieces' adds into the fp32 dQ accumulator of (the workspace rows from ws_row, query block at q0): red.global.add.v2.f32 pairs.
 template <class K>
-__device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float* dq_acc, int64_t sq_pad, int64_t bh,
-                                       int q0, int wgi, int wq0, int g, int t) {
+__device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float* dq_acc, int64_t ws_row, int q0, int wgi,
+                                       int wq0, int g, int t) {
   constexpr int kNP = K::kD / 64, kD = K::kD;
 #pragma unroll
   for (int j = 0; j < K::kDQTilesPerWG; ++j) {
@@ -101,7 +102,7 @@ __device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float
     if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
     wg::fence_regs(acc[j]);
     // (w.dc == kD here: the row stride is a constant, so the adds share one address register.)
-    float* dq_rows = dq_acc + (bh * sq_pad + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64 + g * kD + 2 * t;
+    float* dq_rows = dq_acc + (ws_row + q0 + (c / kNP) * 64 + wq0) * kD + (c % kNP) * 64 + g * kD + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < 8; ++dt)
 #pragma unroll
@@ -134,7 +135,11 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 
   // This CTA's key block, its K and V copies (started here), and the steps that see it.
   const KeyBlockWork<K> work(p, w, smem0, tid);
+  // (varlen: a key block past its sequence's keys has no steps and writes nothing; an early return here made ptxas spill)
   const int n_block = work.n_block, b = work.b, h_kv = work.h_kv, k0 = work.k0;
+  // The sequence's keys and diagonal, read at each use (KeyBlockWork: not held in registers through the loop).
+  auto seqlen_k = [&]() { return work.seqlen_k(); };
+  auto diag_offset = [&]() { return work.diag_offset(); };
   const int i_lo = work.i_lo, n_i = work.n_i, ratio = work.ratio, n_steps = work.n_steps;
   const bool sparse = work.sparse, det = K::kPipe ? false : work.det;
   const float scale_log2 = p.scale_log2;
@@ -154,14 +159,29 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 
   // kPipe: the previous step's dQ, still to be computed and added (its query block and dS^T buffer).
   bool have_prev = false;
-  int64_t prev_bh = 0;
+  int prev_h = 0;
   int prev_q0 = 0;
   uint32_t prev_ds = ds_smem + (K::kPipe ? K::kDSBytes : 0u);  // (step 0's dQ reads a buffer step 0 leaves alone)
 
   for (int it = 0; step < n_steps; ++it) {
     const int stage = it & 1;
     const int h = h_kv * ratio + step / n_i, i = i_lo + step % n_i, q0 = i * kBlockM;
-    const int64_t bh = int64_t(b) * p.heads_q + h;
+    const int64_t bh = int64_t(b) * p.heads_q + h;  // (the deterministic counters: per sequence and head)
+    // Whether this step's tile needs the element mask (warp_visible: block-sparse). Decided at the step's top at d64,
+    // after S^T at d128: where ptxas spills least (ptxas -v, sm_90a: d64 pipelined 16 bytes early, 48 late; d128
+    // pipelined 0 late, 16 early).
+    constexpr bool kEarlyMask = kD == 64;
+    const int64_t key_first = k0 + kr0;
+    auto mask_bits = [&]() -> uint32_t {  // bit 0: warp_visible, bit 1: need_mask
+      const bool visible = !sparse || listed(h, i, int(key_first));
+      const int seq_k = seqlen_k();
+      const int64_t seq_diag = diag_offset();
+      const bool need = !visible || k0 + kBlockN > seq_k ||
+                        (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + seq_diag - p.window_left) ||
+                        (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + seq_diag + p.window_right);
+      return uint32_t(visible) | (uint32_t(need) << 1);
+    };
+    const uint32_t early_bits = kEarlyMask ? mask_bits() : 0u;
     cp_async_wait<0>();
     wg::fence_proxy_async();  // this thread's cp.async writes, before the tensor cores read them
     __syncthreads();          // Q_i, dO_i landed; every warp is done with the previous step (dS, the other stage)
@@ -205,18 +225,14 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     wg::commit();
     if constexpr (K::kPipe == 1) {
       wg::wait<2>();  // the previous step's dQ (the oldest group) is done
-      if (have_prev) dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+      if (have_prev) dq_add<K>(acc_pq, w.dq_acc, work.ws_row_of(prev_h), prev_q0, wgi, wq0, g, t);
     }
     wg::wait<1>();
     wg::fence_regs(s);
 
     // P^T (recomputed from the LSE). Masked elements get P = 0.
-    const int64_t key_first = k0 + kr0;
-    bool warp_visible = true;
-    if (sparse) warp_visible = listed(h, i, int(key_first));
-    const bool need_mask = !warp_visible || k0 + kBlockN > p.seqlen_k ||
-                           (p.window_left >= 0 && k0 < int64_t(q0 + kBlockM - 1) + p.diag_offset - p.window_left) ||
-                           (p.window_right >= 0 && int64_t(k0 + kBlockN - 1) > q0 + p.diag_offset + p.window_right);
+    const uint32_t bits = kEarlyMask ? early_bits : mask_bits();
+    const bool warp_visible = (bits & 1u) != 0, need_mask = (bits & 2u) != 0;
     // The mask is applied in a pass of its own (only for the blocks that need it): inside the exp2 loop it
     // was a branch around ~20 instructions per element (BSSY/BRA/BSYNC on the unmasked path too), which took
     // about a third of a d64 step (H100, ncu source counters; docs/kernels.md).
@@ -231,14 +247,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
         for (int e = 0; e < 2; ++e) pf[nt * 4 + 2 * r + e] = exp2f(s[nt * 4 + 2 * r + e] * scale_log2 - (e ? l2.y : l2.x));
     }
     if (need_mask) {
+      const int mask_k = seqlen_k();  // (read again: not live across the exponentials)
+      const int64_t mask_diag = diag_offset();
 #pragma unroll
       for (int nt = 0; nt < kNS; ++nt)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + p.diag_offset;
-            const bool vis = warp_visible && key < p.seqlen_k && (p.window_left < 0 || key >= diag - p.window_left) &&
+            const int64_t key = key_first + g + 8 * r, q = q0 + nt * 8 + 2 * t + e, diag = q + mask_diag;
+            const bool vis = warp_visible && key < mask_k && (p.window_left < 0 || key >= diag - p.window_left) &&
                              (p.window_right < 0 || key <= diag + p.window_right);
             if (!vis) pf[nt * 4 + 2 * r + e] = 0.f;
           }
@@ -295,7 +313,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     if constexpr (K::kPipe) {
       if constexpr (K::kPipe == 2) {
         wg::wait<1>();  // dV and the previous step's dQ are done; dK runs on
-        if (have_prev) dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+        if (have_prev) dq_add<K>(acc_pq, w.dq_acc, work.ws_row_of(prev_h), prev_q0, wgi, wq0, g, t);
       }
       // dV, dK done before the next step's barrier (after it, the next load overwrites this Q/dO stage);
       // this step's dQ runs in the next step (or after the loop).
@@ -305,7 +323,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       wg::fence_regs(pk);
       wg::fence_regs(dsk);
       have_prev = true;
-      prev_bh = bh, prev_q0 = q0, prev_ds = ds_cur;
+      prev_h = h, prev_q0 = q0, prev_ds = ds_cur;
       step = step_next;
       continue;
     } else {
@@ -314,7 +332,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       int rank = 0;
       if (det) {
         sem = w.sem + bh * (sq_pad / 64) + i * (kBlockM / 64);
-        const int64_t k_first = q0 + p.diag_offset - (p.window_left >= 0 ? p.window_left : 0);
+        const int64_t k_first = q0 + diag_offset() - (p.window_left >= 0 ? p.window_left : 0);
         const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
         rank = n_block - j_first;
         if (tid == 0)
@@ -326,7 +344,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       float acc[K::kDQTilesPerWG][32];
       dq_mma<K>(acc, ds_smem, k_smem, wgi);
       wg::wait<0>();
-      dq_add<K>(acc, w.dq_acc, sq_pad, bh, q0, wgi, wq0, g, t);
+      dq_add<K>(acc, w.dq_acc, work.ws_row_of(h), q0, wgi, wq0, g, t);
       wg::fence_regs(acc_dv);  // dV, dK (and their A operands P^T, dS^T) are final only after the wait
       wg::fence_regs(acc_dk);
       wg::fence_regs(pk);
@@ -346,7 +364,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       __syncthreads();  // its dS^T complete in shared memory
       dq_mma<K>(acc_pq, prev_ds, k_smem, wgi);
       wg::wait<0>();
-      dq_add<K>(acc_pq, w.dq_acc, sq_pad, prev_bh, prev_q0, wgi, wq0, g, t);
+      dq_add<K>(acc_pq, w.dq_acc, work.ws_row_of(prev_h), prev_q0, wgi, wq0, g, t);
     }
   }
 
@@ -355,9 +373,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int key = k0 + kr0 + g + 8 * r;
-    if (key >= p.seqlen_k) continue;
-    T* dk = static_cast<T*>(p.dk) + b * p.dk_batch_stride + int64_t(key) * p.dk_row_stride + h_kv * p.dk_head_stride;
-    T* dv = static_cast<T*>(p.dv) + b * p.dv_batch_stride + int64_t(key) * p.dv_row_stride + h_kv * p.dv_head_stride;
+    if (key >= seqlen_k()) continue;
+    const int64_t kr = int64_t(work.k_start()) + key;  // (dense: key; the batch stride adds b)
+    T* dk = static_cast<T*>(p.dk) + b * p.dk_batch_stride + kr * p.dk_row_stride + h_kv * p.dk_head_stride;
+    T* dv = static_cast<T*>(p.dv) + b * p.dv_batch_stride + kr * p.dv_row_stride + h_kv * p.dv_head_stride;
 #pragma unroll
     for (int dt = 0; dt < kD / 8; ++dt) {
       const int col = dt * 8 + 2 * t;

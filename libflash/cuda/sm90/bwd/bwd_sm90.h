@@ -21,10 +21,11 @@ struct WgmmaBwdShape {
   int head_dim;
   int block_m;
   int pipe;
-  // K, V; Q, dO (two stages); dS^T (two buffers with a pipe); LSE2, D (two stages); + 1024 to align the base.
+  // K, V; Q, dO (two stages); dS^T (two buffers with a pipe); LSE2, D (two stages); a varlen sequence's bounds (32);
+  // + 1024 to align the base.
   constexpr size_t smem_bytes() const {
     return size_t(2) * 128 * head_dim * 2 + size_t(2) * 2 * block_m * head_dim * 2 +
-           size_t(pipe ? 2 : 1) * 128 * block_m * 2 + size_t(2) * 2 * block_m * 4 + 1024;
+           size_t(pipe ? 2 : 1) * 128 * block_m * 2 + size_t(2) * 2 * block_m * 4 + 32 + 1024;
   }
 };
 

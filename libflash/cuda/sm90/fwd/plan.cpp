@@ -57,7 +57,7 @@ bool tma_layout(const void* ptr, std::initializer_list<std::pair<int64_t, int64_
 }
 
 std::string unsupported(const FwdParams& p, const Device& dev) {
-  if (std::string reason; gpu_refuses_varlen(p, &reason)) return reason;
+  if (std::string reason; sm90_refuses_varlen(p, &reason)) return reason;
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return "supports fp16 and bf16 only";
   // The kernel keeps the running max of the raw scores (the scale folded into exp2's FFMA), which is the max of the
   // scaled ones only for a positive scale; sm80 folds a negative one into Q's sign.

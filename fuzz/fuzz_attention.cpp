@@ -1,6 +1,7 @@
 // fuzz/fuzz_attention.cpp -- libFuzzer target over flash.h's entry points on the CPU path (flash_fwd,
 // flash_bwd and their workspace queries; since ABI 1.2 flash_fwd_kvcache, flash_fwd_kvcache_workspace_size and
-// flash_combine, see the section "ABI 1.2" below). One byte of the input picks the entry point (enum Op).
+// flash_combine, see the section "ABI 1.2" below; since ABI 1.3 packed variable-length flash_fwd and flash_bwd, see
+// "ABI 1.3"). One byte of the input picks the entry point (enum Op).
 //
 // Each input decodes into one call: a small attention problem (sizes, dtype, layouts with gaps, GQA, masks,
 // a block mask, a workspace), then zero to four mutations drawn from what callers get wrong (a field set to
@@ -17,8 +18,9 @@
 //                  call named (their exact element bytes, not the gaps between them), algorithm_used and the
 //                  workspace; VALID results must be finite and match an fp64 reference computed here.
 // Any violation aborts with a message (libFuzzer then saves the input). Counts are printed at exit, in total and
-// per entry point, with the rules the library is known to break (enum Known: counted, not aborted on, unless
-// FLASH_FUZZ_STRICT=1).
+// per entry point. Every rule is enforced: the library has no known deviation from flash.h left (the four this harness
+// found -- flash_fwd_kvcache's workspace overlaps and uninitialised args, an empty block mask's NULL kv_indices, a span
+// ending at INT64_MAX -- are fixed, each with a regression test in tests/test_reliability.cpp or test_validation.cpp).
 //
 // New entry points plug in as one more Op: a way to lay out their arrays (Arena::place), their rules in
 // the oracle (Rules), their reads and writes (the overlap lists) and a reference.
@@ -35,6 +37,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -95,7 +98,7 @@ std::string g_call;  // the call being checked, in words (printed with a violati
 
 // ---- counts, printed at exit -----------------------------------------------------------------------------------
 // Totals (the first line, which scripts/ci-reliability.sh greps) and one row per entry point.
-enum Family { FAM_FWD = 0, FAM_BWD = 1, FAM_KVCACHE = 2, FAM_COMBINE = 3, FAM_COUNT = 4 };
+enum Family { FAM_FWD = 0, FAM_BWD = 1, FAM_KVCACHE = 2, FAM_COMBINE = 3, FAM_VARLEN_FWD = 4, FAM_VARLEN_BWD = 5, FAM_COUNT = 6 };
 struct Tally {
   std::atomic<uint64_t> calls{0}, skipped{0}, valid_ok{0}, compared{0}, invalid_refused{0}, unsure_ok{0}, unsure_refused{0},
       queries{0};
@@ -110,11 +113,12 @@ struct Counts {
                  (unsigned long long)all.calls, (unsigned long long)all.valid_ok, (unsigned long long)all.compared,
                  (unsigned long long)all.invalid_refused, (unsigned long long)all.unsure_ok,
                  (unsigned long long)all.unsure_refused, (unsigned long long)all.queries, (unsigned long long)all.skipped);
-    static const char* names[FAM_COUNT] = {"flash_fwd", "flash_bwd", "flash_fwd_kvcache", "flash_combine"};
+    static const char* names[FAM_COUNT] = {"flash_fwd", "flash_bwd", "flash_fwd_kvcache", "flash_combine", "flash_fwd varlen",
+                                            "flash_bwd varlen"};
     for (int f = 0; f < FAM_COUNT; ++f) {
       const Tally& t = fam[f];
       std::fprintf(stderr,
-                   "fuzz_attention counts %-17s calls %llu: VALID-ok %llu (compared %llu), INVALID-refused %llu, UNSURE "
+                   "fuzz_attention counts %-18s calls %llu: VALID-ok %llu (compared %llu), INVALID-refused %llu, UNSURE "
                    "ok/refused %llu/%llu, of them workspace queries %llu; skipped %llu\n",
                    names[f], (unsigned long long)t.calls, (unsigned long long)t.valid_ok, (unsigned long long)t.compared,
                    (unsigned long long)t.invalid_refused, (unsigned long long)t.unsure_ok,
@@ -217,7 +221,8 @@ bool place_tensor(Arena& a, flash_tensor& t, size_t gap, bool fill, uint64_t& rn
 
 // ---- the call ---------------------------------------------------------------------------------------------------
 // The first byte the input gives (FuzzedDataProvider takes integers from the input's end) picks the entry point,
-// modulo 8: 0-3 as before ABI 1.2, then flash_fwd_kvcache (4 and 7), its workspace query (5), flash_combine (6).
+// modulo 8: 0-3 as before ABI 1.2, then flash_fwd_kvcache (4), its workspace query (5), flash_combine (6), and (7) a
+// packed variable-length flash_fwd, flash_bwd or workspace query (ABI 1.3; the next byte picks which of 0-3).
 enum Op { FWD = 0, BWD = 1, FWD_QUERY = 2, BWD_QUERY = 3, KVC = 4, KVC_QUERY = 5, COMBINE = 6 };
 
 // A view over flash_fwd_args / flash_bwd_args: their common fields by pointer, and the tensors by role.
@@ -267,74 +272,12 @@ void bind_common(Call& c, Args* a) {
 // ---- the oracle: flash.h's rules ------------------------------------------------------------------------------
 enum Verdict { VALID = 0, UNSURE = 1, INVALID = 2 };
 
-// Rules of flash.h the library is known to break (found by this harness, reported, not fixed here: the library has
-// other owners). The oracle still judges such a call INVALID; when the library accepts it, the call is counted as a
-// known deviation (printed at exit) instead of aborting, so that the fuzzer keeps exploring past it.
-// FLASH_FUZZ_STRICT=1 in the environment makes them violations again.
-enum Known {
-  KNOWN_KVCACHE_UNINITIALISED = 0,
-  KNOWN_KVCACHE_WORKSPACE_OVERLAP = 1,
-  KNOWN_NULL_KV_INDICES = 2,
-  KNOWN_SPAN_INT64_MAX = 3,
-  KNOWN_COUNT
-};
-const char* const kKnownWhat[KNOWN_COUNT] = {
-    "flash_fwd_kvcache(_workspace_size) accepts args with algorithm_used 0 (a struct that skipped its init)",
-    "flash_fwd_kvcache(_workspace_size) accepts a workspace that overlaps an array of the call",
-    "flash_fwd/flash_bwd (cpu, naive) offset a NULL block_mask->kv_indices (max_kv_blocks 0): undefined behaviour",
-    "every entry point: capi/tensor_checks.h span_elements() overflows (last + 1) for a tensor whose last element "
-    "offset is INT64_MAX: undefined behaviour",
-};
-// accepted: calls the library ran though flash.h says it must refuse them; not run: calls not made because the
-// library would then read out of bounds (a workspace over an index array: the split partials overwrite it) or
-// do undefined behaviour (UBSan aborts).
-std::atomic<uint64_t> g_known[KNOWN_COUNT], g_known_not_run[KNOWN_COUNT];
-struct KnownPrinter {
-  ~KnownPrinter() {
-    for (int k = 0; k < KNOWN_COUNT; ++k)
-      std::fprintf(stderr, "fuzz_attention known deviation %d: %s: accepted %llu, not run %llu\n", k, kKnownWhat[k],
-                   (unsigned long long)g_known[k], (unsigned long long)g_known_not_run[k]);
-  }
-} g_known_printer;
-bool strict_mode() {
-  static const bool strict = std::getenv("FLASH_FUZZ_STRICT") != nullptr && std::string(std::getenv("FLASH_FUZZ_STRICT")) == "1";
-  return strict;
-}
-
-// Whether the library's span computation (capi/tensor_checks.h span_elements, known deviation 3) would reach exactly
-// INT64_MAX for this descriptor and overflow adding one. (The same loop, in 128 bits.)
-bool span_hits_int64_max(const flash_tensor& t) {
-  if (t.data == nullptr || t.ndim < 1 || t.ndim > 4) return false;
-  __int128 last = 0;
-  for (int i = 0; i < t.ndim; ++i) {
-    const __int128 extent = static_cast<__int128>(t.shape[i]) - 1;
-    if (extent > 0 && t.strides[i] > (std::numeric_limits<int64_t>::max() - last) / extent) return false;
-    last += extent * t.strides[i];
-  }
-  return last == std::numeric_limits<int64_t>::max();
-}
-// The calls not made for it (unless FLASH_FUZZ_STRICT=1): true if one of `ts` would hit it.
-bool skip_span_int64_max(std::initializer_list<const flash_tensor*> ts) {
-  if (strict_mode()) return false;
-  for (const flash_tensor* t : ts)
-    if (t != nullptr && span_hits_int64_max(*t)) return ++g_known_not_run[KNOWN_SPAN_INT64_MAX], true;
-  return false;
-}
-
 struct Rules {
   Verdict v = VALID;
-  std::string why;        // the first broken rule that is not a known deviation (else the first known one)
-  bool definite = false;  // some broken rule is not a known deviation
-  uint32_t known = 0;     // the known deviations among the broken rules (bits)
+  std::string why;  // the first broken rule
   void invalid(const std::string& w) {
-    if (!definite) why = w;
-    v = INVALID;
-    definite = true;
-  }
-  void deviation(Known k, const std::string& w) {  // a rule the library is known to break
     if (v != INVALID) why = w;
     v = INVALID;
-    known |= 1u << k;
   }
   void unsure() { if (v == VALID) v = UNSURE; }
 };
@@ -1109,12 +1052,7 @@ void check_status(const Arena& a, const std::vector<uint8_t>& before, const std:
       if (a.mem[i] != before[i] && !may[i])
         violation(status == FLASH_OK ? "stray write" : "a refused call wrote memory",
                   "arena byte " + std::to_string(i) + " (status " + flash_status_string(status) + ")");
-  if (rules.v == INVALID && status == FLASH_OK) {
-    if (rules.definite || strict_mode()) violation("FLASH_OK on invalid input", rules.why);
-    for (int k = 0; k < KNOWN_COUNT; ++k)
-      if (rules.known & (1u << k)) ++g_known[k];
-    return;  // (no result to compare: the call ran on arguments flash.h says it must refuse)
-  }
+  if (rules.v == INVALID && status == FLASH_OK) violation("FLASH_OK on invalid input", rules.why);
   if (rules.v == VALID && status != FLASH_OK)
     violation("a valid call was refused", std::string(flash_status_string(status)) + ": " + message);
   if (status != FLASH_OK && message.empty()) violation("a refusal without a message", flash_status_string(status));
@@ -1168,7 +1106,7 @@ const int32_t* int32_onto(FuzzedDataProvider& in, Arena& a, const std::vector<co
 // ---- flash_fwd_kvcache: the oracle -----------------------------------------------------------------------------
 // What the oracle derived from the arguments, for the write set and the reference.
 struct KvView {
-  bool fields_ok = false, append = false, paged = false, indices_ok = false, ws_over_index = false;
+  bool fields_ok = false, append = false, paged = false, indices_ok = false;
   int64_t batch = 0, sn = 0, hq = 0, hkv = 0, d = 0, rows = 0, len = 0, bt_stride = 0;
   std::vector<int64_t> n;  // cache_seqlens (indices_ok)
 };
@@ -1185,7 +1123,7 @@ Rules judge_kvcache(const flash_kvcache_args& A, const Arena& a, KvView* v, bool
   if (A.struct_size < offsetof(flash_kvcache_args, workspace_size) + sizeof(size_t) || A.struct_size > sizeof A)
     r.invalid("args struct_size");
   // CONVENTIONS: a struct that skipped its init function is refused; the init functions write algorithm_used = -1.
-  if (A.algorithm_used == 0) r.deviation(KNOWN_KVCACHE_UNINITIALISED, "uninitialised args (algorithm_used 0)");
+  if (A.algorithm_used == 0) r.invalid("uninitialised args (algorithm_used 0)");
   v->append = A.k_new.data != nullptr || A.v_new.data != nullptr;
   bool fields_ok = true;
   if (v->append && (A.k_new.data == nullptr || A.v_new.data == nullptr)) {
@@ -1262,7 +1200,7 @@ Rules judge_kvcache(const flash_kvcache_args& A, const Arena& a, KvView* v, bool
   if (A.lse.data != nullptr) all.push_back({"lse", &A.lse});
   for (const auto& [n, t] : all)
     if (!a.contains(t->data, span_bytes(t->shape, t->strides, t->ndim == 3 ? 3 : 4, esize(t->dtype)))) {
-      if (!r.definite) *skip = true;  // (a known deviation: the library runs it)
+      if (r.v != INVALID) *skip = true;
       return r;
     }
   std::vector<Footprint> index_reads;
@@ -1288,11 +1226,11 @@ Rules judge_kvcache(const flash_kvcache_args& A, const Arena& a, KvView* v, bool
   if (A.workspace != nullptr) ranges.push_back({A.workspace, A.workspace_size});
   for (const auto& [p, n] : ranges)
     if (meets(p, n, &A, sizeof A)) {
-      if (!r.definite) *skip = true;  // (a known deviation: the library runs it)
+      if (r.v != INVALID) *skip = true;
       return r;
     }
   if (A.workspace != nullptr && !a.contains(A.workspace, A.workspace_size)) {
-    if (!r.definite) *skip = true;  // (a known deviation: the library runs it)
+    if (r.v != INVALID) *skip = true;
     return r;
   }
 
@@ -1375,9 +1313,8 @@ Rules judge_kvcache(const flash_kvcache_args& A, const Arena& a, KvView* v, bool
     Rules wr;
     for (const Footprint& x : reads) overlap_rule(wr, a, w, x);
     for (const Footprint& x : writes) overlap_rule(wr, a, w, x);
-    if (wr.v == INVALID) r.deviation(KNOWN_KVCACHE_WORKSPACE_OVERLAP, wr.why);
+    if (wr.v == INVALID) r.invalid(wr.why);
     if (wr.v == UNSURE) r.unsure();
-    for (const Footprint& x : index_reads) v->ws_over_index |= meets(w.base, w.span, x.base, x.span);
   }
   return r;
 }
@@ -1718,15 +1655,6 @@ int run_kvcache(FuzzedDataProvider& in, Op op) {
     tally(FAM_KVCACHE, &Tally::skipped);
     return 0;
   }
-  if (skip_span_int64_max({&A->q, &A->k_cache, &A->v_cache, &A->k_new, &A->v_new, &A->o, &A->lse})) return 0;
-  if (op == KVC && rules.v == INVALID && !rules.definite && v.ws_over_index && !strict_mode()) {
-    flash_kvcache_args copy = *A;  // (the query does not touch the workspace)
-    size_t need = 1;
-    if (flash_fwd_kvcache_workspace_size(&copy, &need) != FLASH_OK || need > 0) {  // the call would write it
-      ++g_known_not_run[KNOWN_KVCACHE_WORKSPACE_OVERLAP];
-      return 0;
-    }
-  }
   // A workspace smaller than what the query says is a documented error too.
   if (rules.v == VALID && A->workspace != nullptr && op == KVC) {
     flash_kvcache_args copy = *A;
@@ -2041,10 +1969,6 @@ int run_combine(FuzzedDataProvider& in) {
     tally(FAM_COMBINE, &Tally::skipped);
     return 0;
   }
-  if (skip_span_int64_max({&A->o, &A->lse})) return 0;
-  if (A->num_parts >= 1 && A->o_parts && A->lse_parts)  // (judge_combine skipped the call unless they lie in the arena)
-    for (int32_t p = 0; p < A->num_parts; ++p)
-      if (skip_span_int64_max({&A->o_parts[p], &A->lse_parts[p]})) return 0;
   CombineExpected expected;
   if (rules.v == VALID) expected = expect_combine(*A);
   g_call = describe_combine(*A, a);
@@ -2065,10 +1989,692 @@ int run_combine(FuzzedDataProvider& in) {
   return 0;
 }
 
+// =================================================================================================================
+// ABI 1.3: packed variable-length batches of flash_fwd and flash_bwd (and their workspace queries), selector 7.
+//
+// The same scheme: one arena holds the argument struct, every tensor ([total, heads, head_dim]; lse [heads, total_q]),
+// the index arrays cu_seqlens_q, cu_seqlens_k and seqused_k (each with spare entries after the real ones, so that a
+// varlen_batch a few past the real one still reads the caller's memory), a block mask (to set where flash.h forbids
+// one) and the caller's workspace. The lengths come from the input -- zero-length sequences, rows past the last
+// sequence, seqused_k, max_seqlen_* above the longest -- then the mutations callers get wrong: offsets not starting at
+// 0, decreasing, past the tensors, max_seqlen_* too small or negative, varlen fields given without cu_seqlens_q, an
+// output or the workspace over an offsets array, a struct of the 1.2 layout... The oracle applies flash.h's rules
+// (reading the arguments as the library does: fields past struct_size hold their defaults), and after the call
+//   - failed:   the arena is bitwise unchanged;
+//   - FLASH_OK: nothing changed but the sequences' rows of the outputs (o, lse, dq: rows below cu_seqlens_q[n]; dk,
+//               dv: rows below cu_seqlens_k[n]), algorithm_used and the workspace; for VALID calls every sequence's
+//               rows are bitwise those of the dense call of batch 1 it is (flash.h: "exactly as a dense call of batch
+//               1 with seqlen_q_i and seqlen_k_i would") -- the library's own flash_fwd / flash_bwd on 4-d views of its
+//               rows with the algorithm that ran, whose results the dense ops check against the fp64 reference -- and
+//               flash.h's values where no dense call exists: O = 0, LSE = -inf and dq = 0 for a sequence without
+//               keys, dk = dv = 0 for keys no query sees (past seqused_k, or in a sequence without queries).
+// =================================================================================================================
+
+void init_args(flash_fwd_args* a) { flash_fwd_args_init(a); }
+void init_args(flash_bwd_args* a) { flash_bwd_args_init(a); }
+int32_t call(flash_fwd_args* a) { return flash_fwd(a); }
+int32_t call(flash_bwd_args* a) { return flash_bwd(a); }
+int32_t query(flash_fwd_args* a, size_t* n) { return flash_fwd_workspace_size(a, n); }
+int32_t query(flash_bwd_args* a, size_t* n) { return flash_bwd_workspace_size(a, n); }
+
+// A tensor of a varlen call by role: like 0 [total_q, hq, d], 1 [total_k, hkv, d], 2 lse [hq, total_q].
+struct VT {
+  const char* name;
+  flash_tensor* t;
+  int like;
+  bool input;
+  int ndim() const { return like == 2 ? 2 : 3; }
+};
+std::vector<VT> var_tensors(flash_fwd_args& A) {
+  return {{"q", &A.q, 0, true}, {"k", &A.k, 1, true}, {"v", &A.v, 1, true}, {"o", &A.o, 0, false}, {"lse", &A.lse, 2, false}};
+}
+std::vector<VT> var_tensors(flash_bwd_args& A) {
+  return {{"q", &A.q, 0, true},    {"k", &A.k, 1, true},    {"v", &A.v, 1, true},    {"o", &A.o, 0, true},  {"d_o", &A.d_o, 0, true},
+          {"lse", &A.lse, 2, true}, {"dq", &A.dq, 0, false}, {"dk", &A.dk, 1, false}, {"dv", &A.dv, 1, false}};
+}
+template <class Args>
+constexpr bool is_bwd() { return std::is_same_v<Args, flash_bwd_args>; }
+
+// The arguments as the library reads them: the caller's struct_size bytes over the init function's defaults (a struct
+// of the 1.2 layout has no varlen fields: they read as 0 / NULL). struct_size must be in range.
+template <class Args>
+Args effective_args(const Args& user) {
+  Args e;
+  init_args(&e);
+  std::memcpy(static_cast<void*>(&e), &user, std::min(user.struct_size, sizeof e));
+  e.struct_size = sizeof e;
+  return e;
+}
+
+// A packed tensor ([rows, heads, head_dim], or lse [heads, rows]) row-major or heads-outer ([h, rows, d] in memory, as
+// a transposed [b, h, s, d] tensor gives), with padding between rows and heads, and the gap to leave before it.
+flash_tensor plan_packed(FuzzedDataProvider& in, const int64_t* shape, int ndim, int32_t dtype, size_t* gap) {
+  flash_tensor t;
+  std::memset(&t, 0, sizeof t);
+  t.dtype = dtype, t.device_type = FLASH_DEVICE_CPU, t.device_id = 0, t.ndim = ndim;
+  for (int i = 0; i < ndim; ++i) t.shape[i] = shape[i];
+  int order[3] = {0, 1, 2};  // memory order, outermost first
+  if (in.ConsumeBool()) std::swap(order[0], order[1]);
+  int64_t stride = 1;
+  for (int k = ndim - 1; k >= 0; --k) {
+    const int d = order[k];
+    t.strides[d] = stride;
+    stride = stride * shape[d] + (k < ndim - 1 ? in.ConsumeIntegralInRange<int64_t>(0, 3) * (in.ConsumeBool() ? 8 : 1) : 0);
+  }
+  *gap = in.ConsumeIntegralInRange<size_t>(0, 48);
+  return t;
+}
+
+// What the oracle read of the index arrays (contents), for the write set and the comparison.
+struct VarView {
+  bool contents = false;   // the index arrays lie in the arena and hold offsets flash.h accepts
+  int64_t n = 0;           // varlen_batch
+  std::vector<int64_t> cq, ck, lk;  // cu_seqlens_q, cu_seqlens_k (n + 1 each); keys used by each sequence
+};
+
+int64_t rows_of(const VarView& v, int like) { return like == 1 ? v.ck[v.n] : v.cq[v.n]; }
+
+template <class Args>
+Rules judge_varlen(const Args& user, const Arena& a, const void* query_out, VarView* v, bool* skip) {
+  Rules r;
+  *skip = false;
+  if (user.struct_size < offsetof(Args, workspace_size) + sizeof(size_t) || user.struct_size > sizeof(Args)) {
+    r.invalid("args struct_size");
+    return r;
+  }
+  Args A = effective_args(user);
+  std::vector<VT> ts = var_tensors(A);
+  if (A.algorithm_used == 0) r.invalid("uninitialised args (algorithm_used 0)");
+  if (A.reserved_1_3 != 0) r.invalid("reserved_1_3 not 0");
+  if (A.cu_seqlens_q == nullptr) {  // a dense call (also the 1.2 layout): with packed tensors, refused
+    if (A.cu_seqlens_k != nullptr) r.invalid("cu_seqlens_k without cu_seqlens_q");
+    if (A.seqused_k != nullptr) r.invalid("seqused_k without cu_seqlens_q");
+    if (A.varlen_batch != 0 || A.max_seqlen_q != 0 || A.max_seqlen_k != 0) r.invalid("varlen_batch or max_seqlen_* without cu_seqlens_q");
+    bool dense_ndims = true;
+    for (const VT& x : ts)
+      if (x.t->data != nullptr || x.input || strcmp(x.name, "lse")) dense_ndims &= x.t->ndim == x.ndim() + 1;
+    if (!dense_ndims) r.invalid("a dense call of packed (3-d) tensors");
+    else if (r.v != INVALID) *skip = true;  // a dense call of whatever the mutations left: the dense ops' business
+    return r;
+  }
+  if (A.cu_seqlens_k == nullptr) r.invalid("cu_seqlens_k NULL with cu_seqlens_q");
+  if (A.varlen_batch < 1) r.invalid("varlen_batch < 1");
+  if (A.max_seqlen_q < 0 || A.max_seqlen_k < 0) r.invalid("max_seqlen_* negative");
+  if (addr(A.cu_seqlens_q) % 4 || addr(A.cu_seqlens_k) % 4 || addr(A.seqused_k) % 4) r.invalid("an index array not 4-byte aligned");
+  if (A.block_mask != nullptr) r.invalid("block_mask with cu_seqlens_q (unsupported)");
+
+  // Tensors: each one's fields, then dtypes and shapes.
+  bool fields_ok = true;
+  for (const VT& x : ts) {
+    if (!is_bwd<Args>() && !strcmp(x.name, "lse") && x.t->data == nullptr) continue;  // the forward's optional LSE
+    std::string why;
+    if (!tensor_fields_ok(*x.t, x.ndim(), &why)) r.invalid(std::string(x.name) + ": " + why), fields_ok = false;
+    else if (x.like != 2 && x.t->strides[2] != 1 && x.t->shape[2] > 1) r.invalid(std::string(x.name) + ": last dim not contiguous");
+  }
+  const flash_tensor &q = A.q, &k = A.k;
+  if (fields_ok) {
+    for (const VT& x : ts) {
+      const flash_tensor& t = *x.t;
+      if (t.data == nullptr) continue;
+      if (x.like == 2) {
+        if (t.dtype != FLASH_DTYPE_FP32) r.invalid("lse not fp32");
+        if (t.shape[0] != q.shape[1] || t.shape[1] != q.shape[0]) r.invalid("lse shape");
+      } else {
+        if (t.dtype != q.dtype) r.invalid(std::string(x.name) + " dtype");
+        const flash_tensor& like = x.like == 0 ? q : k;
+        if (&t != &q && &t != &k)
+          for (int i = 0; i < 3; ++i)
+            if (t.shape[i] != like.shape[i]) r.invalid(std::string(x.name) + " shape");
+      }
+    }
+    if (k.shape[2] != q.shape[2]) r.invalid("k head_dim vs q");
+    if (q.shape[1] % k.shape[1] != 0) r.invalid("heads_q % heads_kv");
+    if (q.shape[2] % 8 != 0 || q.shape[2] > 256) r.invalid("head_dim");
+  }
+  // Options (the algorithm last: the library refuses one that cannot run only after reading the index arrays).
+  if (!std::isfinite(A.softmax_scale) || std::fabs(A.softmax_scale) > 65536.0f) r.invalid("softmax_scale");
+  if (A.causal != 0 && A.causal != 1) r.invalid("causal");
+  if (A.causal_alignment != 0 && A.causal_alignment != 1) r.invalid("causal_alignment");
+  if (A.window_left < -1 || A.window_right < -1) r.invalid("window");
+  if (A.algorithm < 0 || A.algorithm >= FLASH_ALGO_COUNT) r.invalid("algorithm not a FLASH_ALGO_* value");
+  if (A.flags & ~FLASH_FLAG_DETERMINISTIC) r.invalid("flags");
+  const auto algorithm_rule = [&] {
+    if (A.algorithm != FLASH_ALGO_AUTO && A.algorithm != FLASH_ALGO_CPU && A.algorithm != FLASH_ALGO_NAIVE)
+      r.invalid("algorithm not usable on the CPU");
+  };
+  if (r.v == INVALID) return algorithm_rule(), r;  // (refused before the index arrays are read)
+
+  // Every array in the arena, none over the argument struct or the query's out parameter (out of scope: flash.h says
+  // nothing of arrays over them; the harness reads the struct after the call).
+  const int64_t n = A.varlen_batch;
+  const int64_t counts[3] = {n + 1, n + 1, n};
+  const int32_t* arrays[3] = {A.cu_seqlens_q, A.cu_seqlens_k, A.seqused_k};
+  const char* array_names[3] = {"cu_seqlens_q", "cu_seqlens_k", "seqused_k"};
+  std::vector<std::pair<const void*, uint64_t>> ranges;
+  for (const VT& x : ts)
+    if (x.t->data != nullptr) ranges.push_back({x.t->data, static_cast<uint64_t>(span_bytes(x.t->shape, x.t->strides, x.ndim(), esize(x.t->dtype)))});
+  for (int i = 0; i < 3; ++i)
+    if (arrays[i] != nullptr) ranges.push_back({arrays[i], static_cast<uint64_t>(counts[i]) * 4});
+  if (A.workspace != nullptr && A.workspace_size > 0) ranges.push_back({A.workspace, A.workspace_size});
+  for (const auto& [p, bytes] : ranges)
+    if (n > (1 << 16) || !a.contains(p, bytes) || meets(p, bytes, &user, sizeof user) || meets(p, bytes, query_out, query_out ? sizeof(size_t) : 0))
+      return *skip = true, r;
+
+  // Overlaps: outputs and the workspace against the inputs and the index arrays, and each other.
+  std::vector<Footprint> reads, writes;
+  for (const VT& x : ts) {
+    if (x.t->data == nullptr) continue;
+    Footprint f = tensor_footprint(x.name, *x.t, x.ndim());
+    if (x.input) {
+      reads.push_back(std::move(f));
+    } else {
+      output_layout_rule(r, f, *x.t, x.ndim(), true);
+      writes.push_back(std::move(f));
+    }
+  }
+  for (int i = 0; i < 3; ++i)
+    if (arrays[i] != nullptr) {
+      std::vector<int64_t> e(static_cast<size_t>(counts[i]));
+      for (int64_t j = 0; j < counts[i]; ++j) e[j] = j;
+      reads.push_back(int32_footprint(array_names[i], arrays[i], std::move(e)));
+    }
+  if (A.workspace != nullptr && A.workspace_size > 0) writes.push_back(bytes_footprint("workspace", A.workspace, A.workspace_size));
+  pairwise_overlaps(r, a, writes, reads);
+  if (r.v == INVALID) return algorithm_rule(), r;  // (refused before the index arrays are read)
+
+  // The index arrays' contents (flash.h: checked element by element before anything is written).
+  const int32_t *cq = A.cu_seqlens_q, *ck = A.cu_seqlens_k, *used = A.seqused_k;
+  bool ok = true;
+  auto bad = [&](const std::string& w) { r.invalid(w), ok = false; };
+  int64_t longest_q = 0, longest_k = 0;
+  for (const auto& [cu, name, total] : {std::tuple<const int32_t*, const char*, int64_t>{cq, "cu_seqlens_q", q.shape[0]},
+                                        {ck, "cu_seqlens_k", k.shape[0]}}) {
+    if (cu[0] != 0) bad(std::string(name) + "[0] not 0");
+    for (int64_t i = 1; i <= n; ++i)
+      if (cu[i] < cu[i - 1]) bad(std::string(name) + " decreases");
+    if (cu[n] > total) bad(std::string(name) + "[n] past the tensors' rows");
+  }
+  v->n = n;
+  for (int64_t i = 0; i < n && ok; ++i) {
+    const int64_t slot = int64_t{ck[i + 1]} - ck[i];
+    if (used != nullptr && (used[i] < 0 || used[i] > slot)) bad("seqused_k entry outside [0, slot]");
+    longest_q = std::max<int64_t>(longest_q, int64_t{cq[i + 1]} - cq[i]);
+    longest_k = std::max<int64_t>(longest_k, used ? int64_t{used[i]} : slot);
+    v->lk.push_back(used ? int64_t{used[i]} : slot);
+  }
+  if (ok && A.max_seqlen_q < longest_q) bad("max_seqlen_q below the longest sequence");
+  if (ok && A.max_seqlen_k < longest_k) bad("max_seqlen_k below the longest sequence");
+  algorithm_rule();
+  if (!ok) return r;
+  v->contents = true;
+  v->cq.assign(cq, cq + n + 1);
+  v->ck.assign(ck, ck + n + 1);
+  // The naive algorithm sizes its scratch by max_seqlen_q x max_seqlen_k (flash.h: "a larger bound is allowed but
+  // costs memory"): beyond what the harness may allocate (libFuzzer's malloc limit), a VALID call is out of its scope.
+  if (A.algorithm == FLASH_ALGO_NAIVE && r.v != INVALID &&
+      static_cast<double>(A.max_seqlen_q + 1) * (A.max_seqlen_k + 1) + static_cast<double>(A.max_seqlen_k) * q.shape[2] > (1 << 22))
+    *skip = true;
+  return r;
+}
+
+// Sequence i's rows of a packed tensor as the 4-d tensor of a dense call of batch 1 ([1, rows, h, d]; lse [1, h, rows]).
+flash_tensor seq_view(const flash_tensor& t, int64_t row0, int64_t rows, bool lse) {
+  flash_tensor x = t;
+  const int row_axis = lse ? 1 : 0;
+  x.data = static_cast<uint8_t*>(t.data) + row0 * t.strides[row_axis] * esize(t.dtype);
+  x.ndim = lse ? 3 : 4;
+  if (lse) {
+    const int64_t shape[3] = {1, t.shape[0], rows}, strides[3] = {0, t.strides[0], t.strides[1]};
+    for (int i = 0; i < 3; ++i) x.shape[i] = shape[i], x.strides[i] = strides[i];
+    x.shape[3] = x.strides[3] = 0;
+  } else {
+    const int64_t shape[4] = {1, rows, t.shape[1], t.shape[2]}, strides[4] = {0, t.strides[0], t.strides[1], t.strides[2]};
+    for (int i = 0; i < 4; ++i) x.shape[i] = shape[i], x.strides[i] = strides[i];
+  }
+  return x;
+}
+uint8_t* packed_ptr(const flash_tensor& t, int64_t row, int64_t h, int64_t e) {
+  return static_cast<uint8_t*>(t.data) + (row * t.strides[0] + h * t.strides[1] + e * t.strides[2]) * esize(t.dtype);
+}
+uint8_t* packed_lse_ptr(const flash_tensor& t, int64_t h, int64_t row) {
+  return static_cast<uint8_t*>(t.data) + (h * t.strides[0] + row * t.strides[1]) * 4;
+}
+
+// A fresh packed buffer for a dense call's output.
+struct Out {
+  std::vector<uint8_t> bytes;
+  flash_tensor t;
+  Out(int32_t dtype, int ndim, const int64_t* shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    bytes.assign(static_cast<size_t>(n) * esize(dtype) + 8, 0xA5);
+    t = flash_tensor_contiguous(bytes.data(), dtype, FLASH_DEVICE_CPU, 0, ndim, shape);
+  }
+};
+
+std::string seq_words(int64_t i, int64_t row) { return "sequence " + std::to_string(i) + " row " + std::to_string(row); }
+
+// Element (row, h, e) of the packed output `got` against element (0, r, h, e) of the dense call's `want` (bitwise), or
+// against 0 when want is NULL.
+void same_element(const char* name, const flash_tensor& got, int64_t row, int64_t h, int64_t e, const flash_tensor* want,
+                  int64_t r, const std::string& where) {
+  const uint8_t* g = packed_ptr(got, row, h, e);
+  if (want == nullptr) {
+    if (load(g, got.dtype) != 0.0)
+      violation("varlen result", std::string(name) + " " + std::to_string(load(g, got.dtype)) + " where flash.h says 0 at " + where +
+                                     " h" + std::to_string(h) + " e" + std::to_string(e));
+    return;
+  }
+  if (std::memcmp(g, ptr(*want, 0, r, h, e), esize(got.dtype)) != 0)
+    violation("varlen result differs from the dense call of its sequence",
+              std::string(name) + " " + std::to_string(load(g, got.dtype)) + " vs dense " + std::to_string(at(*want, 0, r, h, e)) + " at " +
+                  where + " h" + std::to_string(h) + " e" + std::to_string(e));
+}
+
+// Checks a VALID varlen forward's rows against each sequence's dense call (same options, the algorithm that ran).
+void check_varlen_fwd(const flash_fwd_args& A, const VarView& v) {
+  const int64_t hq = A.q.shape[1], d = A.q.shape[2];
+  for (int64_t i = 0; i < v.n; ++i) {
+    const int64_t q0 = v.cq[i], lq = v.cq[i + 1] - q0, k0 = v.ck[i], lk = v.lk[i];
+    if (lq == 0) continue;
+    const int64_t os[4] = {1, lq, hq, d}, ls[3] = {1, hq, lq};
+    Out o(A.o.dtype, 4, os), lse(FLASH_DTYPE_FP32, 3, ls);
+    const bool dense = lk > 0;
+    if (dense) {
+      flash_fwd_args D;
+      flash_fwd_args_init(&D);
+      D.q = seq_view(A.q, q0, lq, false), D.k = seq_view(A.k, k0, lk, false), D.v = seq_view(A.v, k0, lk, false);
+      D.o = o.t, D.lse = lse.t;
+      D.softmax_scale = A.softmax_scale, D.causal = A.causal, D.causal_alignment = A.causal_alignment;
+      D.window_left = A.window_left, D.window_right = A.window_right, D.algorithm = A.algorithm_used, D.flags = A.flags;
+      if (const int32_t s = flash_fwd(&D); s != FLASH_OK)
+        violation("the dense call of a sequence was refused", "sequence " + std::to_string(i) + ": " + flash_status_string(s) + ": " +
+                                                                  flash_last_error_message());
+    }
+    for (int64_t r = 0; r < lq; ++r)
+      for (int64_t h = 0; h < hq; ++h) {
+        for (int64_t e = 0; e < d; ++e) same_element("o", A.o, q0 + r, h, e, dense ? &o.t : nullptr, r, seq_words(i, r));
+        if (A.lse.data == nullptr) continue;
+        float got, want = -INFINITY;
+        std::memcpy(&got, packed_lse_ptr(A.lse, h, q0 + r), 4);
+        if (dense) std::memcpy(&want, lse_ptr(lse.t, 0, h, r), 4);
+        if (bits_of_f32(got) != bits_of_f32(want))
+          violation(dense ? "varlen result differs from the dense call of its sequence" : "varlen result",
+                    "lse " + std::to_string(got) + " vs " + std::to_string(want) + " at " + seq_words(i, r) + " h" + std::to_string(h));
+      }
+  }
+}
+
+void check_varlen_bwd(const flash_bwd_args& A, const VarView& v) {
+  const int64_t hq = A.q.shape[1], hkv = A.k.shape[1], d = A.q.shape[2];
+  for (int64_t i = 0; i < v.n; ++i) {
+    const int64_t q0 = v.cq[i], lq = v.cq[i + 1] - q0, k0 = v.ck[i], lk = v.lk[i], slot = v.ck[i + 1] - k0;
+    const int64_t qs[4] = {1, std::max<int64_t>(lq, 1), hq, d}, ks[4] = {1, std::max<int64_t>(lk, 1), hkv, d};
+    Out dq(A.dq.dtype, 4, qs), dk(A.dk.dtype, 4, ks), dv(A.dv.dtype, 4, ks);
+    const bool dense = lq > 0 && lk > 0;
+    if (dense) {
+      flash_bwd_args D;
+      flash_bwd_args_init(&D);
+      D.q = seq_view(A.q, q0, lq, false), D.k = seq_view(A.k, k0, lk, false), D.v = seq_view(A.v, k0, lk, false);
+      D.o = seq_view(A.o, q0, lq, false), D.d_o = seq_view(A.d_o, q0, lq, false), D.lse = seq_view(A.lse, q0, lq, true);
+      D.dq = dq.t, D.dk = dk.t, D.dv = dv.t;
+      D.softmax_scale = A.softmax_scale, D.causal = A.causal, D.causal_alignment = A.causal_alignment;
+      D.window_left = A.window_left, D.window_right = A.window_right, D.algorithm = A.algorithm_used, D.flags = A.flags;
+      if (const int32_t s = flash_bwd(&D); s != FLASH_OK)
+        violation("the dense call of a sequence was refused", "sequence " + std::to_string(i) + ": " + flash_status_string(s) + ": " +
+                                                                  flash_last_error_message());
+    }
+    for (int64_t r = 0; r < lq; ++r)  // no keys: dq = 0
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t e = 0; e < d; ++e) same_element("dq", A.dq, q0 + r, h, e, dense ? &dq.t : nullptr, r, seq_words(i, r));
+    for (int64_t r = 0; r < slot; ++r)  // keys past seqused_k, or of a sequence without queries: dk = dv = 0
+      for (int64_t h = 0; h < hkv; ++h)
+        for (int64_t e = 0; e < d; ++e) {
+          const bool seen = dense && r < lk;
+          same_element("dk", A.dk, k0 + r, h, e, seen ? &dk.t : nullptr, r, "sequence " + std::to_string(i) + " key " + std::to_string(r));
+          same_element("dv", A.dv, k0 + r, h, e, seen ? &dv.t : nullptr, r, "sequence " + std::to_string(i) + " key " + std::to_string(r));
+        }
+  }
+}
+
+// The backward's o and lse as a forward would have left them (fp64 reference per sequence, rounded to the dtypes), so
+// the compared gradients are those of a real problem -- when o and lse are plain layouts that share no memory with
+// another input or an index array (writing them must change nothing the oracle looked at).
+// `others`: every other array the oracle looked at (the inputs but o and lse, the index arrays).
+void fill_varlen_forward(flash_bwd_args& A, const VarView& v, const std::vector<std::pair<const void*, uint64_t>>& others) {
+  for (const flash_tensor* t : {&A.o, &A.lse}) {
+    const int nd = t == &A.lse ? 2 : 3;
+    std::vector<int64_t> e = element_offsets(*t, nd);
+    std::sort(e.begin(), e.end());
+    if (e.empty() || std::adjacent_find(e.begin(), e.end()) != e.end()) return;
+    const uint64_t bytes = static_cast<uint64_t>(span_bytes(t->shape, t->strides, nd, esize(t->dtype)));
+    for (const auto& [p, n] : others)
+      if (meets(t->data, bytes, p, n)) return;
+  }
+  if (meets(A.o.data, static_cast<uint64_t>(span_bytes(A.o.shape, A.o.strides, 3, esize(A.o.dtype))), A.lse.data,
+            static_cast<uint64_t>(span_bytes(A.lse.shape, A.lse.strides, 2, 4))))
+    return;
+  const int64_t hq = A.q.shape[1], hkv = A.k.shape[1], d = A.q.shape[2];
+  const double scale = A.softmax_scale != 0.0f ? A.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  for (int64_t i = 0; i < v.n; ++i) {
+    const int64_t q0 = v.cq[i], lq = v.cq[i + 1] - q0, k0 = v.ck[i], lk = v.lk[i];
+    if (lq == 0) continue;
+    Dense Q(lq, hq, d), K(std::max<int64_t>(lk, 1), hkv, d), V(std::max<int64_t>(lk, 1), hkv, d);
+    for (int64_t r = 0; r < lq; ++r)
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t e = 0; e < d; ++e) Q.row(0, r, h)[e] = load(packed_ptr(A.q, q0 + r, h, e), A.q.dtype);
+    for (int64_t r = 0; r < lk; ++r)
+      for (int64_t h = 0; h < hkv; ++h)
+        for (int64_t e = 0; e < d; ++e) {
+          K.row(0, r, h)[e] = load(packed_ptr(A.k, k0 + r, h, e), A.k.dtype);
+          V.row(0, r, h)[e] = load(packed_ptr(A.v, k0 + r, h, e), A.v.dtype);
+        }
+    const int64_t wr = A.causal ? 0 : A.window_right;
+    Problem p{1, lq, lk, hq, hkv, d, static_cast<double>(static_cast<float>(scale)), A.window_left, wr,
+              A.causal_alignment == FLASH_ALIGN_BOTTOM_RIGHT ? lk - lq : 0, nullptr};
+    const Ref ref = forward_ref_dense(p, Q, K, V);
+    for (int64_t r = 0; r < lq; ++r)
+      for (int64_t h = 0; h < hq; ++h) {
+        for (int64_t e = 0; e < d; ++e) store(packed_ptr(A.o, q0 + r, h, e), A.o.dtype, ref.o[(r * hq + h) * d + e]);
+        const float l = static_cast<float>(ref.lse[h * lq + r]);
+        std::memcpy(packed_lse_ptr(A.lse, h, q0 + r), &l, 4);
+      }
+  }
+}
+
+template <class Args>
+std::string describe_varlen(Op op, const Args& A, const Arena& a) {
+  static const char* ops[] = {"flash_fwd", "flash_bwd", "flash_fwd_workspace_size", "flash_bwd_workspace_size"};
+  std::string s = std::string(ops[op]) + " (varlen) struct_size " + std::to_string(A.struct_size);
+  Args copy = A;
+  for (const VT& x : var_tensors(copy)) s += tensor_words(x.name, *x.t);
+  const int64_t n = A.varlen_batch;
+  s += " varlen_batch " + std::to_string(n) + " max_seqlen_q " + std::to_string(A.max_seqlen_q) + " max_seqlen_k " +
+       std::to_string(A.max_seqlen_k) + " reserved_1_3 " + std::to_string(A.reserved_1_3);
+  s += int32_words("cu_seqlens_q", A.cu_seqlens_q, n + 1, a) + int32_words("cu_seqlens_k", A.cu_seqlens_k, n + 1, a) +
+       int32_words("seqused_k", A.seqused_k, n, a);
+  s += " scale " + num_words(A.softmax_scale) + " causal " + std::to_string(A.causal) + " align " + std::to_string(A.causal_alignment) +
+       " window (" + std::to_string(A.window_left) + ", " + std::to_string(A.window_right) + ") algo " + std::to_string(A.algorithm) +
+       " flags " + std::to_string(A.flags) + " algorithm_used " + std::to_string(A.algorithm_used) +
+       (A.block_mask ? " block_mask set" : "");
+  if (A.workspace) s += " workspace " + std::to_string(A.workspace_size) + " bytes at arena offset " + std::to_string(a.offset(A.workspace));
+  return s;
+}
+
+// The mutations: what callers of a packed varlen flash_fwd / flash_bwd get wrong.
+template <class Args>
+void mutate_varlen(FuzzedDataProvider& in, Args& A, Arena& a, const flash_block_mask* mask, int32_t* const* arrays, int64_t entries) {
+  std::vector<VT> ts = var_tensors(A);
+  std::vector<const void*> onto;
+  for (const VT& x : ts) onto.push_back(x.t->data);
+  for (int i = 0; i < 3; ++i) onto.push_back(arrays[i]);
+  onto.push_back(A.workspace);
+  const int32_t** ptrs[3] = {&A.cu_seqlens_q, &A.cu_seqlens_k, &A.seqused_k};
+  switch (in.ConsumeIntegralInRange(0, 9)) {
+    case 0:
+    case 1: mutate_tensor_onto(in, *ts[in.ConsumeIntegralInRange<size_t>(0, ts.size() - 1)].t, a, onto); break;
+    case 2:
+      switch (in.ConsumeIntegralInRange(0, 7)) {
+        case 0: A.softmax_scale = interesting_scale(in); break;
+        case 1: A.causal = static_cast<int32_t>(interesting_int(in)); break;
+        case 2: A.causal_alignment = in.ConsumeBool() ? static_cast<int32_t>(interesting_int(in)) : in.ConsumeIntegralInRange(0, 1); break;
+        case 3: A.window_left = in.ConsumeBool() ? static_cast<int32_t>(interesting_int(in)) : in.ConsumeIntegralInRange(-2, 8); break;
+        case 4: A.window_right = in.ConsumeBool() ? static_cast<int32_t>(interesting_int(in)) : in.ConsumeIntegralInRange(-2, 8); break;
+        case 5: A.algorithm = in.ConsumeIntegralInRange(-2, 7); break;
+        case 6: A.flags = in.ConsumeBool() ? FLASH_FLAG_DETERMINISTIC : in.ConsumeIntegral<uint32_t>(); break;
+        case 7: A.reserved_1_3 = in.ConsumeBool() ? 1 : static_cast<int32_t>(interesting_int(in)); break;
+      }
+      break;
+    case 3:
+      switch (in.ConsumeIntegralInRange(0, 3)) {
+        case 0: A.struct_size = in.ConsumeIntegralInRange<size_t>(0, sizeof A + 16); break;
+        case 1: A.struct_size = offsetof(Args, cu_seqlens_q); break;  // a caller of flash.h 1.2: no varlen fields
+        case 2: A.algorithm_used = 0; break;
+        case 3: {  // zero-filled with struct_size set: the tensors and the varlen fields kept (window (0, 0))
+          const Args keep = A;
+          std::memset(static_cast<void*>(&A), 0, sizeof A);
+          A.struct_size = sizeof A;
+          Args k2 = keep;
+          std::vector<VT> from = var_tensors(k2), to = var_tensors(A);
+          for (size_t i = 0; i < from.size(); ++i) *to[i].t = *from[i].t;
+          A.cu_seqlens_q = keep.cu_seqlens_q, A.cu_seqlens_k = keep.cu_seqlens_k, A.seqused_k = keep.seqused_k;
+          A.max_seqlen_q = keep.max_seqlen_q, A.max_seqlen_k = keep.max_seqlen_k, A.varlen_batch = keep.varlen_batch;
+          break;
+        }
+      }
+      break;
+    case 4: {  // the lengths
+      int32_t* f = in.ConsumeIntegralInRange(0, 2) == 0 ? &A.varlen_batch : in.ConsumeBool() ? &A.max_seqlen_q : &A.max_seqlen_k;
+      *f = in.ConsumeBool() ? static_cast<int32_t>(interesting_int(in)) : static_cast<int32_t>(int64_t{*f} + in.ConsumeIntegralInRange(-2, 3));
+      break;
+    }
+    case 5: {  // an index array's pointer
+      const int32_t** p = ptrs[in.ConsumeIntegralInRange(0, 2)];
+      switch (in.ConsumeIntegralInRange(0, 4)) {
+        case 0: *p = nullptr; break;
+        case 1: *p = int32_onto(in, a, onto, *p); break;
+        case 2: std::swap(A.cu_seqlens_q, A.cu_seqlens_k); break;
+        case 3: if (*p) *p = reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(*p) + in.ConsumeIntegralInRange(1, 3)); break;
+        case 4: *p = arrays[in.ConsumeIntegralInRange(0, 2)]; break;  // one array for two (or seqused_k given back)
+      }
+      break;
+    }
+    case 6:
+    case 7: {  // an entry (the arrays are the fuzzer's own: write through them, inside their spare entries)
+      int32_t* arr = arrays[in.ConsumeIntegralInRange(0, 2)];
+      int32_t* e = arr + in.ConsumeIntegralInRange<int64_t>(0, entries - 1);
+      switch (in.ConsumeIntegralInRange(0, 3)) {
+        case 0: *e = static_cast<int32_t>(interesting_int(in)); break;
+        case 1: *e = static_cast<int32_t>(int64_t{*e} + in.ConsumeIntegralInRange(-3, 3)); break;
+        case 2: *e = in.ConsumeIntegralInRange(-1, 12); break;
+        case 3: if (e > arr) std::swap(e[0], e[-1]); break;  // two neighbours swapped: decreasing offsets
+      }
+      break;
+    }
+    case 8:  // the workspace: onto an array (an offsets array too), or an odd size
+      if (in.ConsumeBool()) {
+        const void* w = onto[in.ConsumeIntegralInRange<size_t>(0, onto.size() - 1)];
+        if (w) A.workspace = const_cast<void*>(w), A.workspace_size = in.ConsumeIntegralInRange<size_t>(1, 4096);
+      } else {
+        A.workspace_size = in.ConsumeIntegralInRange<size_t>(0, 1 << 16);
+      }
+      break;
+    case 9: A.block_mask = mask; break;  // flash.h: not with cu_seqlens_q
+  }
+}
+
+template <class Args>
+int run_varlen_typed(FuzzedDataProvider& in, Op op) {
+  constexpr bool bwd = is_bwd<Args>();
+  const int fam = bwd ? FAM_VARLEN_BWD : FAM_VARLEN_FWD;
+  const int32_t dtype = in.ConsumeIntegralInRange(1, 3);
+  // Mostly tiny sequences (0, 1 and odd lengths); sometimes one past a 64-row block.
+  const bool big = in.ConsumeIntegralInRange(0, 31) == 0;
+  const int64_t n = in.ConsumeIntegralInRange(1, 4);
+  const int64_t hkv = in.ConsumeIntegralInRange(1, 2), hq = hkv * (big ? 1 : in.ConsumeIntegralInRange(1, 3));
+  const int64_t d = big ? 8 : 8 * in.ConsumeIntegralInRange(1, 4);
+  const bool want_used = in.ConsumeIntegralInRange(0, 2) == 0;
+  auto length = [&](bool large) -> int64_t {
+    if (large) return in.ConsumeIntegralInRange(60, 70);
+    switch (in.ConsumeIntegralInRange(0, 7)) {
+      case 0: return 0;
+      case 1: return 1;
+      default: return in.ConsumeIntegralInRange(1, 7);
+    }
+  };
+  std::vector<int64_t> lq(n), slot(n), used(n);
+  const int64_t large = big ? in.ConsumeIntegralInRange<int64_t>(0, n - 1) : -1;
+  for (int64_t i = 0; i < n; ++i) {
+    lq[i] = length(i == large && in.ConsumeBool());
+    slot[i] = length(i == large);
+    used[i] = want_used ? in.ConsumeIntegralInRange<int64_t>(0, slot[i]) : slot[i];
+  }
+  int64_t sum_q = 0, sum_k = 0, longest_q = 0, longest_k = 0;
+  for (int64_t i = 0; i < n; ++i) sum_q += lq[i], sum_k += slot[i], longest_q = std::max(longest_q, lq[i]), longest_k = std::max(longest_k, used[i]);
+  const int64_t total_q = std::max<int64_t>(1, sum_q + in.ConsumeIntegralInRange(0, 2));
+  const int64_t total_k = std::max<int64_t>(1, sum_k + in.ConsumeIntegralInRange(0, 2));
+  const int64_t max_q = longest_q + (in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange(1, 9) : 0);
+  const int64_t max_k = longest_k + (in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange(1, 9) : 0);
+  const double mag = in.ConsumeBool() ? 1.0 : 4.0;
+  uint64_t rng = in.ConsumeIntegral<uint64_t>();
+
+  // Plan every tensor, then size the arena: them, the structs, the index arrays (n + 4 entries each) and a workspace.
+  Args proto;
+  init_args(&proto);
+  const std::vector<VT> roles = var_tensors(proto);
+  const int64_t qshape[3] = {total_q, hq, d}, kshape[3] = {total_k, hkv, d}, lshape[2] = {hq, total_q};
+  std::vector<flash_tensor> plans(roles.size());
+  std::vector<size_t> gaps(roles.size());
+  const int64_t entries = n + 4;
+  size_t total = sizeof(Args) + sizeof(flash_block_mask) + 3 * (static_cast<size_t>(entries) * 4 + 32) + 64;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const int like = roles[i].like;
+    plans[i] = plan_packed(in, like == 0 ? qshape : like == 1 ? kshape : lshape, roles[i].ndim(), like == 2 ? FLASH_DTYPE_FP32 : dtype, &gaps[i]);
+    total += static_cast<size_t>(span_bytes(plans[i].shape, plans[i].strides, plans[i].ndim, esize(plans[i].dtype))) + gaps[i] + 8;
+  }
+  const bool want_ws = in.ConsumeIntegralInRange(0, 3) == 0;
+  if (want_ws) total += static_cast<size_t>(4 * (total_q * hq * (d + 2) + 2 * (max_q + 1) * (max_k + 1) + 2 * (max_k + 1) * d + 1024)) + 64 + 64;
+  total += 16;  // the query's out parameter
+
+  Arena a(total);
+  auto* A = reinterpret_cast<Args*>(a.place(sizeof(Args), 8, 0));
+  init_args(A);
+  std::vector<VT> ts = var_tensors(*A);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    *ts[i].t = plans[i];
+    const bool filled = ts[i].input && strcmp(ts[i].name, "lse");
+    if (!place_tensor(a, *ts[i].t, gaps[i], filled, rng, mag)) violation("fuzzer bug", "arena too small for the varlen tensors");
+  }
+  if (bwd) {  // lse: plausible values until fill_varlen_forward writes a forward's
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t r = 0; r < total_q; ++r) {
+        const float l = static_cast<float>(4.0 * static_cast<double>(splitmix(rng) >> 11) * 0x1p-53);
+        std::memcpy(packed_lse_ptr(A->lse, h, r), &l, 4);
+      }
+  } else if (in.ConsumeBool()) {
+    A->lse.data = nullptr;  // the optional LSE not wanted
+  }
+  // The index arrays: the real entries, then spare ones continuing them (a varlen_batch past the real one reads those).
+  int32_t* arrays[3];
+  for (int k = 0; k < 3; ++k) {
+    arrays[k] = reinterpret_cast<int32_t*>(a.place(static_cast<size_t>(entries) * 4, 4, in.ConsumeIntegralInRange<size_t>(0, 8) * 4));
+    if (!arrays[k]) violation("fuzzer bug", "arena too small for the index arrays");
+  }
+  arrays[0][0] = arrays[1][0] = 0;
+  for (int64_t i = 0; i < entries - 1; ++i) {
+    arrays[0][i + 1] = static_cast<int32_t>(arrays[0][i] + (i < n ? lq[i] : static_cast<int64_t>(splitmix(rng) % 3)));
+    arrays[1][i + 1] = static_cast<int32_t>(arrays[1][i] + (i < n ? slot[i] : static_cast<int64_t>(splitmix(rng) % 3)));
+    arrays[2][i] = static_cast<int32_t>(i < n ? used[i] : static_cast<int64_t>(splitmix(rng) % 3));
+  }
+  arrays[2][entries - 1] = 0;
+  A->cu_seqlens_q = arrays[0], A->cu_seqlens_k = arrays[1];
+  if (want_used) A->seqused_k = arrays[2];
+  A->varlen_batch = static_cast<int32_t>(n);
+  A->max_seqlen_q = static_cast<int32_t>(max_q), A->max_seqlen_k = static_cast<int32_t>(max_k);
+  auto* mask = reinterpret_cast<flash_block_mask*>(a.place(sizeof(flash_block_mask), 8, 0));
+  flash_block_mask_init(mask);
+
+  // Options.
+  A->causal = in.ConsumeBool();
+  A->causal_alignment = in.ConsumeBool();
+  if (in.ConsumeBool()) {
+    A->window_left = in.ConsumeIntegralInRange(-1, static_cast<int>(max_k) + 1);
+    A->window_right = in.ConsumeIntegralInRange(-1, static_cast<int>(max_k) + 1);
+  }
+  static const int32_t algos[] = {FLASH_ALGO_AUTO, FLASH_ALGO_CPU, FLASH_ALGO_NAIVE};
+  A->algorithm = algos[in.ConsumeIntegralInRange(0, 2)];
+  if (in.ConsumeBool()) A->flags = FLASH_FLAG_DETERMINISTIC;
+  switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0: break;
+    case 1: A->softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-4.0, 4.0)); break;
+    case 2: A->softmax_scale = in.ConsumeBool() ? 65536.0f : -65536.0f; break;
+    case 3: A->softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-300.0, 300.0)); break;
+  }
+  if (want_ws) {  // the caller's workspace, sized by the query
+    size_t ws = 0;
+    if (query(A, &ws) == FLASH_OK && ws > 0) {
+      const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 64);
+      uint8_t* w = a.place(ws + extra, 16, in.ConsumeIntegralInRange<size_t>(0, 64));
+      if (w) A->workspace = w, A->workspace_size = ws + extra - (in.ConsumeIntegralInRange(0, 7) == 0 ? extra + 1 : 0);
+    }
+  }
+  const bool is_query = op == FWD_QUERY || op == BWD_QUERY;
+  size_t* query_out = nullptr;
+  if (is_query) {
+    query_out = reinterpret_cast<size_t*>(a.place(sizeof(size_t), 8, 0));
+    if (!query_out) return 0;
+  }
+  const int n_mut = in.ConsumeIntegralInRange(0, 4);
+  for (int i = 0; i < n_mut && in.remaining_bytes() > 0; ++i) mutate_varlen(in, *A, a, mask, arrays, entries);
+
+  VarView v;
+  bool skip = false;
+  Rules rules = judge_varlen(*A, a, query_out, &v, &skip);
+  if (skip) {
+    tally(fam, &Tally::skipped);
+    return 0;
+  }
+  // A workspace smaller than what the query says is a documented error too.
+  if (rules.v == VALID && A->workspace != nullptr && !is_query) {
+    Args copy = *A;
+    size_t ws = 0;
+    if (query(&copy, &ws) != FLASH_OK) violation("workspace query refused a VALID call", flash_last_error_message());
+    if (ws > 0 && A->workspace_size < ws) rules.invalid("workspace smaller than the query says");
+  }
+  if constexpr (bwd) {
+    if (rules.v == VALID && !is_query) {
+      std::vector<std::pair<const void*, uint64_t>> others;
+      for (const VT& x : ts)
+        if (x.input && x.t->data && strcmp(x.name, "o") && strcmp(x.name, "lse")) others.push_back({x.t->data, static_cast<uint64_t>(span_bytes(x.t->shape, x.t->strides, x.ndim(), esize(x.t->dtype)))});
+      for (const int32_t* p : {A->cu_seqlens_q, A->cu_seqlens_k, A->seqused_k})
+        if (p) others.push_back({p, static_cast<uint64_t>(entries) * 4});
+      fill_varlen_forward(*A, v, others);
+    }
+  }
+
+  g_call = describe_varlen(op, *A, a);
+  static std::vector<uint8_t> before, may;
+  before.assign(a.mem.begin(), a.mem.end());
+  tally(fam, &Tally::calls);
+  const int32_t status = is_query ? query(A, query_out) : call(A);
+
+  may.assign(a.mem.size(), 0);
+  if (is_query) {
+    mark_bytes(may, a, query_out, sizeof(size_t));  // *bytes = 0 even on failure
+  } else if (status == FLASH_OK) {
+    mark_bytes(may, a, &A->algorithm_used, 4);
+    if (A->workspace && A->workspace_size) mark_bytes(may, a, A->workspace, A->workspace_size);
+    for (const VT& x : ts) {  // the sequences' rows (all rows of a call the oracle did not look into)
+      if (x.input || x.t->data == nullptr) continue;
+      const flash_tensor& t = *x.t;
+      const int64_t rows = v.contents ? rows_of(v, x.like) : t.shape[x.like == 2 ? 1 : 0];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < t.shape[x.like == 2 ? 0 : 1]; ++h) {
+          if (x.like == 2) { mark_bytes(may, a, packed_lse_ptr(t, h, r), 4); continue; }
+          for (int64_t e = 0; e < t.shape[2]; ++e) mark_bytes(may, a, packed_ptr(t, r, h, e), esize(t.dtype));
+        }
+    }
+  }
+  check_status(a, before, may, status, rules, fam, is_query);
+  if (is_query || rules.v != VALID) return 0;
+  if (A->algorithm_used != FLASH_ALGO_CPU && A->algorithm_used != FLASH_ALGO_NAIVE) violation("algorithm_used", std::to_string(A->algorithm_used));
+  if (A->algorithm != FLASH_ALGO_AUTO && A->algorithm_used != A->algorithm) violation("algorithm_used", "not the algorithm asked for");
+  if constexpr (bwd) check_varlen_bwd(*A, v);
+  else check_varlen_fwd(*A, v);
+  tally(fam, &Tally::compared);
+  return 0;
+}
+
+int run_varlen(FuzzedDataProvider& in) {
+  const Op op = static_cast<Op>(in.ConsumeIntegralInRange(0, 3));  // FWD, BWD, FWD_QUERY, BWD_QUERY
+  return op == BWD || op == BWD_QUERY ? run_varlen_typed<flash_bwd_args>(in, op) : run_varlen_typed<flash_fwd_args>(in, op);
+}
+
 int run(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   const int selector = in.ConsumeIntegralInRange(0, 7);
-  const Op op = static_cast<Op>(selector == 7 ? KVC : selector);
+  if (selector == 7) return run_varlen(in);
+  const Op op = static_cast<Op>(selector);
   if (op == KVC || op == KVC_QUERY) return run_kvcache(in, op);
   if (op == COMBINE) return run_combine(in);
   const bool bwd = op == BWD || op == BWD_QUERY;
@@ -2210,24 +2816,6 @@ int run(const uint8_t* data, size_t size) {
   if (skip) {
     tally(fam, &Tally::skipped);
     return 0;
-  }
-  // An empty block mask (max_kv_blocks 0) may leave kv_indices NULL; the CPU backends then compute NULL + offset.
-  if ((op == FWD || op == BWD) && rules.v != INVALID && mv.readable && mv.idx.base == nullptr && !strict_mode()) {
-    const flash_block_mask& m = **c.block_mask;
-    const __int128 off = static_cast<__int128>(c.q().shape[0] - 1) * m.kv_indices_strides[0] +
-                         static_cast<__int128>(c.q().shape[2] - 1) * m.kv_indices_strides[1] +
-                         static_cast<__int128>(m.num_q_blocks - 1) * m.kv_indices_strides[2];
-    if (m.kv_indices == nullptr && off > 0) {
-      ++g_known_not_run[KNOWN_NULL_KV_INDICES];
-      return 0;
-    }
-  }
-  {
-    std::vector<const flash_tensor*> ts;
-    for (const Call::T& x : c.tensors) ts.push_back(x.t);
-    bool hit = false;
-    for (const flash_tensor* t : ts) hit |= skip_span_int64_max({t});
-    if (hit) return 0;
   }
   const bool valid = rules.v == VALID;
   // A workspace smaller than what the query says is a documented error too (the query is the rule's source).

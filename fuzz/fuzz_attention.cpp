@@ -350,6 +350,31 @@ struct MaskView {  // the block mask, when its fields are valid and its arrays l
 
 int64_t cdiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
 
+void init_args(flash_fwd_args* a) { flash_fwd_args_init(a); }
+void init_args(flash_bwd_args* a) { flash_bwd_args_init(a); }
+int32_t call(flash_fwd_args* a) { return flash_fwd(a); }
+int32_t call(flash_bwd_args* a) { return flash_bwd(a); }
+int32_t query(flash_fwd_args* a, size_t* n) { return flash_fwd_workspace_size(a, n); }
+int32_t query(flash_bwd_args* a, size_t* n) { return flash_bwd_workspace_size(a, n); }
+
+// The arguments as the library reads them: the caller's struct_size bytes over the init function's defaults (a struct
+// of the 1.2 layout has no varlen fields: they read as 0 / NULL). struct_size must be in range.
+template <class Args>
+Args effective_args(const Args& user) {
+  Args e;
+  init_args(&e);
+  std::memcpy(static_cast<void*>(&e), &user, std::min(user.struct_size, sizeof e));
+  e.struct_size = sizeof e;
+  return e;
+}
+
+// ABI 1.3's varlen fields away from their dense defaults (0 / NULL): flash.h refuses any of them without cu_seqlens_q,
+// and a dense call's 4-d tensors with it.
+template <class Args>
+bool varlen_fields_set(const Args& A) {
+  return A.cu_seqlens_q || A.cu_seqlens_k || A.seqused_k || A.varlen_batch || A.max_seqlen_q || A.max_seqlen_k || A.reserved_1_3;
+}
+
 // Applies every rule of flash.h to the call. Returns the verdict; *mv describes the mask's arrays; *skip is
 // set when a VALID/UNSURE call's arrays leave the arena (memory the caller does not own: outside the
 // contract, not the library's to detect) or a mask the library would read does.
@@ -360,6 +385,10 @@ Rules judge(const Call& c, const Arena& a, MaskView* mv, bool* skip) {
                                     : offsetof(flash_fwd_args, workspace_size) + sizeof(size_t);
   if (*c.struct_size < first || *c.struct_size > c.args_size) r.invalid("args struct_size");
   if (*c.algorithm_used == 0) r.invalid("uninitialised args (algorithm_used 0)");
+  if (*c.struct_size >= first && *c.struct_size <= c.args_size &&
+      (c.backward() ? varlen_fields_set(effective_args(*static_cast<const flash_bwd_args*>(c.args)))
+                    : varlen_fields_set(effective_args(*static_cast<const flash_fwd_args*>(c.args)))))
+    r.invalid("a varlen field set on a dense call");
 
   // Tensors' own fields.
   bool fields_ok = true;
@@ -846,6 +875,15 @@ std::string describe(const Call& c) {
     s += "]";
   }
   if (*c.workspace) s += " workspace " + std::to_string(*c.workspace_size) + " bytes";
+  const auto varlen_words = [&](const auto& A) {
+    if (varlen_fields_set(A))
+      s += " varlen fields: cu_seqlens_q " + std::string(A.cu_seqlens_q ? "set" : "NULL") + " cu_seqlens_k " +
+           (A.cu_seqlens_k ? "set" : "NULL") + " seqused_k " + (A.seqused_k ? "set" : "NULL") + " varlen_batch " +
+           std::to_string(A.varlen_batch) + " max_seqlen_q " + std::to_string(A.max_seqlen_q) + " max_seqlen_k " +
+           std::to_string(A.max_seqlen_k) + " reserved_1_3 " + std::to_string(A.reserved_1_3);
+  };
+  if (c.backward()) varlen_words(*static_cast<const flash_bwd_args*>(c.args));
+  else varlen_words(*static_cast<const flash_fwd_args*>(c.args));
   return s;
 }
 
@@ -2010,13 +2048,6 @@ int run_combine(FuzzedDataProvider& in) {
 //               keys, dk = dv = 0 for keys no query sees (past seqused_k, or in a sequence without queries).
 // =================================================================================================================
 
-void init_args(flash_fwd_args* a) { flash_fwd_args_init(a); }
-void init_args(flash_bwd_args* a) { flash_bwd_args_init(a); }
-int32_t call(flash_fwd_args* a) { return flash_fwd(a); }
-int32_t call(flash_bwd_args* a) { return flash_bwd(a); }
-int32_t query(flash_fwd_args* a, size_t* n) { return flash_fwd_workspace_size(a, n); }
-int32_t query(flash_bwd_args* a, size_t* n) { return flash_bwd_workspace_size(a, n); }
-
 // A tensor of a varlen call by role: like 0 [total_q, hq, d], 1 [total_k, hkv, d], 2 lse [hq, total_q].
 struct VT {
   const char* name;
@@ -2034,17 +2065,6 @@ std::vector<VT> var_tensors(flash_bwd_args& A) {
 }
 template <class Args>
 constexpr bool is_bwd() { return std::is_same_v<Args, flash_bwd_args>; }
-
-// The arguments as the library reads them: the caller's struct_size bytes over the init function's defaults (a struct
-// of the 1.2 layout has no varlen fields: they read as 0 / NULL). struct_size must be in range.
-template <class Args>
-Args effective_args(const Args& user) {
-  Args e;
-  init_args(&e);
-  std::memcpy(static_cast<void*>(&e), &user, std::min(user.struct_size, sizeof e));
-  e.struct_size = sizeof e;
-  return e;
-}
 
 // A packed tensor ([rows, heads, head_dim], or lse [heads, rows]) row-major or heads-outer ([h, rows, d] in memory, as
 // a transposed [b, h, s, d] tensor gives), with padding between rows and heads, and the gap to leave before it.
@@ -2261,7 +2281,7 @@ void same_element(const char* name, const flash_tensor& got, int64_t row, int64_
   const uint8_t* g = packed_ptr(got, row, h, e);
   if (want == nullptr) {
     if (load(g, got.dtype) != 0.0)
-      violation("varlen result", std::string(name) + " " + std::to_string(load(g, got.dtype)) + " where flash.h says 0 at " + where +
+      violation("varlen result", std::string(name) + " " + num_words(load(g, got.dtype)) + " where flash.h says 0 at " + where +
                                      " h" + std::to_string(h) + " e" + std::to_string(e));
     return;
   }
@@ -2808,6 +2828,24 @@ int run(const uint8_t* data, size_t size) {
 
   const int n_mut = in.ConsumeIntegralInRange(0, 4);
   for (int i = 0; i < n_mut && in.remaining_bytes() > 0; ++i) mutate(in, c, a);
+  // ABI 1.3: a varlen field set on this dense call (flash.h: all 0 / NULL without cu_seqlens_q). Drawn after the
+  // mutations, from what the input has left, so that the inputs of earlier versions of this harness decode as before.
+  if (in.remaining_bytes() > 0 && in.ConsumeIntegralInRange(0, 7) == 0) {
+    const auto stray = [&](auto& A) {
+      const int32_t* somewhere = static_cast<const int32_t*>(c.args);  // (never read: refused first)
+      switch (in.ConsumeIntegralInRange(0, 6)) {
+        case 0: A.cu_seqlens_q = somewhere; break;
+        case 1: A.cu_seqlens_k = somewhere; break;
+        case 2: A.seqused_k = somewhere; break;
+        case 3: A.varlen_batch = in.ConsumeBool() ? 1 : static_cast<int32_t>(interesting_int(in)); break;
+        case 4: A.max_seqlen_q = in.ConsumeBool() ? 1 : static_cast<int32_t>(interesting_int(in)); break;
+        case 5: A.max_seqlen_k = in.ConsumeBool() ? 1 : static_cast<int32_t>(interesting_int(in)); break;
+        case 6: A.reserved_1_3 = in.ConsumeBool() ? 1 : static_cast<int32_t>(interesting_int(in)); break;
+      }
+    };
+    if (bwd) stray(*static_cast<flash_bwd_args*>(c.args));
+    else stray(*static_cast<flash_fwd_args*>(c.args));
+  }
 
   MaskView mv;
   bool skip = false;

@@ -2232,7 +2232,7 @@ Rules judge_varlen(const Args& user, const Arena& a, const void* query_out, VarV
   // The naive algorithm sizes its scratch by max_seqlen_q x max_seqlen_k (flash.h: "a larger bound is allowed but
   // costs memory"): beyond what the harness may allocate (libFuzzer's malloc limit), a VALID call is out of its scope.
   if (A.algorithm == FLASH_ALGO_NAIVE && r.v != INVALID &&
-      static_cast<double>(A.max_seqlen_q + 1) * (A.max_seqlen_k + 1) + static_cast<double>(A.max_seqlen_k) * q.shape[2] > (1 << 22))
+      (A.max_seqlen_q + 1.0) * (A.max_seqlen_k + 1.0) + static_cast<double>(A.max_seqlen_k) * q.shape[2] > (1 << 22))
     *skip = true;
   return r;
 }

@@ -2376,27 +2376,37 @@ void fill_varlen_forward(flash_bwd_args& A, const VarView& v, const std::vector<
     return;
   const int64_t hq = A.q.shape[1], hkv = A.k.shape[1], d = A.q.shape[2];
   const double scale = A.softmax_scale != 0.0f ? A.softmax_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  for (int64_t i = 0; i < v.n; ++i) {
+  // The inputs must hold the generator's values (finite, |x| <= 64), not another array's bytes that a mutation pointed
+  // an input at: else there is no forward to write (and the comparison needs none).
+  bool finite = true;
+  auto value = [&](double x) { finite &= std::fabs(x) <= 64.0; return x; };
+  std::vector<Ref> refs(static_cast<size_t>(v.n));
+  for (int64_t i = 0; i < v.n && finite; ++i) {
     const int64_t q0 = v.cq[i], lq = v.cq[i + 1] - q0, k0 = v.ck[i], lk = v.lk[i];
     if (lq == 0) continue;
     Dense Q(lq, hq, d), K(std::max<int64_t>(lk, 1), hkv, d), V(std::max<int64_t>(lk, 1), hkv, d);
     for (int64_t r = 0; r < lq; ++r)
       for (int64_t h = 0; h < hq; ++h)
-        for (int64_t e = 0; e < d; ++e) Q.row(0, r, h)[e] = load(packed_ptr(A.q, q0 + r, h, e), A.q.dtype);
+        for (int64_t e = 0; e < d; ++e) Q.row(0, r, h)[e] = value(load(packed_ptr(A.q, q0 + r, h, e), A.q.dtype));
     for (int64_t r = 0; r < lk; ++r)
       for (int64_t h = 0; h < hkv; ++h)
         for (int64_t e = 0; e < d; ++e) {
-          K.row(0, r, h)[e] = load(packed_ptr(A.k, k0 + r, h, e), A.k.dtype);
-          V.row(0, r, h)[e] = load(packed_ptr(A.v, k0 + r, h, e), A.v.dtype);
+          K.row(0, r, h)[e] = value(load(packed_ptr(A.k, k0 + r, h, e), A.k.dtype));
+          V.row(0, r, h)[e] = value(load(packed_ptr(A.v, k0 + r, h, e), A.v.dtype));
         }
+    if (!finite) break;
     const int64_t wr = A.causal ? 0 : A.window_right;
     Problem p{1, lq, lk, hq, hkv, d, static_cast<double>(static_cast<float>(scale)), A.window_left, wr,
               A.causal_alignment == FLASH_ALIGN_BOTTOM_RIGHT ? lk - lq : 0, nullptr};
-    const Ref ref = forward_ref_dense(p, Q, K, V);
+    refs[i] = forward_ref_dense(p, Q, K, V);
+  }
+  if (!finite) return;
+  for (int64_t i = 0; i < v.n; ++i) {
+    const int64_t q0 = v.cq[i], lq = v.cq[i + 1] - q0;
     for (int64_t r = 0; r < lq; ++r)
       for (int64_t h = 0; h < hq; ++h) {
-        for (int64_t e = 0; e < d; ++e) store(packed_ptr(A.o, q0 + r, h, e), A.o.dtype, ref.o[(r * hq + h) * d + e]);
-        const float l = static_cast<float>(ref.lse[h * lq + r]);
+        for (int64_t e = 0; e < d; ++e) store(packed_ptr(A.o, q0 + r, h, e), A.o.dtype, refs[i].o[(r * hq + h) * d + e]);
+        const float l = static_cast<float>(refs[i].lse[h * lq + r]);
         std::memcpy(packed_lse_ptr(A.lse, h, q0 + r), &l, 4);
       }
   }

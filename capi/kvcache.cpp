@@ -116,6 +116,13 @@ int32_t prepare_kvcache(const flash_kvcache_args* user, flash_kvcache_args* args
   if (const int32_t s = flash::read_versioned(user, default_kvcache_args(), args, "args", "flash_kvcache_args_init");
       s != FLASH_OK)
     return s;
+  // As flash_fwd (capi/api.cpp): the init function writes algorithm_used = -1 and a successful call the id of the
+  // algorithm that ran (never 0, FLASH_ALGO_AUTO), so 0 means the struct never went through it -- typically
+  // zero-filled with struct_size set, whose window (0, 0) would silently mean "the diagonal only".
+  if (args->algorithm_used == 0)
+    return fail(FLASH_ERROR_INVALID_ARGUMENT, "args->algorithm_used is 0, which flash_kvcache_args_init never writes: the "
+                "struct was not initialised (zero-filled, its window_left/window_right would be 0, the diagonal only). "
+                "Call flash_kvcache_args_init(&args) first, then set the fields you need");
   if (const int32_t s = flash::validate_kvcache(args, p); s != FLASH_OK) return s;
   if (const int32_t s = select_kvcache(args->q.device_type, args->algorithm, "flash_fwd_kvcache"); s != FLASH_OK) return s;
 #ifdef FLASH_WITH_CUDA

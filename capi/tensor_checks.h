@@ -1,12 +1,14 @@
 // capi/tensor_checks.h -- the checks every entry point makes of one flash_tensor's own fields (pointer, ndim,
 // dtype, alignment, device, shape, strides, span) and of an output's strides, shared by validate.cpp (flash_fwd,
 // flash_bwd) and validate_kvcache.cpp (flash_fwd_kvcache, flash_combine) so every entry point refuses the same inputs
-// with the same words. `name` is a const char* or a std::string.
+// with the same words, and the overlap rule (class Arrays) every entry point applies to the arrays it reads and writes.
+// `name` is a const char* or a std::string.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../flash.h"
@@ -35,15 +37,20 @@ inline std::string device_name(const flash_tensor& t) {
   return "device_type " + std::to_string(t.device_type);
 }
 
-// Largest element offset reachable in t plus one (the span in elements), or -1 on int64 overflow.
+// Largest element offset reachable in t plus one (the span in elements), or -1 when that does not fit in int64. Every
+// step is overflow-checked, the final "+ 1" too: a stride of INT64_MAX over two elements puts the last offset at exactly
+// INT64_MAX, whose span INT64_MAX + 1 is signed overflow (undefined behaviour), not a number to compare.
 inline int64_t span_elements(const flash_tensor& t) {
   int64_t last = 0;
   for (int i = 0; i < t.ndim; ++i) {
     const int64_t extent = t.shape[i] - 1;
-    if (extent > 0 && t.strides[i] > (std::numeric_limits<int64_t>::max() - last) / extent) return -1;
-    last += extent * t.strides[i];
+    if (extent <= 0) continue;
+    int64_t step = 0;
+    if (__builtin_mul_overflow(extent, t.strides[i], &step) || __builtin_add_overflow(last, step, &last)) return -1;
   }
-  return last + 1;
+  int64_t span = 0;
+  if (__builtin_add_overflow(last, int64_t{1}, &span)) return -1;
+  return span;
 }
 
 // Checks one tensor's own fields: pointer, ndim, dtype, device, shape and strides.
@@ -99,5 +106,79 @@ int32_t check_no_self_overlap(const flash_tensor& t, const Name& name) {
   }
   return FLASH_OK;
 }
+
+// The arrays one call reads and writes, as byte ranges on a device, so that every array it writes can be
+// checked against every array it reads and every other array it writes: a written array overlapping one
+// the call reads would be read after it was overwritten (a block mask validated, then read again as
+// garbage; a cache_seqlens entry checked, then overwritten by the workspace's partial results), and two written
+// arrays overlapping would race. Every entry point lists its arrays here -- flash_fwd and flash_bwd (validate.cpp:
+// tensors, the block mask's index arrays, the varlen arrays, the workspace), flash_fwd_kvcache (validate_kvcache.cpp:
+// q, the caches, k_new, v_new, o, lse, the index arrays, the workspace) and flash_combine (the parts, o, lse) -- and
+// calls check_disjoint() once, after each array's own fields were checked (check_tensor: its span fits in 2^63 bytes).
+class Arrays {
+ public:
+  template <class Name>
+  void read(const flash_tensor& t, const Name& name) { add(reads_, t, name); }
+  template <class Name>
+  void write(const flash_tensor& t, const Name& name) { add(writes_, t, name); }
+  // An int32 index array of `ndim` dimensions (shape and element strides given) at `data` on a device: `status`
+  // (FLASH_ERROR_BAD_MASK for a block mask's) if its span does not fit in 2^63 bytes. NULL: nothing read.
+  int32_t read_int32(const void* data, int ndim, const int64_t* shape, const int64_t* strides, int32_t device_type,
+                     int32_t device_id, const char* name, int32_t status) {
+    if (data == nullptr) return FLASH_OK;
+    int64_t last = 0;
+    for (int i = 0; i < ndim; ++i) {
+      const int64_t extent = shape[i] - 1;
+      if (extent > 0 && strides[i] > (std::numeric_limits<int64_t>::max() / 4 - last) / extent)
+        return fail(status, name, " spans more than 2^63 bytes with these strides");
+      if (extent > 0) last += extent * strides[i];
+    }
+    add_bytes(reads_, data, static_cast<uint64_t>(last + 1) * 4, device_type, device_id, name);
+    return FLASH_OK;
+  }
+  // Raw bytes the call may write (the caller's workspace).
+  void write_bytes(const void* data, uint64_t bytes, int32_t device_type, int32_t device_id, const char* name) {
+    if (data != nullptr && bytes > 0) add_bytes(writes_, data, bytes, device_type, device_id, name);
+  }
+  // FLASH_ERROR_INVALID_ARGUMENT naming the first written array that overlaps an array read or another array
+  // written ("o overlaps block_mask->kv_indices in memory").
+  int32_t check_disjoint() const {
+    for (size_t i = 0; i < writes_.size(); ++i) {
+      for (const Range& r : reads_)
+        if (writes_[i].overlaps(r)) return fail(FLASH_ERROR_INVALID_ARGUMENT, writes_[i].name, " overlaps ", r.name, " in memory");
+      for (size_t j = 0; j < i; ++j)
+        if (writes_[i].overlaps(writes_[j]))
+          return fail(FLASH_ERROR_INVALID_ARGUMENT, writes_[i].name, " overlaps ", writes_[j].name, " in memory");
+    }
+    return FLASH_OK;
+  }
+
+ private:
+  struct Range {
+    uintptr_t lo, hi;  // [lo, hi)
+    int32_t device_type, device_id;
+    std::string name;
+    bool overlaps(const Range& o) const {
+      return device_type == o.device_type && device_id == o.device_id && lo < o.hi && o.lo < hi;
+    }
+  };
+  static void add_bytes(std::vector<Range>& to, const void* data, uint64_t bytes, int32_t device_type, int32_t device_id,
+                        std::string name) {
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(data);
+    // A range past the end of the address space is clipped there (it still overlaps whatever it reaches).
+    const uintptr_t hi = bytes > std::numeric_limits<uintptr_t>::max() - lo ? std::numeric_limits<uintptr_t>::max()
+                                                                             : lo + static_cast<uintptr_t>(bytes);
+    to.push_back({lo, hi, device_type, device_id, std::move(name)});
+  }
+  // A tensor whose own fields were checked (check_tensor: its span fits in 2^63 bytes). NULL data: not an array of
+  // the call (an optional output left out).
+  template <class Name>
+  static void add(std::vector<Range>& to, const flash_tensor& t, const Name& name) {
+    if (t.data == nullptr) return;
+    add_bytes(to, t.data, static_cast<uint64_t>(span_elements(t)) * static_cast<uint64_t>(esize(t.dtype)), t.device_type,
+              t.device_id, std::string(name));
+  }
+  std::vector<Range> reads_, writes_;
+};
 
 }  // namespace flash

@@ -2,8 +2,9 @@
 // flash::KvcacheParams (flash::CombineParams). Every rule of those two calls is checked here, once, before
 // anything is written; each failure names the field and its value.
 //
-// The tensor checks mirror capi/validate.cpp's (same rules, same wording); they are repeated here rather than
-// shared so the two files change independently (validate.cpp's helpers are file-local).
+// Each tensor's own fields and the overlap rule (every array written against every array read) are capi/tensor_checks.h's,
+// shared with capi/validate.cpp so every entry point words them the same; the shape checks between tensors are
+// repeated here (validate.cpp's are file-local and take its own layouts).
 //
 // Host-resident index arrays are read element by element: cache_seqlens (every append and read fits the
 // cache), cache_batch_idx (rows exist), block_table (the pages a sequence uses exist), and, when k_new is given,
@@ -25,30 +26,6 @@ namespace flash {
 namespace {
 
 constexpr int32_t kMaxSplits = 256;
-
-// A named byte range on a device: a tensor's span, or an index array's.
-struct Range {
-  std::string name;
-  uintptr_t lo = 0, hi = 0;  // [lo, hi)
-  int32_t device_type = 0, device_id = 0;
-};
-Range range_of(const flash_tensor& t, std::string name) {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(t.data);
-  return {std::move(name), lo, lo + static_cast<uintptr_t>(span_elements(t) * esize(t.dtype)), t.device_type, t.device_id};
-}
-Range range_of(const int32_t* p, int64_t count, std::string name, const flash_tensor& on) {
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
-  return {std::move(name), lo, lo + static_cast<uintptr_t>(count) * 4, on.device_type, on.device_id};
-}
-bool overlaps(const Range& a, const Range& b) {
-  return a.device_type == b.device_type && a.device_id == b.device_id && a.lo < b.hi && b.lo < a.hi;
-}
-// Output `out` must overlap none of `others`.
-int32_t check_disjoint(const Range& out, const std::vector<Range>& others) {
-  for (const Range& x : others)
-    if (overlaps(out, x)) return fail(FLASH_ERROR_INVALID_ARGUMENT, out.name, " overlaps ", x.name, " in memory");
-  return FLASH_OK;
-}
 
 int32_t check_dim(const flash_tensor& t, const std::string& tn, int td, const flash_tensor& ref, const std::string& rn,
                   int rd) {
@@ -242,28 +219,35 @@ int32_t validate_kvcache(const flash_kvcache_args* args, KvcacheParams* p) {
   if (a.workspace != nullptr && reinterpret_cast<uintptr_t>(a.workspace) % 8 != 0)
     return fail(FLASH_ERROR_INVALID_ARGUMENT, "workspace is not 8-byte aligned");
 
-  // Outputs against everything else: o, lse, and the caches when appended to. Nothing written may overlap
-  // anything read (or another output); a written tensor may not alias itself.
-  std::vector<Range> inputs = {range_of(q, "q"), range_of(a.cache_seqlens, batch, "cache_seqlens", q)};
-  if (append) inputs.insert(inputs.end(), {range_of(kn, "k_new"), range_of(vn, "v_new")});
-  if (a.cache_batch_idx != nullptr) inputs.push_back(range_of(a.cache_batch_idx, batch, "cache_batch_idx", q));
-  if (paged) inputs.push_back(range_of(a.block_table, (batch - 1) * bt_stride + a.max_pages_per_seq, "block_table", q));
-  const Range rk = range_of(kc, "k_cache"), rv = range_of(vc, "v_cache"), ro = range_of(o, "o");
+  // The overlap rule (flash.h CONVENTIONS): nothing the call writes -- o, lse, the workspace, and the caches when
+  // appended to -- may overlap anything it reads (q, k_new, v_new, the caches otherwise, the index arrays) or another
+  // array it writes; a written tensor may not alias itself. The workspace is part of it: the split partials written
+  // there over q or cache_seqlens would be read back as the next sequence's queries or lengths.
   if (append) {
     FLASH_CHECK(check_no_self_overlap(kc, "k_cache"));
     FLASH_CHECK(check_no_self_overlap(vc, "v_cache"));
-    FLASH_CHECK(check_disjoint(rk, inputs));
-    FLASH_CHECK(check_disjoint(rv, inputs));
-    FLASH_CHECK(check_disjoint(rv, {rk}));
   }
-  inputs.insert(inputs.end(), {rk, rv});
   FLASH_CHECK(check_no_self_overlap(o, "o"));
-  FLASH_CHECK(check_disjoint(ro, inputs));
-  if (lse.data != nullptr) {
-    FLASH_CHECK(check_no_self_overlap(lse, "lse"));
-    inputs.push_back(ro);
-    FLASH_CHECK(check_disjoint(range_of(lse, "lse"), inputs));
+  if (lse.data != nullptr) FLASH_CHECK(check_no_self_overlap(lse, "lse"));
+  Arrays io;
+  io.read(q, "q");
+  const int64_t per_seq[1] = {batch}, unit[1] = {1};
+  FLASH_CHECK(io.read_int32(a.cache_seqlens, 1, per_seq, unit, q.device_type, q.device_id, "cache_seqlens",
+                            FLASH_ERROR_INVALID_ARGUMENT));
+  if (append) io.read(kn, "k_new"), io.read(vn, "v_new");
+  FLASH_CHECK(io.read_int32(a.cache_batch_idx, 1, per_seq, unit, q.device_type, q.device_id, "cache_batch_idx",
+                            FLASH_ERROR_INVALID_ARGUMENT));
+  if (paged) {
+    const int64_t table[2] = {batch, a.max_pages_per_seq}, table_strides[2] = {bt_stride, 1};
+    FLASH_CHECK(io.read_int32(a.block_table, 2, table, table_strides, q.device_type, q.device_id, "block_table",
+                              FLASH_ERROR_INVALID_ARGUMENT));
   }
+  if (append) io.write(kc, "k_cache"), io.write(vc, "v_cache");
+  else io.read(kc, "k_cache"), io.read(vc, "v_cache");
+  io.write(o, "o");
+  io.write(lse, "lse");
+  io.write_bytes(a.workspace, a.workspace_size, q.device_type, q.device_id, "workspace");
+  FLASH_CHECK(io.check_disjoint());
 
   // Normalise.
   *p = KvcacheParams{};
@@ -325,7 +309,7 @@ int32_t validate_combine(const flash_combine_args* args, CombineParams* p, std::
   if (a.lse_parts == nullptr) return fail(FLASH_ERROR_NULL_POINTER, "lse_parts is NULL");
   const flash_tensor &o = a.o, &lse = a.lse;
   FLASH_CHECK(check_tensor(o, "o", 4, true));
-  std::vector<Range> inputs;
+  Arrays io;  // the parts are read, o and lse written
   for (int32_t s = 0; s < a.num_parts; ++s) {
     const std::string on = "o_parts[" + std::to_string(s) + "]", ln = "lse_parts[" + std::to_string(s) + "]";
     const flash_tensor &op = a.o_parts[s], &lp = a.lse_parts[s];
@@ -334,18 +318,15 @@ int32_t validate_combine(const flash_combine_args* args, CombineParams* p, std::
     FLASH_CHECK(check_same_device(op, on, o, "o"));
     for (int i = 0; i < 4; ++i) FLASH_CHECK(check_dim(op, on, i, o, "o", i));
     FLASH_CHECK(check_lse(lp, ln, o, "o"));
-    inputs.push_back(range_of(op, on));
-    inputs.push_back(range_of(lp, ln));
+    io.read(op, on);
+    io.read(lp, ln);
   }
   if (lse.data != nullptr) FLASH_CHECK(check_lse(lse, "lse", o, "o"));
-  const Range ro = range_of(o, "o");
   FLASH_CHECK(check_no_self_overlap(o, "o"));
-  FLASH_CHECK(check_disjoint(ro, inputs));
-  if (lse.data != nullptr) {
-    FLASH_CHECK(check_no_self_overlap(lse, "lse"));
-    inputs.push_back(ro);
-    FLASH_CHECK(check_disjoint(range_of(lse, "lse"), inputs));
-  }
+  if (lse.data != nullptr) FLASH_CHECK(check_no_self_overlap(lse, "lse"));
+  io.write(o, "o");
+  io.write(lse, "lse");
+  FLASH_CHECK(io.check_disjoint());
 
   parts->assign(a.num_parts, CombinePart{});
   for (int32_t s = 0; s < a.num_parts; ++s) {

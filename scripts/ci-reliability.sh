@@ -2,8 +2,11 @@
 # scripts/ci-reliability.sh -- issue 70's CI steps, run by .ci/run after scripts/run-tests.sh (which set up the
 # packages and the main build). CPU only; each step in its own build directory:
 #   1. the CPU test suite (ctest -L cpu) built with ASan + UBSan           -> build-asan/
-#   2. the libFuzzer target fuzz_attention (clang), FUZZ_SECONDS (default 60) from the committed seed
+#   2. the libFuzzer target fuzz_attention (clang) over flash_fwd and flash_bwd (dense and packed varlen),
+#      flash_fwd_kvcache, flash_combine and the workspace queries, FUZZ_SECONDS (default 60) from the committed seed
 #      corpus fuzz/corpus-attention.tar.gz, unpacked into a scratch folder        -> build-fuzz/
+#      Any deviation from flash.h's rules fails the run (the harness tolerates none); its log ends with counts per
+#      entry point.
 # A failure of either fails CI; a fuzzer finding leaves its input in build-fuzz/crash-* (replay it with
 # build-fuzz/fuzz/fuzz_attention <file>).
 #

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,6 +182,44 @@ TEST(Validation, BadStrides) {
     f.args.o.data = f.q.data();
     f.args.o = f.args.q;
     expect_error(f, FLASH_ERROR_INVALID_ARGUMENT, "o overlaps q");
+  }
+}
+
+// A tensor whose last element sits at offset INT64_MAX: its span (INT64_MAX + 1 elements) does not fit in int64. Found
+// by the fuzzer: the span computation overflowed on that "+ 1" (undefined behaviour, reported by the sanitizer build);
+// it is a bad stride, refused on every entry point with the same words.
+TEST(Validation, SpanPastInt64MaxRefused) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  {
+    Fixture f(1, 2, 12, 1, 1, 64);  // lse [1, 1, 2]
+    f.args.lse.strides[2] = kMax;
+    expect_error(f, FLASH_ERROR_BAD_STRIDE, "lse spans more than 2^63 bytes with these strides");
+  }
+  {
+    Fixture f;  // q [2, ...]: batch 1 at offset INT64_MAX
+    f.args.q.strides[0] = kMax;
+    expect_error(f, FLASH_ERROR_BAD_STRIDE, "q spans more than 2^63 bytes with these strides");
+  }
+  {
+    Fixture f;  // k [2, 12, 2, 64]: the offsets of its last element adding up to exactly INT64_MAX
+    f.args.k.strides[0] = kMax - 11 * f.args.k.strides[1] - f.args.k.strides[2] - 63;
+    expect_error(f, FLASH_ERROR_BAD_STRIDE, "k spans more than 2^63 bytes");
+  }
+  {  // flash_combine's tensors go through the same check
+    float part[8] = {0}, part_lse[2] = {0}, out[8], out_lse[2] = {NAN, NAN};
+    const int64_t os[4] = {1, 2, 1, 4}, ls[3] = {1, 1, 2};
+    flash_tensor op = flash_tensor_contiguous(part, FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 4, os);
+    flash_tensor lp = flash_tensor_contiguous(part_lse, FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 3, ls);
+    flash_combine_args c;
+    flash_combine_args_init(&c);
+    c.num_parts = 1, c.o_parts = &op, c.lse_parts = &lp;
+    c.o = flash_tensor_contiguous(out, FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 4, os);
+    c.lse = flash_tensor_contiguous(out_lse, FLASH_DTYPE_FP32, FLASH_DEVICE_CPU, 0, 3, ls);
+    c.lse.strides[2] = kMax;
+    EXPECT_EQ(flash_combine(&c), FLASH_ERROR_BAD_STRIDE) << flash_last_error_message();
+    EXPECT_NE(std::string(flash_last_error_message()).find("lse spans more than 2^63 bytes"), std::string::npos)
+        << flash_last_error_message();
+    EXPECT_TRUE(std::isnan(out_lse[0]) && std::isnan(out_lse[1]));
   }
 }
 

@@ -19,9 +19,13 @@ class KeyBlocks {
                               : p.seqlen_k;
     if (p.has_block_mask) {
       const BlockMaskParams& m = p.block_mask;
-      count_ = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + q_block * m.num_qblock_stride];
-      list_ = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + q_block * m.idx_qblock_stride;
-      list_stride_ = m.idx_stride;
+      // An empty mask (max_kv_blocks 0, every count 0 by validation) may leave kv_indices NULL, and offsetting NULL
+      // is undefined behaviour: no list is formed then.
+      if (m.max_kv_blocks > 0) {
+        count_ = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + q_block * m.num_qblock_stride];
+        list_ = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + q_block * m.idx_qblock_stride;
+        list_stride_ = m.idx_stride;
+      }
     } else {
       cursor_ = lo_ / block_n;
     }
@@ -88,6 +92,7 @@ inline bool tile_partial(const FwdParams& p, int64_t q_begin, int64_t q_end, int
 inline bool block_listed(const FwdParams& p, int64_t b, int64_t h, int64_t qb, int64_t kb) {
   if (!p.has_block_mask) return true;
   const BlockMaskParams& m = p.block_mask;
+  if (m.max_kv_blocks == 0) return false;  // an empty mask lists nothing (and its kv_indices may be NULL: not offset)
   const int32_t n = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
   const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;
   for (int32_t t = 0; t < n; ++t)

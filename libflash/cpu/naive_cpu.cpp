@@ -39,6 +39,7 @@ size_t matrix_bytes(const FwdParams& p) { return product_or_max({size_t(p.seqlen
 bool block_listed(const FwdParams& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   if (!p.has_block_mask) return true;
   const BlockMaskParams& m = p.block_mask;
+  if (m.max_kv_blocks == 0) return false;  // an empty mask lists nothing (and its kv_indices may be NULL: not offset)
   const int64_t qb = i / m.block_m, kb = j / m.block_n;
   const int32_t n = m.kv_num_blocks[b * m.num_batch_stride + h * m.num_head_stride + qb * m.num_qblock_stride];
   const int32_t* list = m.kv_indices + b * m.idx_batch_stride + h * m.idx_head_stride + qb * m.idx_qblock_stride;

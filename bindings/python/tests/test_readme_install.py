@@ -59,6 +59,10 @@ def test_plain_system_pip_is_refused_as_the_readme_says():
     if not os.path.exists("/usr/lib/python3/dist-packages") or not any(
             os.path.exists("/usr/lib/python3.%d/EXTERNALLY-MANAGED" % m) for m in range(9, 20)):
         pytest.skip("not a PEP 668 Debian Python")
+    # Debian's own pip as shipped: no pip configuration files and no PIP_* variables (a machine whose pip.conf or
+    # environment sets break-system-packages, as the H200 image does, would install).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
     r = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
-                        PKG], capture_output=True, text=True)
+                        PKG], capture_output=True, text=True, env=env)
     assert r.returncode != 0 and "externally-managed-environment" in (r.stdout + r.stderr)

@@ -11,6 +11,9 @@
 #             s = .1/.25/.5); JSON in $OUT/bench/fa-bench-{fwd,fwd_bwd,masks}.json
 #   peers     scripts/interleaved_peers.py: libflash (its fastest algorithm) against PyTorch SDPA's cuDNN and
 #             FlashAttention-2, interleaved in one process (needs torch with CUDA); $OUT/peers/peers.json
+#   varlen    the same script's --mode varlen: packed variable-length batches (64k tokens, lengths uniform in
+#             [128, 8192] and [16, 512]) against FlashAttention-2's varlen kernel and libflash's dense call at the
+#             mean length, forward and forward+backward; $OUT/varlen/varlen.json
 #   decode    the same script's --mode decode: KV-cache decode (one token, heads 32/8, d128; contiguous and paged
 #             caches) against SDPA on the same cache, GB/s and the fraction of copy bandwidth; $OUT/decode/decode.json
 #
@@ -41,6 +44,7 @@
 #   BENCH_REPS        timed calls per row (default 30, after 5 untimed)
 #   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
 #   DECODE_ARGS       extra arguments of its decode mode (e.g. "--hdims 64,128,256 --heads 32,32")
+#   VARLEN_ARGS       extra arguments of its varlen mode (e.g. "--hdims 128 --varlen-modes fwd --reps 10")
 # Exit status: 0 when every phase passed, else 1 (the phases after a failed one still run, except after build).
 set -uo pipefail
 [ $# -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
@@ -156,8 +160,15 @@ for phase in "$@"; do
         fail "interleaved_peers.py --mode decode (log: $dir/decode.txt)"
       tail -24 "$dir/decode.txt"
       ;;
+    varlen)
+      # shellcheck disable=SC2086  # VARLEN_ARGS is a list of arguments
+      PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
+        python3 scripts/interleaved_peers.py --mode varlen ${VARLEN_ARGS:-} --json "$dir/varlen.json" > "$dir/varlen.txt" 2>&1 ||
+        fail "interleaved_peers.py --mode varlen (log: $dir/varlen.txt)"
+      tail -20 "$dir/varlen.txt"
+      ;;
     *)
-      echo "unknown phase '$phase' (build, test, sanitize, bench, peers, decode)"
+      echo "unknown phase '$phase' (build, test, sanitize, bench, peers, decode, varlen)"
       exit 2
       ;;
   esac

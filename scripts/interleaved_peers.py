@@ -22,11 +22,21 @@ read through [b, heads_kv, L, d] views; enable_gqa), batch x cached keys in --de
 --hdims (128); libflash also on paged copies of the cache (--page-sizes, a random page order; the peers have no
 paged cache). GB/s = K and V bytes read / median time, also as a fraction of the device-to-device copy bandwidth
 measured in the same process. JSON: "decode.json" in bench_results/README.md.
+
+--mode varlen: packed variable-length batches (issue 72's speed bar): --varlen-total tokens (65536) of lengths drawn
+uniformly from each --varlen-dists range (128:8192 and 16:512; seeded), --hdims (64,128), --varlen-heads (16/16 and
+32/8), causal and not, forward and forward+backward (--varlen-modes). Timed interleaved: libflash's varlen call,
+FlashAttention-2's varlen kernel through PyTorch (aten::_flash_attention_forward, the kernel under
+torch.nn.attention.varlen.varlen_attn; its autograd for fwd_bwd) and libflash's own dense call at the mean length
+(batch = total / mean). TFLOP/s are counted per sequence: 4 h d x (visible query-key pairs), x 3.5 for fwd_bwd (the
+backward's five products are 2.5x the forward's two). The bars: libflash varlen >= 0.95x its dense TFLOP/s at the
+mean length and >= 1.1x FA2's varlen. JSON: the rows under "varlen_rows".
 """
 import argparse
 import datetime
 import json
 import os
+import random
 import re
 import statistics
 import sys
@@ -160,13 +170,116 @@ def decode(a, peers, cache):
     return rows, copy_bw
 
 
+def varlen_lengths(lo, hi, total, seed):
+    """Lengths drawn uniformly from [lo, hi] until they sum to total (the last one cut to fit)."""
+    rng = random.Random(seed)
+    lens, s = [], 0
+    while s < total:
+        n = min(rng.randint(lo, hi), total - s)
+        lens.append(n)
+        s += n
+    return lens
+
+
+def varlen(a, cache):
+    """The varlen rows: {dist, d, hq, hkv, causal, mode, sequences, mean, ms, tflops, max_rel_err}."""
+    import libflash.torch as lt
+
+    rows = []
+    aten_fa = torch.ops.aten._flash_attention_forward
+    for dist in a.varlen_dists.split(","):
+        lo, hi = (int(x) for x in dist.split(":"))
+        lens = varlen_lengths(lo, hi, a.varlen_total, seed=lo * 7919 + hi)
+        total, m = sum(lens), max(lens)
+        mean = max(8, int(round(total / len(lens) / 8.0)) * 8)
+        cu = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device="cuda")
+        for d in a.hdims:
+            for hq, hkv in a.varlen_heads:
+                for causal in (bool(int(c)) for c in a.causal.split(",")):
+                    pairs = sum(n * (n + 1) // 2 if causal else n * n for n in lens)
+                    bd = max(1, total // mean)
+                    pairs_dense = bd * (mean * (mean + 1) // 2 if causal else mean * mean)
+                    for mode in a.varlen_modes.split(","):
+                        grad = mode == "fwd_bwd"
+                        mk = lambda *shape: torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=grad)  # noqa: E731
+                        q, k, v = mk(total, hq, d), mk(total, hkv, d), mk(total, hkv, d)
+                        qd, kd, vd = mk(bd, mean, hq, d), mk(bd, mean, hkv, d), mk(bd, mean, hkv, d)
+                        do, dod = torch.randn(total, hq, d, device="cuda", dtype=torch.bfloat16), \
+                            torch.randn(bd, mean, hq, d, device="cuda", dtype=torch.bfloat16)
+                        o = torch.empty(total, hq, d, device="cuda", dtype=torch.bfloat16)
+
+                        def fa2_out():
+                            return aten_fa(q, k, v, cu, cu, m, m, 0.0, causal, False)[0]
+
+                        if grad:
+                            def lib():
+                                out = lt.flash_attn_varlen_func(q, k, v, cu, cu, m, m, causal=causal)
+                                torch.autograd.grad(out, (q, k, v), do)
+
+                            def fa2():
+                                torch.autograd.grad(fa2_out(), (q, k, v), do)
+
+                            def dense():
+                                torch.autograd.grad(lt.flash_attn_func(qd, kd, vd, causal=causal), (qd, kd, vd), dod)
+                        else:
+                            def lib():
+                                libflash.attention(q, k, v, causal=causal, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                   max_seqlen_q=m, max_seqlen_k=m, out=o)
+
+                            def fa2():
+                                fa2_out()
+
+                            def dense():
+                                libflash.attention(qd, kd, vd, causal=causal)
+
+                        fns = {"libflash": lib, "fa2_varlen": fa2, "libflash_dense_mean": dense}
+                        with torch.set_grad_enabled(grad):
+                            for name, fn in list(fns.items()):
+                                try:
+                                    for _ in range(3):
+                                        fn()
+                                except Exception as e:  # a peer this PyTorch cannot run (e.g. no autograd)
+                                    print("  %s: %s: %s" % (name, type(e).__name__, str(e)[:120]), flush=True)
+                                    del fns[name]
+                            err = None
+                            with torch.no_grad():
+                                libflash.attention(q.detach(), k.detach(), v.detach(), causal=causal, cu_seqlens_q=cu,
+                                                   cu_seqlens_k=cu, max_seqlen_q=m, max_seqlen_k=m, out=o)
+                                if "fa2_varlen" in fns:
+                                    ref = fa2_out().float()
+                                    err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+                            torch.cuda.synchronize()
+                            times = time_rounds(fns, a.reps, cache, a.sleep, icache=a.icache)
+                        mult = 4 * hq * d * (3.5 if grad else 1.0)
+                        ms = {n: statistics.median(t) for n, t in times.items()}
+                        tf = {n: mult * (pairs_dense if n == "libflash_dense_mean" else pairs) / (t * 1e-3) / 1e12
+                              for n, t in ms.items()}
+                        row = dict(dist=dist, total=total, sequences=len(lens), max_seqlen=m, mean=mean, dense_batch=bd,
+                                   d=d, hq=hq, hkv=hkv, causal=causal, mode=mode, reps=a.reps, ms=ms, tflops=tf,
+                                   max_rel_err=err)
+                        rows.append(row)
+                        lt_ = tf["libflash"]
+                        print("%-9s %-8s d%-3d %2d/%-2d %-6s libflash %6.1f TFLOP/s  / dense@%d %s  / FA2 varlen %s  err %s" % (
+                            dist, mode, d, hq, hkv, "causal" if causal else "dense", lt_, mean,
+                            "%.2f" % (lt_ / tf["libflash_dense_mean"]) if "libflash_dense_mean" in tf else "-",
+                            "%.2f" % (lt_ / tf["fa2_varlen"]) if "fa2_varlen" in tf else "-",
+                            "%.1e" % err if err is not None else "-"), flush=True)
+                        del q, k, v, qd, kd, vd, do, dod, o
+    return rows
+
+
 def pairs(s):
     return [tuple(int(v) for v in x.split("x")) for x in s.split(",")]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", default="fwd", choices=["fwd", "decode"])
+    ap.add_argument("--mode", default="fwd", choices=["fwd", "decode", "varlen"])
+    ap.add_argument("--varlen-dists", default="128:8192,16:512", help="varlen: LO:HI length ranges, comma separated")
+    ap.add_argument("--varlen-total", type=int, default=65536, help="varlen: tokens in the packed batch")
+    ap.add_argument("--varlen-heads", type=lambda x: [tuple(int(v) for v in p.split("/")) for p in x.split(",")],
+                    default=[(16, 16), (32, 8)], help="varlen: heads_q/heads_kv pairs, comma separated")
+    ap.add_argument("--varlen-modes", default="fwd,fwd_bwd", help="varlen: fwd, fwd_bwd")
     ap.add_argument("--decode-shapes", type=pairs, default=pairs("1x8192,1x131072,16x8192,16x32768,64x4096,64x32768,128x2048"),
                     help="decode: batch x cached keys, comma separated")
     ap.add_argument("--heads", type=ints, default=[32, 8], help="decode: query heads, KV heads")
@@ -193,6 +306,18 @@ def main():
                        libflash_build_info=libflash.build_info(), mode="decode", dtype="bf16", copy_bytes_per_s=copy_bw,
                        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
                        decode_rows=rows)
+            with open(a.json, "w") as f:
+                json.dump(doc, f, indent=1)
+        return
+    if a.mode == "varlen":
+        if "--hdims" not in " ".join(sys.argv):
+            a.hdims = [64, 128]
+        rows = varlen(a, cache)
+        if a.json:
+            doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
+                       libflash_build_info=libflash.build_info(), mode="varlen", dtype="bf16",
+                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
+                       varlen_rows=rows)
             with open(a.json, "w") as f:
                 json.dump(doc, f, indent=1)
         return

@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
-"""dev/ab_table.py -- times two fa-bench builds on the same grids, interleaved, and tables new / old per row.
+"""dev/ab.py -- A/B of two libflash source trees on one GPU (a development harness: not part of libflash.so, not
+built by default). Used for refactors that must not slow a kernel.
 
-Each round runs every grid with both builds, in the order old, new in odd rounds and new, old in even ones, so clock
-and power drift fall on both alike. A row's time is the median over rounds of fa-bench's median. Rows whose ratio
-new / old exceeds --limit are re-run alone (old, new, new, old) and judged on all their samples. Writes the JSON of
-every run and table.md (the table, the rows past the limit, and the verdict) to --out; exits 1 when a row stays past
-the limit.
+    git archive <old-revision> | tar -x -C .devcarry/old        # a copy of the old sources (git-ignored, carried)
+    python3 dev/ab.py build --old-src .devcarry/old              # on the GPU machine: the old tree into /tmp/ab/old
+    python3 dev/ab.py bench --old /tmp/ab/old/cli/fa-bench --new build-device/cli/fa-bench --out out/ab [--deadline S]
+
+`build` configures and builds the old tree's library and fa-bench (Release, sm_90a only, --jobs) beside the new one
+(scripts/device.sh build). `bench` times fa-bench's standard grid (fwd and fwd_bwd; d 64, 128, 256; no mask and
+causal) and the masks grid with both builds on the same grids, interleaved: each round runs every grid with both
+builds, old then new in odd rounds and new then old in even ones, so clock and power drift fall on both alike. A row's
+time is the median over rounds of fa-bench's median. Rows whose new / old exceeds --limit (1.02) are re-run alone
+(old, new, new, old) and judged on all their samples. Writes the JSON of every run and table.md (the table, the rows
+past the limit, the verdict) to --out; exits 1 when a row stays past the limit. --deadline: seconds after which no
+new fa-bench run starts (the table is still written from what ran, and says what was cut).
 """
+
 import argparse, json, os, statistics, subprocess, sys, time
+
+T0 = time.time()
 
 GRIDS = {  # name: fa-bench run arguments
     "fwd": ["--grid", "standard", "--mode", "fwd", "--head-dim", "64,128,256", "--mask", "none;causal"],
@@ -31,8 +42,28 @@ def key(row):
     return row["name"]
 
 
+def build(a):
+    """The old tree's library and fa-bench, sm_90a, into a.dir (the new tree is scripts/device.sh build's)."""
+    cfg = ["cmake", "-S", a.old_src, "-B", a.dir, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DFLASH_WITH_CUDA=ON",
+           "-DFLASH_CUDA_ARCHS=90a", "-DFLASH_CUDA_PTX=OFF", "-DFLASH_BUILD_TESTS=OFF", "-DFLASH_BUILD_EXAMPLES=OFF",
+           "-DFLASH_REVISION=old"]
+    with open(a.dir.rstrip("/") + ".log", "w") as log:
+        for cmd in (cfg, ["cmake", "--build", a.dir, "-j", str(a.jobs), "--target", "flash", "fa-bench"]):
+            if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
+                print(f"{' '.join(cmd)} failed (log: {log.name})")
+                return 1
+    print(f"old tree built in {time.time() - T0:.0f} s: {a.dir}/cli/fa-bench")
+    return 0
+
+
 def main():
-    ap = argparse.ArgumentParser()
+    top = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = top.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build the old tree")
+    b.add_argument("--old-src", required=True, help="the old sources (a git archive of the old revision)")
+    b.add_argument("--dir", default="/tmp/ab/old", help="its build directory")
+    b.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    ap = sub.add_parser("bench", help="time both builds, interleaved, and table new / old")
     ap.add_argument("--old", required=True)
     ap.add_argument("--new", required=True)
     ap.add_argument("--out", required=True)
@@ -41,7 +72,13 @@ def main():
     ap.add_argument("--limit", type=float, default=1.02)
     ap.add_argument("--grids", default="fwd,fwd_bwd,masks")
     ap.add_argument("--head-dim", help="only these head dims (e.g. 128), in every grid")
-    a = ap.parse_args()
+    ap.add_argument("--deadline", type=float, default=0, help="seconds after which no new run starts (0: none)")
+    a = top.parse_args()
+    if a.cmd == "build":
+        return build(a)
+    os.makedirs(a.out, exist_ok=True)
+    late = lambda: a.deadline > 0 and time.time() - T0 > a.deadline  # noqa: E731
+    cut = []
     if a.head_dim:
         for g in GRIDS.values():
             g[g.index("--head-dim") + 1] = a.head_dim
@@ -52,6 +89,9 @@ def main():
         order = ["old", "new"] if rnd % 2 else ["new", "old"]
         for grid in a.grids.split(","):
             for b in order:
+                if late():
+                    cut.append(f"round {rnd} {grid} {b}")
+                    continue
                 got = run(builds[b], GRIDS[grid], os.path.join(a.out, f"{b}-{grid}-r{rnd}.json"), a.reps)
                 for name, row in got.items():
                     samples.setdefault((grid, name), {"old": [], "new": []})[b].append(row["time_ms_median"])
@@ -68,6 +108,9 @@ def main():
         args = ["--mode", r["mode"], "--batch", str(r["batch"]), "--heads", str(r["heads_q"]), "--seqlen", str(r["seqlen_q"]),
                 "--head-dim", str(r["head_dim"]), "--mask", r["mask"]]
         for i, b in enumerate(["old", "new", "new", "old"]):
+            if late():
+                cut.append(f"re-run {grid} {name} {b}")
+                continue
             got = run(builds[b], args, os.path.join(a.out, f"rerun-{b}.json"), a.reps)
             for row in got.values():
                 samples[(grid, name)][b].append(row["time_ms_median"])
@@ -81,10 +124,12 @@ def main():
             past.append(f"{grid} {name}")
         lines.append(f"| {grid} | {name} | {statistics.median(s['old']):.4f} | {statistics.median(s['new']):.4f} | "
                      f"{q:.3f}{mark} |")
-    ratios = sorted(ratio(s) for s in samples.values())
+    ratios = sorted(ratio(s) for s in samples.values()) or [float("nan")]
     lines += ["", f"rows: {len(samples)}; re-run: {len(moved)}; new / old median {statistics.median(ratios):.3f}, "
               f"min {ratios[0]:.3f}, max {worst:.3f}; past {a.limit}: {len(past)}"]
     lines += [f"- {p}" for p in past]
+    if cut:
+        lines += ["", f"cut by the deadline ({a.deadline:.0f} s): " + "; ".join(cut)]
     text = "\n".join(lines) + "\n"
     open(os.path.join(a.out, "table.md"), "w").write(text)
     print(text)

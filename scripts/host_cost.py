@@ -130,11 +130,16 @@ def cuda_rows(libflash, torch):
             with flash_only():
                 return sdpa(qt, kt, vt)
 
+        qgt, kgt, vgt = (x.transpose(1, 2) for x in (qg, kg, vg))
         rows.append(("cuda torch SDPA (default backend choice)", lambda: sdpa(qt, kt, vt)))
+        rows.append(("cuda torch SDPA fwd (requires_grad, default choice)", lambda: sdpa(qgt, kgt, vgt)))
         rows.append(("cuda torch SDPA (flash backend, in sdpa_kernel)", sdpa_flash))
         if getattr(lt, "sdpa_impl_available", lambda: False)():
             # Timed with the implementation active for the whole row (main() switches it on and off around it).
             rows.append(("cuda SDPA flash backend -> libflash (activated)", sdpa_flash, "sdpa-libflash"))
+            # The same without the sdpa_kernel context manager (about 30 us of its own on torch 2.11): what a model
+            # calling F.scaled_dot_product_attention pays when SDPA's own choice is the flash backend.
+            rows.append(("cuda SDPA default choice, libflash activated", lambda: sdpa(qt, kt, vt), "sdpa-libflash"))
     try:
         from flash_attn import flash_attn_func as fa2
 

@@ -269,7 +269,8 @@ def ring_attention(q, k, v, *, group=None, causal=False, window=(-1, -1), softma
     q: [batch, local_seqlen, heads_q, head_dim]; k, v: [batch, local_seqlen, heads_kv, head_dim] (FlashAttention-2's
         layout; heads_q a multiple of heads_kv: GQA/MQA), this rank's tokens. Every rank passes the same batch, heads,
         head_dim, dtype and local_seqlen (not checked: a mismatch fails or hangs in the communication). Tensors on a
-        CUDA device (NCCL group; the calls and the transfers on the current stream) or on the CPU (gloo group);
+        CUDA device (NCCL group: libflash runs on the current stream, the transfers on NCCL's, each waited for by the
+        current stream before their buffer is read or reused) or on the CPU (gloo group);
         dtypes as libflash.attention on that device (CPU: float32, float16, bfloat16; CUDA: float16, bfloat16).
     group: the process group (None: the default group); its rank order is the ring and the order of the slices.
     layout: which tokens a rank holds (see the module docstring): "contiguous" (default without causal) or "zigzag"

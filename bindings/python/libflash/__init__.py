@@ -11,6 +11,8 @@
 
 FlashAttention-2 drop-in for PyTorch, with autograd: ``from libflash.torch import flash_attn_func`` (and
 ``flash_attn_varlen_func``, ``flash_attn_with_kvcache``).
+Ring attention across processes (torch.distributed, context parallelism): ``from libflash.distributed import
+ring_attention, zigzag_split, zigzag_unsplit``.
 The shared library is found through LIBFLASH_PATH, a copy in libflash/lib/, or the system loader.
 """
 

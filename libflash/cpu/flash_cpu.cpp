@@ -1,15 +1,17 @@
 // libflash/cpu/flash_cpu.cpp -- FlashAttention (Algorithm 1) on the host.
 //
 // One work item is one (batch, head, query block) -- the FlashAttention-2 loop order, which keeps the
-// running statistics of a query block in registers/L1 for its whole life instead of writing them back
-// per key block as Algorithm 1's outer-KV order does. Per query block Q_i (block_m rows):
+// running statistics of a query block in L1 for its whole life instead of writing them back per key block
+// as Algorithm 1's outer-KV order does. Per query block Q_i (block_m rows):
 //   for each key block K_j, V_j that the mask leaves visible:
-//     S_ij = scale * Q_i K_j^T                       (fp32; fp64 for fp32 inputs, see Acc)
+//     S_ij = scale * Q_i K_j^T
 //     m_new = max(m_i, rowmax(S_ij))
 //     P_ij  = exp(S_ij - m_new)
 //     l_i   = exp(m_i - m_new) * l_i + rowsum(P_ij)
 //     O_i   = exp(m_i - m_new) * O_i + P_ij V_j
 //   O_i /= l_i;  LSE_i = m_i + log(l_i)
+// The step itself is QueryBlock::step (query_block.h, shared with the KV-cache forward), built from the tile
+// kernels of kernels.h; this file walks the blocks the mask leaves and moves data in and out.
 // Extra memory is O(block_m * (d + block_n)) per thread: the N x N matrix never exists.
 // A packed variable-length batch (flash.h; libflash/varlen.h) runs as the list of its sequences' dense problems of
 // batch 1 (each with its own lengths and diagonal), their work items numbered one after another and shared out
@@ -31,121 +33,66 @@
 #include "../varlen.h"
 #include "block_range.h"
 #include "convert.h"
+#include "kernels.h"
 #include "parallel.h"
+#include "query_block.h"
 
 namespace flash {
 namespace cpu {
 namespace {
 
 constexpr int kBlockM = 64;  // query rows per work item (unless a block mask dictates its own)
-constexpr int kBlockN = 64;  // key rows per step: 64 x 256 fp32 K and V blocks fit in L2
+constexpr int kBlockN = 64;  // keys per step (likewise)
 
-// The arithmetic type of S, the softmax and O: fp32 for fp16/bf16 inputs; double for fp32 ones. In fp32 the fused
-// algorithm's extra roundings (O and l rescaled at every new row max, P taken against a running max) put its error
-// at the size of naive fp32 attention's own, and past twice it on ~1 random case in 300 (max |o - ref|
-// 8.1e-7 against naive's 3.5e-7); computed in double, fp32 output is rounded once, as the project's accuracy rule
-// wants of every backend. The cost is the fp32 path's vector width: fa-bench on 2 cores, b 1, h 4, 1k, d 64, fp32:
-// forward 60 -> 99 ms, fwd_bwd 149 -> 290 ms. (16-bit inputs keep fp32: their output rounding, 2^-8 or
-// 2^-11, dwarfs the arithmetic's; bf16 measured the same before and after.)
 template <DType T>
-using Acc = std::conditional_t<T == DType::FP32, double, float>;
-
-template <class A>
-struct Scratch {
-  std::vector<A> q, kt, v, s, o, m, l;
+struct FwdScratch {
+  QueryBlock<ScoreType<T>> block;
+  Scratch row;
 };
 
 template <DType T>
 void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_t q_end, int block_n, int64_t q_block,
-               Scratch<Acc<T>>& w) {
+               FwdScratch<T>& w) {
   using E = Elem<T>;
   using S = typename E::storage;
-  using A = Acc<T>;
+  const Kernels& kn = kernels();
   const int d = p.head_dim;
-  const int64_t rows = q_end - q_begin;
+  const int rows = static_cast<int>(q_end - q_begin);
   const int64_t hk = h / p.head_ratio;  // GQA: query head h reads key/value head h / ratio
   const S* q = static_cast<const S*>(p.q);
   const S* k = static_cast<const S*>(p.k);
   const S* v = static_cast<const S*>(p.v);
-  const A neg_inf = -std::numeric_limits<A>::infinity();
-
-  w.q.resize(rows * d);
-  w.kt.assign(size_t(d) * block_n, A(0));
-  w.v.resize(size_t(block_n) * d);
-  w.s.resize(rows * block_n);
-  w.o.assign(rows * d, A(0));
-  w.m.assign(rows, neg_inf);
-  w.l.assign(rows, A(0));
-
-  // Load Q_i once, pre-multiplied by the softmax scale.
-  for (int64_t r = 0; r < rows; ++r) {
-    const S* src = q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride;
-    for (int c = 0; c < d; ++c) w.q[r * d + c] = A(E::load(src[c])) * A(p.scale);
+  QueryBlock<ScoreType<T>>& qb = w.block;
+  qb.begin(kn, rows, d, block_n, p.scale);
+  const int dp = qb.padded_dim();
+  float* row = w.row.get(dp);
+  for (int r = 0; r < rows; ++r) {
+    load_row<T>(kn, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride, d, d, row);
+    qb.set_query(r, row);
   }
 
+  const Window window{p.diag_offset, p.window_left, p.window_right};
   KeyBlocks blocks(p, b, h, q_begin, q_end, q_block, block_n);
   for (int64_t kb; blocks.next(&kb);) {
     const int64_t k_begin = kb * block_n, k_end = std::min<int64_t>(k_begin + block_n, p.seqlen_k);
-    const int64_t cols = k_end - k_begin;
-    // Load K_j transposed (K_j^T: the S loop below then runs over contiguous keys and vectorises; each
-    // S_ij is still summed over e in order, bit for bit what the backward recomputes) and V_j.
-    for (int64_t c = 0; c < cols; ++c) {
-      const S* ks = k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride;
-      const S* vs = v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride;
-      for (int e = 0; e < d; ++e) {
-        w.kt[e * block_n + c] = E::load(ks[e]);
-        w.v[c * d + e] = E::load(vs[e]);
-      }
+    const int keys = static_cast<int>(k_end - k_begin);
+    for (int c = 0; c < keys; ++c) {
+      const int64_t j = k_begin + c;
+      load_row<T>(kn, k + b * p.k_batch_stride + j * p.k_row_stride + hk * p.k_head_stride, d, d, row);
+      qb.set_key(c, row);
+      load_row<T>(kn, v + b * p.v_batch_stride + j * p.v_row_stride + hk * p.v_head_stride, d, dp, row);
+      qb.set_value(c, row);
     }
-    const bool needs_element_mask = blocks.partial(kb);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = q_begin + r;
-      A* s = &w.s[r * block_n];
-      // S_ij row r = (scale Q_i) K_j^T, masked entries -inf.
-      std::fill(s, s + cols, A(0));
-      const A* qr = &w.q[r * d];
-      for (int e = 0; e < d; ++e) {
-        const A x = qr[e];
-        const A* kt = &w.kt[e * block_n];
-        for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
-      }
-      A row_max = neg_inf;
-      for (int64_t c = 0; c < cols; ++c) {
-        if (needs_element_mask && !window_visible(p, i, k_begin + c)) s[c] = neg_inf;
-        row_max = std::max(row_max, s[c]);
-      }
-      if (row_max == neg_inf) continue;  // nothing visible in this block for this row
-      // Online softmax: rescale what we had, add this block.
-      const A m_new = std::max(w.m[r], row_max);
-      const A correction = std::exp(w.m[r] - m_new);  // exp(-inf) = 0 on the first visible block
-      A row_sum = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        s[c] = std::exp(s[c] - m_new);  // exp(-inf) = 0 for masked entries
-        row_sum += s[c];
-      }
-      w.l[r] = w.l[r] * correction + row_sum;
-      w.m[r] = m_new;
-      A* o = &w.o[r * d];
-      for (int e = 0; e < d; ++e) o[e] *= correction;
-      for (int64_t c = 0; c < cols; ++c) {
-        const A pc = s[c];
-        if (pc == 0) continue;
-        const A* vr = &w.v[c * d];
-        for (int e = 0; e < d; ++e) o[e] += pc * vr[e];
-      }
-    }
+    qb.step(keys, q_begin, k_begin, blocks.partial(kb) ? &window : nullptr);
   }
 
-  // Finalise: O = O / l (0 for rows that saw no key), LSE = m + log(l) (-inf for those rows).
+  // O = O / l (0 for rows that saw no key), rounded once; LSE = m + log(l) (-inf for those rows).
   S* out = static_cast<S*>(p.o);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const int64_t i = q_begin + r;
-    const A inv_l = w.l[r] > 0 ? 1 / w.l[r] : A(0);
     S* dst = out + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-    for (int e = 0; e < d; ++e) dst[e] = E::store(float(w.o[r * d + e] * inv_l));
-    if (p.lse)
-      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] =
-          w.l[r] > 0 ? float(w.m[r] + std::log(w.l[r])) : -std::numeric_limits<float>::infinity();
+    for (int e = 0; e < d; ++e) dst[e] = E::store(static_cast<float>(qb.out(r, e)));
+    if (p.lse) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = static_cast<float>(qb.lse(r));
   }
 }
 
@@ -171,7 +118,7 @@ int32_t fwd_typed(const FwdParams& whole) {
   for (const FwdParams& p : parts) counts.push_back(int64_t{p.batch} * p.heads_q * ((p.seqlen_q + block_m - 1) / block_m));
   const std::vector<int64_t> first = part_ranges(counts);
   const int64_t items = first.back();
-  std::vector<Scratch<Acc<T>>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
+  std::vector<FwdScratch<T>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
   parallel_for(items, [&](int64_t global, int t) {
     const size_t part = part_of(first, global);
     const FwdParams& p = parts[part];
@@ -194,15 +141,16 @@ int32_t fwd(const FwdParams& p) {
 // FlashAttention's backward (the paper's Algorithm 4, FlashAttention-2's loop order): nothing N x N is
 // stored; P is recomputed tile by tile from Q, K and the forward's LSE.
 //   1. Preprocess: D_i = rowsum(dO_i o O_i) (summed in double, stored fp32), dQacc = 0.
-//   2. One work item per (batch, kv head, key block j); K_j, V_j and dK_j, dV_j (in Acc) stay in the item's
+//   2. One work item per (batch, kv head, key block j); K_j, V_j and dK_j, dV_j (fp32) stay in the item's
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
-//      block j, and every query head h of the kv head's GQA group:
-//        S  = (scale * Q_i) K_j^T,  P = exp(S - LSE_i)  (0 where masked, 0 for a row with LSE = -inf;
-//                                                         S bit for bit the cpu forward's: same scaling,
-//                                                         same summation order, so P matches its LSE)
+//      block j, and every query head h of the kv head's GQA group, five products (kernels.h's tile kernels):
+//        S  = sign(scale) Q_i K_j^T,  P = 2^(S c - LSE_i log2(e))   (c = |scale| log2(e); 0 where masked, 0 for
+//                                                         a row with LSE = -inf; S bit for bit the cpu forward's:
+//                                                         the same product in the same type, ScoreType, so P
+//                                                         matches its LSE)
 //        dV_j += P^T dO_i
 //        dP = dO_i V_j^T,  dS = P o (dP - D_i)
-//        dK_j += dS^T (scale * Q_i)
+//        dK_j += dS^T Q_i                                 (times scale at the end)
 //        dQacc_i += dS K_j                                (times scale at the end)
 //   3. dQ = scale * dQacc, rounded to the dtype.
 // dQ is the one reduction across work items. Key blocks add into a query block's rows strictly in key
@@ -218,8 +166,8 @@ int32_t fwd(const FwdParams& p) {
 // counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N). A varlen call
 // has the sum of its sequences' (each with b = 1, sq = its own length: 4 * (hq*total_q*(d + 1) + hkv*sum of
 // ceil(sq_i/block_m)) bytes at most, when its sequences cover q), each step's items numbered across the sequences.
-// Per thread: O((block_m + block_n) * d + block_m * block_n) scratch in Acc (plus block_m * d per GQA
-// head for the dQ tiles waiting for their turn).
+// Per thread: O((block_m + block_n) * d + block_m * block_n) scratch (plus block_m * d per GQA head for the
+// dQ tiles waiting for their turn).
 
 static_assert(sizeof(std::atomic<int32_t>) == 4, "the documented workspace size counts 4-byte counters");
 
@@ -241,55 +189,64 @@ BwdLayout bwd_layout(const BwdParams& p) {
   return l;
 }
 
-template <class A>
 struct BwdScratch {
-  std::vector<A> k, v, kt, vt, dk, dv, q, d_o, p, dp, lse, D, dq;
+  Scratch kt, vt, kp, dk, dv, qs, qp, dop, s, dp, stats, dq;
   std::vector<char> head_done;  // per GQA head: a dQ tile waits in dq
 };
 
-// In the forward's arithmetic type (Acc: double for fp32 inputs), so S is recomputed bit for bit.
 template <DType T>
 void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int64_t kb, float* dq_acc, const float* D,
-              std::atomic<int32_t>* turns, BwdScratch<Acc<T>>& w) {
+              std::atomic<int32_t>* turns, BwdScratch& w) {
   using E = Elem<T>;
   using St = typename E::storage;
-  using A = Acc<T>;
+  using SA = ScoreType<T>;
+  const Kernels& kn = kernels();
   const int d = p.head_dim, bm = l.block_m, bn = l.block_n;
+  const int dp = static_cast<int>(round_up(d, kVec));   // row length of the [.][d] tiles (zeros past d)
+  const int ldn = static_cast<int>(round_up(bn, kVec));  // row length of the [.][keys] tiles
   const int64_t k_begin = kb * bn, k_end = std::min<int64_t>(k_begin + bn, p.seqlen_k);
-  const int64_t cols = k_end - k_begin;
+  const int cols = static_cast<int>(k_end - k_begin);
   const int ratio = p.head_ratio;
-  const A scale = p.scale;
-  const A neg_inf = -std::numeric_limits<A>::infinity();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const float sign = p.scale < 0 ? -1.0f : 1.0f;
+  const Log2Scale c = log2_scale(std::fabs(static_cast<double>(p.scale)));
   const St* k = static_cast<const St*>(p.k);
   const St* v = static_cast<const St*>(p.v);
   const St* q = static_cast<const St*>(p.q);
   const St* dO = static_cast<const St*>(p.d_o);
 
-  w.k.assign(size_t(bn) * d, A(0));
-  w.v.assign(size_t(bn) * d, A(0));
-  w.kt.assign(size_t(d) * bn, A(0));  // K_j^T, V_j^T: the inner loops then run over contiguous keys
-  w.vt.assign(size_t(d) * bn, A(0));
-  w.dk.assign(size_t(bn) * d, A(0));
-  w.dv.assign(size_t(bn) * d, A(0));
-  w.q.resize(size_t(bm) * d);
-  w.d_o.resize(size_t(bm) * d);
-  w.p.resize(size_t(bm) * bn);
-  w.dp.resize(size_t(bm) * bn);
-  w.lse.resize(bm);
-  w.D.resize(bm);
-  w.dq.resize(size_t(ratio) * bm * d);
-  for (int64_t c = 0; c < cols; ++c) {
-    const St* ks = k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride;
-    const St* vs = v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride;
-    for (int e = 0; e < d; ++e) {
-      w.k[c * d + e] = w.kt[e * bn + c] = E::load(ks[e]);
-      w.v[c * d + e] = w.vt[e * bn + c] = E::load(vs[e]);
-    }
+  // K_j and V_j for the item's whole life: K_j^T and V_j^T (the B operands of S = Q K_j^T, in S's type, and of
+  // dP = dO V_j^T; zero past the block's keys), K_j's rows (B of dQ = dS K_j); dK_j and dV_j accumulate here.
+  SA* kt = w.kt.get_as<SA>(size_t(d) * ldn);
+  float* vt = w.vt.get(size_t(d) * ldn);
+  float* kp = w.kp.get(size_t(bn) * dp);
+  float* dk = w.dk.get(size_t(bn) * dp);
+  float* dv = w.dv.get(size_t(bn) * dp);
+  SA* qs = w.qs.get_as<SA>(size_t(bm) * d);  // Q_i's rows in S's type
+  float* qp = w.qp.get(size_t(bm) * dp);   // Q_i's rows
+  float* dop = w.dop.get(size_t(bm) * dp);  // dO_i's rows
+  float* s = w.s.get(size_t(bm) * ldn);     // S, then P
+  float* ds = w.dp.get(size_t(bm) * ldn);   // dP, then dS
+  float* stats = w.stats.get(size_t(3) * bm);
+  float *lse_hi = stats, *lse_lo = stats + bm, *Di = stats + 2 * bm;
+  float* dq_tiles = w.dq.get(size_t(ratio) * bm * dp);
+  std::fill(kt, kt + size_t(d) * ldn, SA(0));
+  std::fill(vt, vt + size_t(d) * ldn, 0.0f);
+  std::fill(dk, dk + size_t(bn) * dp, 0.0f);
+  std::fill(dv, dv + size_t(bn) * dp, 0.0f);
+  for (int c = 0; c < cols; ++c) {
+    float* kr = kp + size_t(c) * dp;
+    load_row<T>(kn, k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride, d, dp, kr);
+    for (int e = 0; e < d; ++e) kt[size_t(e) * ldn + c] = kr[e];
+    float* vr = dop;  // a free row for now
+    load_row<T>(kn, v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride, d, dp, vr);
+    for (int e = 0; e < d; ++e) vt[size_t(e) * ldn + c] = vr[e];
   }
+  const Window window{p.diag_offset, p.window_left, p.window_right};
 
   for (int64_t qb = 0; qb < l.q_blocks; ++qb) {
     const int64_t q_begin = qb * bm, q_end = std::min<int64_t>(q_begin + bm, p.seqlen_q);
-    const int64_t rows = q_end - q_begin;
+    const int rows = static_cast<int>(q_end - q_begin);
     const bool in_window = tile_in_window(p, q_begin, q_end, k_begin, k_end);
     const bool partial = in_window && tile_partial(p, q_begin, q_end, k_begin, k_end);
     bool any = false;                       // some head of the group computed a dQ tile for this block
@@ -298,78 +255,73 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
     for (int g = 0; in_window && g < ratio; ++g) {
       const int64_t h = hk * ratio + g;
       if (!block_listed(p, b, h, qb, kb)) continue;
-      // Q_i, dO_i, LSE_i, D_i.
-      for (int64_t r = 0; r < rows; ++r) {
+      // Q_i, dO_i, LSE log2(e) as hi + lo (so S c - LSE log2(e) loses nothing to the conversion), D_i.
+      for (int r = 0; r < rows; ++r) {
         const int64_t i = q_begin + r;
-        const St* qs = q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride;
-        const St* ds = dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
-        for (int e = 0; e < d; ++e) {
-          w.q[r * d + e] = A(E::load(qs[e])) * scale;  // as the forward loads it
-          w.d_o[r * d + e] = E::load(ds[e]);
+        float* qr = qp + size_t(r) * dp;
+        load_row<T>(kn, q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride, d, dp, qr);
+        for (int e = 0; e < d; ++e) qs[size_t(r) * d + e] = qr[e];
+        load_row<T>(kn, dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride, d, dp,
+                    dop + size_t(r) * dp);
+        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride];
+        if (lse == neg_inf) {
+          lse_hi[r] = std::numeric_limits<float>::infinity(), lse_lo[r] = 0.0f;  // no key seen: P = 0
+        } else {
+          const double lse2 = double(lse) * 1.4426950408889634;
+          lse_hi[r] = static_cast<float>(lse2);
+          lse_lo[r] = static_cast<float>(lse2 - double(lse_hi[r]));
         }
-        w.lse[r] = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride];
-        w.D[r] = D[(b * p.heads_q + h) * p.seqlen_q + i];
+        Di[r] = D[(b * p.heads_q + h) * p.seqlen_q + i];
       }
-      // P = exp(S - LSE), masked entries and empty rows 0.
-      for (int64_t r = 0; r < rows; ++r) {
-        A* s = &w.p[r * bn];
-        std::fill(s, s + bn, A(0));
-        const A* qr = &w.q[r * d];
-        for (int e = 0; e < d; ++e) {
-          const A x = qr[e];
-          const A* kt = &w.kt[e * bn];
-          for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
-        }
-        const A lse = w.lse[r];
-        const int64_t i = q_begin + r;
-        for (int64_t c = 0; c < cols; ++c) {
-          const bool visible = lse != neg_inf && (!partial || window_visible(p, i, k_begin + c));
-          s[c] = visible ? std::exp(s[c] - lse) : A(0);
-        }
+      // S = sign(scale) Q_i K_j^T: each element the forward's, bit for bit (the same chunked FMA chains over e),
+      // so P below matches the LSE the forward produced.
+      GemmOf<SA, float> g_s;
+      g_s.m = rows, g_s.n = ldn, g_s.k = d;
+      g_s.a = qs, g_s.a_rs = d, g_s.a_ks = 1;
+      g_s.b = kt, g_s.ldb = ldn;
+      g_s.c = s, g_s.ldc = ldn;
+      g_s.epilogue = Epilogue::kStore, g_s.alpha = sign;
+      if constexpr (std::is_same_v<SA, double>) kn.scores_f64(g_s);
+      else kn.gemm(g_s);
+      // Masked scores and the padding keys past the block: -inf, so P = 0 there.
+      for (int r = 0; r < rows; ++r) {
+        int64_t lo = k_begin, hi = k_end;
+        if (partial) window.keys_seen(q_begin + r, k_begin, k_end, &lo, &hi);
+        if (hi <= lo) lo = hi = k_begin;
+        float* sr = s + size_t(r) * ldn;
+        std::fill(sr, sr + (lo - k_begin), neg_inf);
+        std::fill(sr + (hi - k_begin), sr + ldn, neg_inf);
       }
-      // dV_j += P^T dO_i.
-      for (int64_t r = 0; r < rows; ++r) {
-        const A* pr = &w.p[r * bn];
-        const A* dor = &w.d_o[r * d];
-        for (int64_t c = 0; c < cols; ++c) {
-          const A pc = pr[c];
-          if (pc == 0) continue;
-          A* dvr = &w.dv[c * d];
-          for (int e = 0; e < d; ++e) dvr[e] += pc * dor[e];
-        }
-      }
-      // dP = dO_i V_j^T, dS = P o (dP - D) (in place of dP).
-      for (int64_t r = 0; r < rows; ++r) {
-        A* dp = &w.dp[r * bn];
-        std::fill(dp, dp + bn, A(0));
-        const A* dor = &w.d_o[r * d];
-        for (int e = 0; e < d; ++e) {
-          const A x = dor[e];
-          const A* vt = &w.vt[e * bn];
-          for (int64_t c = 0; c < cols; ++c) dp[c] += x * vt[c];
-        }
-        const A* pr = &w.p[r * bn];
-        const A Dr = w.D[r];
-        for (int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - Dr);
-      }
-      // dK_j += dS^T (scale Q_i);  dQ tile = dS K_j.
-      A* dq = &w.dq[size_t(g) * bm * d];
-      for (int64_t r = 0; r < rows; ++r) {
-        const A* ds = &w.dp[r * bn];
-        const A* qr = &w.q[r * d];
-        A* dqr = &dq[r * d];
-        std::fill(dqr, dqr + d, A(0));
-        for (int64_t c = 0; c < cols; ++c) {
-          const A x = ds[c];
-          if (x == 0) continue;
-          A* dkr = &w.dk[c * d];
-          const A* kr = &w.k[c * d];
-          for (int e = 0; e < d; ++e) {
-            dkr[e] += x * qr[e];
-            dqr[e] += x * kr[e];
-          }
-        }
-      }
+      kn.probabilities(s, ldn, rows, ldn, c, lse_hi, lse_lo);  // P = 2^(S c - LSE log2(e))
+      Gemm g_dv;  // dV_j += P^T dO_i
+      g_dv.m = cols, g_dv.n = dp, g_dv.k = rows;
+      g_dv.a = s, g_dv.a_rs = 1, g_dv.a_ks = ldn;
+      g_dv.b = dop, g_dv.ldb = dp;
+      g_dv.c = dv, g_dv.ldc = dp;
+      g_dv.epilogue = Epilogue::kAdd;
+      kn.gemm(g_dv);
+      Gemm g_dp;  // dP = dO_i V_j^T
+      g_dp.m = rows, g_dp.n = ldn, g_dp.k = d;
+      g_dp.a = dop, g_dp.a_rs = dp, g_dp.a_ks = 1;
+      g_dp.b = vt, g_dp.ldb = ldn;
+      g_dp.c = ds, g_dp.ldc = ldn;
+      g_dp.epilogue = Epilogue::kStore;
+      kn.gemm(g_dp);
+      kn.softmax_grad(ds, s, ldn, rows, ldn, Di);  // dS = P o (dP - D)
+      Gemm g_dk;  // dK_j += dS^T Q_i (times scale at the end)
+      g_dk.m = cols, g_dk.n = dp, g_dk.k = rows;
+      g_dk.a = ds, g_dk.a_rs = 1, g_dk.a_ks = ldn;
+      g_dk.b = qp, g_dk.ldb = dp;
+      g_dk.c = dk, g_dk.ldc = dp;
+      g_dk.epilogue = Epilogue::kAdd;
+      kn.gemm(g_dk);
+      Gemm g_dq;  // dQ tile = dS K_j (times scale at the end)
+      g_dq.m = rows, g_dq.n = dp, g_dq.k = cols;
+      g_dq.a = ds, g_dq.a_rs = ldn, g_dq.a_ks = 1;
+      g_dq.b = kp, g_dq.ldb = dp;
+      g_dq.c = dq_tiles + size_t(g) * bm * dp, g_dq.ldc = dp;
+      g_dq.epilogue = Epilogue::kStore;
+      kn.gemm(g_dq);
       head_done[g] = 1;
       any = true;
     }
@@ -381,21 +333,22 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
         if (!head_done[g]) continue;
         const int64_t h = hk * ratio + g;
         float* acc = dq_acc + ((b * p.heads_q + h) * p.seqlen_q + q_begin) * d;
-        const A* dq = &w.dq[size_t(g) * bm * d];
-        for (int64_t x = 0; x < rows * d; ++x) acc[x] = float(A(acc[x]) + dq[x]);
+        const float* tile = dq_tiles + size_t(g) * bm * dp;
+        for (int r = 0; r < rows; ++r)
+          for (int e = 0; e < d; ++e) acc[r * d + e] += tile[size_t(r) * dp + e];
       }
     turn.store(static_cast<int32_t>(kb + 1), std::memory_order_release);
   }
 
-  // dK_j, dV_j: written once, by their only owner.
-  St* dk = static_cast<St*>(p.dk);
-  St* dv = static_cast<St*>(p.dv);
-  for (int64_t c = 0; c < cols; ++c) {
-    St* dks = dk + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
-    St* dvs = dv + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
+  // dK_j = scale * dK_j, dV_j: written once, by their only owner.
+  St* dko = static_cast<St*>(p.dk);
+  St* dvo = static_cast<St*>(p.dv);
+  for (int c = 0; c < cols; ++c) {
+    St* dks = dko + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
+    St* dvs = dvo + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
     for (int e = 0; e < d; ++e) {
-      dks[e] = E::store(float(w.dk[c * d + e]));
-      dvs[e] = E::store(float(w.dv[c * d + e]));
+      dks[e] = E::store(p.scale * dk[size_t(c) * dp + e]);
+      dvs[e] = E::store(dv[size_t(c) * dp + e]);
     }
   }
 }
@@ -467,7 +420,7 @@ int32_t bwd_typed(const BwdParams& whole) {
   //    increasing order (the dQ turns rely on it; parts follow each other, so the lowest unfinished item still never
   //    waits), and the items that run side by side belong to different heads whenever b * hkv >= threads, so they
   //    seldom wait for each other's turns; with fewer heads the key blocks of a head run as a wavefront.
-  std::vector<BwdScratch<Acc<T>>> scratch(
+  std::vector<BwdScratch> scratch(
       static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(key_first.back(), 1))));
   parallel_for(key_first.back(), [&](int64_t global, int t) {
     const size_t i = part_of(key_first, global);

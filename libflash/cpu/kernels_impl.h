@@ -1,0 +1,384 @@
+// libflash/cpu/kernels_impl.h -- the tile kernels of kernels.h, in portable C++ on GCC/Clang vector types.
+//
+// Included once per instruction set level by kernels_<level>.cpp, which defines
+//   FLASH_CPU_ISA  the namespace of that copy (every symbol here is internal to it: copies compiled with
+//                  different -m flags must never be merged by the linker),
+//   FLASH_CPU_MR, FLASH_CPU_NV  the register block of the fp32 matrix product: MR rows of C by NV vectors of 16
+//                  columns, held in registers (twice: the chunk's sums and the total) while the k loop runs,
+//   FLASH_CPU_MR64, FLASH_CPU_NV64  the same for the double product (vectors of 8 columns, one set),
+// and is compiled with that level's flags (CMakeLists.txt). A vector of 16 floats is one zmm register under
+// AVX-512, two ymm under AVX2, four xmm under SSE2; the register block is sized to each level's register file.
+#ifndef FLASH_CPU_ISA
+#error "kernels_impl.h is included by kernels_<level>.cpp, which names the level"
+#endif
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels.h"
+
+namespace flash::cpu::FLASH_CPU_ISA {
+namespace {
+
+typedef float f32v __attribute__((vector_size(64)));
+typedef double f64v __attribute__((vector_size(64)));
+typedef int32_t i32v __attribute__((vector_size(64)));
+typedef int64_t i64v __attribute__((vector_size(64)));
+typedef uint32_t u32v __attribute__((vector_size(64)));
+typedef uint16_t u16v __attribute__((vector_size(32)));
+typedef float f32x8 __attribute__((vector_size(32)));
+static_assert(sizeof(f32v) == kVec * sizeof(float), "one vector is kVec floats");
+
+// The vector of T, its lane count and the register block of C op= A B (further down) for T.
+template <class T>
+struct Lanes;
+template <>
+struct Lanes<float> {
+  using v = f32v;
+  static constexpr int n = 16, mr = FLASH_CPU_MR, nv = FLASH_CPU_NV, chunk = 16;
+};
+template <>
+struct Lanes<double> {
+  using v = f64v;
+  static constexpr int n = 8, mr = FLASH_CPU_MR64, nv = FLASH_CPU_NV64, chunk = 1 << 30;  // no chunks: exact enough
+};
+
+template <class T>
+inline typename Lanes<T>::v vload(const T* p) {
+  typename Lanes<T>::v v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void vstore(T* p, typename Lanes<T>::v v) {
+  std::memcpy(p, &v, sizeof v);
+}
+inline f32v load(const float* p) { return vload(p); }
+inline void store(float* p, f32v v) { vstore(p, v); }
+template <class T>
+inline typename Lanes<T>::v splat(T x) {
+  return x - typename Lanes<T>::v{};  // x - 0 is x for every x (x + 0 is not, for -0)
+}
+template <class To, class From>
+inline To bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To r;
+  std::memcpy(&r, &v, sizeof r);
+  return r;
+}
+// Lane-wise max; a NaN in `a` gives b (so a NaN score does not become the row max, but still reaches P).
+template <class V>
+inline V vmax(V a, V b) {
+  return a > b ? a : b;
+}
+constexpr float kInf = __builtin_inff();
+
+// 2^(x + lo), lane-wise, for |lo| <= 2^-20 |x| or so (a second, lower part of the argument; 0 for most calls).
+// Cody-Waite in base 2, where it is exact: n = round(x) (adding 1.5 * 2^23 rounds to an integer), r = x - n in
+// [-1/2, 1/2] with no rounding at all (then r + lo, one rounding far below r's own scale); then 2^r by a degree-6
+// polynomial, 1 + r q(r) with q fitted minimax for relative error with fp32 coefficients (0.05 ulp of
+// approximation error); then 2^n into the exponent field. Measured against exp2 in double over every fp32 x in
+// [-128, 0] (lo = 0): max error 0.80 ulp (0.5 of it the final rounding; the worst at r = -1/2, where the result's
+// ulp halves), mean 0.065 ulp. Results below 2^-127 (n < -127) are 0, as is 2^-inf; a NaN stays NaN; x > 128
+// gives inf.
+inline f32v exp2(f32v x, f32v lo) {
+  const auto tiny = x < -150.0f;  // 2^x is 0 here (-inf included, whose lo may be NaN)
+  x = tiny ? splat(-150.0f) : x;  // keeps n's exponent field in range; NaN compares false and stays
+  lo = tiny ? f32v{} : lo;
+  x = x > 128.0f ? splat(128.0f) : x;
+  const f32v magic = splat(12582912.0f);  // 1.5 * 2^23
+  const f32v t = x + magic;
+  const f32v r = (x - (t - magic)) + lo;
+  f32v q = splat(1.532596507e-04f);
+  q = q * r + 1.339080278e-03f;
+  q = q * r + 9.618506767e-03f;
+  q = q * r + 5.550359935e-02f;
+  q = q * r + 2.402264774e-01f;
+  q = q * r + 6.931471825e-01f;
+  const f32v p = q * r + 1.0f;
+  i32v e = bit_cast<i32v>(t) - bit_cast<i32v>(magic) + 127;  // n + 127, the biased exponent of 2^n
+  e = e < 0 ? i32v{} : e;                                     // 2^n below 2^-127: 0
+  return p * bit_cast<f32v>(e << 23);
+}
+
+// 2^x in double (the KV-cache's fp32 path, which promises O rounded once: kvcache_cpu.cpp). The same reduction
+// (n = round(x) with 1.5 * 2^52, r = x - n exact); 2^r by its Taylor polynomial to degree 12, whose truncation
+// error on [-1/2, 1/2] is 2e-16 relative.
+inline f64v exp2(f64v x) {
+  x = x < -1100.0 ? splat(-1100.0) : x;
+  x = x > 1024.0 ? splat(1024.0) : x;
+  const f64v magic = splat(6755399441055744.0);  // 1.5 * 2^52
+  const f64v t = x + magic;
+  const f64v r = x - (t - magic);
+  constexpr double c[13] = {1.0,
+                            0.6931471805599453094,
+                            0.2402265069591007123,
+                            0.05550410866482157995,
+                            0.009618129107628477161,
+                            0.001333355814642844343,
+                            1.540353039338160995e-4,
+                            1.525273380405984028e-5,
+                            1.321548679014430951e-6,
+                            1.017808600923969859e-7,
+                            7.054911620801123330e-9,
+                            4.445538271870811497e-10,
+                            2.567843599348820514e-11};
+  f64v p = splat(c[12]);
+#pragma GCC unroll 12
+  for (int i = 11; i >= 0; --i) p = p * r + c[i];
+  i64v e = bit_cast<i64v>(t) - bit_cast<i64v>(magic) + 1023;  // n + 1023
+  e = e < 0 ? i64v{} : e;                                      // 2^n below 2^-1023: 0
+  return p * bit_cast<f64v>(e << 52);
+}
+
+// a - b as s + e exactly (Knuth's TwoSum: no condition on the magnitudes).
+inline f32v difference(f32v a, f32v b, f32v* e) {
+  const f32v s = a - b;
+  const f32v bb = s - a;
+  *e = (a - (s - bb)) - (b + bb);
+  return s;
+}
+
+// a * b - p exactly, for p = fl(a * b): one fused multiply-add where the level has them (the contraction of
+// a * b - p, -ffp-contract=fast), else Dekker's product on Veltkamp's halves.
+inline f32v product_error(f32v a, f32v b, f32v p) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return a * b - p;
+#else
+  const auto split = [](f32v x, f32v* hi, f32v* lo) {
+    const f32v t = x * 4097.0f;
+    *hi = t - (t - x);
+    *lo = x - *hi;
+  };
+  f32v ah, al, bh, bl;
+  split(a, &ah, &al);
+  split(b, &bh, &bl);
+  return (((ah * bh - p) + ah * bl) + al * bh) + al * bl;
+#endif
+}
+
+// x * c as hi + lo, for c = c_hi + c_lo (the softmax scale times log2(e), to twice fp32's precision): the
+// exponent of P is then formed without a rounding of its own, and P = exp2(hi, lo).
+inline f32v times_scale(f32v x, f32v c_hi, f32v c_lo, f32v* lo) {
+  const f32v hi = x * c_hi;
+  *lo = product_error(x, c_hi, hi) + x * c_lo;
+  return hi;
+}
+
+// ---- C op= A B: the register-blocked micro-kernel and its driver -----------------------------------------------
+//
+// The micro-kernel holds an R x (V vectors) block of C in registers for the whole k loop: per kk, V vector loads
+// of B's row, R broadcasts of A's column, R * V fused multiply-adds. The driver walks C's columns in panels of
+// NV vectors (B's panel, k rows of NV vectors, stays in L1 while every row block of A passes it) and each panel's
+// rows in blocks of MR; edge blocks use the same kernel with fewer rows or vectors. The same code runs the fp32
+// products (Gemm) and the double one of the fp32 inputs' scores (GemmF64, a vector then holds 8 doubles).
+//
+// fp32 products sum in chunks: the k loop restarts its accumulators every kChunk steps and adds each chunk's sum
+// to the block's total (a second set of registers). A dot of d = 128 unit-normal terms then errs by 1.1e-6 rms
+// instead of 2.4e-6 for one FMA chain (simulated, 4000 dots); O's sums over keys and the backward's products
+// gain alike, for ~5% of the kernel's time. Every C element is the same sequence of operations whichever block
+// computes it.
+template <class T, class C, int R, int V, Epilogue E>
+void micro(const GemmOf<T, C>& g, int r0, int c0) {
+  using L = Lanes<T>;
+  using vec = typename L::v;
+  // The unroll pragmas keep the blocks in registers (GCC unrolls loops of constant trip count fully only at -O3).
+  vec total[R][V];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) total[i][j] = vec{};
+  const T* a = g.a + r0 * g.a_rs;
+  const T* b = g.b + c0;
+  for (int k0 = 0; k0 < g.k; k0 += L::chunk) {
+    const int k1 = g.k - k0 < L::chunk ? g.k : k0 + L::chunk;
+    vec acc[R][V];
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) acc[i][j] = vec{};
+    for (int kk = k0; kk < k1; ++kk) {
+      vec bv[V];
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) bv[j] = vload(b + kk * g.ldb + j * L::n);
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        const vec av = a[i * g.a_rs + kk * g.a_ks] - vec{};  // broadcast (x - 0 is x for every x, -0 included)
+#pragma GCC unroll 4
+        for (int j = 0; j < V; ++j) acc[i][j] += av * bv[j];
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < V; ++j) total[i][j] = k0 == 0 ? acc[i][j] : total[i][j] + acc[i][j];
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+    C* c = g.c + (r0 + i) * g.ldc + c0;
+#pragma GCC unroll 4
+    for (int j = 0; j < V; ++j) {
+      C* cj = c + j * L::n;
+      if constexpr (!std::is_same_v<T, C>) {  // double scores rounded once to fp32
+        static_assert(E == Epilogue::kStore, "a narrowing product only stores");
+        const f32x8 x = __builtin_convertvector(total[i][j] * T(g.alpha), f32x8);
+        std::memcpy(cj, &x, sizeof x);
+      } else if constexpr (E == Epilogue::kStore) {
+        vstore(cj, total[i][j] * T(g.alpha));
+      } else if constexpr (E == Epilogue::kAdd) {
+        vstore(cj, vload(cj) + total[i][j]);
+      } else {
+        vstore(cj, vload(cj) * g.row_scale[r0 + i] + total[i][j]);
+      }
+    }
+  }
+}
+
+template <class T, class C, int R, Epilogue E>
+void row_block(const GemmOf<T, C>& g, int r0, int c0, int nv) {
+  constexpr int NV = Lanes<T>::nv;
+  if (nv == NV) {
+    micro<T, C, R, NV, E>(g, r0, c0);
+  } else {
+    for (int j = 0; j < nv; ++j) micro<T, C, R, 1, E>(g, r0, c0 + j * Lanes<T>::n);
+  }
+}
+
+// The last rows of a panel (fewer than MR): the kernel instantiated for exactly that many.
+template <class T, class C, int R, Epilogue E>
+void edge_rows(const GemmOf<T, C>& g, int r0, int c0, int nv, int rows) {
+  if constexpr (R > 0) {
+    if (rows == R) row_block<T, C, R, E>(g, r0, c0, nv);
+    else edge_rows<T, C, R - 1, E>(g, r0, c0, nv, rows);
+  }
+}
+
+template <class T, class C, Epilogue E>
+void gemm_with(const GemmOf<T, C>& g) {
+  constexpr int MR = Lanes<T>::mr, NV = Lanes<T>::nv, N = Lanes<T>::n;
+  for (int c0 = 0; c0 < g.n; c0 += NV * N) {
+    const int nv = (g.n - c0) / N < NV ? (g.n - c0) / N : NV;
+    int r0 = 0;
+    for (; r0 + MR <= g.m; r0 += MR) row_block<T, C, MR, E>(g, r0, c0, nv);
+    if (r0 < g.m) edge_rows<T, C, MR - 1, E>(g, r0, c0, nv, g.m - r0);
+  }
+}
+
+template <class T>
+void gemm(const GemmOf<T>& g) {
+  switch (g.epilogue) {
+    case Epilogue::kStore: return gemm_with<T, T, Epilogue::kStore>(g);
+    case Epilogue::kAdd: return gemm_with<T, T, Epilogue::kAdd>(g);
+    case Epilogue::kRescaleAdd: return gemm_with<T, T, Epilogue::kRescaleAdd>(g);
+  }
+}
+
+void scores_f64(const GemmOf<double, float>& g) { gemm_with<double, float, Epilogue::kStore>(g); }
+
+// ---- Softmax pieces ------------------------------------------------------------------------------------------
+
+// Algorithm 1 lines 9-10 on S^T: every vector is 16 queries, so the row max and row sum of the paper run down
+// the tile's columns, lane by lane, with no horizontal reduction. fp32: P = 2^((S - m') c), S - m' rounded once
+// (as in softmax(S) computed the usual way), times c with no further rounding. double: c as one double.
+template <class T>
+void online_softmax(T* s, int64_t lds, int keys, int cols, Log2Scale c, T* m, T* l, T* corr) {
+  using vec = typename Lanes<T>::v;
+  constexpr bool f32 = std::is_same_v<T, float>;
+  const vec c_hi = splat(T(c.hi)), c_lo = splat(T(c.lo));
+  const vec c64 = splat(T(double(c.hi) + double(c.lo)));
+  const auto p_of = [&](vec x) {  // 2^(x c)
+    if constexpr (f32) {
+      f32v lo;
+      const f32v hi = times_scale(x, c_hi, c_lo, &lo);
+      return exp2(hi, lo);
+    } else {
+      return exp2(x * c64);
+    }
+  };
+  for (int q = 0; q < cols; q += Lanes<T>::n) {
+    vec mx = splat(T(-kInf));
+    for (int k = 0; k < keys; ++k) mx = vmax(vload(s + k * lds + q), mx);
+    const vec m_old = vload(m + q);
+    const vec m_new = vmax(mx, m_old);
+    // A column with nothing visible yet (m_new = -inf) subtracts 0 instead: P = 2^-inf = 0, corr = 0.
+    const vec base = m_new == -kInf ? vec{} : m_new;
+    vec sum = vec{};
+    for (int k = 0; k < keys; ++k) {
+      T* row = s + k * lds + q;
+      const vec p = p_of(vload(row) - base);
+      vstore(row, p);
+      sum += p;
+    }
+    const vec cr = p_of(m_old - base);
+    vstore(corr + q, cr);
+    vstore(l + q, vload(l + q) * cr + sum);
+    vstore(m + q, m_new);
+  }
+}
+
+// P = 2^(S c - LSE log2(e)), the product and the difference carried in two parts: rounding S c - LSE to fp32 would
+// cost up to half an ulp of |S c - LSE| (2^-20 relative in P for |S c - LSE| near 16, where P still matters).
+void probabilities(float* s, int64_t lds, int rows, int cols, Log2Scale c, const float* lse_hi, const float* lse_lo) {
+  const f32v c_hi = splat(c.hi), c_lo = splat(c.lo);
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    const f32v hi = splat(lse_hi[r]), lo = splat(lse_lo[r]);
+    for (int j = 0; j < cols; j += kVec) {
+      f32v p_lo, d_lo;
+      const f32v p = times_scale(load(row + j), c_hi, c_lo, &p_lo);
+      const f32v x = difference(p, hi, &d_lo);
+      store(row + j, exp2(x, (d_lo + p_lo) - lo));
+    }
+  }
+}
+
+void softmax_grad(float* dp, const float* p, int64_t ld, int rows, int cols, const float* D) {
+  for (int r = 0; r < rows; ++r) {
+    const f32v d = splat(D[r]);
+    for (int c = 0; c < cols; c += kVec) store(dp + r * ld + c, load(p + r * ld + c) * (load(dp + r * ld + c) - d));
+  }
+}
+
+// ---- 16-bit -> fp32 ------------------------------------------------------------------------------------------
+
+inline f32v widen16(u16v h, DType t) {
+  const u32v w = __builtin_convertvector(h, u32v);
+  if (t == DType::BF16) return bit_cast<f32v>(w << 16);
+  // fp16: sign, then the exponent rebiased (15 -> 127) for normals; inf/NaN keep an all-ones exponent;
+  // subnormals are mant * 2^-24, exact in fp32.
+  const u32v sign = (w & 0x8000u) << 16;
+  const u32v em = w & 0x7fffu;
+  const u32v normal = (em << 13) + (112u << 23);
+  const u32v special = (em << 13) | 0x7f800000u;
+  const f32v sub = __builtin_convertvector(bit_cast<i32v>(em), f32v) * 5.9604644775390625e-8f;
+  u32v bits = em >= 0x7c00u ? special : normal;
+  bits = em < 0x0400u ? bit_cast<u32v>(sub) : bits;
+  return bit_cast<f32v>(bits | sign);
+}
+
+void widen(const uint16_t* src, DType t, int n, int n_pad, float* dst) {
+  int i = 0;
+  for (; i + kVec <= n; i += kVec) {
+    u16v h;
+    std::memcpy(&h, src + i, sizeof h);
+    store(dst + i, widen16(h, t));
+  }
+  if (i < n) {
+    u16v h = u16v{};
+    std::memcpy(&h, src + i, sizeof(uint16_t) * (n - i));
+    float tail[kVec];
+    store(tail, widen16(h, t));
+    std::memcpy(dst + i, tail, sizeof(float) * (n - i));
+  }
+  for (i = n; i < n_pad; ++i) dst[i] = 0.0f;
+}
+
+}  // namespace
+
+const Kernels& table() {
+  static const Kernels k = {FLASH_CPU_ISA_NAME,          gemm<float>,     gemm<double>, scores_f64,
+                            online_softmax<float>, online_softmax<double>, probabilities, softmax_grad, widen};
+  return k;
+}
+
+}  // namespace flash::cpu::FLASH_CPU_ISA

@@ -44,32 +44,19 @@ namespace {
 constexpr int kBlockM = 64;  // query rows per work item (unless a block mask dictates its own)
 constexpr int kBlockN = 64;  // keys per step (likewise)
 
-template <DType T>
-struct FwdScratch {
-  QueryBlock<ScoreType<T>> block;
-  Scratch row;
-};
-
-template <DType T>
+template <DType T, class Block>
 void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_t q_end, int block_n, int64_t q_block,
-               FwdScratch<T>& w) {
+               Block& qb) {
   using E = Elem<T>;
   using S = typename E::storage;
-  const Kernels& kn = kernels();
   const int d = p.head_dim;
   const int rows = static_cast<int>(q_end - q_begin);
   const int64_t hk = h / p.head_ratio;  // GQA: query head h reads key/value head h / ratio
   const S* q = static_cast<const S*>(p.q);
   const S* k = static_cast<const S*>(p.k);
   const S* v = static_cast<const S*>(p.v);
-  QueryBlock<ScoreType<T>>& qb = w.block;
-  qb.begin(kn, rows, d, block_n, p.scale);
-  const int dp = qb.padded_dim();
-  float* row = w.row.get(dp);
-  for (int r = 0; r < rows; ++r) {
-    load_row<T>(kn, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride, d, d, row);
-    qb.set_query(r, row);
-  }
+  qb.begin(kernels(), rows, d, block_n, p.scale);
+  for (int r = 0; r < rows; ++r) qb.set_query(r, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride);
 
   const Window window{p.diag_offset, p.window_left, p.window_right};
   KeyBlocks blocks(p, b, h, q_begin, q_end, q_block, block_n);
@@ -78,10 +65,8 @@ void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_
     const int keys = static_cast<int>(k_end - k_begin);
     for (int c = 0; c < keys; ++c) {
       const int64_t j = k_begin + c;
-      load_row<T>(kn, k + b * p.k_batch_stride + j * p.k_row_stride + hk * p.k_head_stride, d, d, row);
-      qb.set_key(c, row);
-      load_row<T>(kn, v + b * p.v_batch_stride + j * p.v_row_stride + hk * p.v_head_stride, d, dp, row);
-      qb.set_value(c, row);
+      qb.set_key(c, k + b * p.k_batch_stride + j * p.k_row_stride + hk * p.k_head_stride);
+      qb.set_value(c, v + b * p.v_batch_stride + j * p.v_row_stride + hk * p.v_head_stride);
     }
     qb.step(keys, q_begin, k_begin, blocks.partial(kb) ? &window : nullptr);
   }
@@ -108,8 +93,8 @@ size_t part_of(const std::vector<int64_t>& first, int64_t item) {
   return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
 }
 
-template <DType T>
-int32_t fwd_typed(const FwdParams& whole) {
+template <DType T, class Block>
+int32_t fwd_with(const FwdParams& whole) {
   const int block_m = whole.has_block_mask ? whole.block_mask.block_m : kBlockM;
   const int block_n = whole.has_block_mask ? whole.block_mask.block_n : kBlockN;
   // One work item per (part, batch, head, query block).
@@ -118,7 +103,7 @@ int32_t fwd_typed(const FwdParams& whole) {
   for (const FwdParams& p : parts) counts.push_back(int64_t{p.batch} * p.heads_q * ((p.seqlen_q + block_m - 1) / block_m));
   const std::vector<int64_t> first = part_ranges(counts);
   const int64_t items = first.back();
-  std::vector<FwdScratch<T>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
+  std::vector<Block> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
   parallel_for(items, [&](int64_t global, int t) {
     const size_t part = part_of(first, global);
     const FwdParams& p = parts[part];
@@ -130,6 +115,13 @@ int32_t fwd_typed(const FwdParams& whole) {
     fwd_block<T>(p, b, h, q_begin, q_end, block_n, qb, scratch[t]);
   });
   return FLASH_OK;
+}
+
+template <DType T>
+int32_t fwd_typed(const FwdParams& p) {
+  if constexpr (T == DType::BF16)
+    if (bf16_kernels()) return fwd_with<T, QueryBlock<T, Bf16Dot>>(p);
+  return fwd_with<T, QueryBlock<T, ScoreType<T>>>(p);
 }
 
 int32_t fwd(const FwdParams& p) {

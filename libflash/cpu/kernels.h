@@ -26,13 +26,14 @@ enum class Epilogue : int32_t {
 };
 
 // C (m x n) op= A (m x k) B (k x n), A and B of type T, C of type C. Every element of A B is the same sequence
-// of fused multiply-adds over kk = 0 .. k-1 whatever the tile shape (fp32: summed in chunks of 16 terms, each
-// chunk from 0, the chunks' sums added in order; double: one chain): so a product recomputed elsewhere (the
+// of fused multiply-adds over kk = 0 .. k-1 whatever the tile shape (one chain, or with `chunk` > 0 chunks of that
+// many terms, each summed from 0 and added to the total in order): so a product recomputed elsewhere (the
 // backward's S) is bit for bit the first one, and a block's sum is formed on its own before it meets C (blocked
 // summation). A double product with an fp32 C (the fp32 inputs' scores) only stores, rounding once.
 template <class T, class C = T>
 struct GemmOf {
   int m = 0, n = 0, k = 0;     // n: a multiple of kVec
+  int chunk = 0;               // > 0: sum k in chunks of this many terms (blocked summation)
   const T* a = nullptr;        // A(r, kk) = a[r * a_rs + kk * a_ks]
   int64_t a_rs = 0, a_ks = 0;
   const T* b = nullptr;        // B(kk, c) = b[kk * ldb + c]
@@ -66,8 +67,8 @@ struct Kernels {
   // of kVec) with row stride lds: unscaled scores (the scale's sign applied), masked entries -inf, c = |scale|
   // log2(e). Per column q: m' = max(m[q], max_k S[k][q]); corr[q] = 2^((m[q] - m') c);
   // S[k][q] <- P = 2^((S[k][q] - m') c); l[q] = corr[q] * l[q] + sum_k P. A column that has seen no visible key
-  // keeps m = -inf, l = 0 and gets P = 0, corr = 0 (never a NaN from -inf - -inf).
-  void (*online_softmax)(float* s, int64_t lds, int keys, int cols, Log2Scale c, float* m, float* l, float* corr);
+  // keeps m = -inf, l = 0 and gets P = 0, corr = 0 (never a NaN from -inf - -inf). l is double (kernels_impl.h).
+  void (*online_softmax)(float* s, int64_t lds, int keys, int cols, Log2Scale c, float* m, double* l, float* corr);
   void (*online_softmax_f64)(double* s, int64_t lds, int keys, int cols, Log2Scale c, double* m, double* l,
                              double* corr);  // the same in double (the KV-cache's fp32 path)
 
@@ -85,5 +86,20 @@ struct Kernels {
 
 // The fastest level this CPU runs (checked once).
 const Kernels& kernels();
+
+// bf16 products on AVX512-BF16 (kernels_avx512bf16.cpp). Operands are bf16 pairs along k in 32-bit words:
+// A(r, t) = a[r * a_rs + t * a_ks] holds (A(r, 2t), A(r, 2t + 1)) in its (low, high) halves, B(t, c) = b[t * ldb + c]
+// holds (B(2t, c), B(2t + 1, c)); k counts pairs. The products are exact, the sums fp32 in one chain (the bf16
+// inputs' error budget is the baseline's, which rounds S to bf16).
+struct Bf16Kernels {
+  void (*gemm)(const GemmOf<uint32_t, float>& g);
+  // out[c] = r0[c] | r1[c] << 16 for c < n (r1 null: 0), 0 up to n_pad.
+  void (*pair_rows_bf16)(const uint16_t* r0, const uint16_t* r1, int n, int n_pad, uint32_t* out);
+  // The same from fp32 rows rounded to bf16 (to nearest even); n a multiple of kVec.
+  void (*pair_rows_f32)(const float* r0, const float* r1, int n, uint32_t* out);
+};
+
+// The bf16 kernels, or null where the CPU lacks AVX512-BF16 (bf16 inputs are then widened to fp32).
+const Bf16Kernels* bf16_kernels();
 
 }  // namespace flash::cpu

@@ -35,12 +35,12 @@ struct Lanes;
 template <>
 struct Lanes<float> {
   using v = f32v;
-  static constexpr int n = 16, mr = FLASH_CPU_MR, nv = FLASH_CPU_NV, chunk = 16;
+  static constexpr int n = 16, mr = FLASH_CPU_MR, nv = FLASH_CPU_NV;
 };
 template <>
 struct Lanes<double> {
   using v = f64v;
-  static constexpr int n = 8, mr = FLASH_CPU_MR64, nv = FLASH_CPU_NV64, chunk = 1 << 30;  // no chunks: exact enough
+  static constexpr int n = 8, mr = FLASH_CPU_MR64, nv = FLASH_CPU_NV64;
 };
 
 template <class T>
@@ -171,13 +171,11 @@ inline f32v times_scale(f32v x, f32v c_hi, f32v c_lo, f32v* lo) {
 // of B's row, R broadcasts of A's column, R * V fused multiply-adds. The driver walks C's columns in panels of
 // NV vectors (B's panel, k rows of NV vectors, stays in L1 while every row block of A passes it) and each panel's
 // rows in blocks of MR; edge blocks use the same kernel with fewer rows or vectors. The same code runs the fp32
-// products (Gemm) and the double one of the fp32 inputs' scores (GemmF64, a vector then holds 8 doubles).
+// products and the double ones (a vector then holds 8 doubles).
 //
-// fp32 products sum in chunks: the k loop restarts its accumulators every kChunk steps and adds each chunk's sum
-// to the block's total (a second set of registers). A dot of d = 128 unit-normal terms then errs by 1.1e-6 rms
-// instead of 2.4e-6 for one FMA chain (simulated, 4000 dots); O's sums over keys and the backward's products
-// gain alike, for ~5% of the kernel's time. Every C element is the same sequence of operations whichever block
-// computes it.
+// Gemm::chunk > 0 sums in chunks: the k loop restarts its accumulators every `chunk` steps and adds each chunk's
+// sum to the block's total (a second set of registers), so fewer additions land on a large partial sum (kernels.h).
+// Every C element is the same sequence of operations whichever block computes it.
 template <class T, class C, int R, int V, Epilogue E>
 void micro(const GemmOf<T, C>& g, int r0, int c0) {
   using L = Lanes<T>;
@@ -190,8 +188,9 @@ void micro(const GemmOf<T, C>& g, int r0, int c0) {
     for (int j = 0; j < V; ++j) total[i][j] = vec{};
   const T* a = g.a + r0 * g.a_rs;
   const T* b = g.b + c0;
-  for (int k0 = 0; k0 < g.k; k0 += L::chunk) {
-    const int k1 = g.k - k0 < L::chunk ? g.k : k0 + L::chunk;
+  const int chunk = g.chunk > 0 ? g.chunk : g.k;
+  for (int k0 = 0; k0 < g.k; k0 += chunk) {
+    const int k1 = g.k - k0 < chunk ? g.k : k0 + chunk;
     vec acc[R][V];
 #pragma GCC unroll 16
     for (int i = 0; i < R; ++i)
@@ -278,21 +277,25 @@ void scores_f64(const GemmOf<double, float>& g) { gemm_with<double, float, Epilo
 // ---- Softmax pieces ------------------------------------------------------------------------------------------
 
 // Algorithm 1 lines 9-10 on S^T: every vector is 16 queries, so the row max and row sum of the paper run down
-// the tile's columns, lane by lane, with no horizontal reduction. fp32: P = 2^((S - m') c), S - m' rounded once
-// (as in softmax(S) computed the usual way), times c with no further rounding. double: c as one double.
+// the tile's columns, lane by lane, with no horizontal reduction. fp32: P = 2^((S - m') c) with S - m' and its
+// product by c carried in two parts (the exponent is exact up to S's own rounding); l sums P in double -- in fp32
+// its roundings (relative 2^-24 for l just above a power of two) came through O / l as up to an ulp of O beyond
+// the baseline's, whose normalised P sits below 1. corr multiplies O and l alike, so its rounding cancels in O / l.
+// double: the same with c as one double.
 template <class T>
-void online_softmax(T* s, int64_t lds, int keys, int cols, Log2Scale c, T* m, T* l, T* corr) {
+void online_softmax(T* s, int64_t lds, int keys, int cols, Log2Scale c, T* m, double* l, T* corr) {
   using vec = typename Lanes<T>::v;
   constexpr bool f32 = std::is_same_v<T, float>;
   const vec c_hi = splat(T(c.hi)), c_lo = splat(T(c.lo));
   const vec c64 = splat(T(double(c.hi) + double(c.lo)));
-  const auto p_of = [&](vec x) {  // 2^(x c)
+  const auto p_of = [&](vec a, vec b) {  // 2^((a - b) c)
     if constexpr (f32) {
-      f32v lo;
-      const f32v hi = times_scale(x, c_hi, c_lo, &lo);
-      return exp2(hi, lo);
+      f32v d_lo, lo;
+      const f32v d = difference(a, b, &d_lo);
+      const f32v hi = times_scale(d, c_hi, c_lo, &lo);
+      return exp2(hi, lo + d_lo * c_hi);
     } else {
-      return exp2(x * c64);
+      return exp2((a - b) * c64);
     }
   };
   for (int q = 0; q < cols; q += Lanes<T>::n) {
@@ -302,17 +305,36 @@ void online_softmax(T* s, int64_t lds, int keys, int cols, Log2Scale c, T* m, T*
     const vec m_new = vmax(mx, m_old);
     // A column with nothing visible yet (m_new = -inf) subtracts 0 instead: P = 2^-inf = 0, corr = 0.
     const vec base = m_new == -kInf ? vec{} : m_new;
-    vec sum = vec{};
+    const vec cr = p_of(m_old, base);
+    vstore(corr + q, cr);
+    vstore(m + q, m_new);
+    // l = corr l + sum P, per 8 columns in double (a vector of P is one or two of them).
+    f64v sum[f32 ? 2 : 1] = {};
     for (int k = 0; k < keys; ++k) {
       T* row = s + k * lds + q;
-      const vec p = p_of(vload(row) - base);
+      const vec p = p_of(vload(row), base);
       vstore(row, p);
-      sum += p;
+      if constexpr (f32) {
+        f32x8 h[2];
+        std::memcpy(h, &p, sizeof p);
+        sum[0] += __builtin_convertvector(h[0], f64v);
+        sum[1] += __builtin_convertvector(h[1], f64v);
+      } else {
+        sum[0] += p;
+      }
     }
-    const vec cr = p_of(m_old - base);
-    vstore(corr + q, cr);
-    vstore(l + q, vload(l + q) * cr + sum);
-    vstore(m + q, m_new);
+    for (int h = 0; h < (f32 ? 2 : 1); ++h) {
+      double* lh = l + q + 8 * h;
+      f64v ch;
+      if constexpr (f32) {
+        f32x8 c8[2];
+        std::memcpy(c8, &cr, sizeof cr);
+        ch = __builtin_convertvector(c8[h], f64v);
+      } else {
+        ch = cr;
+      }
+      vstore(lh, vload(lh) * ch + sum[h]);
+    }
   }
 }
 

@@ -77,13 +77,7 @@ double combine_row(int n, int d, LseOf&& lse_of, OOf&& o_of, Store&& store, std:
 // test_kvcache.py checks to 1 ulp; decoding reads each key once per new token, so it is the reading, not this
 // arithmetic, that sets the speed), 16-bit ones in fp32 as in the forward.
 template <DType T>
-using KvBlock = QueryBlock<ScoreType<T>, Part<T>>;
-
-template <DType T>
-struct ItemScratch {
-  KvBlock<T> block;
-  Scratch row;
-};
+using KvBlock = QueryBlock<T, ScoreType<T>, Part<T>>;
 
 // Keys [k_begin, k_end) of split `split` of a sequence with L keys in `splits` splits.
 void split_range(int64_t L, int splits, int split, int64_t* k_begin, int64_t* k_end) {
@@ -109,12 +103,11 @@ Layout layout(const KvcacheParams& p, int splits) {
 }
 
 // Partial arrays: o_part[((s * b + bb) * hq + h) * sn + i][e], lse_part[((s * b + bb) * hq + h) * sn + i].
-template <DType T>
+template <DType T, class Block>
 void attend_item(const KvcacheParams& p, const Layout& lay, int64_t b, int64_t h, int64_t qb, int split,
-                 Part<T>* o_part, Part<T>* lse_part, ItemScratch<T>& w) {
+                 Part<T>* o_part, Part<T>* lse_part, Block& blk) {
   using E = Elem<T>;
   using S = typename E::storage;
-  const Kernels& kn = kernels();
   const int d = p.head_dim;
   const int64_t sn = p.seqlen_new;
   const int64_t q_begin = qb * kBlockM, q_end = std::min<int64_t>(q_begin + kBlockM, sn);
@@ -134,25 +127,15 @@ void attend_item(const KvcacheParams& p, const Layout& lay, int64_t b, int64_t h
   const Window window{diag_offset, p.window_left, p.window_right};
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
 
-  KvBlock<T>& blk = w.block;
-  blk.begin(kn, rows, d, kBlockN, p.scale);
-  const int dp = blk.padded_dim();
-  float* row = w.row.get(dp);
-  for (int r = 0; r < rows; ++r) {
-    load_row<T>(kn, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride, d, d, row);
-    blk.set_query(r, row);
-  }
+  blk.begin(kernels(), rows, d, kBlockN, p.scale);
+  for (int r = 0; r < rows; ++r) blk.set_query(r, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride);
 
   for (int64_t kb = k_begin; kb < k_end; kb += kBlockN) {
     const int keys = static_cast<int>(std::min<int64_t>(kBlockN, k_end - kb));
     // Gather K_j and V_j through the block table / batch index.
     for (int c = 0; c < keys; ++c) {
-      load_row<T>(kn, kc + p.cache_offset(b, kb + c, hk, p.kc_batch_stride, p.kc_row_stride, p.kc_head_stride), d, d,
-                  row);
-      blk.set_key(c, row);
-      load_row<T>(kn, vc + p.cache_offset(b, kb + c, hk, p.vc_batch_stride, p.vc_row_stride, p.vc_head_stride), d, dp,
-                  row);
-      blk.set_value(c, row);
+      blk.set_key(c, kc + p.cache_offset(b, kb + c, hk, p.kc_batch_stride, p.kc_row_stride, p.kc_head_stride));
+      blk.set_value(c, vc + p.cache_offset(b, kb + c, hk, p.vc_batch_stride, p.vc_row_stride, p.vc_head_stride));
     }
     blk.step(keys, q_begin, kb, windowed ? &window : nullptr);
   }
@@ -192,16 +175,15 @@ void append(const KvcacheParams& p) {
   });
 }
 
-template <DType T>
-int32_t kvcache_typed(const KvcacheParams& p) {
+template <DType T, class Block>
+int32_t kvcache_with(const KvcacheParams& p) {
   using E = Elem<T>;
   using S = typename E::storage;
-  if (p.k_new != nullptr) append(p);
   const Layout lay = layout(p, kvcache_num_splits(p));
   Part<T>* o_part = lay.splits > 1 ? static_cast<Part<T>*>(p.workspace) : nullptr;
   Part<T>* lse_part = lay.splits > 1 ? o_part + lay.part_o : nullptr;
   const int64_t items = int64_t{p.batch} * p.heads_q * lay.q_blocks * lay.splits;
-  std::vector<ItemScratch<T>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
+  std::vector<Block> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
   parallel_for(items, [&](int64_t item, int t) {
     const int split = static_cast<int>(item % lay.splits);
     int64_t rest = item / lay.splits;
@@ -230,6 +212,14 @@ int32_t kvcache_typed(const KvcacheParams& p) {
     }
   });
   return FLASH_OK;
+}
+
+template <DType T>
+int32_t kvcache_typed(const KvcacheParams& p) {
+  if (p.k_new != nullptr) append(p);
+  if constexpr (T == DType::BF16)
+    if (bf16_kernels()) return kvcache_with<T, QueryBlock<T, Bf16Dot>>(p);
+  return kvcache_with<T, KvBlock<T>>(p);
 }
 
 template <DType TP, DType TO>

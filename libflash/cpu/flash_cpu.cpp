@@ -34,6 +34,7 @@
 #include "block_range.h"
 #include "convert.h"
 #include "kernels.h"
+#include "key_block.h"
 #include "parallel.h"
 #include "query_block.h"
 
@@ -181,59 +182,30 @@ BwdLayout bwd_layout(const BwdParams& p) {
   return l;
 }
 
-struct BwdScratch {
-  Scratch kt, vt, kp, dk, dv, qs, qp, dop, s, dp, stats, dq;
-  std::vector<char> head_done;  // per GQA head: a dQ tile waits in dq
-};
-
-template <DType T>
+template <DType T, class Block>
 void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int64_t kb, float* dq_acc, const float* D,
-              std::atomic<int32_t>* turns, BwdScratch& w) {
+              std::atomic<int32_t>* turns, Block& kb_state, std::vector<float>& dq_tiles, std::vector<char>& head_done) {
   using E = Elem<T>;
   using St = typename E::storage;
-  using SA = ScoreType<T>;
-  const Kernels& kn = kernels();
   const int d = p.head_dim, bm = l.block_m, bn = l.block_n;
-  const int dp = static_cast<int>(round_up(d, kVec));   // row length of the [.][d] tiles (zeros past d)
-  const int ldn = static_cast<int>(round_up(bn, kVec));  // row length of the [.][keys] tiles
   const int64_t k_begin = kb * bn, k_end = std::min<int64_t>(k_begin + bn, p.seqlen_k);
   const int cols = static_cast<int>(k_end - k_begin);
   const int ratio = p.head_ratio;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  const float sign = p.scale < 0 ? -1.0f : 1.0f;
-  const Log2Scale c = log2_scale(std::fabs(static_cast<double>(p.scale)));
   const St* k = static_cast<const St*>(p.k);
   const St* v = static_cast<const St*>(p.v);
   const St* q = static_cast<const St*>(p.q);
   const St* dO = static_cast<const St*>(p.d_o);
 
-  // K_j and V_j for the item's whole life: K_j^T and V_j^T (the B operands of S = Q K_j^T, in S's type, and of
-  // dP = dO V_j^T; zero past the block's keys), K_j's rows (B of dQ = dS K_j); dK_j and dV_j accumulate here.
-  SA* kt = w.kt.get_as<SA>(size_t(d) * ldn);
-  float* vt = w.vt.get(size_t(d) * ldn);
-  float* kp = w.kp.get(size_t(bn) * dp);
-  float* dk = w.dk.get(size_t(bn) * dp);
-  float* dv = w.dv.get(size_t(bn) * dp);
-  SA* qs = w.qs.get_as<SA>(size_t(bm) * d);  // Q_i's rows in S's type
-  float* qp = w.qp.get(size_t(bm) * dp);   // Q_i's rows
-  float* dop = w.dop.get(size_t(bm) * dp);  // dO_i's rows
-  float* s = w.s.get(size_t(bm) * ldn);     // S, then P
-  float* ds = w.dp.get(size_t(bm) * ldn);   // dP, then dS
-  float* stats = w.stats.get(size_t(3) * bm);
-  float *lse_hi = stats, *lse_lo = stats + bm, *Di = stats + 2 * bm;
-  float* dq_tiles = w.dq.get(size_t(ratio) * bm * dp);
-  std::fill(kt, kt + size_t(d) * ldn, SA(0));
-  std::fill(vt, vt + size_t(d) * ldn, 0.0f);
-  std::fill(dk, dk + size_t(bn) * dp, 0.0f);
-  std::fill(dv, dv + size_t(bn) * dp, 0.0f);
+  Block& blk = kb_state;
+  blk.begin(kernels(), d, bm, bn, cols, p.scale);
   for (int c = 0; c < cols; ++c) {
-    float* kr = kp + size_t(c) * dp;
-    load_row<T>(kn, k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride, d, dp, kr);
-    for (int e = 0; e < d; ++e) kt[size_t(e) * ldn + c] = kr[e];
-    float* vr = dop;  // a free row for now
-    load_row<T>(kn, v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride, d, dp, vr);
-    for (int e = 0; e < d; ++e) vt[size_t(e) * ldn + c] = vr[e];
+    const int64_t j = k_begin + c;
+    blk.set_key(c, k + b * p.k_batch_stride + j * p.k_row_stride + hk * p.k_head_stride,
+                v + b * p.v_batch_stride + j * p.v_row_stride + hk * p.v_head_stride);
   }
+  blk.keys_done();
+  const int dp = blk.padded_dim();
+  dq_tiles.resize(size_t(ratio) * bm * dp);
   const Window window{p.diag_offset, p.window_left, p.window_right};
 
   for (int64_t qb = 0; qb < l.q_blocks; ++qb) {
@@ -242,78 +214,18 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
     const bool in_window = tile_in_window(p, q_begin, q_end, k_begin, k_end);
     const bool partial = in_window && tile_partial(p, q_begin, q_end, k_begin, k_end);
     bool any = false;                       // some head of the group computed a dQ tile for this block
-    std::vector<char>& head_done = w.head_done;
     head_done.assign(ratio, 0);
     for (int g = 0; in_window && g < ratio; ++g) {
       const int64_t h = hk * ratio + g;
       if (!block_listed(p, b, h, qb, kb)) continue;
-      // Q_i, dO_i, LSE log2(e) as hi + lo (so S c - LSE log2(e) loses nothing to the conversion), D_i.
       for (int r = 0; r < rows; ++r) {
         const int64_t i = q_begin + r;
-        float* qr = qp + size_t(r) * dp;
-        load_row<T>(kn, q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride, d, dp, qr);
-        for (int e = 0; e < d; ++e) qs[size_t(r) * d + e] = qr[e];
-        load_row<T>(kn, dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride, d, dp,
-                    dop + size_t(r) * dp);
-        const float lse = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride];
-        if (lse == neg_inf) {
-          lse_hi[r] = std::numeric_limits<float>::infinity(), lse_lo[r] = 0.0f;  // no key seen: P = 0
-        } else {
-          const double lse2 = double(lse) * 1.4426950408889634;
-          lse_hi[r] = static_cast<float>(lse2);
-          lse_lo[r] = static_cast<float>(lse2 - double(lse_hi[r]));
-        }
-        Di[r] = D[(b * p.heads_q + h) * p.seqlen_q + i];
+        blk.set_query(r, q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride,
+                      dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride,
+                      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride],
+                      D[(b * p.heads_q + h) * p.seqlen_q + i]);
       }
-      // S = sign(scale) Q_i K_j^T: each element the forward's, bit for bit (the same chunked FMA chains over e),
-      // so P below matches the LSE the forward produced.
-      GemmOf<SA, float> g_s;
-      g_s.m = rows, g_s.n = ldn, g_s.k = d;
-      g_s.a = qs, g_s.a_rs = d, g_s.a_ks = 1;
-      g_s.b = kt, g_s.ldb = ldn;
-      g_s.c = s, g_s.ldc = ldn;
-      g_s.epilogue = Epilogue::kStore, g_s.alpha = sign;
-      if constexpr (std::is_same_v<SA, double>) kn.scores_f64(g_s);
-      else kn.gemm(g_s);
-      // Masked scores and the padding keys past the block: -inf, so P = 0 there.
-      for (int r = 0; r < rows; ++r) {
-        int64_t lo = k_begin, hi = k_end;
-        if (partial) window.keys_seen(q_begin + r, k_begin, k_end, &lo, &hi);
-        if (hi <= lo) lo = hi = k_begin;
-        float* sr = s + size_t(r) * ldn;
-        std::fill(sr, sr + (lo - k_begin), neg_inf);
-        std::fill(sr + (hi - k_begin), sr + ldn, neg_inf);
-      }
-      kn.probabilities(s, ldn, rows, ldn, c, lse_hi, lse_lo);  // P = 2^(S c - LSE log2(e))
-      Gemm g_dv;  // dV_j += P^T dO_i
-      g_dv.m = cols, g_dv.n = dp, g_dv.k = rows;
-      g_dv.a = s, g_dv.a_rs = 1, g_dv.a_ks = ldn;
-      g_dv.b = dop, g_dv.ldb = dp;
-      g_dv.c = dv, g_dv.ldc = dp;
-      g_dv.epilogue = Epilogue::kAdd;
-      kn.gemm(g_dv);
-      Gemm g_dp;  // dP = dO_i V_j^T
-      g_dp.m = rows, g_dp.n = ldn, g_dp.k = d;
-      g_dp.a = dop, g_dp.a_rs = dp, g_dp.a_ks = 1;
-      g_dp.b = vt, g_dp.ldb = ldn;
-      g_dp.c = ds, g_dp.ldc = ldn;
-      g_dp.epilogue = Epilogue::kStore;
-      kn.gemm(g_dp);
-      kn.softmax_grad(ds, s, ldn, rows, ldn, Di);  // dS = P o (dP - D)
-      Gemm g_dk;  // dK_j += dS^T Q_i (times scale at the end)
-      g_dk.m = cols, g_dk.n = dp, g_dk.k = rows;
-      g_dk.a = ds, g_dk.a_rs = 1, g_dk.a_ks = ldn;
-      g_dk.b = qp, g_dk.ldb = dp;
-      g_dk.c = dk, g_dk.ldc = dp;
-      g_dk.epilogue = Epilogue::kAdd;
-      kn.gemm(g_dk);
-      Gemm g_dq;  // dQ tile = dS K_j (times scale at the end)
-      g_dq.m = rows, g_dq.n = dp, g_dq.k = cols;
-      g_dq.a = ds, g_dq.a_rs = ldn, g_dq.a_ks = 1;
-      g_dq.b = kp, g_dq.ldb = dp;
-      g_dq.c = dq_tiles + size_t(g) * bm * dp, g_dq.ldc = dp;
-      g_dq.epilogue = Epilogue::kStore;
-      kn.gemm(g_dq);
+      blk.tile(rows, q_begin, k_begin, partial ? &window : nullptr, dq_tiles.data() + size_t(g) * bm * dp);
       head_done[g] = 1;
       any = true;
     }
@@ -325,7 +237,7 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
         if (!head_done[g]) continue;
         const int64_t h = hk * ratio + g;
         float* acc = dq_acc + ((b * p.heads_q + h) * p.seqlen_q + q_begin) * d;
-        const float* tile = dq_tiles + size_t(g) * bm * dp;
+        const float* tile = dq_tiles.data() + size_t(g) * bm * dp;
         for (int r = 0; r < rows; ++r)
           for (int e = 0; e < d; ++e) acc[r * d + e] += tile[size_t(r) * dp + e];
       }
@@ -339,8 +251,8 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
     St* dks = dko + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
     St* dvs = dvo + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
     for (int e = 0; e < d; ++e) {
-      dks[e] = E::store(p.scale * dk[size_t(c) * dp + e]);
-      dvs[e] = E::store(dv[size_t(c) * dp + e]);
+      dks[e] = E::store(p.scale * blk.dk(c, e));
+      dvs[e] = E::store(blk.dv(c, e));
     }
   }
 }
@@ -366,6 +278,36 @@ BwdPlan bwd_plan(const BwdParams& whole) {
     plan.dq_elems += l.dq_elems, plan.d_elems += l.d_elems, plan.counters += l.counters;
   }
   return plan;
+}
+
+// Per thread: the key block's state, the dQ tiles waiting for their turn (one per GQA head), which heads made one.
+template <class Block>
+struct BwdScratch {
+  Block block;
+  std::vector<float> dq_tiles;
+  std::vector<char> head_done;
+};
+
+// Step 2 of bwd_typed, the key blocks. Within a part, item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head
+// are handed out in increasing order (the dQ turns rely on it; parts follow each other, so the lowest unfinished
+// item still never waits), and the items that run side by side belong to different heads whenever
+// b * hkv >= threads, so they seldom wait for each other's turns; with fewer heads the key blocks of a head run as
+// a wavefront.
+template <DType T, class Block>
+void bwd_items(const BwdPlan& plan, const std::vector<int64_t>& key_first, float* dq_region, const float* D_region,
+               std::atomic<int32_t>* turn_region) {
+  std::vector<BwdScratch<Block>> scratch(
+      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(key_first.back(), 1))));
+  parallel_for(key_first.back(), [&](int64_t global, int t) {
+    const size_t i = part_of(key_first, global);
+    const BwdPart& part = plan.parts[i];
+    const int64_t heads = int64_t{part.p.batch} * part.p.heads_kv;
+    const int64_t item = global - key_first[i];
+    const int64_t kb = item / heads, bh = item % heads;
+    BwdScratch<Block>& w = scratch[t];
+    bwd_item<T>(part.p, part.l, bh / part.p.heads_kv, bh % part.p.heads_kv, kb, dq_region + part.dq_off,
+                D_region + part.d_off, turn_region + part.counter_off, w.block, w.dq_tiles, w.head_done);
+  });
 }
 
 template <DType T>
@@ -408,21 +350,12 @@ int32_t bwd_typed(const BwdParams& whole) {
     std::fill(dq_acc + bh * p.seqlen_q * d, dq_acc + (bh + 1) * p.seqlen_q * d, 0.0f);
   });
 
-  // 2. Key blocks: within a part, item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head are handed out in
-  //    increasing order (the dQ turns rely on it; parts follow each other, so the lowest unfinished item still never
-  //    waits), and the items that run side by side belong to different heads whenever b * hkv >= threads, so they
-  //    seldom wait for each other's turns; with fewer heads the key blocks of a head run as a wavefront.
-  std::vector<BwdScratch> scratch(
-      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(key_first.back(), 1))));
-  parallel_for(key_first.back(), [&](int64_t global, int t) {
-    const size_t i = part_of(key_first, global);
-    const BwdPart& part = plan.parts[i];
-    const int64_t heads = int64_t{part.p.batch} * part.p.heads_kv;
-    const int64_t item = global - key_first[i];
-    const int64_t kb = item / heads, bh = item % heads;
-    bwd_item<T>(part.p, part.l, bh / part.p.heads_kv, bh % part.p.heads_kv, kb, dq_region + part.dq_off,
-                D_region + part.d_off, turn_region + part.counter_off, scratch[t]);
-  });
+  // 2. Key blocks (bwd_items): bf16 inputs on the bf16 products where the CPU has them.
+  bool done = false;
+  if constexpr (T == DType::BF16)
+    if (bf16_kernels())
+      bwd_items<T, KeyBlockGrads<T, Bf16Dot>>(plan, key_first, dq_region, D_region, turn_region), done = true;
+  if (!done) bwd_items<T, KeyBlockGrads<T, ScoreType<T>>>(plan, key_first, dq_region, D_region, turn_region);
 
   // 3. dQ = scale * dQacc.
   parallel_for(row_first.back(), [&](int64_t global, int) {

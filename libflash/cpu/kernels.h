@@ -97,6 +97,8 @@ struct Bf16Kernels {
   void (*pair_rows_bf16)(const uint16_t* r0, const uint16_t* r1, int n, int n_pad, uint32_t* out);
   // The same from fp32 rows rounded to bf16 (to nearest even); n a multiple of kVec.
   void (*pair_rows_f32)(const float* r0, const float* r1, int n, uint32_t* out);
+  // One fp32 row rounded to bf16 (to nearest even); n a multiple of kVec.
+  void (*round_row_f32)(const float* src, int n, uint16_t* dst);
 };
 
 // The bf16 kernels, or null where the CPU lacks AVX512-BF16 (bf16 inputs are then widened to fp32).

@@ -115,10 +115,16 @@ void pair_rows_f32(const float* r0, const float* r1, int n, uint32_t* out) {
   }
 }
 
+// fp32 values rounded to bf16 (to nearest even); n a multiple of kVec.
+void round_row_f32(const float* src, int n, uint16_t* dst) {
+  for (int c = 0; c < n; c += kVec)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + c)));
+}
+
 }  // namespace
 
 const Bf16Kernels& table() {
-  static const Bf16Kernels k = {gemm, pair_rows_bf16, pair_rows_f32};
+  static const Bf16Kernels k = {gemm, pair_rows_bf16, pair_rows_f32, round_row_f32};
   return k;
 }
 

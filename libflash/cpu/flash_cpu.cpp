@@ -10,8 +10,8 @@
 //     l_i   = exp(m_i - m_new) * l_i + rowsum(P_ij)
 //     O_i   = exp(m_i - m_new) * O_i + P_ij V_j
 //   O_i /= l_i;  LSE_i = m_i + log(l_i)
-// The step itself is QueryBlock::step (query_block.h, shared with the KV-cache forward), built from the tile
-// kernels of kernels.h; this file walks the blocks the mask leaves and moves data in and out.
+// The step itself is QueryBlock::step (kernels.h, shared with the KV-cache forward), built from the tile
+// kernels; this file walks the blocks the mask leaves and moves data in and out.
 // Extra memory is O(block_m * (d + block_n)) per thread: the N x N matrix never exists.
 // A packed variable-length batch (flash.h; libflash/varlen.h) runs as the list of its sequences' dense problems of
 // batch 1 (each with its own lengths and diagonal), their work items numbered one after another and shared out
@@ -34,9 +34,7 @@
 #include "block_range.h"
 #include "convert.h"
 #include "kernels.h"
-#include "key_block.h"
 #include "parallel.h"
-#include "query_block.h"
 
 namespace flash {
 namespace cpu {

@@ -5,7 +5,7 @@
 //    checked that every slot is inside the cache and that no two sequences write, or write and read, one slot).
 // 2. Attention: one work item per (sequence, query head, 64-row query block, split). The split's keys
 //    [k_begin, k_end) are walked in 64-key blocks, each gathered through the block table (or the batch index)
-//    into the rows of K_j and V_j; then the cpu forward's step (QueryBlock, query_block.h): S = scale Q K_j^T,
+//    into the rows of K_j and V_j; then the cpu forward's step (QueryBlock, kernels.h): S = scale Q K_j^T,
 //    online softmax, O = corr O + P V_j; in fp32 for 16-bit inputs, in double for fp32 ones (KvBlock, below).
 // 3. With one split the item writes O (rounded once) and LSE. With several, each split writes its normalised
 //    partial O and its LSE to the workspace (in double for fp32 inputs, so the combined O is still rounded once;
@@ -24,7 +24,6 @@
 #include "convert.h"
 #include "kernels.h"
 #include "parallel.h"
-#include "query_block.h"
 
 namespace flash {
 namespace cpu {

@@ -136,9 +136,8 @@ int32_t fwd(const FwdParams& p) {
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
 //      block j, and every query head h of the kv head's GQA group, five products (kernels.h's tile kernels):
 //        S  = sign(scale) Q_i K_j^T,  P = 2^(S c - LSE_i log2(e))   (c = |scale| log2(e); 0 where masked, 0 for
-//                                                         a row with LSE = -inf; S bit for bit the cpu forward's:
-//                                                         the same product in the same type, ScoreType, so P
-//                                                         matches its LSE)
+//                                                         a row with LSE = -inf; every product in fp32 with fp32
+//                                                         sums, bf16 ones on AVX512-BF16: KeyBlockGrads)
 //        dV_j += P^T dO_i
 //        dP = dO_i V_j^T,  dS = P o (dP - D_i)
 //        dK_j += dS^T Q_i                                 (times scale at the end)
@@ -353,7 +352,7 @@ int32_t bwd_typed(const BwdParams& whole) {
   if constexpr (T == DType::BF16)
     if (bf16_kernels())
       bwd_items<T, KeyBlockGrads<T, Bf16Dot>>(plan, key_first, dq_region, D_region, turn_region), done = true;
-  if (!done) bwd_items<T, KeyBlockGrads<T, ScoreType<T>>>(plan, key_first, dq_region, D_region, turn_region);
+  if (!done) bwd_items<T, KeyBlockGrads<T, float>>(plan, key_first, dq_region, D_region, turn_region);
 
   // 3. dQ = scale * dQacc.
   parallel_for(row_first.back(), [&](int64_t global, int) {

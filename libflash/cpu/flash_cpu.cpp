@@ -12,7 +12,8 @@
 //   O_i /= l_i;  LSE_i = m_i + log(l_i)
 // The step itself is QueryBlock::step (kernels.h, shared with the KV-cache forward), built from the tile
 // kernels; this file walks the blocks the mask leaves and moves data in and out.
-// Extra memory is O(block_m * (d + block_n)) per thread: the N x N matrix never exists.
+// Extra memory is O(block_m * (d + block_n)) per thread, plus where it pays a packed copy of one head's K and V
+// (HeadRows, at most 64 MB): the N x N matrix never exists.
 // A packed variable-length batch (flash.h; libflash/varlen.h) runs as the list of its sequences' dense problems of
 // batch 1 (each with its own lengths and diagonal), their work items numbered one after another and shared out
 // together: the same per-block step, at per-sequence offsets.
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <string>
@@ -43,17 +45,68 @@ namespace {
 constexpr int kBlockM = 64;  // query rows per work item (unless a block mask dictates its own)
 constexpr int kBlockN = 64;  // keys per step (likewise)
 
+// The keys and values of one (problem, batch, kv head), their rows packed one after another (stride d) by the thread
+// whose item needs them first and kept for its next items of that head. In the usual [batch, seqlen, heads, d] layout
+// a head's rows lie heads * d elements apart -- 4 KB from 8 heads of d128 fp32, a page per row, every row in the same
+// few cache sets -- and every query block walks all of them again (at 4k keys 8192 pages a pass, twice the L2 TLB's
+// entries). One thread, b1 h8 4k d128 fp32: 70 -> 91 GFLOP/s packed (82 with h1, whose rows are adjacent); two threads,
+// d64 4k: 230 -> 195 ms (docs/kernels.md, "CPU backend"). Only where it pays: rows apart, the head split into at least
+// 2 query blocks per thread (each copy read twice or more), the copy at most kMaxPackedHead bytes; else read in place.
+constexpr size_t kMaxPackedHead = size_t{64} << 20;
+
+template <class St>
+class HeadRows {
+ public:
+  // K's and V's rows of head hk of batch b of p: *k, *v and their row strides.
+  void get(const FwdParams& p, int64_t b, int64_t hk, int64_t q_blocks, const St** k, const St** v, int64_t* k_rs,
+           int64_t* v_rs) {
+    const int d = p.head_dim;
+    const St* k0 = static_cast<const St*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
+    const St* v0 = static_cast<const St*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+    const size_t bytes = size_t(p.seqlen_k) * d * 2 * sizeof(St);
+    const bool pays = (p.k_row_stride != d || p.v_row_stride != d) && q_blocks >= 2 * int64_t{num_threads()} &&
+                      bytes <= kMaxPackedHead;
+    if (!pays) {
+      *k = k0, *v = v0, *k_rs = p.k_row_stride, *v_rs = p.v_row_stride;
+      return;
+    }
+    if (k0 != k_src_ || v0 != v_src_ || p.seqlen_k != rows_) {
+      k_.resize(size_t(p.seqlen_k) * d), v_.resize(size_t(p.seqlen_k) * d);
+      for (int64_t j = 0; j < p.seqlen_k; ++j) {
+        std::memcpy(&k_[size_t(j) * d], k0 + j * p.k_row_stride, sizeof(St) * d);
+        std::memcpy(&v_[size_t(j) * d], v0 + j * p.v_row_stride, sizeof(St) * d);
+      }
+      k_src_ = k0, v_src_ = v0, rows_ = p.seqlen_k;
+    }
+    *k = k_.data(), *v = v_.data(), *k_rs = *v_rs = d;
+  }
+
+ private:
+  const St *k_src_ = nullptr, *v_src_ = nullptr;  // the head packed now (its first rows)
+  int64_t rows_ = -1;
+  std::vector<St> k_, v_;
+};
+
+// Per thread: the query block's state (QueryBlock) and the packed head.
+template <DType T, class Block>
+struct FwdScratch {
+  Block block;
+  HeadRows<typename Elem<T>::storage> head;
+};
+
 template <DType T, class Block>
 void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_t q_end, int block_n, int64_t q_block,
-               Block& qb) {
+               int64_t q_blocks, FwdScratch<T, Block>& w) {
   using E = Elem<T>;
   using S = typename E::storage;
   const int d = p.head_dim;
   const int rows = static_cast<int>(q_end - q_begin);
   const int64_t hk = h / p.head_ratio;  // GQA: query head h reads key/value head h / ratio
   const S* q = static_cast<const S*>(p.q);
-  const S* k = static_cast<const S*>(p.k);
-  const S* v = static_cast<const S*>(p.v);
+  const S *k, *v;
+  int64_t k_rs, v_rs;
+  w.head.get(p, b, hk, q_blocks, &k, &v, &k_rs, &v_rs);
+  Block& qb = w.block;
   qb.begin(kernels(), rows, d, block_n, p.scale);
   for (int r = 0; r < rows; ++r) qb.set_query(r, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride);
 
@@ -64,8 +117,8 @@ void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_
     const int keys = static_cast<int>(k_end - k_begin);
     for (int c = 0; c < keys; ++c) {
       const int64_t j = k_begin + c;
-      qb.set_key(c, k + b * p.k_batch_stride + j * p.k_row_stride + hk * p.k_head_stride);
-      qb.set_value(c, v + b * p.v_batch_stride + j * p.v_row_stride + hk * p.v_head_stride);
+      qb.set_key(c, k + j * k_rs);
+      qb.set_value(c, v + j * v_rs);
     }
     qb.step(keys, q_begin, k_begin, blocks.partial(kb) ? &window : nullptr);
   }
@@ -102,7 +155,8 @@ int32_t fwd_with(const FwdParams& whole) {
   for (const FwdParams& p : parts) counts.push_back(int64_t{p.batch} * p.heads_q * ((p.seqlen_q + block_m - 1) / block_m));
   const std::vector<int64_t> first = part_ranges(counts);
   const int64_t items = first.back();
-  std::vector<Block> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
+  std::vector<FwdScratch<T, Block>> scratch(
+      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
   parallel_for(items, [&](int64_t global, int t) {
     const size_t part = part_of(first, global);
     const FwdParams& p = parts[part];
@@ -111,7 +165,7 @@ int32_t fwd_with(const FwdParams& whole) {
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
     const int64_t h = bh % p.heads_q, b = bh / p.heads_q;
     const int64_t q_begin = qb * block_m, q_end = std::min<int64_t>(q_begin + block_m, p.seqlen_q);
-    fwd_block<T>(p, b, h, q_begin, q_end, block_n, qb, scratch[t]);
+    fwd_block<T>(p, b, h, q_begin, q_end, block_n, qb, q_blocks, scratch[t]);
   });
   return FLASH_OK;
 }

@@ -1,16 +1,19 @@
 // libflash/cpu/flash_cpu.cpp -- FlashAttention (Algorithm 1) on the host.
 //
 // One work item is one (batch, head, query block) -- the FlashAttention-2 loop order, which keeps the
-// running statistics of a query block in registers/L1 for its whole life instead of writing them back
-// per key block as Algorithm 1's outer-KV order does. Per query block Q_i (block_m rows):
+// running statistics of a query block in L1 for its whole life instead of writing them back per key block
+// as Algorithm 1's outer-KV order does. Per query block Q_i (block_m rows):
 //   for each key block K_j, V_j that the mask leaves visible:
-//     S_ij = scale * Q_i K_j^T                       (fp32; fp64 for fp32 inputs, see Acc)
+//     S_ij = scale * Q_i K_j^T
 //     m_new = max(m_i, rowmax(S_ij))
 //     P_ij  = exp(S_ij - m_new)
 //     l_i   = exp(m_i - m_new) * l_i + rowsum(P_ij)
 //     O_i   = exp(m_i - m_new) * O_i + P_ij V_j
 //   O_i /= l_i;  LSE_i = m_i + log(l_i)
-// Extra memory is O(block_m * (d + block_n)) per thread: the N x N matrix never exists.
+// The step itself is QueryBlock::step (kernels.h, shared with the KV-cache forward), built from the tile
+// kernels; this file walks the blocks the mask leaves and moves data in and out.
+// Extra memory is O(block_m * (d + block_n)) per thread, plus where it pays a packed copy of one head's K and V
+// (HeadRows, at most 64 MB): the N x N matrix never exists.
 // A packed variable-length batch (flash.h; libflash/varlen.h) runs as the list of its sequences' dense problems of
 // batch 1 (each with its own lengths and diagonal), their work items numbered one after another and shared out
 // together: the same per-block step, at per-sequence offsets.
@@ -18,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <string>
@@ -31,6 +35,7 @@
 #include "../varlen.h"
 #include "block_range.h"
 #include "convert.h"
+#include "kernels.h"
 #include "parallel.h"
 
 namespace flash {
@@ -38,114 +43,93 @@ namespace cpu {
 namespace {
 
 constexpr int kBlockM = 64;  // query rows per work item (unless a block mask dictates its own)
-constexpr int kBlockN = 64;  // key rows per step: 64 x 256 fp32 K and V blocks fit in L2
+constexpr int kBlockN = 64;  // keys per step (likewise)
 
-// The arithmetic type of S, the softmax and O: fp32 for fp16/bf16 inputs; double for fp32 ones. In fp32 the fused
-// algorithm's extra roundings (O and l rescaled at every new row max, P taken against a running max) put its error
-// at the size of naive fp32 attention's own, and past twice it on ~1 random case in 300 (max |o - ref|
-// 8.1e-7 against naive's 3.5e-7); computed in double, fp32 output is rounded once, as the project's accuracy rule
-// wants of every backend. The cost is the fp32 path's vector width: fa-bench on 2 cores, b 1, h 4, 1k, d 64, fp32:
-// forward 60 -> 99 ms, fwd_bwd 149 -> 290 ms. (16-bit inputs keep fp32: their output rounding, 2^-8 or
-// 2^-11, dwarfs the arithmetic's; bf16 measured the same before and after.)
-template <DType T>
-using Acc = std::conditional_t<T == DType::FP32, double, float>;
+// The keys and values of one (problem, batch, kv head), their rows packed one after another (stride d) by the thread
+// whose item needs them first and kept for its next items of that head. In the usual [batch, seqlen, heads, d] layout
+// a head's rows lie heads * d elements apart -- 4 KB from 8 heads of d128 fp32, a page per row, every row in the same
+// few cache sets -- and every query block walks all of them again (at 4k keys 8192 pages a pass, twice the L2 TLB's
+// entries). One thread, b1 h8 4k d128 fp32: 70 -> 91 GFLOP/s packed (82 with h1, whose rows are adjacent); two threads,
+// d64 4k: 230 -> 195 ms (docs/kernels.md, "CPU backend"). Only where it pays: rows apart, the head split into at least
+// 2 query blocks per thread (each copy read twice or more), the copy at most kMaxPackedHead bytes; else read in place.
+constexpr size_t kMaxPackedHead = size_t{64} << 20;
 
-template <class A>
-struct Scratch {
-  std::vector<A> q, kt, v, s, o, m, l;
-};
-
-template <DType T>
-void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_t q_end, int block_n, int64_t q_block,
-               Scratch<Acc<T>>& w) {
-  using E = Elem<T>;
-  using S = typename E::storage;
-  using A = Acc<T>;
-  const int d = p.head_dim;
-  const int64_t rows = q_end - q_begin;
-  const int64_t hk = h / p.head_ratio;  // GQA: query head h reads key/value head h / ratio
-  const S* q = static_cast<const S*>(p.q);
-  const S* k = static_cast<const S*>(p.k);
-  const S* v = static_cast<const S*>(p.v);
-  const A neg_inf = -std::numeric_limits<A>::infinity();
-
-  w.q.resize(rows * d);
-  w.kt.assign(size_t(d) * block_n, A(0));
-  w.v.resize(size_t(block_n) * d);
-  w.s.resize(rows * block_n);
-  w.o.assign(rows * d, A(0));
-  w.m.assign(rows, neg_inf);
-  w.l.assign(rows, A(0));
-
-  // Load Q_i once, pre-multiplied by the softmax scale.
-  for (int64_t r = 0; r < rows; ++r) {
-    const S* src = q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride;
-    for (int c = 0; c < d; ++c) w.q[r * d + c] = A(E::load(src[c])) * A(p.scale);
+template <class St>
+class HeadRows {
+ public:
+  // K's and V's rows of head hk of batch b of p: *k, *v and their row strides.
+  void get(const FwdParams& p, int64_t b, int64_t hk, int64_t q_blocks, const St** k, const St** v, int64_t* k_rs,
+           int64_t* v_rs) {
+    const int d = p.head_dim;
+    const St* k0 = static_cast<const St*>(p.k) + b * p.k_batch_stride + hk * p.k_head_stride;
+    const St* v0 = static_cast<const St*>(p.v) + b * p.v_batch_stride + hk * p.v_head_stride;
+    const size_t bytes = size_t(p.seqlen_k) * d * 2 * sizeof(St);
+    const bool pays = (p.k_row_stride != d || p.v_row_stride != d) && q_blocks >= 2 * int64_t{num_threads()} &&
+                      bytes <= kMaxPackedHead;
+    if (!pays) {
+      *k = k0, *v = v0, *k_rs = p.k_row_stride, *v_rs = p.v_row_stride;
+      return;
+    }
+    if (k0 != k_src_ || v0 != v_src_ || p.seqlen_k != rows_) {
+      k_.resize(size_t(p.seqlen_k) * d), v_.resize(size_t(p.seqlen_k) * d);
+      for (int64_t j = 0; j < p.seqlen_k; ++j) {
+        std::memcpy(&k_[size_t(j) * d], k0 + j * p.k_row_stride, sizeof(St) * d);
+        std::memcpy(&v_[size_t(j) * d], v0 + j * p.v_row_stride, sizeof(St) * d);
+      }
+      k_src_ = k0, v_src_ = v0, rows_ = p.seqlen_k;
+    }
+    *k = k_.data(), *v = v_.data(), *k_rs = *v_rs = d;
   }
 
+ private:
+  const St *k_src_ = nullptr, *v_src_ = nullptr;  // the head packed now (its first rows)
+  int64_t rows_ = -1;
+  std::vector<St> k_, v_;
+};
+
+// Per thread: the query block's state (QueryBlock) and the packed head.
+template <DType T, class Block>
+struct FwdScratch {
+  Block block;
+  HeadRows<typename Elem<T>::storage> head;
+};
+
+template <DType T, class Block>
+void fwd_block(const FwdParams& p, int64_t b, int64_t h, int64_t q_begin, int64_t q_end, int block_n, int64_t q_block,
+               int64_t q_blocks, FwdScratch<T, Block>& w) {
+  using E = Elem<T>;
+  using S = typename E::storage;
+  const int d = p.head_dim;
+  const int rows = static_cast<int>(q_end - q_begin);
+  const int64_t hk = h / p.head_ratio;  // GQA: query head h reads key/value head h / ratio
+  const S* q = static_cast<const S*>(p.q);
+  const S *k, *v;
+  int64_t k_rs, v_rs;
+  w.head.get(p, b, hk, q_blocks, &k, &v, &k_rs, &v_rs);
+  Block& qb = w.block;
+  qb.begin(kernels(), rows, d, block_n, p.scale);
+  for (int r = 0; r < rows; ++r) qb.set_query(r, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride);
+
+  const Window window{p.diag_offset, p.window_left, p.window_right};
   KeyBlocks blocks(p, b, h, q_begin, q_end, q_block, block_n);
   for (int64_t kb; blocks.next(&kb);) {
     const int64_t k_begin = kb * block_n, k_end = std::min<int64_t>(k_begin + block_n, p.seqlen_k);
-    const int64_t cols = k_end - k_begin;
-    // Load K_j transposed (K_j^T: the S loop below then runs over contiguous keys and vectorises; each
-    // S_ij is still summed over e in order, bit for bit what the backward recomputes) and V_j.
-    for (int64_t c = 0; c < cols; ++c) {
-      const S* ks = k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride;
-      const S* vs = v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride;
-      for (int e = 0; e < d; ++e) {
-        w.kt[e * block_n + c] = E::load(ks[e]);
-        w.v[c * d + e] = E::load(vs[e]);
-      }
+    const int keys = static_cast<int>(k_end - k_begin);
+    for (int c = 0; c < keys; ++c) {
+      const int64_t j = k_begin + c;
+      qb.set_key(c, k + j * k_rs);
+      qb.set_value(c, v + j * v_rs);
     }
-    const bool needs_element_mask = blocks.partial(kb);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = q_begin + r;
-      A* s = &w.s[r * block_n];
-      // S_ij row r = (scale Q_i) K_j^T, masked entries -inf.
-      std::fill(s, s + cols, A(0));
-      const A* qr = &w.q[r * d];
-      for (int e = 0; e < d; ++e) {
-        const A x = qr[e];
-        const A* kt = &w.kt[e * block_n];
-        for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
-      }
-      A row_max = neg_inf;
-      for (int64_t c = 0; c < cols; ++c) {
-        if (needs_element_mask && !window_visible(p, i, k_begin + c)) s[c] = neg_inf;
-        row_max = std::max(row_max, s[c]);
-      }
-      if (row_max == neg_inf) continue;  // nothing visible in this block for this row
-      // Online softmax: rescale what we had, add this block.
-      const A m_new = std::max(w.m[r], row_max);
-      const A correction = std::exp(w.m[r] - m_new);  // exp(-inf) = 0 on the first visible block
-      A row_sum = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        s[c] = std::exp(s[c] - m_new);  // exp(-inf) = 0 for masked entries
-        row_sum += s[c];
-      }
-      w.l[r] = w.l[r] * correction + row_sum;
-      w.m[r] = m_new;
-      A* o = &w.o[r * d];
-      for (int e = 0; e < d; ++e) o[e] *= correction;
-      for (int64_t c = 0; c < cols; ++c) {
-        const A pc = s[c];
-        if (pc == 0) continue;
-        const A* vr = &w.v[c * d];
-        for (int e = 0; e < d; ++e) o[e] += pc * vr[e];
-      }
-    }
+    qb.step(keys, q_begin, k_begin, blocks.partial(kb) ? &window : nullptr);
   }
 
-  // Finalise: O = O / l (0 for rows that saw no key), LSE = m + log(l) (-inf for those rows).
+  // O = O / l (0 for rows that saw no key), rounded once; LSE = m + log(l) (-inf for those rows).
   S* out = static_cast<S*>(p.o);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const int64_t i = q_begin + r;
-    const A inv_l = w.l[r] > 0 ? 1 / w.l[r] : A(0);
     S* dst = out + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-    for (int e = 0; e < d; ++e) dst[e] = E::store(float(w.o[r * d + e] * inv_l));
-    if (p.lse)
-      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] =
-          w.l[r] > 0 ? float(w.m[r] + std::log(w.l[r])) : -std::numeric_limits<float>::infinity();
+    for (int e = 0; e < d; ++e) dst[e] = E::store(static_cast<float>(qb.out(r, e)));
+    if (p.lse) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = static_cast<float>(qb.lse(r));
   }
 }
 
@@ -161,8 +145,8 @@ size_t part_of(const std::vector<int64_t>& first, int64_t item) {
   return static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
 }
 
-template <DType T>
-int32_t fwd_typed(const FwdParams& whole) {
+template <DType T, class Block>
+int32_t fwd_with(const FwdParams& whole) {
   const int block_m = whole.has_block_mask ? whole.block_mask.block_m : kBlockM;
   const int block_n = whole.has_block_mask ? whole.block_mask.block_n : kBlockN;
   // One work item per (part, batch, head, query block).
@@ -171,7 +155,8 @@ int32_t fwd_typed(const FwdParams& whole) {
   for (const FwdParams& p : parts) counts.push_back(int64_t{p.batch} * p.heads_q * ((p.seqlen_q + block_m - 1) / block_m));
   const std::vector<int64_t> first = part_ranges(counts);
   const int64_t items = first.back();
-  std::vector<Scratch<Acc<T>>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
+  std::vector<FwdScratch<T, Block>> scratch(
+      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(items, 1))));
   parallel_for(items, [&](int64_t global, int t) {
     const size_t part = part_of(first, global);
     const FwdParams& p = parts[part];
@@ -180,9 +165,16 @@ int32_t fwd_typed(const FwdParams& whole) {
     const int64_t qb = item % q_blocks, bh = item / q_blocks;
     const int64_t h = bh % p.heads_q, b = bh / p.heads_q;
     const int64_t q_begin = qb * block_m, q_end = std::min<int64_t>(q_begin + block_m, p.seqlen_q);
-    fwd_block<T>(p, b, h, q_begin, q_end, block_n, qb, scratch[t]);
+    fwd_block<T>(p, b, h, q_begin, q_end, block_n, qb, q_blocks, scratch[t]);
   });
   return FLASH_OK;
+}
+
+template <DType T>
+int32_t fwd_typed(const FwdParams& p) {
+  if constexpr (T == DType::BF16)
+    if (bf16_kernels()) return fwd_with<T, QueryBlock<T, Bf16Dot>>(p);
+  return fwd_with<T, QueryBlock<T, ScoreType<T>>>(p);
 }
 
 int32_t fwd(const FwdParams& p) {
@@ -194,15 +186,15 @@ int32_t fwd(const FwdParams& p) {
 // FlashAttention's backward (the paper's Algorithm 4, FlashAttention-2's loop order): nothing N x N is
 // stored; P is recomputed tile by tile from Q, K and the forward's LSE.
 //   1. Preprocess: D_i = rowsum(dO_i o O_i) (summed in double, stored fp32), dQacc = 0.
-//   2. One work item per (batch, kv head, key block j); K_j, V_j and dK_j, dV_j (in Acc) stay in the item's
+//   2. One work item per (batch, kv head, key block j); K_j, V_j and dK_j, dV_j (fp32) stay in the item's
 //      scratch for its whole life, so dK and dV need no atomics. For every query block i that sees key
-//      block j, and every query head h of the kv head's GQA group:
-//        S  = (scale * Q_i) K_j^T,  P = exp(S - LSE_i)  (0 where masked, 0 for a row with LSE = -inf;
-//                                                         S bit for bit the cpu forward's: same scaling,
-//                                                         same summation order, so P matches its LSE)
+//      block j, and every query head h of the kv head's GQA group, five products (kernels.h's tile kernels):
+//        S  = sign(scale) Q_i K_j^T,  P = 2^(S c - LSE_i log2(e))   (c = |scale| log2(e); 0 where masked, 0 for
+//                                                         a row with LSE = -inf; every product in fp32 with fp32
+//                                                         sums, bf16 ones on AVX512-BF16: KeyBlockGrads)
 //        dV_j += P^T dO_i
 //        dP = dO_i V_j^T,  dS = P o (dP - D_i)
-//        dK_j += dS^T (scale * Q_i)
+//        dK_j += dS^T Q_i                                 (times scale at the end)
 //        dQacc_i += dS K_j                                (times scale at the end)
 //   3. dQ = scale * dQacc, rounded to the dtype.
 // dQ is the one reduction across work items. Key blocks add into a query block's rows strictly in key
@@ -218,8 +210,8 @@ int32_t fwd(const FwdParams& p) {
 // counters [b, hkv, ceil(sq / block_m)]: 4 * (b*hq*sq*(d + 1) + b*hkv*ceil(sq/block_m)) bytes, O(N). A varlen call
 // has the sum of its sequences' (each with b = 1, sq = its own length: 4 * (hq*total_q*(d + 1) + hkv*sum of
 // ceil(sq_i/block_m)) bytes at most, when its sequences cover q), each step's items numbered across the sequences.
-// Per thread: O((block_m + block_n) * d + block_m * block_n) scratch in Acc (plus block_m * d per GQA
-// head for the dQ tiles waiting for their turn).
+// Per thread: O((block_m + block_n) * d + block_m * block_n) scratch (plus block_m * d per GQA head for the
+// dQ tiles waiting for their turn).
 
 static_assert(sizeof(std::atomic<int32_t>) == 4, "the documented workspace size counts 4-byte counters");
 
@@ -241,135 +233,50 @@ BwdLayout bwd_layout(const BwdParams& p) {
   return l;
 }
 
-template <class A>
-struct BwdScratch {
-  std::vector<A> k, v, kt, vt, dk, dv, q, d_o, p, dp, lse, D, dq;
-  std::vector<char> head_done;  // per GQA head: a dQ tile waits in dq
-};
-
-// In the forward's arithmetic type (Acc: double for fp32 inputs), so S is recomputed bit for bit.
-template <DType T>
+template <DType T, class Block>
 void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int64_t kb, float* dq_acc, const float* D,
-              std::atomic<int32_t>* turns, BwdScratch<Acc<T>>& w) {
+              std::atomic<int32_t>* turns, Block& kb_state, std::vector<float>& dq_tiles, std::vector<char>& head_done) {
   using E = Elem<T>;
   using St = typename E::storage;
-  using A = Acc<T>;
   const int d = p.head_dim, bm = l.block_m, bn = l.block_n;
   const int64_t k_begin = kb * bn, k_end = std::min<int64_t>(k_begin + bn, p.seqlen_k);
-  const int64_t cols = k_end - k_begin;
+  const int cols = static_cast<int>(k_end - k_begin);
   const int ratio = p.head_ratio;
-  const A scale = p.scale;
-  const A neg_inf = -std::numeric_limits<A>::infinity();
   const St* k = static_cast<const St*>(p.k);
   const St* v = static_cast<const St*>(p.v);
   const St* q = static_cast<const St*>(p.q);
   const St* dO = static_cast<const St*>(p.d_o);
 
-  w.k.assign(size_t(bn) * d, A(0));
-  w.v.assign(size_t(bn) * d, A(0));
-  w.kt.assign(size_t(d) * bn, A(0));  // K_j^T, V_j^T: the inner loops then run over contiguous keys
-  w.vt.assign(size_t(d) * bn, A(0));
-  w.dk.assign(size_t(bn) * d, A(0));
-  w.dv.assign(size_t(bn) * d, A(0));
-  w.q.resize(size_t(bm) * d);
-  w.d_o.resize(size_t(bm) * d);
-  w.p.resize(size_t(bm) * bn);
-  w.dp.resize(size_t(bm) * bn);
-  w.lse.resize(bm);
-  w.D.resize(bm);
-  w.dq.resize(size_t(ratio) * bm * d);
-  for (int64_t c = 0; c < cols; ++c) {
-    const St* ks = k + b * p.k_batch_stride + (k_begin + c) * p.k_row_stride + hk * p.k_head_stride;
-    const St* vs = v + b * p.v_batch_stride + (k_begin + c) * p.v_row_stride + hk * p.v_head_stride;
-    for (int e = 0; e < d; ++e) {
-      w.k[c * d + e] = w.kt[e * bn + c] = E::load(ks[e]);
-      w.v[c * d + e] = w.vt[e * bn + c] = E::load(vs[e]);
-    }
+  Block& blk = kb_state;
+  blk.begin(kernels(), d, bm, bn, cols, p.scale);
+  for (int c = 0; c < cols; ++c) {
+    const int64_t j = k_begin + c;
+    blk.set_key(c, k + b * p.k_batch_stride + j * p.k_row_stride + hk * p.k_head_stride,
+                v + b * p.v_batch_stride + j * p.v_row_stride + hk * p.v_head_stride);
   }
+  blk.keys_done();
+  const int dp = blk.padded_dim();
+  dq_tiles.resize(size_t(ratio) * bm * dp);
+  const Window window{p.diag_offset, p.window_left, p.window_right};
 
   for (int64_t qb = 0; qb < l.q_blocks; ++qb) {
     const int64_t q_begin = qb * bm, q_end = std::min<int64_t>(q_begin + bm, p.seqlen_q);
-    const int64_t rows = q_end - q_begin;
+    const int rows = static_cast<int>(q_end - q_begin);
     const bool in_window = tile_in_window(p, q_begin, q_end, k_begin, k_end);
     const bool partial = in_window && tile_partial(p, q_begin, q_end, k_begin, k_end);
     bool any = false;                       // some head of the group computed a dQ tile for this block
-    std::vector<char>& head_done = w.head_done;
     head_done.assign(ratio, 0);
     for (int g = 0; in_window && g < ratio; ++g) {
       const int64_t h = hk * ratio + g;
       if (!block_listed(p, b, h, qb, kb)) continue;
-      // Q_i, dO_i, LSE_i, D_i.
-      for (int64_t r = 0; r < rows; ++r) {
+      for (int r = 0; r < rows; ++r) {
         const int64_t i = q_begin + r;
-        const St* qs = q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride;
-        const St* ds = dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride;
-        for (int e = 0; e < d; ++e) {
-          w.q[r * d + e] = A(E::load(qs[e])) * scale;  // as the forward loads it
-          w.d_o[r * d + e] = E::load(ds[e]);
-        }
-        w.lse[r] = p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride];
-        w.D[r] = D[(b * p.heads_q + h) * p.seqlen_q + i];
+        blk.set_query(r, q + b * p.q_batch_stride + i * p.q_row_stride + h * p.q_head_stride,
+                      dO + b * p.do_batch_stride + i * p.do_row_stride + h * p.do_head_stride,
+                      p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride],
+                      D[(b * p.heads_q + h) * p.seqlen_q + i]);
       }
-      // P = exp(S - LSE), masked entries and empty rows 0.
-      for (int64_t r = 0; r < rows; ++r) {
-        A* s = &w.p[r * bn];
-        std::fill(s, s + bn, A(0));
-        const A* qr = &w.q[r * d];
-        for (int e = 0; e < d; ++e) {
-          const A x = qr[e];
-          const A* kt = &w.kt[e * bn];
-          for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
-        }
-        const A lse = w.lse[r];
-        const int64_t i = q_begin + r;
-        for (int64_t c = 0; c < cols; ++c) {
-          const bool visible = lse != neg_inf && (!partial || window_visible(p, i, k_begin + c));
-          s[c] = visible ? std::exp(s[c] - lse) : A(0);
-        }
-      }
-      // dV_j += P^T dO_i.
-      for (int64_t r = 0; r < rows; ++r) {
-        const A* pr = &w.p[r * bn];
-        const A* dor = &w.d_o[r * d];
-        for (int64_t c = 0; c < cols; ++c) {
-          const A pc = pr[c];
-          if (pc == 0) continue;
-          A* dvr = &w.dv[c * d];
-          for (int e = 0; e < d; ++e) dvr[e] += pc * dor[e];
-        }
-      }
-      // dP = dO_i V_j^T, dS = P o (dP - D) (in place of dP).
-      for (int64_t r = 0; r < rows; ++r) {
-        A* dp = &w.dp[r * bn];
-        std::fill(dp, dp + bn, A(0));
-        const A* dor = &w.d_o[r * d];
-        for (int e = 0; e < d; ++e) {
-          const A x = dor[e];
-          const A* vt = &w.vt[e * bn];
-          for (int64_t c = 0; c < cols; ++c) dp[c] += x * vt[c];
-        }
-        const A* pr = &w.p[r * bn];
-        const A Dr = w.D[r];
-        for (int64_t c = 0; c < cols; ++c) dp[c] = pr[c] * (dp[c] - Dr);
-      }
-      // dK_j += dS^T (scale Q_i);  dQ tile = dS K_j.
-      A* dq = &w.dq[size_t(g) * bm * d];
-      for (int64_t r = 0; r < rows; ++r) {
-        const A* ds = &w.dp[r * bn];
-        const A* qr = &w.q[r * d];
-        A* dqr = &dq[r * d];
-        std::fill(dqr, dqr + d, A(0));
-        for (int64_t c = 0; c < cols; ++c) {
-          const A x = ds[c];
-          if (x == 0) continue;
-          A* dkr = &w.dk[c * d];
-          const A* kr = &w.k[c * d];
-          for (int e = 0; e < d; ++e) {
-            dkr[e] += x * qr[e];
-            dqr[e] += x * kr[e];
-          }
-        }
-      }
+      blk.tile(rows, q_begin, k_begin, partial ? &window : nullptr, dq_tiles.data() + size_t(g) * bm * dp);
       head_done[g] = 1;
       any = true;
     }
@@ -381,21 +288,22 @@ void bwd_item(const BwdParams& p, const BwdLayout& l, int64_t b, int64_t hk, int
         if (!head_done[g]) continue;
         const int64_t h = hk * ratio + g;
         float* acc = dq_acc + ((b * p.heads_q + h) * p.seqlen_q + q_begin) * d;
-        const A* dq = &w.dq[size_t(g) * bm * d];
-        for (int64_t x = 0; x < rows * d; ++x) acc[x] = float(A(acc[x]) + dq[x]);
+        const float* tile = dq_tiles.data() + size_t(g) * bm * dp;
+        for (int r = 0; r < rows; ++r)
+          for (int e = 0; e < d; ++e) acc[r * d + e] += tile[size_t(r) * dp + e];
       }
     turn.store(static_cast<int32_t>(kb + 1), std::memory_order_release);
   }
 
-  // dK_j, dV_j: written once, by their only owner.
-  St* dk = static_cast<St*>(p.dk);
-  St* dv = static_cast<St*>(p.dv);
-  for (int64_t c = 0; c < cols; ++c) {
-    St* dks = dk + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
-    St* dvs = dv + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
+  // dK_j = scale * dK_j, dV_j: written once, by their only owner.
+  St* dko = static_cast<St*>(p.dk);
+  St* dvo = static_cast<St*>(p.dv);
+  for (int c = 0; c < cols; ++c) {
+    St* dks = dko + b * p.dk_batch_stride + (k_begin + c) * p.dk_row_stride + hk * p.dk_head_stride;
+    St* dvs = dvo + b * p.dv_batch_stride + (k_begin + c) * p.dv_row_stride + hk * p.dv_head_stride;
     for (int e = 0; e < d; ++e) {
-      dks[e] = E::store(float(w.dk[c * d + e]));
-      dvs[e] = E::store(float(w.dv[c * d + e]));
+      dks[e] = E::store(p.scale * blk.dk(c, e));
+      dvs[e] = E::store(blk.dv(c, e));
     }
   }
 }
@@ -421,6 +329,36 @@ BwdPlan bwd_plan(const BwdParams& whole) {
     plan.dq_elems += l.dq_elems, plan.d_elems += l.d_elems, plan.counters += l.counters;
   }
   return plan;
+}
+
+// Per thread: the key block's state, the dQ tiles waiting for their turn (one per GQA head), which heads made one.
+template <class Block>
+struct BwdScratch {
+  Block block;
+  std::vector<float> dq_tiles;
+  std::vector<char> head_done;
+};
+
+// Step 2 of bwd_typed, the key blocks. Within a part, item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head
+// are handed out in increasing order (the dQ turns rely on it; parts follow each other, so the lowest unfinished
+// item still never waits), and the items that run side by side belong to different heads whenever
+// b * hkv >= threads, so they seldom wait for each other's turns; with fewer heads the key blocks of a head run as
+// a wavefront.
+template <DType T, class Block>
+void bwd_items(const BwdPlan& plan, const std::vector<int64_t>& key_first, float* dq_region, const float* D_region,
+               std::atomic<int32_t>* turn_region) {
+  std::vector<BwdScratch<Block>> scratch(
+      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(key_first.back(), 1))));
+  parallel_for(key_first.back(), [&](int64_t global, int t) {
+    const size_t i = part_of(key_first, global);
+    const BwdPart& part = plan.parts[i];
+    const int64_t heads = int64_t{part.p.batch} * part.p.heads_kv;
+    const int64_t item = global - key_first[i];
+    const int64_t kb = item / heads, bh = item % heads;
+    BwdScratch<Block>& w = scratch[t];
+    bwd_item<T>(part.p, part.l, bh / part.p.heads_kv, bh % part.p.heads_kv, kb, dq_region + part.dq_off,
+                D_region + part.d_off, turn_region + part.counter_off, w.block, w.dq_tiles, w.head_done);
+  });
 }
 
 template <DType T>
@@ -463,21 +401,12 @@ int32_t bwd_typed(const BwdParams& whole) {
     std::fill(dq_acc + bh * p.seqlen_q * d, dq_acc + (bh + 1) * p.seqlen_q * d, 0.0f);
   });
 
-  // 2. Key blocks: within a part, item = kb * (b * hkv) + (b * hkv + hk). Key blocks of one head are handed out in
-  //    increasing order (the dQ turns rely on it; parts follow each other, so the lowest unfinished item still never
-  //    waits), and the items that run side by side belong to different heads whenever b * hkv >= threads, so they
-  //    seldom wait for each other's turns; with fewer heads the key blocks of a head run as a wavefront.
-  std::vector<BwdScratch<Acc<T>>> scratch(
-      static_cast<size_t>(std::min<int64_t>(num_threads(), std::max<int64_t>(key_first.back(), 1))));
-  parallel_for(key_first.back(), [&](int64_t global, int t) {
-    const size_t i = part_of(key_first, global);
-    const BwdPart& part = plan.parts[i];
-    const int64_t heads = int64_t{part.p.batch} * part.p.heads_kv;
-    const int64_t item = global - key_first[i];
-    const int64_t kb = item / heads, bh = item % heads;
-    bwd_item<T>(part.p, part.l, bh / part.p.heads_kv, bh % part.p.heads_kv, kb, dq_region + part.dq_off,
-                D_region + part.d_off, turn_region + part.counter_off, scratch[t]);
-  });
+  // 2. Key blocks (bwd_items): bf16 inputs on the bf16 products where the CPU has them.
+  bool done = false;
+  if constexpr (T == DType::BF16)
+    if (bf16_kernels())
+      bwd_items<T, KeyBlockGrads<T, Bf16Dot>>(plan, key_first, dq_region, D_region, turn_region), done = true;
+  if (!done) bwd_items<T, KeyBlockGrads<T, float>>(plan, key_first, dq_region, D_region, turn_region);
 
   // 3. dQ = scale * dQacc.
   parallel_for(row_first.back(), [&](int64_t global, int) {

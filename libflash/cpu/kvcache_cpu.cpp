@@ -5,21 +5,24 @@
 //    checked that every slot is inside the cache and that no two sequences write, or write and read, one slot).
 // 2. Attention: one work item per (sequence, query head, 64-row query block, split). The split's keys
 //    [k_begin, k_end) are walked in 64-key blocks, each gathered through the block table (or the batch index)
-//    into K_j^T and V_j; then the cpu forward's step: S = (scale Q) K_j^T, online softmax, O += P V_j
-//    (libflash/cpu/flash_cpu.cpp; the same Acc type: fp32 for 16-bit inputs, double for fp32 ones).
+//    into the rows of K_j and V_j; then the cpu forward's step (QueryBlock, kernels.h): S = scale Q K_j^T,
+//    online softmax, O = corr O + P V_j; in fp32 for 16-bit inputs, in double for fp32 ones (KvBlock, below).
 // 3. With one split the item writes O (rounded once) and LSE. With several, each split writes its normalised
-//    partial O and its LSE in Acc to the workspace, and combine_row (the arithmetic of flash_combine, below)
+//    partial O and its LSE to the workspace (in double for fp32 inputs, so the combined O is still rounded once;
+//    fp32 for 16-bit ones), and combine_row (the arithmetic of flash_combine, below)
 //    merges them: M = max LSE_s, w_s = exp(LSE_s - M), O = sum w_s O_s / sum w_s, LSE = M + log(sum w_s), in
 //    double, O rounded once.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../../flash.h"
 #include "../kvcache.h"
 #include "convert.h"
+#include "kernels.h"
 #include "parallel.h"
 
 namespace flash {
@@ -31,9 +34,9 @@ constexpr int kBlockN = 64;   // keys per step
 constexpr int kMaxSplits = 256;
 constexpr int64_t kMinKeysPerSplit = 512;  // num_splits = 0 never makes splits shorter than this
 
-// As in flash_cpu.cpp: fp32 for 16-bit inputs, double for fp32 inputs (one output rounding).
+// The type of the split partials in the workspace (above).
 template <DType T>
-using Acc = std::conditional_t<T == DType::FP32, double, float>;
+using Part = std::conditional_t<T == DType::FP32, double, float>;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -69,10 +72,11 @@ double combine_row(int n, int d, LseOf&& lse_of, OOf&& o_of, Store&& store, std:
   return m + std::log(sum);
 }
 
-template <class A>
-struct Scratch {
-  std::vector<A> q, kt, v, s, o, m, l;
-};
+// The step's types: fp32 inputs in double throughout (their O is rounded once, as bindings/python/tests/
+// test_kvcache.py checks to 1 ulp; decoding reads each key once per new token, so it is the reading, not this
+// arithmetic, that sets the speed), 16-bit ones in fp32 as in the forward.
+template <DType T>
+using KvBlock = QueryBlock<T, ScoreType<T>, Part<T>>;
 
 // Keys [k_begin, k_end) of split `split` of a sequence with L keys in `splits` splits.
 void split_range(int64_t L, int splits, int split, int64_t* k_begin, int64_t* k_end) {
@@ -84,7 +88,7 @@ void split_range(int64_t L, int splits, int split, int64_t* k_begin, int64_t* k_
 struct Layout {
   int splits;
   int64_t q_blocks;
-  size_t part_o, part_lse;  // elements of the partial O and LSE arrays (Acc)
+  size_t part_o, part_lse;  // elements of the partial O and LSE arrays (Part)
 };
 
 Layout layout(const KvcacheParams& p, int splits) {
@@ -98,106 +102,54 @@ Layout layout(const KvcacheParams& p, int splits) {
 }
 
 // Partial arrays: o_part[((s * b + bb) * hq + h) * sn + i][e], lse_part[((s * b + bb) * hq + h) * sn + i].
-template <DType T>
+template <DType T, class Block>
 void attend_item(const KvcacheParams& p, const Layout& lay, int64_t b, int64_t h, int64_t qb, int split,
-                 Acc<T>* o_part, Acc<T>* lse_part, Scratch<Acc<T>>& w) {
+                 Part<T>* o_part, Part<T>* lse_part, Block& blk) {
   using E = Elem<T>;
   using S = typename E::storage;
-  using A = Acc<T>;
   const int d = p.head_dim;
   const int64_t sn = p.seqlen_new;
   const int64_t q_begin = qb * kBlockM, q_end = std::min<int64_t>(q_begin + kBlockM, sn);
-  const int64_t rows = q_end - q_begin;
+  const int rows = static_cast<int>(q_end - q_begin);
   const int64_t hk = h / p.head_ratio;
   const int64_t L = p.seqlen_k(b);
   const int64_t diag_offset = L - sn;  // bottom-right: query row i sits at key position i + L - sn
   const S* q = static_cast<const S*>(p.q);
   const S* kc = static_cast<const S*>(p.k_cache);
   const S* vc = static_cast<const S*>(p.v_cache);
-  const A neg_inf = -std::numeric_limits<A>::infinity();
 
   int64_t k_begin, k_end;
   split_range(L, lay.splits, split, &k_begin, &k_end);
   // Keys some row of the block may see.
   if (p.window_left >= 0) k_begin = std::max<int64_t>(k_begin, q_begin + diag_offset - p.window_left);
   if (p.window_right >= 0) k_end = std::min<int64_t>(k_end, q_end - 1 + diag_offset + p.window_right + 1);
+  const Window window{diag_offset, p.window_left, p.window_right};
   const bool windowed = p.window_left >= 0 || p.window_right >= 0;
 
-  w.q.resize(size_t(rows) * d);
-  w.kt.assign(size_t(d) * kBlockN, A(0));
-  w.v.resize(size_t(kBlockN) * d);
-  w.s.resize(size_t(rows) * kBlockN);
-  w.o.assign(size_t(rows) * d, A(0));
-  w.m.assign(rows, neg_inf);
-  w.l.assign(rows, A(0));
-  for (int64_t r = 0; r < rows; ++r) {
-    const S* src = q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride;
-    for (int c = 0; c < d; ++c) w.q[r * d + c] = A(E::load(src[c])) * A(p.scale);
-  }
+  blk.begin(kernels(), rows, d, kBlockN, p.scale);
+  for (int r = 0; r < rows; ++r) blk.set_query(r, q + b * p.q_batch_stride + (q_begin + r) * p.q_row_stride + h * p.q_head_stride);
 
   for (int64_t kb = k_begin; kb < k_end; kb += kBlockN) {
-    const int64_t cols = std::min<int64_t>(kBlockN, k_end - kb);
-    // Gather K_j (transposed) and V_j through the block table / batch index.
-    for (int64_t c = 0; c < cols; ++c) {
-      const S* ks = kc + p.cache_offset(b, kb + c, hk, p.kc_batch_stride, p.kc_row_stride, p.kc_head_stride);
-      const S* vs = vc + p.cache_offset(b, kb + c, hk, p.vc_batch_stride, p.vc_row_stride, p.vc_head_stride);
-      for (int e = 0; e < d; ++e) {
-        w.kt[e * kBlockN + c] = E::load(ks[e]);
-        w.v[c * d + e] = E::load(vs[e]);
-      }
+    const int keys = static_cast<int>(std::min<int64_t>(kBlockN, k_end - kb));
+    // Gather K_j and V_j through the block table / batch index.
+    for (int c = 0; c < keys; ++c) {
+      blk.set_key(c, kc + p.cache_offset(b, kb + c, hk, p.kc_batch_stride, p.kc_row_stride, p.kc_head_stride));
+      blk.set_value(c, vc + p.cache_offset(b, kb + c, hk, p.vc_batch_stride, p.vc_row_stride, p.vc_head_stride));
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t diag = q_begin + r + diag_offset;
-      A* s = &w.s[r * kBlockN];
-      std::fill(s, s + cols, A(0));
-      const A* qr = &w.q[r * d];
-      for (int e = 0; e < d; ++e) {
-        const A x = qr[e];
-        const A* kt = &w.kt[e * kBlockN];
-        for (int64_t c = 0; c < cols; ++c) s[c] += x * kt[c];
-      }
-      A row_max = neg_inf;
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t j = kb + c;
-        if (windowed && ((p.window_left >= 0 && j < diag - p.window_left) ||
-                         (p.window_right >= 0 && j > diag + p.window_right)))
-          s[c] = neg_inf;
-        row_max = std::max(row_max, s[c]);
-      }
-      if (row_max == neg_inf) continue;
-      const A m_new = std::max(w.m[r], row_max);
-      const A correction = std::exp(w.m[r] - m_new);
-      A row_sum = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        s[c] = std::exp(s[c] - m_new);
-        row_sum += s[c];
-      }
-      w.l[r] = w.l[r] * correction + row_sum;
-      w.m[r] = m_new;
-      A* o = &w.o[r * d];
-      for (int e = 0; e < d; ++e) o[e] *= correction;
-      for (int64_t c = 0; c < cols; ++c) {
-        const A pc = s[c];
-        if (pc == 0) continue;
-        const A* vr = &w.v[c * d];
-        for (int e = 0; e < d; ++e) o[e] += pc * vr[e];
-      }
-    }
+    blk.step(keys, q_begin, kb, windowed ? &window : nullptr);
   }
 
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int r = 0; r < rows; ++r) {
     const int64_t i = q_begin + r;
-    const A inv_l = w.l[r] > 0 ? 1 / w.l[r] : A(0);
-    const A lse = w.l[r] > 0 ? w.m[r] + std::log(w.l[r]) : neg_inf;
     if (lay.splits == 1) {
       S* dst = static_cast<S*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-      for (int e = 0; e < d; ++e) dst[e] = E::store(float(w.o[r * d + e] * inv_l));
-      if (p.lse) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = float(lse);
+      for (int e = 0; e < d; ++e) dst[e] = E::store(static_cast<float>(blk.out(r, e)));
+      if (p.lse) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i * p.lse_row_stride] = static_cast<float>(blk.lse(r));
     } else {
-      const size_t row = ((size_t(split) * p.batch + b) * p.heads_q + h) * sn + i;
-      A* dst = o_part + row * d;
-      for (int e = 0; e < d; ++e) dst[e] = w.o[r * d + e] * inv_l;
-      lse_part[row] = lse;
+      const size_t part = ((size_t(split) * p.batch + b) * p.heads_q + h) * sn + i;
+      Part<T>* dst = o_part + part * d;
+      for (int e = 0; e < d; ++e) dst[e] = static_cast<Part<T>>(blk.out(r, e));
+      lse_part[part] = static_cast<Part<T>>(blk.lse(r));
     }
   }
 }
@@ -222,17 +174,15 @@ void append(const KvcacheParams& p) {
   });
 }
 
-template <DType T>
-int32_t kvcache_typed(const KvcacheParams& p) {
+template <DType T, class Block>
+int32_t kvcache_with(const KvcacheParams& p) {
   using E = Elem<T>;
   using S = typename E::storage;
-  using A = Acc<T>;
-  if (p.k_new != nullptr) append(p);
   const Layout lay = layout(p, kvcache_num_splits(p));
-  A* o_part = lay.splits > 1 ? static_cast<A*>(p.workspace) : nullptr;
-  A* lse_part = lay.splits > 1 ? o_part + lay.part_o : nullptr;
+  Part<T>* o_part = lay.splits > 1 ? static_cast<Part<T>*>(p.workspace) : nullptr;
+  Part<T>* lse_part = lay.splits > 1 ? o_part + lay.part_o : nullptr;
   const int64_t items = int64_t{p.batch} * p.heads_q * lay.q_blocks * lay.splits;
-  std::vector<Scratch<A>> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
+  std::vector<Block> scratch(static_cast<size_t>(std::min<int64_t>(num_threads(), items)));
   parallel_for(items, [&](int64_t item, int t) {
     const int split = static_cast<int>(item % lay.splits);
     int64_t rest = item / lay.splits;
@@ -261,6 +211,14 @@ int32_t kvcache_typed(const KvcacheParams& p) {
     }
   });
   return FLASH_OK;
+}
+
+template <DType T>
+int32_t kvcache_typed(const KvcacheParams& p) {
+  if (p.k_new != nullptr) append(p);
+  if constexpr (T == DType::BF16)
+    if (bf16_kernels()) return kvcache_with<T, QueryBlock<T, Bf16Dot>>(p);
+  return kvcache_with<T, KvBlock<T>>(p);
 }
 
 template <DType TP, DType TO>
@@ -312,8 +270,8 @@ int32_t kvcache_num_splits(const KvcacheParams& p) {
 
 size_t kvcache_workspace(const KvcacheParams& p) {
   const Layout l = layout(p, kvcache_num_splits(p));
-  const size_t acc = p.dtype == DType::FP32 ? sizeof(double) : sizeof(float);
-  return (l.part_o + l.part_lse) * acc;
+  const size_t part = p.dtype == DType::FP32 ? sizeof(Part<DType::FP32>) : sizeof(Part<DType::BF16>);
+  return (l.part_o + l.part_lse) * part;
 }
 
 int32_t kvcache_fwd(const KvcacheParams& p) {

@@ -167,8 +167,15 @@ def _wait(reqs):
 
 
 # ---- Merge through the log-sum-exp -------------------------------------------------------------------------------
+def _acc_dtype(x):
+    """The ring's accumulators: fp32 for 16-bit inputs (far finer than their rounding), fp64 for fp32 inputs, whose
+    one-shot result is computed in fp32: summing the steps' partial results in fp32 would add a rounding per step
+    that the one-shot result does not have."""
+    return torch.float64 if x.dtype == torch.float32 else torch.float32
+
+
 def _merge(acc, acc_lse, o, lse):
-    """acc, acc_lse (fp32 views [b, n, h, d], [b, h, n]) <- the merge of (acc, acc_lse) and (o, lse), in place:
+    """acc, acc_lse (accumulator views [b, n, h, d], [b, h, n]) <- the merge of (acc, acc_lse) and (o, lse), in place:
     flash_combine's arithmetic for two parts: M = max LSE_p, w_p = exp(LSE_p - M), O = sum w_p O_p / sum w_p,
     LSE = M + log sum w_p; a part at -inf contributes nothing, rows where both are -inf stay O = 0, LSE = -inf."""
     m = torch.maximum(acc_lse, lse)
@@ -180,14 +187,14 @@ def _merge(acc, acc_lse, o, lse):
     s = torch.where(s > 0, s, torch.ones_like(s))
     wa = (wa / s).transpose(1, 2).unsqueeze(-1)
     wo = (wo / s).transpose(1, 2).unsqueeze(-1)
-    acc.mul_(wa).add_(o.float() * wo)
+    acc.mul_(wa).add_(o.to(acc.dtype) * wo)
 
 
 # ---- Forward and backward ------------------------------------------------------------------------------------------
 def _ring_forward(q, k, v, ring, plans, scale):
     b, n, hq, d = q.shape
-    acc = torch.zeros((b, n, hq, d), dtype=torch.float32, device=q.device)
-    acc_lse = torch.full((b, hq, n), -math.inf, dtype=torch.float32, device=q.device)
+    acc = torch.zeros((b, n, hq, d), dtype=_acc_dtype(q), device=q.device)
+    acc_lse = torch.full((b, hq, n), -math.inf, dtype=_acc_dtype(q), device=q.device)
     kv = torch.stack((k, v))  # one contiguous buffer [2, b, n, hkv, d]: one message per step
     spare = torch.empty_like(kv) if ring.world > 1 else None
     for t in range(ring.world):
@@ -200,11 +207,11 @@ def _ring_forward(q, k, v, ring, plans, scale):
         if reqs is not None:
             _wait(reqs)
             kv, spare = spare, kv
-    return acc.to(q.dtype), acc_lse
+    return acc.to(q.dtype), acc_lse.float()
 
 
 def _ring_backward(do, q, k, v, o, lse, ring, plans, scale, deterministic):
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq = torch.zeros(q.shape, dtype=_acc_dtype(q), device=q.device)
     kv = torch.stack((k, v))
     spare = torch.empty_like(kv) if ring.world > 1 else None
     dkv = dkv_spare = dkv_reqs = None  # dK/dV of the visiting slice (fp32), travelling with it
@@ -218,7 +225,7 @@ def _ring_backward(do, q, k, v, o, lse, ring, plans, scale, deterministic):
             dq[:, ql:qh] += gq
             parts.append((kl, kh, gk, gv))
         if t == 0:
-            dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
+            dkv = torch.zeros(kv.shape, dtype=_acc_dtype(q), device=q.device)
             dkv_spare = torch.empty_like(dkv) if ring.world > 1 else None
         else:
             # The slice's dK/dV so far, sent by the previous rank during this step's computation.

@@ -153,53 +153,59 @@ const Bf16Kernels& table() {
 #else  // the fp32 kernels at the level being compiled
 // ---- The fp32 kernels, in portable C++ on GCC/Clang vector types -------------------------------------------------
 //
-// The level: its namespace, its name, and the register blocks of the matrix product (further down):
-//   FLASH_CPU_MR, FLASH_CPU_NV  the fp32 product's: MR rows of C by NV vectors of 16 columns, held in registers
-//                  (twice: the chunk's sums and the total) while the k loop runs;
-//   FLASH_CPU_MR64, FLASH_CPU_NV64  the same for the double product (vectors of 8 columns, one set).
-// A vector of 16 floats is one zmm register under AVX-512, two ymm under AVX2, four xmm under SSE2; the register
-// block is sized to each level's register file.
+// The level: its namespace, its name, its vector (FLASH_CPU_VBYTES, the width of its registers: every vector type
+// below is one register, so the compiler never splits one across several, which under AVX2 and SSE2 it did through
+// the stack at a twentieth of the speed) and the register blocks of the matrix product (further down):
+//   FLASH_CPU_MR, FLASH_CPU_NV  the fp32 product's: MR rows of C by NV vectors, held in registers (twice: the
+//                  chunk's sums and the total) while the k loop runs, with NV vectors of B and one broadcast;
+//   FLASH_CPU_MR64, FLASH_CPU_NV64  the same for the double product.
 #if defined(FLASH_CPU_LEVEL_AVX512)
 // 32 zmm registers: an fp32 C block of 6 rows x 2 vectors (12 chunk accumulators, 12 totals, 2 B vectors,
-// 1 broadcast); a double one of 6 x 4 (24 + 4 + 1).
+// 1 broadcast); a double one of 6 x 4 (24 + 4 + 1; the double product is never chunked).
 #define FLASH_CPU_ISA avx512
 #define FLASH_CPU_ISA_NAME "avx512"
+#define FLASH_CPU_VBYTES 64
 #define FLASH_CPU_MR 6
 #define FLASH_CPU_NV 2
 #define FLASH_CPU_MR64 6
 #define FLASH_CPU_NV64 4
 #elif defined(FLASH_CPU_LEVEL_AVX2)
-// 16 ymm registers, a vector taking two: an fp32 C block of 3 rows x 1 vector (6 + 6 registers of sums, 2 for B,
-// 1 broadcast); a double one of 4 x 1 (8 + 2 + 1).
+// 16 ymm registers: C blocks of 6 rows x 2 vectors, fp32 and double alike (12 sums, 2 for B, 1 broadcast; a chunked
+// product's totals wait in L1 between chunks). Single thread, AVX2 copy on this Zen 5: 64x64x128 fp32 94-112 GFLOP/s
+// (3 x 2, all in registers: 78), double 55 (32), chunked P V 64x128x64 105 (71); the FMA peak at 8 lanes is ~115.
 #define FLASH_CPU_ISA avx2
 #define FLASH_CPU_ISA_NAME "avx2"
-#define FLASH_CPU_MR 3
-#define FLASH_CPU_NV 1
-#define FLASH_CPU_MR64 4
-#define FLASH_CPU_NV64 1
+#define FLASH_CPU_VBYTES 32
+#define FLASH_CPU_MR 6
+#define FLASH_CPU_NV 2
+#define FLASH_CPU_MR64 6
+#define FLASH_CPU_NV64 2
 #else
-// The baseline: what runs where no faster level is found, and everywhere on other architectures. Sized for 16 xmm
-// registers, a vector of 16 floats (or 8 doubles) taking four: C blocks of 2 rows x 1 vector.
+// The baseline: what runs where no faster level is found, and everywhere on other architectures: 16-byte vectors
+// (SSE2's 16 xmm registers, NEON's 32), C blocks of 3 rows x 2 vectors (6 + 6 sums, 2 for B, 1 broadcast; 4 x 2
+// and 6 x 2 ran within noise of it: 36-41 GFLOP/s for 64x64x128 fp32 on one core, no FMA).
 #define FLASH_CPU_PORTABLE 1
 #define FLASH_CPU_ISA portable
 #define FLASH_CPU_ISA_NAME "portable"
-#define FLASH_CPU_MR 2
-#define FLASH_CPU_NV 1
-#define FLASH_CPU_MR64 2
-#define FLASH_CPU_NV64 1
+#define FLASH_CPU_VBYTES 16
+#define FLASH_CPU_MR 3
+#define FLASH_CPU_NV 2
+#define FLASH_CPU_MR64 3
+#define FLASH_CPU_NV64 2
 #endif
 
 namespace flash::cpu::FLASH_CPU_ISA {
 namespace {
 
-typedef float f32v __attribute__((vector_size(64)));
-typedef double f64v __attribute__((vector_size(64)));
-typedef int32_t i32v __attribute__((vector_size(64)));
-typedef int64_t i64v __attribute__((vector_size(64)));
-typedef uint32_t u32v __attribute__((vector_size(64)));
-typedef uint16_t u16v __attribute__((vector_size(32)));
-typedef float f32x8 __attribute__((vector_size(32)));
-static_assert(sizeof(f32v) == kVec * sizeof(float), "one vector is kVec floats");
+typedef float f32v __attribute__((vector_size(FLASH_CPU_VBYTES)));
+typedef double f64v __attribute__((vector_size(FLASH_CPU_VBYTES)));
+typedef int32_t i32v __attribute__((vector_size(FLASH_CPU_VBYTES)));
+typedef int64_t i64v __attribute__((vector_size(FLASH_CPU_VBYTES)));
+typedef uint32_t u32v __attribute__((vector_size(FLASH_CPU_VBYTES)));
+typedef uint16_t u16v __attribute__((vector_size(FLASH_CPU_VBYTES / 2)));  // a vector's lanes of 16-bit values
+typedef float f32h __attribute__((vector_size(FLASH_CPU_VBYTES / 2)));     // half a vector of floats (f64v's lanes)
+constexpr int kLanes = FLASH_CPU_VBYTES / 4;                               // floats per vector
+static_assert(kVec % kLanes == 0, "the tiles' padded widths are whole vectors");
 
 // The vector of T, its lane count and the register block of C op= A B (further down) for T.
 template <class T>
@@ -207,12 +213,12 @@ struct Lanes;
 template <>
 struct Lanes<float> {
   using v = f32v;
-  static constexpr int n = 16, mr = FLASH_CPU_MR, nv = FLASH_CPU_NV;
+  static constexpr int n = kLanes, mr = FLASH_CPU_MR, nv = FLASH_CPU_NV;
 };
 template <>
 struct Lanes<double> {
   using v = f64v;
-  static constexpr int n = 8, mr = FLASH_CPU_MR64, nv = FLASH_CPU_NV64;
+  static constexpr int n = kLanes / 2, mr = FLASH_CPU_MR64, nv = FLASH_CPU_NV64;
 };
 
 template <class T>
@@ -343,7 +349,7 @@ inline f32v times_scale(f32v x, f32v c_hi, f32v c_lo, f32v* lo) {
 // of B's row, R broadcasts of A's column, R * V fused multiply-adds. The driver walks C's columns in panels of
 // NV vectors (B's panel, k rows of NV vectors, stays in L1 while every row block of A passes it) and each panel's
 // rows in blocks of MR; edge blocks use the same kernel with fewer rows or vectors. The same code runs the fp32
-// products and the double ones (a vector then holds 8 doubles).
+// products and the double ones (a vector then holds half as many doubles).
 //
 // Gemm::chunk > 0 sums in chunks: the k loop restarts its accumulators every `chunk` steps and adds each chunk's
 // sum to the block's total (a second set of registers), so fewer additions land on a large partial sum (kernels.h).
@@ -392,7 +398,7 @@ void micro(const GemmOf<T, C>& g, int r0, int c0) {
       C* cj = c + j * L::n;
       if constexpr (!std::is_same_v<T, C>) {  // double scores rounded once to fp32
         static_assert(E == Epilogue::kStore, "a narrowing product only stores");
-        const f32x8 x = __builtin_convertvector(total[i][j] * T(g.alpha), f32x8);
+        const f32h x = __builtin_convertvector(total[i][j] * T(g.alpha), f32h);
         std::memcpy(cj, &x, sizeof x);
       } else if constexpr (E == Epilogue::kStore) {
         vstore(cj, total[i][j] * T(g.alpha));
@@ -448,7 +454,7 @@ void scores_f64(const GemmOf<double, float>& g) { gemm_with<double, float, Epilo
 
 // ---- Softmax pieces ------------------------------------------------------------------------------------------
 
-// Algorithm 1 lines 9-10 on S^T: every vector is 16 queries, so the row max and row sum of the paper run down
+// Algorithm 1 lines 9-10 on S^T: every vector is kLanes queries, so the row max and row sum of the paper run down
 // the tile's columns, lane by lane, with no horizontal reduction. fp32: P = 2^((S - m') c) with S - m' and its
 // product by c carried in two parts (the exponent is exact up to S's own rounding); l sums P in double -- in fp32
 // its roundings (relative 2^-24 for l just above a power of two) came through O / l as up to an ulp of O beyond
@@ -480,14 +486,14 @@ void online_softmax(T* s, int64_t lds, int keys, int cols, Log2Scale c, T* m, do
     const vec cr = p_of(m_old, base);
     vstore(corr + q, cr);
     vstore(m + q, m_new);
-    // l = corr l + sum P, per 8 columns in double (a vector of P is one or two of them).
+    // l = corr l + sum P, in double (a vector of P is two vectors of doubles; of double P, one).
     f64v sum[f32 ? 2 : 1] = {};
     for (int k = 0; k < keys; ++k) {
       T* row = s + k * lds + q;
       const vec p = p_of(vload(row), base);
       vstore(row, p);
       if constexpr (f32) {
-        f32x8 h[2];
+        f32h h[2];
         std::memcpy(h, &p, sizeof p);
         sum[0] += __builtin_convertvector(h[0], f64v);
         sum[1] += __builtin_convertvector(h[1], f64v);
@@ -496,10 +502,10 @@ void online_softmax(T* s, int64_t lds, int keys, int cols, Log2Scale c, T* m, do
       }
     }
     for (int h = 0; h < (f32 ? 2 : 1); ++h) {
-      double* lh = l + q + 8 * h;
+      double* lh = l + q + Lanes<double>::n * h;
       f64v ch;
       if constexpr (f32) {
-        f32x8 c8[2];
+        f32h c8[2];
         std::memcpy(c8, &cr, sizeof cr);
         ch = __builtin_convertvector(c8[h], f64v);
       } else {
@@ -517,7 +523,7 @@ void probabilities(float* s, int64_t lds, int rows, int cols, Log2Scale c, const
   for (int r = 0; r < rows; ++r) {
     float* row = s + r * lds;
     const f32v hi = splat(lse_hi[r]), lo = splat(lse_lo[r]);
-    for (int j = 0; j < cols; j += kVec) {
+    for (int j = 0; j < cols; j += kLanes) {
       f32v p_lo, d_lo;
       const f32v p = times_scale(load(row + j), c_hi, c_lo, &p_lo);
       const f32v x = difference(p, hi, &d_lo);
@@ -529,7 +535,7 @@ void probabilities(float* s, int64_t lds, int rows, int cols, Log2Scale c, const
 void softmax_grad(float* dp, const float* p, int64_t ld, int rows, int cols, const float* D) {
   for (int r = 0; r < rows; ++r) {
     const f32v d = splat(D[r]);
-    for (int c = 0; c < cols; c += kVec) store(dp + r * ld + c, load(p + r * ld + c) * (load(dp + r * ld + c) - d));
+    for (int c = 0; c < cols; c += kLanes) store(dp + r * ld + c, load(p + r * ld + c) * (load(dp + r * ld + c) - d));
   }
 }
 
@@ -552,7 +558,7 @@ inline f32v widen16(u16v h, DType t) {
 
 void widen(const uint16_t* src, DType t, int n, int n_pad, float* dst) {
   int i = 0;
-  for (; i + kVec <= n; i += kVec) {
+  for (; i + kLanes <= n; i += kLanes) {
     u16v h;
     std::memcpy(&h, src + i, sizeof h);
     store(dst + i, widen16(h, t));
@@ -560,7 +566,7 @@ void widen(const uint16_t* src, DType t, int n, int n_pad, float* dst) {
   if (i < n) {
     u16v h = u16v{};
     std::memcpy(&h, src + i, sizeof(uint16_t) * (n - i));
-    float tail[kVec];
+    float tail[kLanes];
     store(tail, widen16(h, t));
     std::memcpy(dst + i, tail, sizeof(float) * (n - i));
   }

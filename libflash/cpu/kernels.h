@@ -6,9 +6,9 @@
 // Everything the tile operations work on is an fp32 tile already in the thread's scratch (the blocks pack and convert
 // the inputs): a register-blocked matrix product with the epilogues the FlashAttention step needs, the online softmax
 // of Algorithm 1 on a score tile, the backward's P and dS, and the 16-bit -> fp32 conversion of rows. Their
-// implementation (kernels.cpp) is plain C++ on GCC/Clang vector types of 16 floats, which each level's compile lowers
-// to its registers (one zmm, two ymm, four xmm): one source, no intrinsics but the AVX512-BF16 products', and the
-// portable build (any other architecture, or an x86 without AVX2) runs the same code. Results are a function of the
+// implementation (kernels.cpp) is plain C++ on GCC/Clang vector types as wide as the level's registers (zmm, ymm, xmm):
+// one source, no intrinsics but the AVX512-BF16 products', and the portable build (any other architecture, or an x86
+// without AVX2) runs the same code. Results are a function of the
 // inputs and the level only: no reduction order depends on threads or on where a tile sits.
 //
 // kernels.cpp's level copies use only the declarations of the first part: the blocks below are templates and inline
@@ -29,7 +29,7 @@ namespace flash::cpu {
 
 // ---- Tile kernels (kernels.cpp) --------------------------------------------------------------------------------
 
-constexpr int kVec = 16;  // floats per vector; tile widths that are GEMM columns are padded to a multiple of it
+constexpr int kVec = 16;  // tile widths that are GEMM columns are padded to a multiple of it (a zmm of floats)
 
 inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 

@@ -328,13 +328,10 @@ int32_t bwd(const BwdParams& p) {
   char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.workspace) + kAlign - 1) / kAlign * kAlign);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
 
-  LockedHandle handle;
-  if (const int32_t s = acquire_handle(*api, p.device_id, &handle); s != FLASH_OK) return s;
-  cublasHandle_t hd = handle.get();
-  if (const int32_t s = cublas_status(*api, api->set_stream(hd, stream), "cublasSetStream"); s != FLASH_OK) return s;
-  if (const int32_t s = cublas_status(*api, api->set_workspace(hd, base, kCublasWorkspace), "cublasSetWorkspace");
-      s != FLASH_OK)
+  LockedHandle handle;  // on `stream`, cuBLAS's scratch the workspace's first kCublasWorkspace bytes
+  if (const int32_t s = acquire_handle(*api, p.device_id, stream, base, kCublasWorkspace, &handle); s != FLASH_OK)
     return s;
+  cublasHandle_t hd = handle.get();
   const BwdRun run{api,
                    hd,
                    reinterpret_cast<float*>(base + lay.s),

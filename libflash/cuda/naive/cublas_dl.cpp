@@ -107,7 +107,8 @@ int32_t cublas_status(const CublasApi& api, cublasStatus_t s, const char* what) 
               text != nullptr ? text : "no description");
 }
 
-int32_t acquire_handle(const CublasApi& api, int device_id, LockedHandle* out) {
+int32_t acquire_handle(const CublasApi& api, int device_id, cudaStream_t stream, void* scratch, size_t scratch_bytes,
+                       LockedHandle* out) {
   DeviceHandle* dh;
   {
     std::lock_guard<std::mutex> g(g_handles_mu);
@@ -124,6 +125,10 @@ int32_t acquire_handle(const CublasApi& api, int device_id, LockedHandle* out) {
     if (const int32_t s = cublas_status(api, api.create(&h), "cublasCreate"); s != FLASH_OK) return s;
     dh->handle = h;
   }
+  if (const int32_t s = cublas_status(api, api.set_stream(dh->handle, stream), "cublasSetStream"); s != FLASH_OK) return s;
+  if (const int32_t s = cublas_status(api, api.set_workspace(dh->handle, scratch, scratch_bytes), "cublasSetWorkspace");
+      s != FLASH_OK)
+    return s;
   out->handle_ = dh->handle;
   out->lock_ = std::move(lock);
   return FLASH_OK;

@@ -41,12 +41,15 @@ class LockedHandle {
   cublasHandle_t get() const { return handle_; }
 
  private:
-  friend int32_t acquire_handle(const CublasApi& api, int device_id, LockedHandle* out);
+  friend int32_t acquire_handle(const CublasApi& api, int device_id, cudaStream_t stream, void* scratch,
+                                size_t scratch_bytes, LockedHandle* out);
   std::unique_lock<std::mutex> lock_;
   cublasHandle_t handle_ = nullptr;
 };
 
-// Locks (creating on first use, on the current device) the handle of device_id.
-int32_t acquire_handle(const CublasApi& api, int device_id, LockedHandle* out);
+// Locks (creating on first use, on the current device) the handle of device_id, sets its stream and then (SetStream
+// resets it) its workspace: scratch_bytes at scratch, memory of the call's own stream-ordered workspace.
+int32_t acquire_handle(const CublasApi& api, int device_id, cudaStream_t stream, void* scratch, size_t scratch_bytes,
+                       LockedHandle* out);
 
 }  // namespace flash::cuda::naive

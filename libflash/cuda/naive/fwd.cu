@@ -266,14 +266,10 @@ int32_t fwd(const FwdParams& p) {
   char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p.workspace) + kAlign - 1) / kAlign * kAlign);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
 
-  LockedHandle handle;
-  if (const int32_t s = acquire_handle(*api, p.device_id, &handle); s != FLASH_OK) return s;
-  cublasHandle_t hd = handle.get();
-  if (const int32_t s = cublas_status(*api, api->set_stream(hd, stream), "cublasSetStream"); s != FLASH_OK) return s;
-  // After SetStream (which resets it): cuBLAS's scratch is this call's, stream-ordered memory.
-  if (const int32_t s = cublas_status(*api, api->set_workspace(hd, base, kCublasWorkspace), "cublasSetWorkspace");
-      s != FLASH_OK)
+  LockedHandle handle;  // on `stream`, cuBLAS's scratch the workspace's first kCublasWorkspace bytes
+  if (const int32_t s = acquire_handle(*api, p.device_id, stream, base, kCublasWorkspace, &handle); s != FLASH_OK)
     return s;
+  cublasHandle_t hd = handle.get();
   const FwdRun run{api, hd, reinterpret_cast<float*>(base + lay.s_offset), base + lay.p_offset, chunk_heads(p), stream};
   if (!p.varlen) return fwd_problem(p, run);
 

@@ -47,6 +47,7 @@ def build(a):
     cfg = ["cmake", "-S", a.old_src, "-B", a.dir, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DFLASH_WITH_CUDA=ON",
            "-DFLASH_CUDA_ARCHS=90a", "-DFLASH_CUDA_PTX=OFF", "-DFLASH_BUILD_TESTS=OFF", "-DFLASH_BUILD_EXAMPLES=OFF",
            "-DFLASH_REVISION=old"]
+    os.makedirs(os.path.dirname(a.dir.rstrip("/")) or ".", exist_ok=True)
     with open(a.dir.rstrip("/") + ".log", "w") as log:
         for cmd in (cfg, ["cmake", "--build", a.dir, "-j", str(a.jobs), "--target", "flash", "fa-bench"]):
             if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode != 0:

@@ -13,7 +13,8 @@ builds, old then new in odd rounds and new then old in even ones, so clock and p
 time is the median over rounds of fa-bench's median. Rows whose new / old exceeds --limit (1.02) are re-run alone
 (old, new, new, old) and judged on all their samples. Writes the JSON of every run and table.md (the table, the rows
 past the limit, the verdict) to --out; exits 1 when a row stays past the limit. --deadline: seconds after which no
-new fa-bench run starts (the table is still written from what ran, and says what was cut).
+new fa-bench run starts (the table is still written from what ran, and says what was cut). --row NAME (repeatable):
+time that row of a table alone, --rounds times, instead of the grids (a row that moved, with more samples).
 """
 
 import argparse, json, os, statistics, subprocess, sys, time
@@ -36,6 +37,14 @@ def run(fb, args, json_path, reps):
         sys.stderr.write(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-2000:]}\n")
     with open(json_path) as f:
         return {row["name"]: row for row in json.load(f)["results"] if row.get("time_ms_median")}
+
+
+def row_args(name):
+    """fa-bench arguments of one row from its name: mode/dtype/algo/bB/hH/hkvK/sqS/skS/dD/mask."""
+    mode, _dtype, _algo, b, h, hkv, sq, sk, d, mask = name.split("/", 9)
+    if sq[2:] != sk[2:] or h[1:] != hkv[3:]:
+        raise SystemExit(f"--row {name}: only seqlen_q = seqlen_k and heads_q = heads_kv rows")
+    return ["--mode", mode, "--batch", b[1:], "--heads", h[1:], "--seqlen", sq[2:], "--head-dim", d[1:], "--mask", mask]
 
 
 def key(row):
@@ -73,6 +82,8 @@ def main():
     ap.add_argument("--limit", type=float, default=1.02)
     ap.add_argument("--grids", default="fwd,fwd_bwd,masks")
     ap.add_argument("--head-dim", help="only these head dims (e.g. 128), in every grid")
+    ap.add_argument("--row", action="append", default=[],
+                    help="time this row (a name from table.md) alone instead of the grids; repeatable")
     ap.add_argument("--deadline", type=float, default=0, help="seconds after which no new run starts (0: none)")
     a = top.parse_args()
     if a.cmd == "build":
@@ -86,14 +97,18 @@ def main():
     builds = {"old": a.old, "new": a.new}
     samples = {}  # (grid, row name) -> {"old": [...], "new": [...]}
     rows = {}
+    grids = dict(GRIDS)
+    if a.row:  # rows named on the command line, each its own "grid" of one row
+        grids = {name: row_args(name) for name in a.row}
     for rnd in range(1, a.rounds + 1):
         order = ["old", "new"] if rnd % 2 else ["new", "old"]
-        for grid in a.grids.split(","):
+        for grid in (list(grids) if a.row else a.grids.split(",")):
             for b in order:
                 if late():
                     cut.append(f"round {rnd} {grid} {b}")
                     continue
-                got = run(builds[b], GRIDS[grid], os.path.join(a.out, f"{b}-{grid}-r{rnd}.json"), a.reps)
+                tag = grid if not a.row else f"row{list(grids).index(grid)}"
+                got = run(builds[b], grids[grid], os.path.join(a.out, f"{b}-{tag}-r{rnd}.json"), a.reps)
                 for name, row in got.items():
                     samples.setdefault((grid, name), {"old": [], "new": []})[b].append(row["time_ms_median"])
                     rows[(grid, name)] = row

@@ -63,14 +63,18 @@ struct SeqBounds {
 
 FLASH_VARLEN_HD inline int64_t clamp_to(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
-FLASH_VARLEN_HD inline SeqBounds seq_bounds(const FwdParams& p, int64_t b) {
+// A dense call's bounds (every batch entry the same).
+FLASH_VARLEN_HD inline SeqBounds dense_bounds(const FwdParams& p) {
   SeqBounds s;
-  if (!p.varlen) {
-    s.q_start = s.k_start = 0;
-    s.seqlen_q = p.seqlen_q, s.seqlen_k = s.k_slot = p.seqlen_k;
-    s.diag_offset = p.diag_offset;
-    return s;
-  }
+  s.q_start = s.k_start = 0;
+  s.seqlen_q = p.seqlen_q, s.seqlen_k = s.k_slot = p.seqlen_k;
+  s.diag_offset = p.diag_offset;
+  return s;
+}
+
+FLASH_VARLEN_HD inline SeqBounds seq_bounds(const FwdParams& p, int64_t b) {
+  if (!p.varlen) return dense_bounds(p);
+  SeqBounds s;
   const int64_t q0 = clamp_to(p.cu_seqlens_q[b], 0, p.total_q), q1 = clamp_to(p.cu_seqlens_q[b + 1], q0, p.total_q);
   const int64_t k0 = clamp_to(p.cu_seqlens_k[b], 0, p.total_k), k1 = clamp_to(p.cu_seqlens_k[b + 1], k0, p.total_k);
   const int64_t slot = k1 - k0;

@@ -182,7 +182,12 @@ __global__ void __launch_bounds__(256) bwd_zero_unused_keys(const __grid_constan
 // exits (the kernels test has_keys()). The sequence's bounds are read where used: a dense call's from the parameter
 // bank, a varlen call's from a copy in shared memory (K::kOffSeq, 32 bytes) that the constructor writes -- held in
 // registers through the main loop they cost the wgmma kernel 70-120 bytes of spills.
-template <class K>
+//
+// kMayBeVarlen = false compiles the dense kernel alone (the bounds are p's, no runtime test): bwd_main launches the
+// dense instantiation for dense calls, because the varlen tests in the d256 loop cost its dense calls 2.5% on the H200
+// (fa-bench fwd_bwd d256, b1 h8 s16k, 45.7 vs 44.6 ms). The wgmma kernel keeps one instantiation for both (no cost
+// measured at d64/d128).
+template <class K, bool kMayBeVarlen = true>
 struct KeyBlockWork {
   using T = typename Elem<K::kDType>::type;
   static constexpr int kBlockM = K::kBlockM, kBlockN = K::kBlockN, kCPR = K::kD / 8;  // 16-byte chunks per row
@@ -214,8 +219,8 @@ struct KeyBlockWork {
       : p(p_), w(w_), smem0(smem0_), tid(tid_) {
     n_block = blockIdx.x;
     b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
-    const SeqBounds seq = seq_bounds(p, b);
-    if (p.varlen) {  // the copy the main loop reads (uniform branch: every thread reaches the barrier)
+    const SeqBounds seq = kMayBeVarlen ? seq_bounds(p, b) : dense_bounds(p);
+    if (varlen()) {  // the copy the main loop reads (uniform branch: every thread reaches the barrier)
       if (tid == 0) {
         const int64_t ws0 = ws_row(p, w, b, 0, seq);
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem0 + K::kOffSeq), "r"(seq.seqlen_q),
@@ -231,7 +236,7 @@ struct KeyBlockWork {
     ratio = p.head_ratio;
     sparse = p.has_block_mask;
     det = p.deterministic;
-    if (k_rows <= 0) {  // varlen: past this sequence's keys (the grid covers the longest): nothing to load or visit
+    if (kMayBeVarlen && k_rows <= 0) {  // varlen: past this sequence's keys (the grid covers the longest): nothing to load or visit
       i_lo = n_i = n_steps = 0;
       return;
     }
@@ -254,16 +259,17 @@ struct KeyBlockWork {
     n_steps = n_i * ratio;
   }
 
-  __device__ __forceinline__ bool has_keys() const { return k_rows > 0; }
+  __device__ __forceinline__ bool varlen() const { return kMayBeVarlen && p.varlen; }
+  __device__ __forceinline__ bool has_keys() const { return !kMayBeVarlen || k_rows > 0; }
   // The sequence's bounds (seq_bounds): a dense call's from p, a varlen call's from the shared copy.
-  __device__ __forceinline__ int seqlen_q() const { return p.varlen ? seq32(kSeqQ) : p.seqlen_q; }
-  __device__ __forceinline__ int seqlen_k() const { return p.varlen ? seq32(kSeqK) : p.seqlen_k; }
-  __device__ __forceinline__ int q_start() const { return p.varlen ? seq32(kSeqQStart) : 0; }
-  __device__ __forceinline__ int k_start() const { return p.varlen ? seq32(kSeqKStart) : 0; }
-  __device__ __forceinline__ int64_t diag_offset() const { return p.varlen ? seq64(kSeqDiag) : p.diag_offset; }
+  __device__ __forceinline__ int seqlen_q() const { return varlen() ? seq32(kSeqQ) : p.seqlen_q; }
+  __device__ __forceinline__ int seqlen_k() const { return varlen() ? seq32(kSeqK) : p.seqlen_k; }
+  __device__ __forceinline__ int q_start() const { return varlen() ? seq32(kSeqQStart) : 0; }
+  __device__ __forceinline__ int k_start() const { return varlen() ? seq32(kSeqKStart) : 0; }
+  __device__ __forceinline__ int64_t diag_offset() const { return varlen() ? seq64(kSeqDiag) : p.diag_offset; }
   // The workspace row of query row 0 of (this sequence, query head h): ws_row(p, w, b, h, seq).
   __device__ __forceinline__ int64_t ws_row_of(int h) const {
-    return p.varlen ? seq64(kSeqWs) + int64_t(h) * w.ws_head : (int64_t(b) * p.heads_q + h) * w.sq_pad;
+    return varlen() ? seq64(kSeqWs) + int64_t(h) * w.ws_head : (int64_t(b) * p.heads_q + h) * w.sq_pad;
   }
 
   // global -> shared for a [kRows][kD] tile; rows past rows_valid and chunks past the head dim read 0.

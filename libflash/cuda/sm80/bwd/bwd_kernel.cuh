@@ -46,7 +46,7 @@ struct BwdTraits {
 };
 
 // ---- Main kernel -----------------------------------------------------------------------------------------
-template <class K>
+template <class K, bool kMayBeVarlen>
 __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __grid_constant__ BwdParams p, const KArgs w) {
   using E = Elem<K::kDType>;
   using T = typename E::type;
@@ -62,11 +62,11 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
   const int kr0 = key_tile * 16;  // this warp's first key row in the block
 
   // This CTA's key block, its K and V copies (started here), and the steps that see it.
-  const KeyBlockWork<K> work(p, w, smem0, tid);
+  const KeyBlockWork<K, kMayBeVarlen> work(p, w, smem0, tid);
   // Varlen: a key block past its sequence's keys has no steps and writes nothing. Leaving at once or running through
   // are the same; the return is taken at d256 only, where ptxas spills less with it (sm_90 44 -> 8 bytes; at d128 on
   // sm_80 it spills more, 0 -> 12).
-  if (K::kD == 256 && !work.has_keys()) return;
+  if (kMayBeVarlen && K::kD == 256 && !work.has_keys()) return;
   const int n_block = work.n_block, b = work.b, h_kv = work.h_kv, k0 = work.k0;
   // The sequence's keys and diagonal, read at each use (KeyBlockWork: not held in registers through the loop).
   auto seqlen_k = [&]() { return work.seqlen_k(); };
@@ -284,7 +284,9 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
 template <int kHeadDim, DType kDType>
 int32_t launch_bwd(const BwdParams& p, const BwdPlan& plan) {
   using K = BwdTraits<kHeadDim, kDType>;
-  return launch_bwd_with<K>(p, plan, bwd_main<K>, K::kSmem);
+  // Dense calls run the kernel compiled without the varlen paths (KeyBlockWork says why).
+  return p.varlen ? launch_bwd_with<K>(p, plan, bwd_main<K, true>, K::kSmem)
+                  : launch_bwd_with<K>(p, plan, bwd_main<K, false>, K::kSmem);
 }
 
 }  // namespace flash::bwd

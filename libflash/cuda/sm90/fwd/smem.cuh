@@ -20,6 +20,11 @@
 
 namespace flash::sm90 {
 
+// A varlen tile's sequence as the producer publishes it in Smem::tile_seq (seq_bounds(), clamped): its first query row
+// and first key in the packed tensors, its query rows and used keys. Valid from the tile's tile_full until its Q
+// buffer's release (q_empty): the consumers read it at the tile's start and in the key loop's masked blocks only.
+enum VarSeq : int { kSeqQ0 = 0, kSeqK0 = 1, kSeqLenQ = 2, kSeqLenK = 3 };
+
 template <class K>
 struct Smem {
   static constexpr int kSlots = K::kRingSlots;
@@ -34,6 +39,7 @@ struct Smem {
   uint32_t bar0;
   int* tile_ids;           // the work code in each tile slot
   int (*tile_mhb)[3];      // kTileInSmem: the tile's m_block, h, b beside its index
+  int (*tile_seq)[4];      // kVarlen, a varlen call: the tile's sequence (VarSeq) beside its index, per Q buffer
   int (*ring_pos)[2];      // two rings: each ring's position at the start of the tile in each slot
   int* tail_last;          // a split tile's piece: whether this warpgroup's piece finished last
   TailPlan* tail_plan;     // dense: this CTA's share of the split round

@@ -22,15 +22,18 @@ struct Producer {
 
   // Key block n of K or V (map, pos, ring base smem0) for (batch b, KV head h_kv) into ring position `at` (slot
   // at % kStages), once the consumers released the slot.
-  // (seq_slot: kVarlen, a varlen call -- the tile's published sequence, whose first key the rows start from, batch index
-  // 0; read here, so no register holds it across the key loop.)
+  // (kVar, a varlen call's loads: the rows start from the tile's first key, batch index 0; read from this thread's copy
+  // in tile_seq, so no register holds it across the key loop.)
+  template <bool kVar = false>
   __device__ __forceinline__ void load_kv(const CUtensorMap* map, const TensorPos& pos, uint32_t smem0, uint32_t full,
                                           uint32_t empty, int n, int at, int h_kv, int b, int seq_slot = 0) const {
     ptx::mbar_wait(empty, ((at / K::kStages) & 1) ^ 1);
     ptx::mbar_arrive_expect_tx(full, K::kKVBytes);
     int row0 = 0;
-    if constexpr (K::kVarlen)
-      if (a.p.varlen) row0 = sm.tile_seq[seq_slot][kSeqK0], b = 0;
+    if constexpr (kVar) {
+      row0 = *static_cast<volatile int*>(&sm.tile_seq[kSeqPendQ][kPendK0]), b = 0;
+      h_kv = *static_cast<volatile int*>(&sm.tile_seq[kSeqLoop][kLoopHkv]);
+    }
     int c[4];
 #pragma unroll
     for (int pg = 0; pg < K::kPages; ++pg) {
@@ -80,10 +83,24 @@ struct Producer {
     while (x < a.num_tiles && !varlen_has_rows(x)) x = varlen_after(x);
     return x;
   }
+  // Tile x's index, sequence (VarSeq) and Q box (first packed row, head) worked out ahead, when x is asked for, into this
+  // thread's own rows of tile_seq (kSeqPend, kSeqPendQ): start_tile, which may run inside the key loop, only copies
+  // them, and the loop keeps no register for them (its 24 hold the dense loop's state, which spills a little already).
+  __device__ __forceinline__ void varlen_stage(int x) const {
+    sm.tile_seq[kSeqPendQ][kPendX] = x;
+    if (x >= a.num_tiles) return;
+    const Tile tile(a, x);
+    const SeqBounds sb = seq_bounds(a.p, tile.b);
+    int* seq = sm.tile_seq[kSeqPend];
+    seq[kSeqQ0] = sb.q_start, seq[kSeqK0] = sb.k_start, seq[kSeqLenQ] = sb.seqlen_q, seq[kSeqLenK] = sb.seqlen_k;
+    sm.tile_seq[kSeqPendQ][kPendQRow] = sb.q_start + tile.m_block * K::kBlockM, sm.tile_seq[kSeqPendQ][kPendH] = tile.h;
+  }
 
   // ---- Dense and window masks: thread 0 ------------------------------------------------------------------------------
   // A tile's start: once its Q buffer is free, its work code to the consumers (through the Q slot's tile_full), then
   // Q_i by TMA; no tile left: the end marker in its place, as if it were a tile.
+  // (kVar: a varlen call's, which publishes the tile's sequence too.)
+  template <bool kVar>
   __device__ __forceinline__ void start_tile(int tile_iter, int x) const {
     const int q_slot = tile_iter % K::kQStages;
     wait_q_slot(tile_iter);
@@ -93,15 +110,14 @@ struct Producer {
         const Tile tile(a, x);
         sm.tile_mhb[q_slot][0] = tile.m_block, sm.tile_mhb[q_slot][1] = tile.h, sm.tile_mhb[q_slot][2] = tile.b;
       }
-    if constexpr (K::kVarlen)
-      if (a.p.varlen && is_work<false>(a, x)) {
-        // The tile's sequence, published beside its index (and read back by this thread for its loads).
-        const Tile tile(a, x);
-        const SeqBounds sb = seq_bounds(a.p, tile.b);
+    if constexpr (kVar)
+      if (is_work<false>(a, x)) {
+        // The tile's sequence (varlen_stage's), published beside its index (and read back by this thread for its loads).
+        const int* pend = sm.tile_seq[kSeqPend];
         int* seq = sm.tile_seq[q_slot];
-        seq[kSeqQ0] = sb.q_start, seq[kSeqK0] = sb.k_start, seq[kSeqLenQ] = sb.seqlen_q, seq[kSeqLenK] = sb.seqlen_k;
+        seq[kSeqQ0] = pend[kSeqQ0], seq[kSeqK0] = pend[kSeqK0], seq[kSeqLenQ] = pend[kSeqLenQ], seq[kSeqLenK] = pend[kSeqLenK];
         ptx::mbar_arrive(sm.tile_full(q_slot));
-        load_q(tile_iter, sb.q_start + tile.m_block * K::kBlockM, tile.h, 0);  // (packed rows: batch index 0)
+        load_q(tile_iter, sm.tile_seq[kSeqPendQ][kPendQRow], sm.tile_seq[kSeqPendQ][kPendH], 0);  // (batch index 0)
         return;
       }
     ptx::mbar_arrive(sm.tile_full(q_slot));
@@ -110,7 +126,18 @@ struct Producer {
       load_q(tile_iter, tile.m_block * K::kBlockM - a.q_shift, tile.h, tile.b);
     }
   }
+  // A varlen call runs its own instantiation of the loop (kVar): the dense one keeps no varlen branch, so its registers
+  // (24 in this warpgroup) are the pre-varlen loop's.
   __device__ __forceinline__ void run_dense() const {
+    if constexpr (K::kVarlen)
+      if (a.p.varlen) {
+        run_tiles<true>();
+        return;
+      }
+    run_tiles<false>();
+  }
+  template <bool kVar>
+  __device__ __forceinline__ void run_tiles() const {
     const FwdParams& p = a.p;
     // With two Q buffers the next tile's Q loads while this tile's K/V loads go on, after its kStages-th block: by then
     // the consumers have released that buffer (its tile's last S), so the wait holds back no K/V load.
@@ -120,48 +147,61 @@ struct Producer {
     int x = int(blockIdx.x);
     if constexpr (K::kPdlSecondary && K::kTailSplit)
       if (a.tail.pieces_only) x = static_item<true>(a, *sm.tail_plan, 0);
-    if constexpr (K::kVarlen)
-      if (p.varlen) x = varlen_first(x);
-    start_tile(0, x);
+    if constexpr (kVar) x = varlen_first(x), varlen_stage(x), sm.tile_seq[kSeqLoop][kLoopIter] = 0;
+    start_tile<kVar>(0, x);
+    // (Varlen: the tile count read back from this thread's row of tile_seq where used, as the K/V loads' head.)
+    auto iter_of = [&](int tile_iter) {
+      if constexpr (kVar) return *static_cast<volatile int*>(&sm.tile_seq[kSeqLoop][kLoopIter]);
+      else return tile_iter;
+    };
     for (int tile_iter = 0; is_work<K::kTailSplit>(a, x); ++tile_iter) {
+      // (Varlen: the next tile asked for and staged first, while the least is held in this thread's registers.)
+      if constexpr (kVar) varlen_stage(varlen_first(varlen_after(x)));
       const Work w = decode_work<K::kTailSplit>(a, *sm.tail_plan, x);
       const Tile tile(a, w.x);
       int q_begin = tile.m_block * K::kBlockM - a.q_shift;  // < 0 in the first tile when shifted
       int q_end = min(q_begin + K::kBlockM, p.seqlen_q);
       const int h_kv = tile.h / p.head_ratio;
+      if constexpr (kVar) sm.tile_seq[kSeqLoop][kLoopHkv] = h_kv;
       // A varlen tile: its sequence's rows in the packed tensors, its own diagonal (moved to the packed query rows) and key
       // count, as start_tile published them (load_kv reads its first key there).
       int64_t diag = p.diag_offset, seqlen_k = p.seqlen_k;
-      if constexpr (K::kVarlen)
-        if (p.varlen) {
-          const int* seq = sm.tile_seq[tile_iter % K::kQStages];
-          const int q0 = seq[kSeqQ0], sq = seq[kSeqLenQ];
-          q_end = q0 + min(q_begin + K::kBlockM, sq);
-          q_begin += q0;
-          seqlen_k = seq[kSeqLenK];
-          diag = (p.bottom_right ? seqlen_k - sq : int64_t(0)) - q0;
-        }
+      if constexpr (kVar) {
+        const int* seq = sm.tile_seq[iter_of(tile_iter) % K::kQStages];
+        const int q0 = seq[kSeqQ0], sq = seq[kSeqLenQ];
+        q_end = q0 + min(q_begin + K::kBlockM, sq);
+        q_begin += q0;
+        seqlen_k = seq[kSeqLenK];
+        diag = (p.bottom_right ? seqlen_k - sq : int64_t(0)) - q0;
+        sm.tile_seq[kSeqPendQ][kPendK0] = seq[kSeqK0];  // (load_kv's)
+      }
       KeyBlocks<K::kBlockN, false, false, K::kUpward> blocks(p, diag, seqlen_k, max(q_begin, 0), q_end, nullptr,
                                                              K::kOStageInRing);
       if (w.slot >= 0) blocks.clip(w.n_begin, w.n_end);
       // The next tile, asked for now so the atomic's latency hides behind this tile's loads. The dynamic order: a CTA's
       // second tile is the static order's (tile_of(1): the longest first tiles meet the shortest second ones), its takes
       // start there, once a consumer thread has claimed the word for the launch (`claimed`, long done by then).
-      int next;
-      if (K::kVarlen && p.varlen)
-        next = varlen_first(varlen_after(x));
-      else
+      // (Varlen: staged above, read back where used.)
+      [[maybe_unused]] int next = 0;
+      auto next_x = [&] {
+        if constexpr (kVar) return *static_cast<volatile int*>(&sm.tile_seq[kSeqPendQ][kPendX]);
+        else return next;
+      };
+      if constexpr (!kVar)
         next = a.tile_counter == nullptr ? static_item<K::kTailSplit>(a, *sm.tail_plan, tile_iter + 1)
                : tile_iter == 0          ? tile_of(1)
                                          : (ptx::mbar_wait(sm.claimed(), 0),
                                    2 * int(gridDim.x) + int(static_cast<uint32_t>(atomicAdd(a.tile_counter, 1ull))));
       auto load_v = [&](int n, int at) {
-        load_kv(&a.tv, a.v_pos, sm.v0, sm.v_full(at % K::kStages), sm.v_empty(at % K::kStages), n, at, h_kv, tile.b, tile_iter % K::kQStages);
+        load_kv<kVar>(&a.tv, a.v_pos, sm.v0, sm.v_full(at % K::kStages), sm.v_empty(at % K::kStages), n, at, h_kv, tile.b,
+                            tile_iter % K::kQStages);
       };
       int v_pending = -1, v_at = 0, j = 0;
       for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
-        load_kv(&a.tk, a.k_pos, sm.k0, sm.k_full(it % K::kStages), sm.k_empty(it % K::kStages), n, it, h_kv, tile.b, tile_iter % K::kQStages);
+        load_kv<kVar>(&a.tk, a.k_pos, sm.k0, sm.k_full(it % K::kStages), sm.k_empty(it % K::kStages), n, it, h_kv, tile.b,
+                      tile_iter % K::kQStages);
         if (v_pending >= 0) {
+          if constexpr (kVar) v_at = it - 1;  // (the previous block's position)
           load_v(v_pending, v_at);
           if constexpr (K::kOStageInRing) {
             // Block j-1 was not the tile's last: its slots' extra arrivals, each after this thread's own wait for the
@@ -172,13 +212,19 @@ struct Producer {
         }
         v_pending = n;
         v_at = it;
-        if (j == kQAhead) start_tile(tile_iter + 1, next);
+        if (j == kQAhead) start_tile<kVar>(iter_of(tile_iter) + 1, next_x());
       }
-      if (v_pending >= 0) load_v(v_pending, v_at);
-      if (j <= kQAhead || kQAhead < 0) start_tile(tile_iter + 1, next);  // (not started in the loop)
+      if (v_pending >= 0) {
+        if constexpr (kVar) v_at = it - 1;
+        load_v(v_pending, v_at);
+      }
+      if (j <= kQAhead || kQAhead < 0) start_tile<kVar>(iter_of(tile_iter) + 1, next_x());  // (not started in the loop)
       // The launch's last take (relative index num_tiles - gridDim.x - 1) resets the word (take_claim).
-      if (a.tile_counter != nullptr && next == a.num_tiles + int(gridDim.x) - 1) atomicExch(a.tile_counter, 0ull);
-      x = next;
+      // (Varlen: varlen_after did.)
+      if constexpr (!kVar)
+        if (a.tile_counter != nullptr && next == a.num_tiles + int(gridDim.x) - 1) atomicExch(a.tile_counter, 0ull);
+      x = next_x();
+      if constexpr (kVar) sm.tile_seq[kSeqLoop][kLoopIter] = iter_of(tile_iter) + 1;
     }
   }
 

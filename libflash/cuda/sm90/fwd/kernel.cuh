@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   __shared__ alignas(8) uint64_t bars[S::kBarriers];
   __shared__ int tile_ids[2];
   [[maybe_unused]] __shared__ int tile_mhb[2][3];
-  [[maybe_unused]] __shared__ int tile_seq[K::kVarlen ? 5 : 1][4];
+  [[maybe_unused]] __shared__ int tile_seq[K::kVarlen ? 6 : 1][4];
   [[maybe_unused]] __shared__ int ring_pos[2][2];
   [[maybe_unused]] __shared__ int tail_last[3];
   [[maybe_unused]] __shared__ TailPlan tail_plan;

@@ -156,7 +156,11 @@ struct Producer {
     };
     for (int tile_iter = 0; is_work<K::kTailSplit>(a, x); ++tile_iter) {
       // (Varlen: the next tile asked for and staged first, while the least is held in this thread's registers.)
-      if constexpr (kVar) varlen_stage(varlen_first(varlen_after(x)));
+      if constexpr (kVar) {
+        sm.tile_seq[kSeqLoop + 1][kLoopIt] = it;  // (read back after: no register for it across the search)
+        varlen_stage(varlen_first(varlen_after(x)));
+        it = *static_cast<volatile int*>(&sm.tile_seq[kSeqLoop + 1][kLoopIt]);
+      }
       const Work w = decode_work<K::kTailSplit>(a, *sm.tail_plan, x);
       const Tile tile(a, w.x);
       int q_begin = tile.m_block * K::kBlockM - a.q_shift;  // < 0 in the first tile when shifted
@@ -197,9 +201,28 @@ struct Producer {
                             tile_iter % K::kQStages);
       };
       int v_pending = -1, v_at = 0, j = 0;
-      for (int n = blocks.next(); n >= 0; n = blocks.next(), ++it, ++j) {
+      // (Varlen: the next tile starts at ring position it + kQAhead, read back rather than counting j.)
+      if constexpr (kVar) sm.tile_seq[kSeqLoop][kLoopQAt] = it + kQAhead;
+      auto q_ahead_at = [&](int it_now) {
+        if constexpr (kVar) return it_now == *static_cast<volatile int*>(&sm.tile_seq[kSeqLoop][kLoopQAt]);
+        else return j == kQAhead;
+      };
+      auto q_ahead_missed = [&](int it_now) {
+        if constexpr (kVar) return it_now <= *static_cast<volatile int*>(&sm.tile_seq[kSeqLoop][kLoopQAt]);
+        else return j <= kQAhead;
+      };
+      // (Varlen: the walk's lowest block and the pending V block read back too.)
+      [[maybe_unused]] volatile int* const var_loop = sm.tile_seq[kSeqLoop];
+      [[maybe_unused]] volatile int* const var_pend = sm.tile_seq[kSeqLoop + 1];
+      if constexpr (kVar) var_loop[kLoopNLo] = blocks.n_lo, var_pend[kLoopVPend] = -1;
+      auto next_block = [&] {
+        if constexpr (kVar && !K::kUpward) return blocks.cursor >= var_loop[kLoopNLo] ? blocks.cursor-- : -1;
+        else return blocks.next();
+      };
+      for (int n = next_block(); n >= 0; n = next_block(), ++it, ++j) {
         load_kv<kVar>(&a.tk, a.k_pos, sm.k0, sm.k_full(it % K::kStages), sm.k_empty(it % K::kStages), n, it, h_kv, tile.b,
                       tile_iter % K::kQStages);
+        if constexpr (kVar) v_pending = var_pend[kLoopVPend];
         if (v_pending >= 0) {
           if constexpr (kVar) v_at = it - 1;  // (the previous block's position)
           load_v(v_pending, v_at);
@@ -211,18 +234,27 @@ struct Producer {
           }
         }
         v_pending = n;
+        if constexpr (kVar) var_pend[kLoopVPend] = n;
         v_at = it;
-        if (j == kQAhead) start_tile<kVar>(iter_of(tile_iter) + 1, next_x());
+        if (q_ahead_at(it)) {
+          // (Varlen: the ring position and the walk's cursor parked here across the start: no register for them.)
+          if constexpr (kVar) var_pend[kLoopIt] = it, var_pend[kLoopCursor] = blocks.cursor;
+          start_tile<kVar>(iter_of(tile_iter) + 1, next_x());
+          if constexpr (kVar) it = var_pend[kLoopIt], blocks.cursor = var_pend[kLoopCursor];
+        }
       }
+      if constexpr (kVar) v_pending = var_pend[kLoopVPend];
       if (v_pending >= 0) {
         if constexpr (kVar) v_at = it - 1;
         load_v(v_pending, v_at);
       }
-      if (j <= kQAhead || kQAhead < 0) start_tile<kVar>(iter_of(tile_iter) + 1, next_x());  // (not started in the loop)
+      if (kQAhead < 0 || q_ahead_missed(it)) {  // (not started in the loop)
+        if constexpr (kVar) var_pend[kLoopIt] = it;
+        start_tile<kVar>(iter_of(tile_iter) + 1, next_x());
+        if constexpr (kVar) it = var_pend[kLoopIt];
+      }
       // The launch's last take (relative index num_tiles - gridDim.x - 1) resets the word (take_claim).
-      // (Varlen: varlen_after did.)
-      if constexpr (!kVar)
-        if (a.tile_counter != nullptr && next == a.num_tiles + int(gridDim.x) - 1) atomicExch(a.tile_counter, 0ull);
+      if (a.tile_counter != nullptr && next_x() == a.num_tiles + int(gridDim.x) - 1) atomicExch(a.tile_counter, 0ull);
       x = next_x();
       if constexpr (kVar) sm.tile_seq[kSeqLoop][kLoopIter] = iter_of(tile_iter) + 1;
     }

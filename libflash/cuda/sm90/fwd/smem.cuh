@@ -28,8 +28,11 @@ enum VarSeq : int { kSeqQ0 = 0, kSeqK0 = 1, kSeqLenQ = 2, kSeqLenK = 3 };
 // VarSeq in row kSeqPend; in row kSeqPendQ its Q box's first packed row and head, its index), and the current tile's
 // first key (its K/V loads').
 enum VarSeqPend : int { kSeqPend = 2, kSeqPendQ = 3, kPendQRow = 0, kPendH = 1, kPendX = 2, kPendK0 = 3 };
-// ... and (row kSeqLoop) its tile count and the tile's KV head: the varlen loop's state kept here, not in registers.
-enum VarLoop : int { kSeqLoop = 4, kLoopIter = 0, kLoopHkv = 1 };
+// ... and (rows kSeqLoop, kSeqLoop + 1) its tile count, the tile's KV head, the ring position at which the next tile
+// starts, the walk's lowest block, the pending V block, and the ring position and walk cursor parked across the next
+// tile's search and start: the varlen loop's state kept here, not in registers (producer.cuh run_tiles<true>).
+enum VarLoop : int { kSeqLoop = 4, kLoopIter = 0, kLoopHkv = 1, kLoopQAt = 2, kLoopNLo = 3,
+                     kLoopVPend = 0 /* row kSeqLoop + 1 */, kLoopIt = 1 /* row kSeqLoop + 1 */, kLoopCursor = 2 /* same */ };
 
 template <class K>
 struct Smem {

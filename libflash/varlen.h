@@ -5,8 +5,8 @@
 // that runs dense problems runs varlen ones by running each sequence's view: the CPU algorithms do exactly that
 // (libflash/cpu/), and the naive GPU algorithm on host copies of the offsets (cuda/naive/). The fused CUDA kernels
 // (sm80 forward and backward) read the offsets themselves, per CTA, through seq_bounds() below, which also serves
-// dense calls (offsets 0, the call's lengths) so one code path addresses both. The sm90 kernels do not read them yet:
-// sm90_refuses_varlen() is their one refusal (AUTO then runs sm80, which runs on sm_90 too).
+// dense calls (offsets 0, the call's lengths) so one code path addresses both; the sm90 forward's general kernels read
+// them per tile (cuda/sm90/fwd/producer.cuh, varlen mode), through seq_bounds() too.
 //
 // sequence_view(), dense_parts() and zero_unused_key_rows() read cu_seqlens and seqused_k on the host: host memory (a
 // CPU call's, checked by capi/validate.cpp before any backend runs, or the naive GPU algorithm's host copies of a CUDA
@@ -21,18 +21,6 @@
 #include "params.h"
 
 namespace flash {
-
-// The message of the sm90 algorithm's refusal of a varlen call (tests match it).
-inline constexpr const char* kVarlenSm90Refusal =
-    "varlen runs on the sm80 kernels (FLASH_ALGO_SM80, which AUTO picks on sm_90 too); the sm90 kernels do not read "
-    "cu_seqlens yet (issue 72)";
-
-// True (and *why set) when p is a varlen call: the sm90 forward's kernels do not read cu_seqlens yet.
-inline bool sm90_refuses_varlen(const FwdParams& p, std::string* why) {
-  if (!p.varlen) return false;
-  if (why) *why = kVarlenSm90Refusal;
-  return true;
-}
 
 #if defined(__CUDACC__)
 #define FLASH_VARLEN_HD __host__ __device__

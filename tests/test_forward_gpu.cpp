@@ -931,23 +931,33 @@ TEST(GpuErrors, HostPointerLabelledCuda) {
 // ---- Packed variable-length batches (flash.h 1.3; issue 72) ----------------------------------------------------------
 // The cases of support/cases.hpp (varlen_test) mirrored to device memory, offsets included: each sequence against the
 // fp64 reference, outputs poisoned before the call and checked untouched outside the sequences' rows. Algorithms sm80,
-// naive and AUTO (which runs sm80 on sm_80 and on sm_90, where sm90 refuses varlen). Filter: --gtest_filter='*Varlen*'.
+// sm90, naive and AUTO (which runs sm90 on sm_90 where it supports the case -- head dims 64, 128, 256 -- and sm80
+// otherwise). Filter: --gtest_filter='*Varlen*'.
 namespace {
 
-const int32_t kVarlenAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO};
+const int32_t kVarlenAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_SM90, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO};
 
 std::string varlen_algo_name(int32_t a) { return a == FLASH_ALGO_AUTO ? "auto" : flash_algorithm_name(a); }
 
 // Skips unless a GPU is present and `algorithm` (AUTO: sm80) is usable on device 0.
 #define REQUIRE_VARLEN_ALGORITHM(algo) REQUIRE_GPU_ALGORITHM((algo) == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : (algo))
 
+// sm90 runs head dims 64, 128 and 256 (fp16/bf16, 16-byte aligned strides); the cases it does not take are skipped for it.
+bool sm90_takes(const varlen_test::VSpec& s) {
+  return (s.d == 64 || s.d == 128 || s.d == 256) && s.dtype != FLASH_DTYPE_FP32 && s.scale >= 0.f;
+}
+
 void expect_varlen_fwd_ok(const varlen_test::VSpec& s, int32_t algorithm, uint64_t salt) {
+  if (algorithm == FLASH_ALGO_SM90 && !sm90_takes(s)) return;
   std::mt19937_64 rng(base_seed() ^ (0x9a7f + salt));
   varlen_test::VCase c = varlen_test::make_vcase(s, rng);
   int32_t used = -1;
   const int32_t st = varlen_test::run_fwd_cuda(c, algorithm, &used);
   ASSERT_EQ(st, FLASH_OK) << flash_status_string(st) << ": " << flash_last_error_message() << "\n  case: " << s.describe();
-  EXPECT_EQ(used, algorithm == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : algorithm) << "case: " << s.describe();
+  if (algorithm == FLASH_ALGO_AUTO)  // sm90 where it is usable and takes the case (layout 1's padding may refuse it)
+    EXPECT_TRUE(used == FLASH_ALGO_SM80 || (used == FLASH_ALGO_SM90 && sm90_takes(s))) << "case: " << s.describe();
+  else
+    EXPECT_EQ(used, algorithm) << "case: " << s.describe();
   const std::string problems = varlen_test::check_fwd(c);
   EXPECT_TRUE(problems.empty()) << varlen_algo_name(algorithm) << ": " << problems << "\n  case: " << s.describe()
                                 << "\n  LIBFLASH_TEST_SEED=" << base_seed();
@@ -969,6 +979,7 @@ TEST_P(VarlenGpuForwardSweep, MatchesReferencePerSequence) {
   REQUIRE_VARLEN_ALGORITHM(algorithm);
   std::mt19937_64 rng(base_seed() + 6151u * static_cast<uint64_t>(index + 1) + 97u * static_cast<uint64_t>(algorithm));
   varlen_test::VSpec s = varlen_test::random_vspec(rng, index % 4 == 3 ? 1500 : 400, /*gpu=*/true);
+  if (algorithm == FLASH_ALGO_SM90) s.d = index % 3 == 0 ? 64 : index % 3 == 1 ? 128 : 256;  // (its head dims)
   varlen_test::cap_vspec(s, 200'000'000);  // the fp64 reference's cost
   expect_varlen_fwd_ok(s, algorithm, static_cast<uint64_t>(index));
 }
@@ -1103,25 +1114,35 @@ TEST(VarlenGpu, Sm80EachSequenceIsBitwiseTheDenseCall) {
   }
 }
 
-// The sm90 algorithm refuses varlen with a message naming sm80, forward and backward; AUTO runs sm80 on the same device.
-TEST(VarlenGpu, Sm90RefusesAndAutoRunsSm80) {
+// The sm90 forward runs varlen (issue 72: its general kernels' varlen mode) and matches the per-sequence reference at
+// every head dim it has, causal both ways, windows and seqused_k; AUTO picks it on sm_90. The backward named sm90 is
+// the backward family's (the kernels sm80 runs) and runs varlen too.
+TEST(VarlenGpu, Sm90RunsVarlenAndAutoPicksIt) {
   REQUIRE_GPU_ALGORITHM(FLASH_ALGO_SM90);
   std::mt19937_64 rng(base_seed() ^ 0x590);
-  varlen_test::VSpec s = varlen_fixed({70, 0, 130}, {65, 8, 129}, FLASH_DTYPE_BF16, 128);
-  varlen_test::VCase c;
-  ASSERT_EQ(varlen_test::make_bwd_vcase(s, rng, &c), FLASH_OK) << flash_last_error_message();
-  EXPECT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_SM90), FLASH_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the sm80 kernels"), std::string::npos)
-      << flash_last_error_message();
-  EXPECT_EQ(varlen_test::run_bwd_cuda(c, FLASH_ALGO_SM90), FLASH_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(flash_last_error_message()).find("varlen runs on the sm80 kernels"), std::string::npos)
-      << flash_last_error_message();
-  int32_t used = -1;
-  ASSERT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_AUTO, &used), FLASH_OK) << flash_last_error_message();
-  EXPECT_EQ(used, FLASH_ALGO_SM80);
-  EXPECT_EQ(varlen_test::check_fwd(c), "");
-  ASSERT_EQ(varlen_test::run_bwd_cuda(c, FLASH_ALGO_AUTO, 0, &used), FLASH_OK) << flash_last_error_message();
-  EXPECT_EQ(used, FLASH_ALGO_SM80);
+  for (int64_t d : {64, 128, 256}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    // Sequences longer than a tile (192 rows at d64, 128 otherwise), empty ones, queries without keys.
+    varlen_test::VSpec s = varlen_fixed({70, 0, 130, 401, 3, 0}, {65, 8, 129, 300, 0, 0}, FLASH_DTYPE_BF16, d);
+    varlen_test::VCase c;
+    ASSERT_EQ(varlen_test::make_bwd_vcase(s, rng, &c), FLASH_OK) << flash_last_error_message();
+    int32_t used = -1;
+    ASSERT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_SM90, &used), FLASH_OK) << flash_last_error_message();
+    EXPECT_EQ(used, FLASH_ALGO_SM90);
+    EXPECT_EQ(varlen_test::check_fwd(c), "");
+    ASSERT_EQ(varlen_test::run_fwd_cuda(c, FLASH_ALGO_AUTO, &used), FLASH_OK) << flash_last_error_message();
+    EXPECT_EQ(used, FLASH_ALGO_SM90);
+    EXPECT_EQ(varlen_test::check_fwd(c), "");
+    ASSERT_EQ(varlen_test::run_bwd_cuda(c, FLASH_ALGO_SM90, 0, &used), FLASH_OK) << flash_last_error_message();
+    EXPECT_EQ(used, FLASH_ALGO_SM90);
+    for (int align : {FLASH_ALIGN_BOTTOM_RIGHT, FLASH_ALIGN_TOP_LEFT}) {
+      varlen_test::VSpec m = s;
+      m.mask.causal = 1, m.mask.alignment = align, m.used = {60, 8, 100, 300, 0, 0}, m.dtype = FLASH_DTYPE_FP16;
+      expect_varlen_fwd_ok(m, FLASH_ALGO_SM90, 0x590 + d + align);
+      m.mask.causal = 0, m.mask.window_left = 37, m.mask.window_right = 5;
+      expect_varlen_fwd_ok(m, FLASH_ALGO_SM90, 0x591 + d + align);
+    }
+  }
 }
 
 // The offsets of a CUDA call must be device memory on the tensors' device, and no output (o, lse, the workspace) may
@@ -1165,6 +1186,7 @@ TEST(VarlenGpu, OffsetsAreCheckedForDeviceAndOverlap) {
 TEST(VarlenGpu, GarbageDeviceOffsetsNeverFault) {
   std::string why;
   if (!usable(FLASH_ALGO_SM80, &why) && !usable(FLASH_ALGO_NAIVE, &why)) GTEST_SKIP() << why;
+  // (sm90's forward reads the offsets itself; its backward is the family's that sm80 runs.)
   const int32_t big = 0x7fffffff, small = -0x7fffffff - 1;
   const std::vector<std::vector<int32_t>> offsets = {
       {0, big, 5, small, 300, -7, 70},         // huge, negative, past total
@@ -1180,7 +1202,7 @@ TEST(VarlenGpu, GarbageDeviceOffsetsNeverFault) {
   varlen_test::VCase c;
   ASSERT_EQ(varlen_test::make_bwd_vcase(s, rng, &c), FLASH_OK) << flash_last_error_message();
   int n = 0;
-  for (int32_t algo : {FLASH_ALGO_SM80, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO}) {
+  for (int32_t algo : {FLASH_ALGO_SM80, FLASH_ALGO_SM90, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO}) {
     if (!usable(algo == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : algo, &why)) continue;
     for (const auto& oq : offsets)
       for (const auto& ok : offsets) {

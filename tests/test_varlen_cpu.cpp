@@ -515,42 +515,59 @@ TEST(VarlenValidation, OutputsMayNotOverlapTheIndexArrays) {
   }
 }
 
-// The sm90 algorithm refuses varlen (its kernels do not read cu_seqlens yet: issue 72; AUTO runs sm80, whose kernels
-// do). Without a GPU: the refusal (libflash/varlen.h) and the sm90 forward's plan (host code, compiled into this test),
-// which must answer with it.
-TEST(VarlenGpu, RefusalMessageWithoutAGpu) {
-  flash::FwdParams p{};
-  std::string why;
-  EXPECT_FALSE(flash::sm90_refuses_varlen(p, &why));
-  p.varlen = true;
-  ASSERT_TRUE(flash::sm90_refuses_varlen(p, &why));
-  EXPECT_EQ(why, flash::kVarlenSm90Refusal);
-  EXPECT_NE(why.find("sm80"), std::string::npos) << "the refusal names the fallback";
-
-  // An sm90-eligible problem (bf16, d 128, aligned): planned dense, refused as varlen.
+// The sm90 forward runs varlen on the general kernel of each head dim (issue 72): its plan (host code, compiled into
+// this test) picks kD64 / kD128 / kD256 -- never a split, pair or specialised variant -- with no shift, and the
+// dynamic order's counter for causal masks.
+TEST(VarlenGpu, Sm90PlansVarlenOnTheGeneralKernels) {
   flash::FwdParams q{};
   q.dtype = flash::DType::BF16;
-  q.head_dim = 128, q.batch = 2, q.heads_q = q.heads_kv = 4, q.head_ratio = 1;
-  q.seqlen_q = q.seqlen_k = 512;
+  q.batch = 2, q.heads_q = q.heads_kv = 4, q.head_ratio = 1;
+  q.seqlen_q = q.seqlen_k = 9000;  // dense: d128's long-key and d256's split kernels from 8192 keys
   q.window_left = q.window_right = -1;
   q.scale = 0.125f;
   q.q = q.k = q.v = reinterpret_cast<void*>(uintptr_t(1) << 20);
   q.o = reinterpret_cast<void*>(uintptr_t(1) << 20);
-  q.q_row_stride = q.k_row_stride = q.v_row_stride = q.o_row_stride = 4 * 128;
-  q.q_head_stride = q.k_head_stride = q.v_head_stride = q.o_head_stride = 128;
-  q.q_batch_stride = q.k_batch_stride = q.v_batch_stride = q.o_batch_stride = 512 * 4 * 128;
   q.bottom_right = true;
   const flash::sm90::Device dev;  // an H100's
-  const flash::sm90::FwdPlan dense = flash::sm90::plan(q, dev);
-  ASSERT_TRUE(dense.ok()) << dense.why;
-  q.varlen = true;
-  const int32_t cu[3] = {0, 100, 512};
-  q.cu_seqlens_q = q.cu_seqlens_k = cu;
-  q.total_q = q.total_k = 512;
-  q.q_batch_stride = q.k_batch_stride = q.v_batch_stride = q.o_batch_stride = 0;
-  const flash::sm90::FwdPlan refused = flash::sm90::plan(q, dev);
-  EXPECT_FALSE(refused.ok());
-  EXPECT_EQ(refused.why, flash::kVarlenSm90Refusal);
+  for (int d : {64, 128, 256}) {
+    SCOPED_TRACE("d " + std::to_string(d));
+    q.head_dim = d;
+    q.varlen = false;
+    q.q_row_stride = q.k_row_stride = q.v_row_stride = q.o_row_stride = 4 * d;
+    q.q_head_stride = q.k_head_stride = q.v_head_stride = q.o_head_stride = d;
+    q.q_batch_stride = q.k_batch_stride = q.v_batch_stride = q.o_batch_stride = int64_t(9000) * 4 * d;
+    q.cu_seqlens_q = q.cu_seqlens_k = nullptr;
+    q.total_q = q.total_k = 0;
+    ASSERT_TRUE(flash::sm90::plan(q, dev).ok());
+    q.varlen = true;
+    const int32_t cu[3] = {0, 100, 9100};
+    q.cu_seqlens_q = q.cu_seqlens_k = cu;
+    q.total_q = q.total_k = 9100;
+    q.q_batch_stride = q.k_batch_stride = q.v_batch_stride = q.o_batch_stride = 0;
+    const flash::sm90::Variant general = d == 64    ? flash::sm90::Variant::kD64
+                                         : d == 128 ? flash::sm90::Variant::kD128
+                                                    : flash::sm90::Variant::kD256;
+    for (int causal : {0, 1}) {
+      q.window_right = causal ? 0 : -1;
+      const flash::sm90::FwdPlan pl = flash::sm90::plan(q, dev);
+      ASSERT_TRUE(pl.ok()) << pl.why;
+      ASSERT_EQ(pl.launches, 1);
+      const flash::sm90::Launch& l = pl.launch[0];
+      EXPECT_EQ(l.variant, general);
+      EXPECT_EQ(l.pdl, flash::sm90::Launch::kNoPdl);
+      EXPECT_EQ(l.tail_role, flash::sm90::Launch::kNoTail);
+      EXPECT_EQ(l.q_shift, 0);
+      EXPECT_EQ(l.dynamic, causal == 1);
+      const int64_t bm = flash::sm90::shape_of(general).block_m();
+      EXPECT_EQ(l.num_m_blocks, (9000 + bm - 1) / bm);
+      EXPECT_EQ(l.num_tiles, l.num_m_blocks * 4 * 2);
+      EXPECT_EQ(pl.workspace, causal ? flash::sm90::kTileCounterBytes : 0u);
+    }
+    q.window_right = -1;
+  }
+  // A block mask never comes with varlen (validation refuses it); the plan refuses it too.
+  q.has_block_mask = true;
+  EXPECT_FALSE(flash::sm90::plan(q, dev).ok());
 }
 
 // CUDA tensors on a machine (or a build) without a GPU: the call is refused before anything runs.

@@ -10,7 +10,6 @@
 #include "../../error.h"
 #include "../ptx/plan.h"
 #include "../runtime.h"
-#include "../../varlen.h"
 #include "../sm80/bwd/bwd.h"
 #include "fwd/plan.h"
 
@@ -48,12 +47,8 @@ bool supports(const FwdParams& p, std::string* why) {
 size_t workspace(const FwdParams& p) { return plan(p, device_of(p)).workspace; }
 
 // The backward is the backward family's (sm80/bwd/bwd.cpp: its plan runs the wgmma main kernel on sm_90), which reads
-// cu_seqlens; FLASH_ALGO_SM90 still refuses varlen in both directions, as its forward does, so a call naming it gets
-// one answer (AUTO runs FLASH_ALGO_SM80, the same backward).
-bool supports_bwd(const BwdParams& p, std::string* why) {
-  if (sm90_refuses_varlen(p, why)) return false;
-  return bwd::supports(p, why);
-}
+// cu_seqlens itself: varlen included, the same kernels FLASH_ALGO_SM80 runs.
+bool supports_bwd(const BwdParams& p, std::string* why) { return bwd::supports(p, why); }
 
 int32_t fwd(const FwdParams& p) {
   const FwdPlan pl = plan(p, device_of(p));

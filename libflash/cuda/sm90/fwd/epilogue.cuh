@@ -81,6 +81,10 @@ __device__ __forceinline__ void Consumer<K>::epilogue(const Tile& tile, float (&
   if (K::kTailSplit && is_piece(a, x_end)) write_out = merge_pieces(acc_o, softmax, x_end);
 
   const float scale = fabsf(p.scale);
+  // kVarlen, a varlen call: a warpgroup whose 64 rows run past its sequence's end (the next sequence's rows) stores its
+  // rows from registers, row by row, instead of the TMA store's whole box.
+  bool direct = false;
+  if constexpr (K::kVarlen) direct = p.varlen && q_begin + rg * 64 + 64 > q_end;
   // This warpgroup's staging tile: kHeadDim / 64 pages of 64 rows x 128 bytes, swizzled as TMA reads it -- its own tile
   // after the ring, its own rows of the Q buffer (pages kBlockM rows apart), or (O staged in the ring) warpgroup 1's in
   // the last K slot and warpgroup 0's in the last V slot; every tile has a last block (KeyBlocks' at_least_one).
@@ -103,7 +107,7 @@ __device__ __forceinline__ void Consumer<K>::epilogue(const Tile& tile, float (&
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     const int row = rg * 64 + row_in_wg + 8 * r;
-    if (K::kTmaStoreO && write_out) {
+    if (K::kTmaStoreO && write_out && !direct) {
       // Element (row, 8i + 2t) of the warpgroup's 64 rows: page i / 8, 16-byte chunk (i % 8) ^ (row % 8).
       const int wrow = row_in_wg + 8 * r;
 #pragma unroll
@@ -112,7 +116,7 @@ __device__ __forceinline__ void Consumer<K>::epilogue(const Tile& tile, float (&
                      "r"(ptx::pack2<K::kDType>(acc_o[4 * i + 2 * r] * inv, acc_o[4 * i + 2 * r + 1] * inv)));
     }
     if (write_out && q_begin + row >= 0 && q_begin + row < q_end) {
-      if constexpr (!K::kTmaStoreO) {
+      if (!K::kTmaStoreO || direct) {
         using T = std::conditional_t<K::kBF16, __nv_bfloat16, __half>;
         T* o_row = static_cast<T*>(p.o) + tile.b * p.o_batch_stride + tile.h * p.o_head_stride +
                    int64_t(q_begin + row) * p.o_row_stride + 2 * t;
@@ -128,14 +132,14 @@ __device__ __forceinline__ void Consumer<K>::epilogue(const Tile& tile, float (&
   }
   if constexpr (kDeferO) {
     // The store waits for the next tile's prologue (flush_o); only staged rows need one.
-    if (write_out) o_pend_row = q_begin + rg * 64 + 64 > 0 ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b;
+    if (write_out) o_pend_row = q_begin + rg * 64 + 64 > 0 && !direct ? q_begin + rg * 64 : -1, o_h = tile.h, o_b = tile.b;
   } else if constexpr (K::kTmaStoreO) {
     // Every thread's shared stores made visible to the TMA unit (async proxy), then one thread stores the warpgroup's 64
     // rows page by page (rows past seqlen_q fall outside the map and are dropped).
     wg::fence_proxy_async();
     ptx::named_sync(kWarpgroup + wg, 128);
     // (A box wholly before row 0: nothing to store; two rings: nor one wholly past the tile's end, another tile's rows.)
-    if (tid == 0 && write_out && q_begin + rg * 64 + 64 > 0 && (!K::kTwoRings || q_begin + rg * 64 < q_end)) {
+    if (tid == 0 && write_out && !direct && q_begin + rg * 64 + 64 > 0 && (!K::kTwoRings || q_begin + rg * 64 < q_end)) {
       store_o_rows(o_stage, kOPage, q_begin + rg * 64, tile.h, tile.b);
       if constexpr (K::kOStageInQ && !kDeferQRelease) wg::bulk_wait_read();  // the store has read these Q rows
     }

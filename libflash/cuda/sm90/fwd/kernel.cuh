@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
   __shared__ alignas(8) uint64_t bars[S::kBarriers];
   __shared__ int tile_ids[2];
   [[maybe_unused]] __shared__ int tile_mhb[2][3];
+  [[maybe_unused]] __shared__ int tile_seq[K::kVarlen ? 6 : 1][4];
   [[maybe_unused]] __shared__ int ring_pos[2][2];
   [[maybe_unused]] __shared__ int tail_last[3];
   [[maybe_unused]] __shared__ TailPlan tail_plan;
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) fwd_kernel(const __grid_consta
       smem_raw + (sm.o_stage0 + K::kOStageBytes - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))));
   sm.sched_bits = reinterpret_cast<uint32_t*>(sm.sched_base + 2 * K::kRings * args.sched_stride);
   sm.bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
-  sm.tile_ids = tile_ids, sm.tile_mhb = tile_mhb, sm.ring_pos = ring_pos, sm.tail_last = tail_last;
+  sm.tile_ids = tile_ids, sm.tile_mhb = tile_mhb, sm.tile_seq = tile_seq, sm.ring_pos = ring_pos, sm.tail_last = tail_last;
   sm.tail_plan = &tail_plan, sm.wg_code = wg_code, sm.pin_sink = pin_sink;
 
   // The warpgroup index broadcast from lane 0 where that lets ptxas keep what derives from it in uniform registers.

@@ -24,11 +24,15 @@ struct KeyBlocks {
 
   // at_least_one (dense walks, O staged in the ring): a tile that sees no key still visits block 0, wholly masked, so
   // it has a last block's slots to stage its O (zeros) in.
-  __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule, bool at_least_one = false) {
-    const int64_t lo64 = p.window_left >= 0 ? q_begin + p.diag_offset - p.window_left : 0;
-    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + p.diag_offset + p.window_right + 1 : p.seqlen_k;
+  __device__ KeyBlocks(const FwdParams& p, int q_begin, int q_end, const int32_t* schedule, bool at_least_one = false)
+      : KeyBlocks(p, p.diag_offset, p.seqlen_k, q_begin, q_end, schedule, at_least_one) {}
+  // (diag_offset, seqlen_k: a varlen tile's sequence's, its diagonal moved to the packed query rows q_begin, q_end.)
+  __device__ KeyBlocks(const FwdParams& p, int64_t diag_offset, int64_t seqlen_k, int q_begin, int q_end,
+                       const int32_t* schedule, bool at_least_one = false) {
+    const int64_t lo64 = p.window_left >= 0 ? q_begin + diag_offset - p.window_left : 0;
+    const int64_t hi64 = p.window_right >= 0 ? q_end - 1 + diag_offset + p.window_right + 1 : seqlen_k;
     lo = int(max(lo64, int64_t(0)));
-    hi = int(max(min(hi64, int64_t(p.seqlen_k)), int64_t(0)));
+    hi = int(max(min(hi64, seqlen_k), int64_t(0)));
     n_lo = lo / kBlockN;
     cursor = lo < hi ? (hi + kBlockN - 1) / kBlockN - 1 : -1;
     sched = kSparse ? schedule : nullptr;
@@ -36,7 +40,7 @@ struct KeyBlocks {
       walk = static_cast<uint32_t>(__cvta_generic_to_shared(schedule)) + 4;
       walk_end = walk + 4 * schedule[0];
     }
-    const MaskBounds mb = mask_bounds<kBlockN>(p, q_begin, q_end);
+    const MaskBounds mb = mask_bounds<kBlockN>(p, diag_offset, seqlen_k, q_begin, q_end);
     mask_above = mb.above, mask_below = mb.below;
     if (at_least_one && cursor < 0) cursor = n_lo = 0, mask_below = max(mask_below, 1);
   }

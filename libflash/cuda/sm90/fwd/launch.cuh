@@ -20,22 +20,27 @@ template <class K>
 int32_t launch(const FwdParams& whole, const Launch& l) {
   if (l.variant != K::kVariant) return fail(FLASH_ERROR_INTERNAL, "sm90: a launch planned for another kernel");
   const FwdParams p = rows_view(whole, l.row_begin, l.row_end);
+  if (p.varlen && !K::kVarlen) return fail(FLASH_ERROR_INTERNAL, "sm90: a varlen launch planned for a dense-only kernel");
   Args args{};
   args.p = p;
-  if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+  // A varlen call's maps describe the packed tensors: total rows, batch extent 1 (the kernel adds each sequence's first
+  // row to its coordinates and uses batch index 0).
+  const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
+  const int64_t batch = p.varlen ? 1 : p.batch;
+  if (int32_t st = encode_tensor_map(&args.tq, &args.q_pos, p.q, p.dtype, p.head_dim, rows_q, p.heads_q, batch,
                                      p.q_row_stride, p.q_head_stride, p.q_batch_stride, K::kBlockM, "q");
       st != FLASH_OK)
     return st;
-  if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
+  if (int32_t st = encode_tensor_map(&args.tk, &args.k_pos, p.k, p.dtype, p.head_dim, rows_k, p.heads_kv, batch,
                                      p.k_row_stride, p.k_head_stride, p.k_batch_stride, K::kBlockN, "k");
       st != FLASH_OK)
     return st;
-  if (int32_t st = encode_tensor_map(&args.tv, &args.v_pos, p.v, p.dtype, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
+  if (int32_t st = encode_tensor_map(&args.tv, &args.v_pos, p.v, p.dtype, p.head_dim, rows_k, p.heads_kv, batch,
                                      p.v_row_stride, p.v_head_stride, p.v_batch_stride, K::kBlockN, "v");
       st != FLASH_OK)
     return st;
   if constexpr (K::kTmaStoreO)
-    if (int32_t st = encode_tensor_map(&args.to, &args.o_pos, p.o, p.dtype, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+    if (int32_t st = encode_tensor_map(&args.to, &args.o_pos, p.o, p.dtype, p.head_dim, rows_q, p.heads_q, batch,
                                        p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64, "o");
         st != FLASH_OK)
       return st;

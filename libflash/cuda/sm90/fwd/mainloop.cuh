@@ -136,15 +136,30 @@ struct Consumer {
   }
 
   // ---- One tile's key blocks -----------------------------------------------------------------------------------------
+  // The diagonal and the key count the tile's masks use: the call's, or (kVarlen, a varlen call) its sequence's as the
+  // producer published them for the tile in `slot` (the diagonal moved to the packed query rows). Read where used, so a
+  // dense call's stay parameter reads and a varlen call keeps no register for them across the key loop.
+  struct SeqMask {
+    int64_t diag, seqlen_k;
+  };
+  __device__ __forceinline__ SeqMask seq_mask(int slot) const {
+    if constexpr (K::kVarlen)
+      if (p.varlen) {
+        const int* seq = sm.tile_seq[slot];
+        const int64_t sk = seq[kSeqLenK];
+        return SeqMask{(p.bottom_right ? sk - seq[kSeqLenQ] : int64_t(0)) - seq[kSeqQ0], sk};
+      }
+    return SeqMask{p.diag_offset, p.seqlen_k};
+  }
   // The key end (exclusive) this warpgroup's rows can see at most: their last row's right edge.
-  __device__ __forceinline__ int64_t wg_key_end(int q_begin, int q_end) const {
+  __device__ __forceinline__ int64_t wg_key_end(int q_begin, int q_end, const SeqMask& sq) const {
     const int64_t last_row = min(q_begin + rg * 64 + 63, q_end - 1);
-    const int64_t hi = p.window_right >= 0 ? last_row + p.diag_offset + p.window_right + 1 : p.seqlen_k;
-    return min(hi, int64_t(p.seqlen_k));
+    const int64_t hi = p.window_right >= 0 ? last_row + sq.diag + p.window_right + 1 : sq.seqlen_k;
+    return min(hi, sq.seqlen_k);
   }
   // The columns of block nb this warpgroup's rows can see at most.
-  __device__ __forceinline__ int wg_vis(int nb, int q_begin, int q_end) const {
-    return int(max(min(wg_key_end(q_begin, q_end) - int64_t(nb) * K::kBlockN, int64_t(K::kBlockN)), int64_t(0)));
+  __device__ __forceinline__ int wg_vis(int nb, int q_begin, int q_end, const SeqMask& sq) const {
+    return int(max(min(wg_key_end(q_begin, q_end, sq) - int64_t(nb) * K::kBlockN, int64_t(K::kBlockN)), int64_t(0)));
   }
 
   // Runs the tile's key blocks into acc_o and the softmax's (m, l), and releases Q (and the schedule) once every S is
@@ -175,12 +190,21 @@ struct Consumer {
       ptx::mbar_wait(sm.q_full(q_slot), (tile_iter / K::kQStages) & 1);  // Q_i has landed
       const Work work = decode_work<K::kTailSplit>(a, *sm.tail_plan, x);
       if (K::kTailSplit && tid == 0) sm.wg_code[wg] = x;
-      const Tile tile = K::kTileInSmem ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(a, work.x);
+      Tile tile = K::kTileInSmem ? Tile(mhb[0], mhb[2], mhb[1]) : Tile(a, work.x);
       // The tile's rows [q_begin, q_begin + kBlockM), of which [max(q_begin, 0), q_end) are real: rows past seqlen_q in the
       // last tile, or rows before 0 in the first one when the tiles are shifted. Q's TMA box reads zeros there and O's TMA
       // store drops them.
       int q_begin = tile.m_block * K::kBlockM - a.q_shift;
       int q_end = min(q_begin + K::kBlockM, p.seqlen_q);
+      if constexpr (K::kVarlen)
+        if (p.varlen) {
+          // A varlen tile: rows of its sequence in the packed tensors (batch index 0); the rows past the sequence's end
+          // (the next sequence's) are computed but never written (epilogue).
+          const int q0 = sm.tile_seq[t_slot][kSeqQ0];
+          q_end = q0 + min(q_begin + K::kBlockM, sm.tile_seq[t_slot][kSeqLenQ]);
+          q_begin += q0;
+          tile.b = 0;
+        }
       if constexpr (K::kTwoRings) {
         ring_rows(p, tile.m_block, q_begin, q_end);
         const int single = single_wg(q_begin);
@@ -204,8 +228,9 @@ struct Consumer {
         owed_turns = c_max - c_own;
         owed_lone = c_own == 0 && c_max > 0;
       }
-      Blocks blocks(p, max(q_begin, 0), q_end, sm.sched_base + ((tile_iter & 1) * K::kRings + ring) * a.sched_stride,
-                    K::kOStageInRing);
+      const SeqMask sq = seq_mask(t_slot);
+      Blocks blocks(p, sq.diag, sq.seqlen_k, max(q_begin, 0), q_end,
+                    sm.sched_base + ((tile_iter & 1) * K::kRings + ring) * a.sched_stride, K::kOStageInRing);
       if (work.slot >= 0) blocks.clip(work.n_begin, work.n_end);
 
       float acc_o[K::kORegs];
@@ -248,7 +273,7 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
   // block early, and after the drain it hands the block's slots back and takes the turn its last P V would have taken.
   [[maybe_unused]] bool skip_top = false;
   if constexpr (K::kUpward) {
-    const int64_t key_end = wg_key_end(q_begin, q_end);
+    const int64_t key_end = wg_key_end(q_begin, q_end, seq_mask(q_slot));
     if (blocks.cursor > blocks.n_lo && key_end <= int64_t(blocks.cursor) * kBlockN) {
       skip_top = true;
       blocks.cursor -= 1;
@@ -264,7 +289,7 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
 
   // kHalfDiag / kSkipDiag: how many of the first block's (the diagonal one's) columns this warpgroup's rows can see.
   int vis = kBlockN;
-  if constexpr (K::kHalfDiag || K::kSkipDiag) vis = wg_vis(n, q_begin, q_end);
+  if constexpr (K::kHalfDiag || K::kSkipDiag) vis = wg_vis(n, q_begin, q_end, seq_mask(q_slot));
   [[maybe_unused]] int skip_v = -1;  // kSkipDiag: the left-out block's V slot, handed back after S_0's issue
   [[maybe_unused]] uint32_t skip_v_phase = 0;
   if constexpr (K::kSkipDiag) {
@@ -281,7 +306,7 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
       empty_sfu_turn();
       ++it;
       n = blocks.next();
-      vis = wg_vis(n, q_begin, q_end);
+      vis = wg_vis(n, q_begin, q_end, seq_mask(q_slot));
     }
   }
 
@@ -307,7 +332,10 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
     float corr[2];
     auto first_block = [&](auto cols_c) {
       constexpr int kCols = decltype(cols_c)::value;
-      if (kCols > 0 && blocks.needs_mask(n)) mask_block<K>(acc_s, p, n, q_begin + rg * 64 + row_in_wg, t, kCols);
+      if (kCols > 0 && blocks.needs_mask(n)) {
+        const SeqMask sq = seq_mask(q_slot);
+        mask_block<K>(acc_s, p, sq.diag, sq.seqlen_k, n, q_begin + rg * 64 + row_in_wg, t, kCols);
+      }
       softmax.update(acc_s, true, corr, kCols, scale_log2, wg);
       pack_p<K>(acc_s, p_frag, kCols);
     };
@@ -341,7 +369,10 @@ __device__ __forceinline__ bool Consumer<K>::mainloop(Blocks& blocks, float (&ac
     float sv[K::kSRegs];
 #pragma unroll
     for (int i = 0; i < K::kSRegs; ++i) sv[i] = acc_s[i];
-    if (blocks.needs_mask(n)) mask_block<K>(sv, p, n, q_begin + rg * 64 + row_in_wg, t, kBlockN);
+    if (blocks.needs_mask(n)) {
+      const SeqMask sq = seq_mask(q_slot);  // (Q_i and its tile_seq are not released before the loop's end)
+      mask_block<K>(sv, p, sq.diag, sq.seqlen_k, n, q_begin + rg * 64 + row_in_wg, t, kBlockN);
+    }
     float corr[2];
     const bool rescale = softmax.update(sv, false, corr, kBlockN, scale_log2, wg);  // m_j, P_j, l_j
     if constexpr (K::kPinSoftmax) {

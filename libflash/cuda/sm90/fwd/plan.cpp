@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <string>
 
-#include "../../../varlen.h"
-
 namespace flash::sm90 {
 
 const char* variant_name(Variant v) {
@@ -57,21 +55,28 @@ bool tma_layout(const void* ptr, std::initializer_list<std::pair<int64_t, int64_
 }
 
 std::string unsupported(const FwdParams& p, const Device& dev) {
-  if (std::string reason; sm90_refuses_varlen(p, &reason)) return reason;
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16) return "supports fp16 and bf16 only";
   // The kernel keeps the running max of the raw scores (the scale folded into exp2's FFMA), which is the max of the
   // scaled ones only for a positive scale; sm80 folds a negative one into Q's sign.
   if (p.scale < 0.f) return "softmax_scale must be positive (sm80 runs negative scales)";
-  const bool listed = use_listed_kernel(p, dev.smem_optin);
-  const Shape s = use_long_kernel(p) ? shape_of(Variant::kD128Long) : listed ? sparse_shape(p.head_dim) : dense_shape(p.head_dim);
+  if (p.varlen && p.has_block_mask) return "varlen calls take no block mask";
+  const bool listed = !p.varlen && use_listed_kernel(p, dev.smem_optin);
+  const Shape s = !p.varlen && use_long_kernel(p) ? shape_of(Variant::kD128Long)
+                  : listed                        ? sparse_shape(p.head_dim)
+                                                  : dense_shape(p.head_dim);
   if (s.head_dim == 0) return "head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256 (sm80 runs the others)";
   if (dev.smem_optin < s.smem_bytes()) return "needs " + std::to_string(s.smem_bytes()) + " bytes of shared memory per block";
-  if (!tma_layout(p.q, {{p.q_batch_stride, p.batch}, {p.q_row_stride, p.seqlen_q}, {p.q_head_stride, p.heads_q}}) ||
-      !tma_layout(p.k, {{p.k_batch_stride, p.batch}, {p.k_row_stride, p.seqlen_k}, {p.k_head_stride, p.heads_kv}}) ||
-      !tma_layout(p.v, {{p.v_batch_stride, p.batch}, {p.v_row_stride, p.seqlen_k}, {p.v_head_stride, p.heads_kv}}) ||
-      !tma_layout(p.o, {{p.o_batch_stride, p.batch}, {p.o_row_stride, p.seqlen_q}, {p.o_head_stride, p.heads_q}}))
+  // A varlen call's tensors are packed: total rows, one "batch" (launch.cuh encodes them so).
+  const int64_t batch = p.varlen ? 1 : p.batch;
+  const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
+  if (!tma_layout(p.q, {{p.q_batch_stride, batch}, {p.q_row_stride, rows_q}, {p.q_head_stride, p.heads_q}}) ||
+      !tma_layout(p.k, {{p.k_batch_stride, batch}, {p.k_row_stride, rows_k}, {p.k_head_stride, p.heads_kv}}) ||
+      !tma_layout(p.v, {{p.v_batch_stride, batch}, {p.v_row_stride, rows_k}, {p.v_head_stride, p.heads_kv}}) ||
+      !tma_layout(p.o, {{p.o_batch_stride, batch}, {p.o_row_stride, rows_q}, {p.o_head_stride, p.heads_q}}))
     return "TMA needs 16-byte aligned q/k/v/o pointers and nonzero batch/row/head strides that are multiples of 8 elements";
   if (p.seqlen_q > (1 << 30) || p.seqlen_k > (1 << 30)) return "sequence lengths above 2^30 exceed TMA's 32-bit coordinates";
+  // (A sequence's first row plus a row of it stays below 2^31.)
+  if (rows_q > (1 << 30) || rows_k > (1 << 30)) return "packed tensors of more than 2^30 rows exceed TMA's 32-bit coordinates";
   if (p.has_block_mask) {
     const Shape ss = sparse_shape(p.head_dim);
     if (p.block_mask.block_m % 128 != 0 || p.block_mask.block_n % ss.block_n != 0)
@@ -98,7 +103,8 @@ Launch make_launch(const FwdParams& whole, Variant v, int64_t row_begin, int64_t
   // Right-edged masks: a row's key range grows with the row, so the tiles end at seqlen_q and the partial one comes
   // first, where it has the fewest keys. The shift is whole warpgroups' 64 rows, so each warpgroup's O box lies wholly
   // before row 0 (not stored) or wholly at or after it. Block-sparse tiles stay aligned to the mask's blocks.
-  l.q_shift = !p.has_block_mask && p.window_right >= 0 ? (l.num_m_blocks * s.block_m() - p.seqlen_q) / 64 * 64 : 0;
+  // (Varlen: no shift; the tiles start at each sequence's first row.)
+  l.q_shift = !p.varlen && !p.has_block_mask && p.window_right >= 0 ? (l.num_m_blocks * s.block_m() - p.seqlen_q) / 64 * 64 : 0;
   const int64_t tiles = int64_t{l.num_m_blocks} * p.heads_q * p.batch;
   l.num_tiles = int32_t(tiles);  // (plan() refused more than 2^31 - 1)
   l.dynamic = dynamic_tiles(p.has_block_mask, p.window_left, p.window_right);
@@ -118,7 +124,9 @@ Launch make_launch(const FwdParams& whole, Variant v, int64_t row_begin, int64_t
   }
   // Dense problems with no tail of their own run their rounds on the fewest CTAs that keep their count; the split and the
   // pairs keep one CTA per SM, their plans are made for it.
-  if (l.tail_role == Launch::kNoTail && pdl == Launch::kNoPdl && !s.sparse && !l.dynamic && tail_split_applies(p))
+  // (Varlen: tiles past their sequence's end are skipped, so the launch keeps one CTA per SM.)
+  if (l.tail_role == Launch::kNoTail && pdl == Launch::kNoPdl && !s.sparse && !l.dynamic && tail_split_applies(p) &&
+      !p.varlen)
     l.grid = balanced_grid(tiles, l.grid);
   // The causal order's groups: K and V of a group within the L2 budget, a last group of tail_grids x grid tiles.
   const int64_t kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2 / p.head_ratio;
@@ -206,6 +214,17 @@ FwdPlan plan(const FwdParams& p, const Device& dev) {
   if (!out.ok() || p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) return out;
   auto one = [&](Variant v) { out.launch[out.launches++] = make_launch(p, v, 0, p.seqlen_q, Launch::kNoPdl, dev); };
   const int d = p.head_dim;
+  if (p.varlen) {
+    // Packed variable-length batches: the general kernel of the head dim, its varlen mode (Traits::kVarlen) -- tiles over
+    // max_seqlen_q's query blocks x heads x sequences, each addressing its own sequence; no split, pair or other variant.
+    one(d == 64 ? Variant::kD64 : d == 128 ? Variant::kD128 : Variant::kD256);
+    out.workspace = launch_workspace(out.launch[0]);
+    if (int64_t{out.launch[0].num_m_blocks} * p.heads_q * p.batch > 0x7fffffff) {
+      out.launches = 0;
+      out.why = "more than 2^31 - 1 query tiles";
+    }
+    return out;
+  }
   const bool listed = use_listed_kernel(p, dev.smem_optin);
   if (use_two_rings(p, dev.smem_optin)) {
     one(Variant::kD64TwoRings);

@@ -190,21 +190,27 @@ struct RingOrder {
 struct MaskBounds {
   int above, below;
 };
+// (diag_offset, seqlen_k: the call's, or a varlen tile's sequence's -- its diagonal moved to the packed query rows.)
 template <int kBlockN>
-FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int q_end) {
-  int64_t above = p.seqlen_k / kBlockN - 1;
+FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int64_t diag_offset, int64_t seqlen_k, int q_begin,
+                                            int q_end) {
+  int64_t above = seqlen_k / kBlockN - 1;
   if (p.window_right >= 0) {
-    const int64_t t = int64_t(q_begin) + p.diag_offset + p.window_right - kBlockN + 1;
+    const int64_t t = int64_t(q_begin) + diag_offset + p.window_right - kBlockN + 1;
     const int64_t a = t < 0 ? int64_t(-1) : t / kBlockN;
     above = a < above ? a : above;
   }
   int64_t below = 0;
   if (p.window_left >= 0) {
-    const int64_t l = int64_t(q_end) - 1 + p.diag_offset - p.window_left;
+    const int64_t l = int64_t(q_end) - 1 + diag_offset - p.window_left;
     below = l <= 0 ? 0 : (l + kBlockN - 1) / kBlockN;
   }
   return MaskBounds{int(above > int64_t(-1) ? above : int64_t(-1)),
                     int(below < int64_t(0x7fffffff) ? below : int64_t(0x7fffffff))};
+}
+template <int kBlockN>
+FLASH_SM90_HD inline MaskBounds mask_bounds(const FwdParams& p, int q_begin, int q_end) {
+  return mask_bounds<kBlockN>(p, p.diag_offset, p.seqlen_k, q_begin, q_end);
 }
 
 }  // namespace flash::sm90

@@ -20,6 +20,20 @@
 
 namespace flash::sm90 {
 
+// A varlen tile's sequence as the producer publishes it in Smem::tile_seq (seq_bounds(), clamped): its first query row
+// and first key in the packed tensors, its query rows and used keys. Valid from the tile's tile_full until its Q
+// buffer's release (q_empty): the consumers read it at the tile's start and in the key loop's masked blocks only.
+enum VarSeq : int { kSeqQ0 = 0, kSeqK0 = 1, kSeqLenQ = 2, kSeqLenK = 3 };
+// tile_seq's rows past the Q buffers' two, the producer thread's own: its next tile, staged when it is asked for (its
+// VarSeq in row kSeqPend; in row kSeqPendQ its Q box's first packed row and head, its index), and the current tile's
+// first key (its K/V loads').
+enum VarSeqPend : int { kSeqPend = 2, kSeqPendQ = 3, kPendQRow = 0, kPendH = 1, kPendX = 2, kPendK0 = 3 };
+// ... and (rows kSeqLoop, kSeqLoop + 1) its tile count, the tile's KV head, the ring position at which the next tile
+// starts, the walk's lowest block, the pending V block, and the ring position and walk cursor parked across the next
+// tile's search and start: the varlen loop's state kept here, not in registers (producer.cuh run_tiles<true>).
+enum VarLoop : int { kSeqLoop = 4, kLoopIter = 0, kLoopHkv = 1, kLoopQAt = 2, kLoopNLo = 3,
+                     kLoopVPend = 0 /* row kSeqLoop + 1 */, kLoopIt = 1 /* row kSeqLoop + 1 */, kLoopCursor = 2 /* same */ };
+
 template <class K>
 struct Smem {
   static constexpr int kSlots = K::kRingSlots;
@@ -34,6 +48,8 @@ struct Smem {
   uint32_t bar0;
   int* tile_ids;           // the work code in each tile slot
   int (*tile_mhb)[3];      // kTileInSmem: the tile's m_block, h, b beside its index
+  int (*tile_seq)[4];      // kVarlen, a varlen call: the tile's sequence (VarSeq) beside its index, per Q buffer; then
+                           // the producer's staged next tile (VarSeqPend)
   int (*ring_pos)[2];      // two rings: each ring's position at the start of the tile in each slot
   int* tail_last;          // a split tile's piece: whether this warpgroup's piece finished last
   TailPlan* tail_plan;     // dense: this CTA's share of the split round

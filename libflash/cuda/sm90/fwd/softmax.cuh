@@ -17,15 +17,17 @@ namespace flash::sm90 {
 
 // Masks the scores of key block n for this thread's two rows, row_in_wg and row_in_wg + 8 of the warpgroup whose first
 // row is row0 (a query row index).
+// (diag_offset, seqlen_k: the call's, or a varlen tile's sequence's with row0 a packed row.)
 template <class K>
-__device__ __forceinline__ void mask_block(float (&sv)[K::kSRegs], const FwdParams& p, int n, int row0, int t, int cols) {
+__device__ __forceinline__ void mask_block(float (&sv)[K::kSRegs], const FwdParams& p, int64_t diag_offset, int64_t seqlen_k,
+                                           int n, int row0, int t, int cols) {
   const int64_t col0 = int64_t(n) * K::kBlockN + 2 * t;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t diag = row0 + 8 * r + p.diag_offset;
+    const int64_t diag = row0 + 8 * r + diag_offset;
     const int64_t lo = p.window_left >= 0 ? diag - p.window_left : 0;
-    int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : p.seqlen_k;
-    hi = hi > p.seqlen_k ? p.seqlen_k : hi;
+    int64_t hi = p.window_right >= 0 ? diag + p.window_right + 1 : seqlen_k;
+    hi = hi > seqlen_k ? seqlen_k : hi;
     const int lo_rel = int(max(min(lo - col0, int64_t(K::kBlockN)), int64_t(-1)));
     const int hi_rel = int(max(min(hi - col0, int64_t(K::kBlockN)), int64_t(-1)));
     // With no left window edge (causal-like masks, the sequence end) only the right compare can cut: half the
@@ -46,6 +48,11 @@ __device__ __forceinline__ void mask_block(float (&sv)[K::kSRegs], const FwdPara
         }
     }
   }
+}
+
+template <class K>
+__device__ __forceinline__ void mask_block(float (&sv)[K::kSRegs], const FwdParams& p, int n, int row0, int t, int cols) {
+  mask_block<K>(sv, p, p.diag_offset, p.seqlen_k, n, row0, t, cols);
 }
 
 template <class K>

@@ -31,6 +31,9 @@ struct Traits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr bool kSparse = kShape.sparse;   // a scheduler warp builds each tile's key-block schedule
   static constexpr bool kTailSplit = has_tail_split(V);
+  // Packed variable-length batches (FwdParams::varlen) run on the general variant of each head dim, a run-time mode
+  // (plan.cpp never picks another for them): every varlen branch is compiled into these three only.
+  static constexpr bool kVarlen = V == Variant::kD64 || V == Variant::kD128 || V == Variant::kD256;
 
   // ---- Epilogue: where O is staged for its TMA store (Shape::store_o) --------------------------------------------------
   static constexpr bool kTmaStoreO = kShape.store_o != 0;

@@ -282,11 +282,12 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, GpuBackward, ::testing::ValuesIn(kGpuAlgori
 // The cases of support/cases.hpp (varlen_test) on device memory, offsets included: O and LSE from the cpu forward,
 // each sequence's gradients against the fp64 reference (bound as above), gradients poisoned before the call and checked
 // untouched outside the sequences' rows, dk = dv = 0 past seqused_k and for keys no query sees. Algorithms sm80 (on
-// sm_90 its plan runs the wgmma main kernel at d64/d128), naive and AUTO.
+// sm_90 its plan runs the wgmma main kernel at d64/d128), sm90 (the record of the sm90 forward; the same kernels),
+// naive and AUTO (sm90 on sm_90).
 namespace {
 
 namespace vt = varlen_test;
-const int32_t kVarlenAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO};
+const int32_t kVarlenAlgorithms[] = {FLASH_ALGO_SM80, FLASH_ALGO_SM90, FLASH_ALGO_NAIVE, FLASH_ALGO_AUTO};
 std::string varlen_algo_name(int32_t a) { return a == FLASH_ALGO_AUTO ? "auto" : flash_algorithm_name(a); }
 
 #define REQUIRE_VARLEN_BACKWARD(algo) REQUIRE_GPU_BACKWARD((algo) == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : (algo))
@@ -298,7 +299,10 @@ void expect_varlen_bwd_ok(const vt::VSpec& s, int32_t algorithm, uint64_t salt, 
   int32_t used = -1;
   const int32_t st = vt::run_bwd_cuda(c, algorithm, flags, &used);
   ASSERT_EQ(st, FLASH_OK) << flash_status_string(st) << ": " << flash_last_error_message() << "\n  case: " << s.describe();
-  EXPECT_EQ(used, algorithm == FLASH_ALGO_AUTO ? FLASH_ALGO_SM80 : algorithm);
+  // AUTO: the sm90 backward family on sm_90 (it takes varlen like dense calls), sm80 elsewhere.
+  std::string why;
+  const int32_t auto_algo = usable(FLASH_ALGO_SM90, &why) ? FLASH_ALGO_SM90 : FLASH_ALGO_SM80;
+  EXPECT_EQ(used, algorithm == FLASH_ALGO_AUTO ? auto_algo : algorithm);
   const std::string problems = vt::check_bwd(c, vt::packed_references(c));
   EXPECT_TRUE(problems.empty()) << varlen_algo_name(algorithm) << ": " << problems << "\n  case: " << s.describe()
                                 << "\n  LIBFLASH_TEST_SEED=" << base_seed();

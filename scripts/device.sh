@@ -14,6 +14,9 @@
 #   varlen    the same script's --mode varlen: packed variable-length batches (64k tokens, lengths uniform in
 #             [128, 8192] and [16, 512]) against FlashAttention-2's varlen kernel and libflash's dense call at the
 #             mean length, forward and forward+backward; $OUT/varlen/varlen.json
+#   train     the same script's --mode train: forward+backward and the backward alone against SDPA cuDNN and
+#             FlashAttention-2 (standard grid, causal and not, and the Llama-8B shape 32/8 d128 causal 4k-32k), libflash
+#             also deterministic; $OUT/train/train.json
 #   decode    the same script's --mode decode: KV-cache decode (one token, heads 32/8, d128; contiguous and paged
 #             caches) against SDPA on the same cache, GB/s and the fraction of copy bandwidth; $OUT/decode/decode.json
 #
@@ -45,6 +48,7 @@
 #   PEERS_ARGS        extra arguments of interleaved_peers.py (e.g. "--hdims 128 --reps 50")
 #   DECODE_ARGS       extra arguments of its decode mode (e.g. "--hdims 64,128,256 --heads 32,32")
 #   VARLEN_ARGS       extra arguments of its varlen mode (e.g. "--hdims 128 --varlen-modes fwd --reps 10")
+#   TRAIN_ARGS        extra arguments of its train mode (e.g. "--hdims 64,128 --reps 10")
 # Exit status: 0 when every phase passed, else 1 (the phases after a failed one still run, except after build).
 set -uo pipefail
 [ $# -gt 0 ] || { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 2; }
@@ -167,8 +171,15 @@ for phase in "$@"; do
         fail "interleaved_peers.py --mode varlen (log: $dir/varlen.txt)"
       tail -20 "$dir/varlen.txt"
       ;;
+    train)
+      # shellcheck disable=SC2086  # TRAIN_ARGS is a list of arguments
+      PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
+        python3 scripts/interleaved_peers.py --mode train ${TRAIN_ARGS:-} --json "$dir/train.json" > "$dir/train.txt" 2>&1 ||
+        fail "interleaved_peers.py --mode train (log: $dir/train.txt)"
+      tail -40 "$dir/train.txt"
+      ;;
     *)
-      echo "unknown phase '$phase' (build, test, sanitize, bench, peers, decode, varlen)"
+      echo "unknown phase '$phase' (build, test, sanitize, bench, peers, decode, varlen, train)"
       exit 2
       ;;
   esac

@@ -31,6 +31,14 @@ torch.nn.attention.varlen.varlen_attn; its autograd for fwd_bwd) and libflash's 
 (batch = total / mean). TFLOP/s are counted per sequence: 4 h d x (visible query-key pairs), x 3.5 for fwd_bwd (the
 backward's five products are 2.5x the forward's two). The bars: libflash varlen >= 0.95x its dense TFLOP/s at the
 mean length and >= 1.1x FA2's varlen. JSON: the rows under "varlen_rows".
+
+--mode train: forward+backward and the backward alone (issue 73's speed bar) on the standard grid (--hdims, --seqlens,
+--causal) and the Llama-8B shape (heads 32/8, d128, causal, batch x seqlen = 16k, --llama-seqlens), through autograd
+for every contestant: libflash.torch.flash_attn_func on [b, s, h, d] views (also deterministic=True:
+"libflash_det"), SDPA cuDNN and FlashAttention-2 (enable_gqa for 32/8). fwd_bwd times a forward and its backward;
+bwd times torch.autograd.grad on a kept forward's graph (retain_graph). TFLOP/s: the forward's 4 b h n^2 d (/2
+causal) x 3.5 (fwd_bwd) or x 2.5 (bwd). Also recorded: max |dQ_libflash - dQ_peer| / max |dQ_peer| against the
+first peer. JSON: the rows under "train_rows".
 """
 import argparse
 import datetime
@@ -268,13 +276,73 @@ def varlen(a, cache):
     return rows
 
 
+def train(a, peers, cache):
+    """The train rows: {d, n, b, hq, hkv, causal, mode, ms, tflops, max_rel_err_dq}."""
+    import libflash.torch as lt
+
+    shapes = [(d, n, max(1, 16384 // n), 2048 // d, 2048 // d, causal) for d in a.hdims for n in a.seqlens
+              for causal in (bool(int(c)) for c in a.causal.split(","))]
+    shapes += [(128, n, max(1, 16384 // n), 32, 8, True) for n in a.llama_seqlens]
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for d, n, b, hq, hkv, causal in shapes:
+        mk = lambda h: torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_()  # noqa: E731
+        q, k, v = mk(hq), mk(hkv), mk(hkv)
+        do = torch.randn(b, hq, n, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+        def lib(det=False):
+            return lt.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
+                                      deterministic=det).transpose(1, 2)
+
+        def peer(name):
+            with sdpa_kernel([BACKENDS[name]]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+
+        outs = {"libflash": lib, "libflash_det": lambda: lib(True)}
+        for name in peers:
+            outs[name] = (lambda name=name: peer(name))
+        dq = {}
+        for name, f in list(outs.items()):
+            try:
+                for _ in range(2):
+                    dq[name] = torch.autograd.grad(f(), (q, k, v), do)[0]
+            except Exception as e:  # a peer this PyTorch cannot run here (e.g. GQA on a backend)
+                print("  %s: %s: %s" % (name, type(e).__name__, str(e)[:120]), flush=True)
+                del outs[name]
+        ref = next((dq[p] for p in peers if p in dq), None)
+        err = None if ref is None else ((dq["libflash"].float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+        kept = {name: f() for name, f in outs.items()}  # one forward each, its graph kept for the bwd timing
+        for mode in ("fwd_bwd", "bwd"):
+            if mode == "fwd_bwd":
+                fns = {name: (lambda f=f: torch.autograd.grad(f(), (q, k, v), do)) for name, f in outs.items()}
+            else:
+                fns = {name: (lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+                       for name, o in kept.items()}
+            torch.cuda.synchronize()
+            times = time_rounds(fns, a.reps, cache, a.sleep, icache=a.icache)
+            flops = 4 * b * hq * n * n * d / (2 if causal else 1) * (3.5 if mode == "fwd_bwd" else 2.5)
+            ms = {name: statistics.median(t) for name, t in times.items()}
+            row = dict(d=d, n=n, b=b, hq=hq, hkv=hkv, causal=causal, mode=mode, reps=a.reps, ms=ms,
+                       tflops={name: flops / (t * 1e-3) / 1e12 for name, t in ms.items()}, max_rel_err_dq=err)
+            rows.append(row)
+            print("d%-3d %2d/%-2d n%-6d b%-3d %-6s %-7s libflash %6.1f TFLOP/s  det %s  %s  dq err %s" % (
+                d, hq, hkv, n, b, "causal" if causal else "none", mode, row["tflops"]["libflash"],
+                "%.2f" % (ms["libflash_det"] / ms["libflash"]) if "libflash_det" in ms else "-",
+                "  ".join("%s x%.3f" % (p, ms[p] / ms["libflash"]) for p in peers if p in ms),
+                "%.1e" % err if err is not None else "-"), flush=True)
+        del q, k, v, do, kept, dq
+    return rows
+
+
 def pairs(s):
     return [tuple(int(v) for v in x.split("x")) for x in s.split(",")]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", default="fwd", choices=["fwd", "decode", "varlen"])
+    ap.add_argument("--mode", default="fwd", choices=["fwd", "decode", "varlen", "train"])
+    ap.add_argument("--llama-seqlens", type=ints, default=[4096, 8192, 16384, 32768],
+                    help="train: seqlens of the Llama-8B shape (heads 32/8, d128, causal)")
     ap.add_argument("--varlen-dists", default="128:8192,16:512", help="varlen: LO:HI length ranges, comma separated")
     ap.add_argument("--varlen-total", type=int, default=65536, help="varlen: tokens in the packed batch")
     ap.add_argument("--varlen-heads", type=lambda x: [tuple(int(v) for v in p.split("/")) for p in x.split(",")],
@@ -306,6 +374,16 @@ def main():
                        libflash_build_info=libflash.build_info(), mode="decode", dtype="bf16", copy_bytes_per_s=copy_bw,
                        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
                        decode_rows=rows)
+            with open(a.json, "w") as f:
+                json.dump(doc, f, indent=1)
+        return
+    if a.mode == "train":
+        rows = train(a, peers, cache)
+        if a.json:
+            doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
+                       libflash_build_info=libflash.build_info(), mode="train", dtype="bf16",
+                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
+                       train_rows=rows)
             with open(a.json, "w") as f:
                 json.dump(doc, f, indent=1)
         return

@@ -1,7 +1,7 @@
 // libflash/cpu/kernels.cpp -- the tile kernels of kernels.h: one source, compiled once per x86 instruction set level.
 //
 // CMakeLists.txt (flash_cpu_kernels) compiles this file as it stands -- the portable level, for the build's baseline
-// (SSE2 on x86-64, or whatever the target is: NEON on AArch64), and the run-time choice of a level, kernels() -- and
+// (SSE2 on x86-64, NEON on AArch64, or whatever the target is), and the run-time choice of a level, kernels() -- and
 // again once per faster x86 level, through a one-line file generated into the build directory that defines
 // FLASH_CPU_LEVEL_<LEVEL> and includes this one, compiled with that level's flags:
 //   AVX2        -mavx2 -mfma                           the fp32 kernels on 16 ymm registers, a vector taking two
@@ -180,10 +180,25 @@ const Bf16Kernels& table() {
 #define FLASH_CPU_NV 2
 #define FLASH_CPU_MR64 6
 #define FLASH_CPU_NV64 2
+#elif defined(__aarch64__)
+// AArch64: the baseline compile is the NEON level (every AArch64 CPU has NEON, so there is nothing to pick at run
+// time; it keeps the portable namespace, which holds the choice). 16-byte vectors with fused multiply-adds on 32
+// registers: fp32 blocks of 6 x 2 as AVX-512's (12 chunk sums, 12 totals, 2 for B, 1 broadcast), double 6 x 2
+// (AVX-512's 6 x 4 spilled: GCC 12 keeps a second set of sums for the unchunked product too, 48 registers); with these
+// GCC 12 touches the stack only to save v8-v15. Correct under qemu-aarch64; speed unmeasured on Arm hardware. No SVE level: GCC's vector types need a fixed SVE width (-msve-vector-bits), which one binary
+// cannot assume.
+#define FLASH_CPU_PORTABLE 1
+#define FLASH_CPU_ISA portable
+#define FLASH_CPU_ISA_NAME "neon"
+#define FLASH_CPU_VBYTES 16
+#define FLASH_CPU_MR 6
+#define FLASH_CPU_NV 2
+#define FLASH_CPU_MR64 6
+#define FLASH_CPU_NV64 2
 #else
-// The baseline: what runs where no faster level is found, and everywhere on other architectures: 16-byte vectors
-// (SSE2's 16 xmm registers, NEON's 32), C blocks of 3 rows x 2 vectors (6 + 6 sums, 2 for B, 1 broadcast; 4 x 2
-// and 6 x 2 ran within noise of it: 36-41 GFLOP/s for 64x64x128 fp32 on one core, no FMA).
+// The baseline: what runs where no faster level is found, and on architectures other than x86 and AArch64:
+// 16-byte vectors (SSE2's 16 xmm registers), C blocks of 3 rows x 2 vectors (6 + 6 sums, 2 for B, 1 broadcast;
+// 4 x 2 and 6 x 2 ran within noise of it: 36-41 GFLOP/s for 64x64x128 fp32 on one core, no FMA).
 #define FLASH_CPU_PORTABLE 1
 #define FLASH_CPU_ISA portable
 #define FLASH_CPU_ISA_NAME "portable"

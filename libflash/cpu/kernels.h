@@ -71,7 +71,7 @@ inline Log2Scale log2_scale(double scale) {
 }
 
 struct Kernels {
-  const char* name;  // "avx512", "avx2", "portable"
+  const char* name;  // "avx512", "avx2", "portable"; "neon" on AArch64
 
   void (*gemm)(const Gemm& g);
   void (*gemm_f64)(const GemmOf<double>& g);
@@ -185,9 +185,10 @@ struct Window {
 // then one rounding to fp32. S's error is what O's follows (P = 2^((S - m) c)); summed in fp32, even in chunks of 16
 // (1.1e-6 rms for d = 128 against the naive baseline's 2.3e-6), it left random cases past twice the baseline's error:
 // with everything else as now, 2 of 1004 fp32 forward cases (LIBFLASH_TEST_SEED 1..75), worst 1.65 of the bound (d 192,
-// scale 1), p99 0.76; in double none, worst 0.55, p99 0.36. The cost: that product at half the vector width (the fp32
-// forward 1.36x slower: docs/kernels.md). 16-bit inputs: fp32 (the baseline's S is rounded to the 16-bit type, 2^-8 or
-// 2^-11). The backward's S is fp32 for every input type (KeyBlockGrads).
+// scale 1), p99 0.76; in double none, worst 0.55, p99 0.36 (of 16000 more: chunks of 16, 4 past, worst 1.83 -- at small
+// d a chunk is the whole sum, the baseline's own -- double none, worst 0.63). The cost: that product at half the vector
+// width (the fp32 forward 1.36x slower: docs/kernels.md). 16-bit inputs: fp32 (the baseline's S is rounded to the
+// 16-bit type, 2^-8 or 2^-11). The backward's S is fp32 for every input type (KeyBlockGrads).
 template <DType T>
 using ScoreType = std::conditional_t<T == DType::FP32, double, float>;
 

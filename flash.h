@@ -89,7 +89,7 @@ FLASH_API uint32_t flash_version_major(void);
 FLASH_API uint32_t flash_version_minor(void);
 FLASH_API uint32_t flash_version_patch(void);
 FLASH_API const char* flash_version_string(void); /* "1.3.0", static storage */
-FLASH_API const char* flash_build_info(void);     /* compiler, CUDA version, GPU targets; static storage */
+FLASH_API const char* flash_build_info(void);     /* compiler, CUDA, GPU targets, CPU kernels' level; static storage */
 
 /* ---- Status codes (int32_t, pinned, with gaps; a value is never reused) --------------------------- */
 #define FLASH_OK 0

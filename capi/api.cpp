@@ -13,6 +13,7 @@
 
 #include "../flash.h"
 #include "../libflash/dispatch.h"
+#include "../libflash/cpu/kernels.h"
 #include "../libflash/error.h"
 #include "validate.h"
 #include "versioned.h"
@@ -212,18 +213,23 @@ FLASH_API const char* flash_version_string(void) {
   return FLASH_STR(FLASH_VERSION_MAJOR) "." FLASH_STR(FLASH_VERSION_MINOR) "." FLASH_STR(FLASH_VERSION_PATCH);
 }
 
+// The build, then the level of the CPU kernels this CPU got (picked at run time, libflash/cpu/kernels.cpp): the one
+// place a program, a test log or fa-bench's JSON shows which copy of the kernels ran.
 FLASH_API const char* flash_build_info(void) {
-  return "libflash " FLASH_STR(FLASH_VERSION_MAJOR) "." FLASH_STR(FLASH_VERSION_MINOR) "." FLASH_STR(FLASH_VERSION_PATCH)
-         "; compiler " __VERSION__
+  static const std::string info =
+      std::string("libflash " FLASH_STR(FLASH_VERSION_MAJOR) "." FLASH_STR(FLASH_VERSION_MINOR) "." FLASH_STR(
+          FLASH_VERSION_PATCH) "; compiler " __VERSION__
 #ifdef FLASH_WITH_CUDA
-         "; CUDA " FLASH_STR(FLASH_CUDA_VERSION) "; GPU targets " FLASH_GPU_TARGETS
+                  "; CUDA " FLASH_STR(FLASH_CUDA_VERSION) "; GPU targets " FLASH_GPU_TARGETS
 #else
-         "; CPU-only build"
+                  "; CPU-only build"
 #endif
 #ifdef FLASH_GIT_REVISION
-         "; git " FLASH_GIT_REVISION
+                  "; git " FLASH_GIT_REVISION
 #endif
-      ;
+                  ) +
+      "; CPU kernels " + flash::cpu::kernels().name + (flash::cpu::bf16_kernels() ? " + avx512bf16" : "");
+  return info.c_str();
 }
 
 FLASH_API const char* flash_status_string(int32_t status) {

@@ -1,12 +1,14 @@
-// libflash/cpu/kernels.cpp -- the tile kernels of kernels.h: one source, compiled once per x86 instruction set level.
+// libflash/cpu/kernels.cpp -- the tile kernels of kernels.h: one source, compiled once per instruction set level.
 //
 // CMakeLists.txt (flash_cpu_kernels) compiles this file as it stands -- the portable level, for the build's baseline
 // (SSE2 on x86-64, NEON on AArch64, or whatever the target is), and the run-time choice of a level, kernels() -- and
-// again once per faster x86 level, through a one-line file generated into the build directory that defines
+// again once per faster level, through a one-line file generated into the build directory that defines
 // FLASH_CPU_LEVEL_<LEVEL> and includes this one, compiled with that level's flags:
 //   AVX2        -mavx2 -mfma                           the fp32 kernels on 16 ymm registers, a vector taking two
 //   AVX512      AVX-512 F, VL, BW, DQ (+ AVX2, FMA)     the fp32 kernels on 32 zmm registers, a vector taking one
 //   AVX512BF16  the above + AVX512-BF16                 the bf16 inputs' products on vdpbf16ps (intrinsics)
+//   SVE256, SVE512  (AArch64) -march=armv8.2-a+sve -msve-vector-bits=N: the fp32 kernels on 32 z registers of N
+//               bits, a vector taking one; code for one width runs only where the vector length is exactly N
 // The plain compile gets FLASH_CPU_HAS_<LEVEL> for each level the build has. FLASH_CPU_LEVELS=avx2|portable leaves
 // the faster ones out (to test the others on a machine that would pick them).
 //
@@ -18,6 +20,10 @@
 #include <type_traits>
 #if defined(FLASH_CPU_LEVEL_AVX512BF16)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__) && !defined(FLASH_CPU_LEVEL_SVE256) && !defined(FLASH_CPU_LEVEL_SVE512)
+#include <sys/auxv.h>
+#include <sys/prctl.h>
 #endif
 
 #include "kernels.h"
@@ -180,13 +186,29 @@ const Bf16Kernels& table() {
 #define FLASH_CPU_NV 2
 #define FLASH_CPU_MR64 6
 #define FLASH_CPU_NV64 2
+#elif defined(FLASH_CPU_LEVEL_SVE512) || defined(FLASH_CPU_LEVEL_SVE256)
+// AArch64 SVE at a fixed width: GCC lowers the vector types, one register wide, to SVE (ptrue vl32/vl64, ld1w, fmla,
+// fcmgt + sel). 32 z registers: the blocks of the NEON level below, fp32 6 x 2 and double 6 x 2, for the same reason
+// (GCC 12's second set of sums for the unchunked double product).
+#if defined(FLASH_CPU_LEVEL_SVE512)
+#define FLASH_CPU_ISA sve512
+#define FLASH_CPU_ISA_NAME "sve512"
+#define FLASH_CPU_VBYTES 64
+#else
+#define FLASH_CPU_ISA sve256
+#define FLASH_CPU_ISA_NAME "sve256"
+#define FLASH_CPU_VBYTES 32
+#endif
+#define FLASH_CPU_MR 6
+#define FLASH_CPU_NV 2
+#define FLASH_CPU_MR64 6
+#define FLASH_CPU_NV64 2
 #elif defined(__aarch64__)
-// AArch64: the baseline compile is the NEON level (every AArch64 CPU has NEON, so there is nothing to pick at run
-// time; it keeps the portable namespace, which holds the choice). 16-byte vectors with fused multiply-adds on 32
-// registers: fp32 blocks of 6 x 2 as AVX-512's (12 chunk sums, 12 totals, 2 for B, 1 broadcast), double 6 x 2
-// (AVX-512's 6 x 4 spilled: GCC 12 keeps a second set of sums for the unchunked product too, 48 registers); with these
-// GCC 12 touches the stack only to save v8-v15. Correct under qemu-aarch64; speed unmeasured on Arm hardware. No SVE level: GCC's vector types need a fixed SVE width (-msve-vector-bits), which one binary
-// cannot assume.
+// AArch64: the baseline compile is the NEON level (every AArch64 CPU has NEON; it keeps the portable namespace,
+// which holds the choice of the SVE levels). 16-byte vectors with fused multiply-adds on 32 registers: fp32 blocks
+// of 6 x 2 as AVX-512's (12 chunk sums, 12 totals, 2 for B, 1 broadcast), double 6 x 2 (AVX-512's 6 x 4 spilled:
+// GCC 12 keeps a second set of sums for the unchunked product too, 48 registers); with these GCC 12 touches the
+// stack only to save v8-v15. Correct under qemu-aarch64; speed unmeasured on Arm hardware.
 #define FLASH_CPU_PORTABLE 1
 #define FLASH_CPU_ISA portable
 #define FLASH_CPU_ISA_NAME "neon"
@@ -614,6 +636,28 @@ namespace avx512 { const Kernels& table(); }
 #if defined(FLASH_CPU_HAS_AVX512BF16)
 namespace avx512bf16 { const Bf16Kernels& table(); }
 #endif
+#if defined(FLASH_CPU_HAS_SVE256)
+namespace sve256 { const Kernels& table(); }
+#endif
+#if defined(FLASH_CPU_HAS_SVE512)
+namespace sve512 { const Kernels& table(); }
+#endif
+
+#if defined(__aarch64__)
+// The SVE vector length in bytes, 0 without SVE. Asked of the kernel (HWCAP_SVE, then PR_SVE_GET_VL) rather than
+// read by an SVE instruction: no SVE code runs on a CPU without it. The length is per thread and inherited; one a
+// thread sets for itself after the choice (prctl PR_SVE_SET_VL) would break the SVE levels, as it would any code
+// compiled for one width.
+[[maybe_unused]] static int sve_bytes() {
+#if defined(HWCAP_SVE) && defined(PR_SVE_GET_VL)
+  if (!(getauxval(AT_HWCAP) & HWCAP_SVE)) return 0;
+  const int vl = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
+  return vl < 0 ? 0 : vl & PR_SVE_VL_LEN_MASK;
+#else
+  return 0;
+#endif
+}
+#endif
 
 const Kernels& kernels() {
   static const Kernels& chosen = []() -> const Kernels& {
@@ -627,6 +671,12 @@ const Kernels& kernels() {
 #endif
 #if defined(FLASH_CPU_HAS_AVX2)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return avx2::table();
+#endif
+#if defined(FLASH_CPU_HAS_SVE512)
+    if (sve_bytes() == 64) return sve512::table();
+#endif
+#if defined(FLASH_CPU_HAS_SVE256)
+    if (sve_bytes() == 32) return sve256::table();
 #endif
     return portable::table();
   }();

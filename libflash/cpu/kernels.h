@@ -71,7 +71,7 @@ inline Log2Scale log2_scale(double scale) {
 }
 
 struct Kernels {
-  const char* name;  // "avx512", "avx2", "portable"; "neon" on AArch64
+  const char* name;  // "avx512", "avx2", "portable"; "sve512", "sve256", "neon" on AArch64
 
   void (*gemm)(const Gemm& g);
   void (*gemm_f64)(const GemmOf<double>& g);

@@ -64,6 +64,8 @@ TEST(Abi, VersionsAgree) {
                         std::to_string(FLASH_VERSION_PATCH);
   EXPECT_EQ(std::string(flash_version_string()), v);
   EXPECT_NE(std::string(flash_build_info()).find(v), std::string::npos);
+  // The CPU kernels' level picked at run time ends it (capi/api.cpp): "avx512 + avx512bf16", "sve256", "neon", ...
+  EXPECT_NE(std::string(flash_build_info()).find("; CPU kernels "), std::string::npos) << flash_build_info();
 }
 
 TEST(Abi, StructSizesMatchTheHeader) {

@@ -902,6 +902,23 @@ float interesting_scale(FuzzedDataProvider& in) {
   return v[in.ConsumeIntegralInRange<size_t>(0, sizeof v / sizeof v[0] - 1)];
 }
 
+// A valid call's softmax scale: the default (left as is), the ordinary range, +-65536 (S overflows without the
+// online rescaling), or wide.
+void draw_scale(FuzzedDataProvider& in, float* scale) {
+  switch (in.ConsumeIntegralInRange(0, 3)) {
+    case 0: break;
+    case 1: *scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-4.0, 4.0)); break;
+    case 2: *scale = in.ConsumeBool() ? 65536.0f : -65536.0f; break;
+    case 3: *scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-300.0, 300.0)); break;
+  }
+}
+// The caller's own workspace of the `ws` bytes the query gave, in the arena, now and then one byte short.
+void place_workspace(FuzzedDataProvider& in, Arena& a, size_t ws, void** workspace, size_t* workspace_size) {
+  const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 64);
+  uint8_t* w = a.place(ws + extra, 16, in.ConsumeIntegralInRange<size_t>(0, 64));
+  if (w) *workspace = w, *workspace_size = ws + extra - (in.ConsumeIntegralInRange(0, 7) == 0 ? extra + 1 : 0);
+}
+
 void mutate_tensor(FuzzedDataProvider& in, flash_tensor& t, Arena& a, const Call& c) {
   switch (in.ConsumeIntegralInRange(0, 8)) {
     case 0: t.data = nullptr; break;
@@ -1651,18 +1668,11 @@ int run_kvcache(FuzzedDataProvider& in, Op op) {
   }
   A->num_splits = num_splits;
   A->algorithm = in.ConsumeBool() ? FLASH_ALGO_AUTO : FLASH_ALGO_CPU;
-  switch (in.ConsumeIntegralInRange(0, 3)) {
-    case 0: break;
-    case 1: A->softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-4.0, 4.0)); break;
-    case 2: A->softmax_scale = in.ConsumeBool() ? 65536.0f : -65536.0f; break;
-    case 3: A->softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-300.0, 300.0)); break;
-  }
+  draw_scale(in, &A->softmax_scale);
   if (want_ws) {  // the caller's workspace, sized by the query
     size_t ws = 0;
     if (flash_fwd_kvcache_workspace_size(A, &ws) == FLASH_OK && ws > 0) {
-      const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 64);
-      uint8_t* w = a.place(ws + extra, 16, in.ConsumeIntegralInRange<size_t>(0, 64));
-      if (w) A->workspace = w, A->workspace_size = ws + extra - (in.ConsumeIntegralInRange(0, 7) == 0 ? extra + 1 : 0);
+      place_workspace(in, a, ws, &A->workspace, &A->workspace_size);
     }
   }
   size_t* query_out = nullptr;
@@ -2614,18 +2624,11 @@ int run_varlen_typed(FuzzedDataProvider& in, Op op) {
   static const int32_t algos[] = {FLASH_ALGO_AUTO, FLASH_ALGO_CPU, FLASH_ALGO_NAIVE};
   A->algorithm = algos[in.ConsumeIntegralInRange(0, 2)];
   if (in.ConsumeBool()) A->flags = FLASH_FLAG_DETERMINISTIC;
-  switch (in.ConsumeIntegralInRange(0, 3)) {
-    case 0: break;
-    case 1: A->softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-4.0, 4.0)); break;
-    case 2: A->softmax_scale = in.ConsumeBool() ? 65536.0f : -65536.0f; break;
-    case 3: A->softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-300.0, 300.0)); break;
-  }
+  draw_scale(in, &A->softmax_scale);
   if (want_ws) {  // the caller's workspace, sized by the query
     size_t ws = 0;
     if (query(A, &ws) == FLASH_OK && ws > 0) {
-      const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 64);
-      uint8_t* w = a.place(ws + extra, 16, in.ConsumeIntegralInRange<size_t>(0, 64));
-      if (w) A->workspace = w, A->workspace_size = ws + extra - (in.ConsumeIntegralInRange(0, 7) == 0 ? extra + 1 : 0);
+      place_workspace(in, a, ws, &A->workspace, &A->workspace_size);
     }
   }
   const bool is_query = op == FWD_QUERY || op == BWD_QUERY;
@@ -2788,12 +2791,7 @@ int run(const uint8_t* data, size_t size) {
   static const int32_t algos[] = {FLASH_ALGO_AUTO, FLASH_ALGO_CPU, FLASH_ALGO_NAIVE};
   *c.algorithm = algos[in.ConsumeIntegralInRange(0, 2)];
   if (in.ConsumeBool()) *c.flags = FLASH_FLAG_DETERMINISTIC;
-  switch (in.ConsumeIntegralInRange(0, 3)) {
-    case 0: break;  // default
-    case 1: *c.softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-4.0, 4.0)); break;
-    case 2: *c.softmax_scale = in.ConsumeBool() ? 65536.0f : -65536.0f; break;
-    case 3: *c.softmax_scale = static_cast<float>(in.ConsumeFloatingPointInRange<double>(-300.0, 300.0)); break;
-  }
+  draw_scale(in, c.softmax_scale);
   if (want_mask) {
     flash_block_mask* m = reinterpret_cast<flash_block_mask*>(a.place(sizeof(flash_block_mask), 8, 0));
     flash_block_mask_init(m);
@@ -2824,9 +2822,7 @@ int run(const uint8_t* data, size_t size) {
     const int32_t s = bwd ? flash_bwd_workspace_size(static_cast<flash_bwd_args*>(c.args), &ws)
                           : flash_fwd_workspace_size(static_cast<flash_fwd_args*>(c.args), &ws);
     if (s == FLASH_OK && ws > 0) {
-      const size_t extra = in.ConsumeIntegralInRange<size_t>(0, 64);
-      uint8_t* w = a.place(ws + extra, 16, in.ConsumeIntegralInRange<size_t>(0, 64));
-      if (w) *c.workspace = w, *c.workspace_size = ws + extra - (in.ConsumeIntegralInRange(0, 7) == 0 ? extra + 1 : 0);
+      place_workspace(in, a, ws, c.workspace, c.workspace_size);
     }
   }
   const size_t* query_out = nullptr;

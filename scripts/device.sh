@@ -157,26 +157,14 @@ for phase in "$@"; do
         fail "interleaved_peers.py (log: $dir/peers.txt)"
       tail -32 "$dir/peers.txt"
       ;;
-    decode)
-      # shellcheck disable=SC2086  # DECODE_ARGS is a list of arguments
+    decode | varlen | train)
+      # The peer script's other modes; their extra arguments in DECODE_ARGS, VARLEN_ARGS, TRAIN_ARGS.
+      extra_var="$(echo "$phase" | tr '[:lower:]' '[:upper:]')_ARGS"
+      # shellcheck disable=SC2086  # the *_ARGS are lists of arguments
       PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
-        python3 scripts/interleaved_peers.py --mode decode ${DECODE_ARGS:-} --json "$dir/decode.json" > "$dir/decode.txt" 2>&1 ||
-        fail "interleaved_peers.py --mode decode (log: $dir/decode.txt)"
-      tail -24 "$dir/decode.txt"
-      ;;
-    varlen)
-      # shellcheck disable=SC2086  # VARLEN_ARGS is a list of arguments
-      PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
-        python3 scripts/interleaved_peers.py --mode varlen ${VARLEN_ARGS:-} --json "$dir/varlen.json" > "$dir/varlen.txt" 2>&1 ||
-        fail "interleaved_peers.py --mode varlen (log: $dir/varlen.txt)"
-      tail -20 "$dir/varlen.txt"
-      ;;
-    train)
-      # shellcheck disable=SC2086  # TRAIN_ARGS is a list of arguments
-      PYTHONPATH=$ROOT/bindings/python${PYTHONPATH:+:$PYTHONPATH} LIBFLASH_PATH=$BUILD \
-        python3 scripts/interleaved_peers.py --mode train ${TRAIN_ARGS:-} --json "$dir/train.json" > "$dir/train.txt" 2>&1 ||
-        fail "interleaved_peers.py --mode train (log: $dir/train.txt)"
-      tail -40 "$dir/train.txt"
+        python3 scripts/interleaved_peers.py --mode "$phase" ${!extra_var:-} --json "$dir/$phase.json" > "$dir/$phase.txt" 2>&1 ||
+        fail "interleaved_peers.py --mode $phase (log: $dir/$phase.txt)"
+      tail -40 "$dir/$phase.txt"
       ;;
     *)
       echo "unknown phase '$phase' (build, test, sanitize, bench, peers, decode, varlen, train)"

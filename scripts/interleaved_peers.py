@@ -189,7 +189,7 @@ def varlen_lengths(lo, hi, total, seed):
     return lens
 
 
-def varlen(a, cache):
+def varlen(a, peers, cache):
     """The varlen rows: {dist, d, hq, hkv, causal, mode, sequences, mean, ms, tflops, max_rel_err}."""
     import libflash.torch as lt
 
@@ -365,37 +365,19 @@ def main():
     a = ap.parse_args()
     peers = a.peers.split(",")
     cache = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    if a.mode == "decode":
+    if a.mode in ("decode", "train", "varlen"):
         if "--hdims" not in " ".join(sys.argv):
-            a.hdims = [128]
-        rows, copy_bw = decode(a, peers, cache)
-        if a.json:
+            a.hdims = {"decode": [128], "varlen": [64, 128]}.get(a.mode, a.hdims)
+        extra = {}
+        if a.mode == "decode":
+            rows, extra["copy_bytes_per_s"] = decode(a, peers, cache)
+        else:
+            rows = (train if a.mode == "train" else varlen)(a, peers, cache)
+        if a.json:  # the rows under "<mode>_rows", so fa-bench report skips the file (bench_results/README.md)
             doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
-                       libflash_build_info=libflash.build_info(), mode="decode", dtype="bf16", copy_bytes_per_s=copy_bw,
-                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
-                       decode_rows=rows)
-            with open(a.json, "w") as f:
-                json.dump(doc, f, indent=1)
-        return
-    if a.mode == "train":
-        rows = train(a, peers, cache)
-        if a.json:
-            doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
-                       libflash_build_info=libflash.build_info(), mode="train", dtype="bf16",
-                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
-                       train_rows=rows)
-            with open(a.json, "w") as f:
-                json.dump(doc, f, indent=1)
-        return
-    if a.mode == "varlen":
-        if "--hdims" not in " ".join(sys.argv):
-            a.hdims = [64, 128]
-        rows = varlen(a, cache)
-        if a.json:
-            doc = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, libflash_version=libflash.version(),
-                       libflash_build_info=libflash.build_info(), mode="varlen", dtype="bf16",
-                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv,
-                       varlen_rows=rows)
+                       libflash_build_info=libflash.build_info(), mode=a.mode, dtype="bf16", **extra,
+                       date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), argv=sys.argv)
+            doc[a.mode + "_rows"] = rows
             with open(a.json, "w") as f:
                 json.dump(doc, f, indent=1)
         return

@@ -113,6 +113,15 @@ struct Bf16Kernels {
   void (*pair_rows_f32)(const float* r0, const float* r1, int n, uint32_t* out);
   // One fp32 row rounded to bf16 (to nearest even); n a multiple of kVec.
   void (*round_row_f32)(const float* src, int n, uint16_t* dst);
+
+  // Rows 2u and 2u + 1 of a block of `rows` rows of ld elements (the second absent past the block), paired as above: the
+  // k-pairs of the products whose k runs along the block's rows.
+  void pair_block_rows(const uint16_t* x, int ld, int u, int rows, int n_pad, uint32_t* out) const {
+    pair_rows_bf16(x + size_t(2 * u) * ld, 2 * u + 1 < rows ? x + size_t(2 * u + 1) * ld : nullptr, ld, n_pad, out);
+  }
+  void pair_block_rows(const float* x, int ld, int u, int rows, uint32_t* out) const {
+    pair_rows_f32(x + size_t(2 * u) * ld, 2 * u + 1 < rows ? x + size_t(2 * u + 1) * ld : nullptr, ld, out);
+  }
 };
 
 // The bf16 kernels, or null where the CPU lacks AVX512-BF16 (bf16 inputs are then widened to fp32).
@@ -322,11 +331,8 @@ class QueryBlock {
       const int pairs = (keys + 1) / 2;
       const uint16_t* vr = reinterpret_cast<const uint16_t*>(v_);
       for (int t = 0; t < pairs; ++t) {
-        const bool two = 2 * t + 1 < keys;
-        bf16_->pair_rows_f32(st_ + size_t(2 * t) * ldq_, two ? st_ + size_t(2 * t + 1) * ldq_ : nullptr, ldq_,
-                             pp_ + size_t(t) * ldq_);
-        bf16_->pair_rows_bf16(vr + size_t(2 * t) * d_, two ? vr + size_t(2 * t + 1) * d_ : nullptr, d_, dp_,
-                              vp_ + size_t(t) * dp_);
+        bf16_->pair_block_rows(st_, ldq_, t, keys, pp_ + size_t(t) * ldq_);
+        bf16_->pair_block_rows(vr, d_, t, keys, dp_, vp_ + size_t(t) * dp_);
       }
       GemmOf<uint32_t, float> pv;
       pv.m = rows_, pv.n = dp_, pv.k = pairs;
@@ -456,8 +462,7 @@ class KeyBlockGrads {
     if constexpr (kBf16) {
       const uint16_t* rows = key_rows();
       for (int t = 0; t < (keys_ + 1) / 2; ++t)
-        bf16_->pair_rows_bf16(rows + size_t(2 * t) * d_, 2 * t + 1 < keys_ ? rows + size_t(2 * t + 1) * d_ : nullptr,
-                              d_, dp_, reinterpret_cast<uint32_t*>(kr_) + size_t(t) * dp_);
+        bf16_->pair_block_rows(rows, d_, t, keys_, dp_, reinterpret_cast<uint32_t*>(kr_) + size_t(t) * dp_);
     }
   }
 
@@ -519,13 +524,9 @@ class KeyBlockGrads {
       uint32_t* q_pairs = reinterpret_cast<uint32_t*>(q_) + size_t(rows_cap()) * d / 2;
       uint32_t* do_pairs = reinterpret_cast<uint32_t*>(do_) + size_t(rows_cap()) * d / 2;
       for (int u = 0; u < half; ++u) {
-        const bool two = 2 * u + 1 < rows;
-        bf16_->pair_rows_f32(s_ + size_t(2 * u) * ldn, two ? s_ + size_t(2 * u + 1) * ldn : nullptr, ldn,
-                             pp_ + size_t(u) * ldn);
-        bf16_->pair_rows_bf16(qrows + size_t(2 * u) * d, two ? qrows + size_t(2 * u + 1) * d : nullptr, d, dp,
-                              q_pairs + size_t(u) * dp);
-        bf16_->pair_rows_bf16(dorows + size_t(2 * u) * d, two ? dorows + size_t(2 * u + 1) * d : nullptr, d, dp,
-                              do_pairs + size_t(u) * dp);
+        bf16_->pair_block_rows(s_, ldn, u, rows, pp_ + size_t(u) * ldn);
+        bf16_->pair_block_rows(qrows, d, u, rows, dp, q_pairs + size_t(u) * dp);
+        bf16_->pair_block_rows(dorows, d, u, rows, dp, do_pairs + size_t(u) * dp);
       }
       // dV_j += P^T dO_i
       run_bf16(keys, dp, half, pp_, 1, ldn, do_pairs, dp, dv_, dp, Epilogue::kAdd, 1.0f);
@@ -534,9 +535,7 @@ class KeyBlockGrads {
                ds_, ldn, Epilogue::kStore, 1.0f);
       kn.softmax_grad(ds_, s_, ldn, rows, ldn, D_);
       uint16_t* ds16 = reinterpret_cast<uint16_t*>(pds_ + size_t(half) * ldn);
-      for (int u = 0; u < half; ++u)
-        bf16_->pair_rows_f32(ds_ + size_t(2 * u) * ldn, 2 * u + 1 < rows ? ds_ + size_t(2 * u + 1) * ldn : nullptr, ldn,
-                             pds_ + size_t(u) * ldn);
+      for (int u = 0; u < half; ++u) bf16_->pair_block_rows(ds_, ldn, u, rows, pds_ + size_t(u) * ldn);
       for (int r = 0; r < rows; ++r) bf16_->round_row_f32(ds_ + size_t(r) * ldn, ldn, ds16 + size_t(r) * ldn);
       // dK_j += dS^T Q_i
       run_bf16(keys, dp, half, pds_, 1, ldn, q_pairs, dp, dk_, dp, Epilogue::kAdd, 1.0f);

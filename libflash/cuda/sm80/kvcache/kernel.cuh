@@ -80,6 +80,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const __grid_consta
   const uint32_t q_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t ring = q_smem + K::kQBytes;  // stage s: K at ring + 2 s kTileBytes, V right after
 
+  // With splits, the combine kernel is launched as this kernel's PDL secondary (combine.cu): it may start now, and waits
+  // for this whole grid to finish before it reads the partials (sm_90; no-op without a dependent).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: rows g and g + 8, columns 2t and 2t + 1
   const int wm = K::kWarpsN == 1 ? warp : 0;  // this warp's 16 rows of the block

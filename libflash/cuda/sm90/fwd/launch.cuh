@@ -8,7 +8,7 @@
 #include "../../../error.h"
 #include "../../runtime.h"
 #include "kernel.cuh"
-#include "pdl.cuh"
+#include "../../pdl.cuh"
 #include "top_rows.cuh"
 
 namespace flash::sm90 {
@@ -82,7 +82,7 @@ int32_t launch(const FwdParams& whole, const Launch& l) {
       e != cudaSuccess)
     return cuda::status_from(e, "cudaFuncSetAttribute(sm90 fwd, MaxDynamicSharedMemorySize)");
   if (l.pdl == Launch::kSecondary &&
-      launch_pdl_secondary(kernel, dim3(unsigned(l.grid)), dim3(unsigned(K::kThreads)), size_t(l.smem_bytes), stream, args))
+      cuda::launch_pdl_secondary(kernel, dim3(unsigned(l.grid)), dim3(unsigned(K::kThreads)), size_t(l.smem_bytes), stream, args))
     return cuda::check_launch("sm90 fwd kernel (PDL)");
   kernel<<<l.grid, K::kThreads, size_t(l.smem_bytes), stream>>>(args);
   return cuda::check_launch("sm90 fwd kernel");
@@ -94,7 +94,7 @@ namespace flash::sm90 {
 template <Variant V, DType T>
 int32_t launch_variant(const FwdParams& p, const Launch& l) {
   if constexpr (V == Variant::kD64TopRows) return launch_top_rows<T>(rows_view(p, l.row_begin, l.row_end));
-  else if constexpr (V == Variant::kD64 || V == Variant::kD128 || V == Variant::kD256)
+  else if constexpr (V == Variant::kD64 || V == Variant::kD64Rows || V == Variant::kD128 || V == Variant::kD256)
     return p.varlen ? launch<Traits<V, T, true>>(p, l) : launch<Traits<V, T>>(p, l);  // (a kernel each: Traits::kVarlen)
   else return launch<Traits<V, T>>(p, l);
 }

@@ -5,7 +5,7 @@
 // that kernel's tail leaves instead of behind its end. Compiled for sm_90a only, beside the sm90 kernels.
 #pragma once
 #include "../../sm80/fwd/fwd_kernel.cuh"
-#include "pdl.cuh"
+#include "../../pdl.cuh"
 
 namespace flash::sm90 {
 
@@ -28,7 +28,7 @@ int32_t launch_top_rows(const FwdParams& p) {
   if (ctas > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "sm90 top rows: ", ctas, " query blocks exceed one launch");
   const dim3 grid{unsigned(ctas)}, block{unsigned(K::kThreads)};
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  if (launch_pdl_secondary(top_rows_kernel<K>, grid, block, size_t(K::kSmemBytes), stream, p))
+  if (cuda::launch_pdl_secondary(top_rows_kernel<K>, grid, block, size_t(K::kSmemBytes), stream, p))
     return cuda::check_launch("sm90 top rows kernel (PDL)");
   top_rows_kernel<K><<<grid, block, size_t(K::kSmemBytes), stream>>>(p);
   return cuda::check_launch("sm90 top rows kernel");

@@ -1,11 +1,12 @@
-// libflash/cuda/sm90/fwd/pdl.cuh -- the launch of a programmatic-dependent-launch secondary, shared by the Hopper
-// forward's two-kernel forms (plan.h, Launch::Pdl; launch.cuh, top_rows.cuh).
+// libflash/cuda/pdl.cuh -- the launch of a programmatic-dependent-launch secondary, shared by the Hopper forward's
+// two-kernel forms (sm90/fwd: plan.h, Launch::Pdl; launch.cuh, top_rows.cuh) and the KV-cache family's split combine
+// (sm80/kvcache/combine.cu).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
 
-namespace flash::sm90 {
+namespace flash::cuda {
 
 // Launches `kernel` with programmatic stream serialisation, so that its CTAs may start while the stream's previous
 // kernel (a PDL primary, which executes griddepcontrol.launch_dependents) still runs. Returns false, the launch error
@@ -29,4 +30,4 @@ bool launch_pdl_secondary(void (*kernel)(Params...), dim3 grid, dim3 block, size
   return false;
 }
 
-}  // namespace flash::sm90
+}  // namespace flash::cuda

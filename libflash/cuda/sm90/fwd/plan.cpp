@@ -217,11 +217,7 @@ FwdPlan plan(const FwdParams& p, const Device& dev) {
   if (p.varlen) {
     // Packed variable-length batches: the general kernel of the head dim, its varlen mode (Traits::kVarlen) -- tiles over
     // max_seqlen_q's query blocks x heads x sequences, each addressing its own sequence; no split, pair or other variant.
-    // d64 sequences of at most kVarlenRowsMaxSeqlen rows: 128-row tiles (kD64Rows), whose last tile of a sequence
-    // leaves half as many rows idle as a 192-row one on average (64 against 96 of ~264 in the [16, 512] mix).
-    one(d == 64    ? (p.seqlen_q <= kVarlenRowsMaxSeqlen ? Variant::kD64Rows : Variant::kD64)
-        : d == 128 ? Variant::kD128
-                   : Variant::kD256);
+    one(d == 64 ? Variant::kD64 : d == 128 ? Variant::kD128 : Variant::kD256);
     out.workspace = launch_workspace(out.launch[0]);
     if (int64_t{out.launch[0].num_m_blocks} * p.heads_q * p.batch > 0x7fffffff) {
       out.launches = 0;

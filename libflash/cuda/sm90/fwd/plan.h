@@ -153,7 +153,6 @@ inline constexpr int64_t kListedMaxWindow = 768;    // d64 windows on the block-
 inline constexpr int64_t kTwoRingMinBlocks = 3;     // d64 block-sparse lists on two rings
 inline constexpr int64_t kSfuTurnsMinBlocks = 6;    // d128 block-sparse lists with SFU turns
 inline constexpr int64_t kTopRowsMaxSeqlen = 2048;  // d64 causal's top rows apart below this
-inline constexpr int64_t kVarlenRowsMaxSeqlen = 512;  // d64 varlen calls on 128-row tiles up to this max_seqlen_q
 bool use_split_kernel(const FwdParams& p);
 bool use_long_kernel(const FwdParams& p);
 bool use_upward_kernel(int head_dim, bool has_block_mask, int64_t window_left, int64_t window_right);

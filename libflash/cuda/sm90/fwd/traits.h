@@ -32,12 +32,11 @@ struct Traits {
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per tile
   static constexpr bool kSparse = kShape.sparse;   // a scheduler warp builds each tile's key-block schedule
   static constexpr bool kTailSplit = has_tail_split(V);
-  // Packed variable-length batches (FwdParams::varlen) run on the general variant of each head dim, or d64's 128-row
-  // tiles for short sequences (plan.cpp picks no other for them), compiled a second time with every varlen branch: the dense kernel keeps none of them (they cost
+  // Packed variable-length batches (FwdParams::varlen) run on the general variant of each head dim (plan.cpp never picks
+  // another for them), compiled a second time with every varlen branch: the dense kernel keeps none of them (they cost
   // d64/d128 tiles of 512-2k rows 2-5% on the H200; docs/kernels.md).
   static constexpr bool kVarlen = Varlen;
-  static_assert(!Varlen || V == Variant::kD64 || V == Variant::kD64Rows || V == Variant::kD128 || V == Variant::kD256,
-                "varlen: the general variants and d64's 128-row tiles only");
+  static_assert(!Varlen || V == Variant::kD64 || V == Variant::kD128 || V == Variant::kD256, "varlen: general variants only");
 
   // ---- Epilogue: where O is staged for its TMA store (Shape::store_o) --------------------------------------------------
   static constexpr bool kTmaStoreO = kShape.store_o != 0;

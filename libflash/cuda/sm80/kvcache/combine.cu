@@ -16,6 +16,7 @@
 
 #include "../../../error.h"
 #include "../../pdl.cuh"
+#include "../../ptx/hopper.cuh"
 #include "../../runtime.h"
 #include "plan.h"
 
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(32 * kRowsPerCta) combine_kernel(const __grid_
   // The split combine is a PDL secondary on sm_90 (launch below): its CTAs start while the attention kernel runs and
   // wait here until that kernel has finished and its partials are visible. Elsewhere (flash_combine, sm_80) a no-op.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  ptx::wait_dependency();
 #endif
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / 32;
@@ -115,18 +116,20 @@ __global__ void __launch_bounds__(32 * kRowsPerCta) combine_kernel(const __grid_
     out.lse[b * out.lse_batch + h * out.lse_head + i * out.lse_row] = nan ? NAN : sum > 0.f ? m + logf(sum) : -INFINITY;
 }
 
-// pdl: launched as a programmatic dependent of the stream's previous kernel (the split attention kernel, which lets
-// its dependents start early): the combine's launch and CTA start overlap the attention kernel's last CTAs instead of
-// following them (one launch gap less a decode call, where the two kernels take ~25 us in all).
+// The split combine (StridedParts, the workspace's partials) is launched as a programmatic dependent of the stream's
+// previous kernel, the split attention kernel, which lets its dependents start early: the combine's launch and CTA
+// start overlap the attention kernel's last CTAs instead of following them (one launch gap less a decode call, where
+// the two kernels take ~25 us in all). flash_combine (ListedParts) follows whatever the caller ran: a plain launch.
 template <class Parts, DType kIn, DType kOut>
-int32_t launch(const Output& out, const Parts& parts, void* stream, bool pdl) {
+int32_t launch(const Output& out, const Parts& parts, void* stream) {
+  constexpr bool kPdl = std::is_same_v<Parts, StridedParts>;
   const int64_t rows = int64_t(out.batch) * out.seqlen * out.heads;
   if (rows == 0) return FLASH_OK;
   const int64_t ctas = (rows + kRowsPerCta - 1) / kRowsPerCta;
   if (ctas > 0x7fffffff) return fail(FLASH_ERROR_UNSUPPORTED, "combine: ", rows, " rows exceed one launch");
   auto* kernel = combine_kernel<Parts, kIn, kOut>;
   const auto s = static_cast<cudaStream_t>(stream);
-  if (!pdl || !cuda::launch_pdl_secondary(kernel, dim3(unsigned(ctas)), dim3(32 * kRowsPerCta), 0, s, out, parts))
+  if (!kPdl || !cuda::launch_pdl_secondary(kernel, dim3(unsigned(ctas)), dim3(32 * kRowsPerCta), 0, s, out, parts))
     kernel<<<unsigned(ctas), 32 * kRowsPerCta, 0, s>>>(out, parts);
   return cuda::check_launch("kvcache combine kernel");
 }
@@ -152,8 +155,8 @@ int32_t launch_split_combine(const KernelParams& k, DType dtype, void* stream) {
   StridedParts parts{{k.o_part, k.lse_part, hq * sn * d, d, sn * d, hq * sn, sn, 1},
                      int64_t(k.batch) * hq * sn * d,
                      int64_t(k.batch) * hq * sn};
-  if (dtype == DType::BF16) return launch<StridedParts, DType::FP32, DType::BF16>(out, parts, stream, true);
-  return launch<StridedParts, DType::FP32, DType::FP16>(out, parts, stream, true);
+  if (dtype == DType::BF16) return launch<StridedParts, DType::FP32, DType::BF16>(out, parts, stream);
+  return launch<StridedParts, DType::FP32, DType::FP16>(out, parts, stream);
 }
 
 int32_t launch_combine(const CombineParams& p) {
@@ -180,9 +183,9 @@ int32_t launch_combine(const CombineParams& p) {
   const auto go = [&](auto in) -> int32_t {
     constexpr DType kIn = decltype(in)::value;
     switch (p.o_dtype) {
-      case DType::FP32: return launch<ListedParts, kIn, DType::FP32>(out, parts, p.stream, false);
-      case DType::FP16: return launch<ListedParts, kIn, DType::FP16>(out, parts, p.stream, false);
-      case DType::BF16: return launch<ListedParts, kIn, DType::BF16>(out, parts, p.stream, false);
+      case DType::FP32: return launch<ListedParts, kIn, DType::FP32>(out, parts, p.stream);
+      case DType::FP16: return launch<ListedParts, kIn, DType::FP16>(out, parts, p.stream);
+      case DType::BF16: return launch<ListedParts, kIn, DType::BF16>(out, parts, p.stream);
     }
     return FLASH_ERROR_INTERNAL;
   };

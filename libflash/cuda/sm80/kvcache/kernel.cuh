@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "../../../error.h"
+#include "../../ptx/hopper.cuh"
 #include "../../ptx/sm80.cuh"
 #include "../../runtime.h"
 #include "plan.h"
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const __grid_consta
   // With splits, the combine kernel is launched as this kernel's PDL secondary (combine.cu): it may start now, and waits
   // for this whole grid to finish before it reads the partials (sm_90; no-op without a dependent).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  ptx::launch_dependents();
 #endif
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: rows g and g + 8, columns 2t and 2t + 1

@@ -94,7 +94,7 @@ namespace flash::sm90 {
 template <Variant V, DType T>
 int32_t launch_variant(const FwdParams& p, const Launch& l) {
   if constexpr (V == Variant::kD64TopRows) return launch_top_rows<T>(rows_view(p, l.row_begin, l.row_end));
-  else if constexpr (V == Variant::kD64 || V == Variant::kD128 || V == Variant::kD256)
+  else if constexpr (has_varlen_mode(V))
     return p.varlen ? launch<Traits<V, T, true>>(p, l) : launch<Traits<V, T>>(p, l);  // (a kernel each: Traits::kVarlen)
   else return launch<Traits<V, T>>(p, l);
 }

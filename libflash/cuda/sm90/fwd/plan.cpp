@@ -217,7 +217,7 @@ FwdPlan plan(const FwdParams& p, const Device& dev) {
   if (p.varlen) {
     // Packed variable-length batches: the general kernel of the head dim, its varlen mode (Traits::kVarlen) -- tiles over
     // max_seqlen_q's query blocks x heads x sequences, each addressing its own sequence; no split, pair or other variant.
-    one(d == 64 ? Variant::kD64 : d == 128 ? Variant::kD128 : Variant::kD256);
+    one(d == 64 ? Variant::kD64 : d == 128 ? Variant::kD128 : Variant::kD256);  // (has_varlen_mode)
     out.workspace = launch_workspace(out.launch[0]);
     if (int64_t{out.launch[0].num_m_blocks} * p.heads_q * p.batch > 0x7fffffff) {
       out.launches = 0;

@@ -77,6 +77,8 @@ constexpr Shape shape_of(Variant v) {
 constexpr bool has_tail_split(Variant v) {
   return v == Variant::kD128Pieces || v == Variant::kD128LongSplit || v == Variant::kD256Split;
 }
+// The general variants, each also compiled in a varlen mode (Traits<V, T, true>) that plan() picks for varlen calls.
+constexpr bool has_varlen_mode(Variant v) { return v == Variant::kD64 || v == Variant::kD128 || v == Variant::kD256; }
 const char* variant_name(Variant v);
 
 // Block-sparse kernels add, after their tiles, two schedules per ring (1 + ceil(seqlen_k / block_n) ints each: the

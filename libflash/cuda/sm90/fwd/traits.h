@@ -36,7 +36,7 @@ struct Traits {
   // another for them), compiled a second time with every varlen branch: the dense kernel keeps none of them (they cost
   // d64/d128 tiles of 512-2k rows 2-5% on the H200; docs/kernels.md).
   static constexpr bool kVarlen = Varlen;
-  static_assert(!Varlen || V == Variant::kD64 || V == Variant::kD128 || V == Variant::kD256, "varlen: general variants only");
+  static_assert(!Varlen || has_varlen_mode(V), "varlen: general variants only");
 
   // ---- Epilogue: where O is staged for its TMA store (Shape::store_o) --------------------------------------------------
   static constexpr bool kTmaStoreO = kShape.store_o != 0;

@@ -3,7 +3,7 @@
 the binding's Python shows), the median over R repeats, in microseconds per call.
 
     LIBFLASH_PATH=build/libflash.so PYTHONPATH=bindings/python python3 scripts/host_cost.py [--calls N] [--repeats R]
-        [--json FILE] [--only numpy,torch,cuda]
+        [--json FILE] [--only numpy,torch,cuda] [--profile TEXT,...]
 
 CPU rows (numpy and torch CPU tensors) run with one library thread (LIBFLASH_NUM_THREADS=1 unless set) and one torch
 thread. With a CUDA GPU, torch and a CUDA build of libflash, the CUDA rows run too, and in the same process PyTorch's
@@ -11,11 +11,17 @@ own scaled_dot_product_attention (its flash backend) and, when installed, flash_
 each timed as N calls followed by one synchronize, fp16 [1, 128, 8, 64] (small enough that the GPU waits on the host).
 Rows whose API the loaded binding lacks are skipped, so the script also measures older bindings (PYTHONPATH pointing at
 an exported copy). Take numbers on an idle machine (`uptime` load < 1) and compare medians.
+
+--profile TEXT[,TEXT...]: after timing each row whose name contains one of the TEXTs, run it N more times under
+cProfile and print the functions that took the most time of their own (where the per-call microseconds go).
 """
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -37,6 +43,20 @@ def bench(fn, calls, repeats, sync=None):
             sync()
         per_call.append((time.perf_counter() - t0) / calls * 1e6)
     return statistics.median(per_call), min(per_call)
+
+
+def profile(fn, calls, sync=None, top=25):
+    """cProfile of `calls` calls of fn: the top functions by their own time, per call of fn."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    if sync:
+        sync()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    print(out.getvalue(), flush=True)
 
 
 def numpy_rows(libflash, np):
@@ -172,6 +192,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--only", default="numpy,torch,cuda", help="comma-separated: numpy, torch, cuda")
+    ap.add_argument("--profile", help="cProfile the rows whose name contains this text (comma-separated: any of them)")
     a = ap.parse_args()
     only = set(a.only.split(","))
 
@@ -186,10 +207,17 @@ def main():
 
     def run(rows, sync=None):
         for name, fn, *how in rows:
+            def measure():
+                r = bench(fn, a.calls, a.repeats, sync)
+                if a.profile and any(p in name for p in a.profile.split(",")):
+                    print("%-60s %9.2f us/call  (min %.2f); cProfile of %d calls:" % ((name,) + r + (a.calls,)))
+                    profile(fn, a.calls, sync)
+                return r
+
             if how == ["sdpa-libflash"]:
-                med, best = with_libflash_sdpa(torch, lambda: bench(fn, a.calls, a.repeats, sync))
+                med, best = with_libflash_sdpa(torch, measure)
             else:
-                med, best = bench(fn, a.calls, a.repeats, sync)
+                med, best = measure()
             results.append({"name": name, "median_us": round(med, 2), "min_us": round(best, 2)})
             print("%-60s %9.2f us/call  (min %.2f)" % (name, med, best), flush=True)
 

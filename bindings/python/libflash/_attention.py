@@ -395,6 +395,13 @@ def _fwd_fast(kind, q, k, v, causal, causal_alignment, window, softmax_scale, al
                          deterministic)
     except Exception:
         return None  # the general path raises it, after what it checks first
+    return _fwd_run(kind, q, fq, fk, fv, tmpl, return_lse, out, fo)
+
+
+def _fwd_run(kind, q, fq, fk, fv, tmpl, return_lse, out=None, fo=None):
+    """The fast forward once q, k, v are described (fq, fk, fv: their fields) and the options are in `tmpl`: packs
+    and runs flash_fwd; out (fields fo) is allocated when None, contiguous, like q. Returns out or (out, lse); raises
+    FlashError when the library refuses (having written nothing)."""
     b, sq, hq, d = fq[5], fq[6], fq[7], fq[8]
     code, dt, di = fq[1], fq[2], fq[3]
     args = _FWD.from_buffer_copy(tmpl)
@@ -402,7 +409,7 @@ def _fwd_fast(kind, q, k, v, causal, causal_alignment, window, softmax_scale, al
     _PACK(args, _F_K, *fk)
     _PACK(args, _F_V, *fv)
     if fo is None:
-        out = kind.empty(q, (b, sq, hq, d))
+        out = kind.empty_as(q, fq)
         op = kind.ptr(out)
         _PACK(args, _F_O, op, code, dt, di, 4, b, sq, hq, d, sq * hq * d, hq * d, d, 1)
     else:
@@ -470,6 +477,14 @@ def _bwd_fast(kind, q, k, v, o, do, lse, causal, causal_alignment, window, softm
                          deterministic)
     except Exception:
         return None
+    return _bwd_run(kind, (q, k, v), fq, fk, fv, fo, fdo, fl, tmpl, (dq, dk, dv), given)
+
+
+def _bwd_run(kind, qkv, fq, fk, fv, fo, fdo, fl, tmpl, grads=(None, None, None), fgrads=(None, None, None)):
+    """The fast backward once every input is described (fields fq ... fl) and the options are in `tmpl`: packs and
+    runs flash_bwd. grads: the caller's dq, dk, dv (fields fgrads), each None to allocate (contiguous, q's dtype and
+    device, shaped like its input). Returns (dq, dk, dv); raises FlashError when the library refuses."""
+    q = qkv[0]
     code, dt, di = fq[1], fq[2], fq[3]
     args = _BWD.from_buffer_copy(tmpl)
     _PACK(args, _B_Q, *fq)
@@ -479,10 +494,14 @@ def _bwd_fast(kind, q, k, v, o, do, lse, causal, causal_alignment, window, softm
     _PACK(args, _B_DO, *fdo)
     _PACK(args, _B_LSE, *fl)
     outs = []
-    for off, f, g, fg in ((_B_DQ, fq, dq, given[0]), (_B_DK, fk, dk, given[1]), (_B_DV, fv, dv, given[2])):
+    for off, x, f, g, fg in ((_B_DQ, q, fq, grads[0], fgrads[0]), (_B_DK, qkv[1], fk, grads[1], fgrads[1]),
+                             (_B_DV, qkv[2], fv, grads[2], fgrads[2])):
         if fg is None:
             b, s, h, d = f[5], f[6], f[7], f[8]
-            g = kind.empty(q, (b, s, h, d))  # like q (its dtype, its device), shaped like the input
+            if f[1] == code and f[2] == dt and f[3] == di:
+                g = kind.empty_as(x, f)  # x's dtype and device are q's: allocated like x
+            else:
+                g = kind.empty(q, (b, s, h, d))  # (the library refuses the call, naming x)
             _PACK(args, off, kind.ptr(g), code, dt, di, 4, b, s, h, d, s * h * d, h * d, d, 1)
         else:
             _PACK(args, off, *fg)

@@ -27,6 +27,7 @@ and skips elsewhere).
 
 import torch
 
+from . import _attention, _capi, _fast
 from ._attention import _attention_nograd, attention_backward
 from ._errors import FlashError
 
@@ -34,6 +35,7 @@ IMPL_NAME = "libflash"
 _OPS = ("_flash_attention_forward", "_flash_attention_backward", "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_flash_attention_backward")
 _HALF = (torch.float16, torch.bfloat16)
+_NO_WINDOW = (-1, -1)
 _registered = False
 error = None  # why registering failed, if it did
 
@@ -123,10 +125,15 @@ def _window(left, right):
 
 def _extras(query):
     """rng_state [2] and philox offset [] (uint64, unused without dropout: never read) and the empty debug mask, as the
-    built-in kernels return them, without launching anything."""
+    built-in kernels return them, without launching anything. (empty_strided: about 1.9 us each in torch 2.11 where
+    torch.empty with the same keywords costs 3.)"""
     dev = query.device
-    return (torch.empty((2,), dtype=torch.uint64, device=dev), torch.empty((), dtype=torch.uint64, device=dev),
-            torch.empty((0,), dtype=query.dtype, device=dev))
+    return (_empty_strided((2,), (1,), dtype=_U64, device=dev), _empty_strided((), (), dtype=_U64, device=dev),
+            _empty_strided((0,), (1,), dtype=query.dtype, device=dev))
+
+
+_empty_strided = torch.empty_strided
+_U64 = getattr(torch, "uint64", None)  # (torch >= 2.3; the kernels run only on 2.11)
 
 
 def _try(fn):
@@ -150,21 +157,84 @@ def _backward_bshd(do, q, k, v, o, lse, causal, window, scale):
                               deterministic=torch.are_deterministic_algorithms_enabled(), dq=dq, dk=dk, dv=dv)
 
 
+# ---- The fast path: SDPA's [batch, heads, seqlen, d] tensors described as libflash's [batch, seqlen, heads, d] from
+# their shapes and strides (TorchKind.fields_t12), with no transposed views and the outputs allocated in the built-in
+# kernels' layout directly (TorchKind.empty_like_t12). Anything it does not take goes the general way above.
+
+def _fast_fields(kind, ts):
+    """fields_t12 of every tensor of ts (all of the fast torch kind), or None."""
+    kinds = _fast.KINDS
+    out = []
+    for t in ts:
+        if kinds.get(type(t)) is not kind:
+            return None
+        f = kind.fields_t12(t)
+        if f is None:
+            return None
+        out.append(f)
+    return out
+
+
+def _forward_bhsd(q, k, v, causal, scale):
+    """(out, lse) for [batch, heads, seqlen, d] q, k, v with out [batch, heads, seqlen, d] in the built-in kernel's
+    layout; None when the library refuses the call (the built-in kernel then takes it)."""
+    kind = _fast.TorchKind
+    f = _fast_fields(kind, (q, k, v))
+    if f is not None:
+        try:
+            tmpl = _attention._template(_attention._FWD, _capi.flash_fwd_args_init, causal, "bottom_right",
+                                        _NO_WINDOW, scale, "auto", False)
+        except Exception:
+            tmpl = None  # the general path below raises it, or falls back, as before
+        if tmpl is not None:
+            out = kind.empty_like_t12(q, f[0])
+            try:
+                return _attention._fwd_run(kind, q, f[0], f[1], f[2], tmpl, True, out, kind.fields_t12(out))
+            except FlashError:
+                return None
+    r = _try(lambda: _forward_bshd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal, _NO_WINDOW,
+                                   scale))
+    return None if r is None else (r[0].transpose(1, 2), r[1])
+
+
+def _backward_bhsd(do, q, k, v, o, lse, causal, scale):
+    """(dq, dk, dv) for [batch, heads, seqlen, d] tensors, each in the built-in kernel's layout; None when the library
+    refuses the call."""
+    kind = _fast.TorchKind
+    f = _fast_fields(kind, (do, q, k, v, o))
+    fl = kind.fields(lse, 3) if f is not None and _fast.KINDS.get(type(lse)) is kind else None
+    if fl is not None and f[0][12] == 1:  # (a dO whose last dimension is strided is made contiguous below)
+        try:
+            tmpl = _attention._template(_attention._BWD, _capi.flash_bwd_args_init, causal, "bottom_right",
+                                        _NO_WINDOW, scale, "auto", torch.are_deterministic_algorithms_enabled())
+        except Exception:
+            tmpl = None
+        if tmpl is not None:
+            grads = (kind.empty_like_t12(q, f[1]), kind.empty_like_t12(k, f[2]), kind.empty_like_t12(v, f[3]))
+            try:
+                return _attention._bwd_run(kind, (q, k, v), f[1], f[2], f[3], f[4], f[0], fl, tmpl, grads,
+                                           [kind.fields_t12(g) for g in grads])
+            except FlashError:
+                return None
+    r = _try(lambda: _backward_bshd(do.transpose(1, 2), q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                    o.transpose(1, 2), lse, causal, _NO_WINDOW, scale))
+    return None if r is None else tuple(g.transpose(1, 2) for g in r)
+
+
 # ---- The kernels ------------------------------------------------------------------------------------------------------
 def _sdpa_forward(original):
     def kernel(keyset, query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None,
                **extra):
         r = None
-        if (not _any(extra) and dropout_p == 0.0 and not return_debug_mask and _dense_ok(query, key, value)
-                and _aligned(is_causal, query.shape[2], key.shape[2])):
-            r = _try(lambda: _forward_bshd(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                           bool(is_causal), (-1, -1), scale))
+        if ((not extra or not _any(extra)) and dropout_p == 0.0 and not return_debug_mask
+                and _dense_ok(query, key, value) and _aligned(is_causal, query.shape[2], key.shape[2])):
+            r = _forward_bhsd(query, key, value, bool(is_causal), scale)
         if r is None:
             return original.call_boxed(keyset, query, key, value, dropout_p, is_causal, return_debug_mask, scale=scale,
                                        **extra)
         out, lse = r
         rng, offset, debug = _extras(query)
-        return out.transpose(1, 2), lse, None, None, query.shape[2], key.shape[2], rng, offset, debug
+        return out, lse, None, None, query.shape[2], key.shape[2], rng, offset, debug
 
     return kernel
 
@@ -173,15 +243,13 @@ def _sdpa_backward(original):
     def kernel(keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p,
                is_causal, philox_seed, philox_offset, *, scale=None, **extra):
         r = None
-        if (not _any(extra) and dropout_p == 0.0 and cum_seq_q is None and cum_seq_k is None
+        if ((not extra or not _any(extra)) and dropout_p == 0.0 and cum_seq_q is None and cum_seq_k is None
                 and _dense_ok(grad_out, query, key, value, out) and _aligned(is_causal, query.shape[2], key.shape[2])):
-            t = [x.transpose(1, 2) for x in (grad_out, query, key, value, out)]
-            r = _try(lambda: _backward_bshd(t[0], t[1], t[2], t[3], t[4], logsumexp, bool(is_causal), (-1, -1),
-                                            scale))
+            r = _backward_bhsd(grad_out, query, key, value, out, logsumexp, bool(is_causal), scale)
         if r is None:
             return original.call_boxed(keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q,
                                        max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=scale, **extra)
-        return tuple(g.transpose(1, 2) for g in r)
+        return r
 
     return kernel
 

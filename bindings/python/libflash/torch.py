@@ -54,7 +54,7 @@ from typing import Optional, Tuple
 import torch  # the real PyTorch: absolute import
 
 from . import _capi, _fast
-from ._attention import _attention_nograd, _varlen_resolved, attention, attention_backward
+from ._attention import _attention_nograd, _bwd_fast, _fwd_fast, _varlen_resolved, attention, attention_backward
 from ._errors import error
 from ._kvcache import _host_int32, attention_with_kvcache
 
@@ -91,9 +91,12 @@ def _check_tensors(*ts):
             raise TypeError("libflash.torch: expected torch.Tensor inputs, got %s" % type(t).__name__)
 
 
+_NO_WINDOW = (-1, -1)
+
+
 def _window(window_size):
-    if window_size is None:
-        return (-1, -1)
+    if window_size is None or (type(window_size) is tuple and window_size == _NO_WINDOW):  # the default, quickly
+        return _NO_WINDOW
     left, right = window_size
     return (int(left), int(right))
 
@@ -169,6 +172,76 @@ class _PackedFunction(torch.autograd.Function):
         return None, torch.stack(grads, dim=a), None, None
 
 
+class _FlashAttnFunc(torch.autograd.Function):
+    """flash_attn_func's autograd: o = attention(q, k, v, **options), differentiable in q, k and v.
+
+    Leaner than FlashAttnFunction, for the host cost of a call: one output (the log-sum-exp is saved for the backward,
+    not returned, so there is no second output to wrap and mark non-differentiable), the options as one tuple
+    (causal, window, softmax_scale, deterministic), and both passes straight on the fast path (the general path takes
+    what it does not, with the same results and errors)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, opts):
+        causal, window, scale, deterministic = opts
+        kind = _fast.KINDS.get(type(q))
+        r = None
+        if kind is not None:  # grad mode is off inside forward: no grad check
+            r = _fwd_fast(kind, q, k, v, causal, "bottom_right", window, scale, "auto", deterministic, True, None, False)
+        if r is None:
+            r = attention(q, k, v, causal=causal, window=window, softmax_scale=scale, deterministic=deterministic,
+                          return_lse=True)
+        o, lse = r
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.opts = opts
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        if do is None:
+            return None, None, None, None
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, window, scale, deterministic = ctx.opts
+        do = _grad_out(do)
+        kind = _fast.KINDS.get(type(q))
+        r = None
+        if kind is not None:
+            r = _bwd_fast(kind, q, k, v, o, do, lse, causal, "bottom_right", window, scale, "auto", deterministic)
+        if r is None:
+            r = attention_backward(q, k, v, o, do, lse, causal=causal, window=window, softmax_scale=scale,
+                                   deterministic=deterministic)
+        dq, dk, dv = r
+        return dq, dk, dv, None
+
+
+def _c_apply(fn_class):
+    """fn_class.apply without the Python layer torch >= 2.0 puts around the C++ one (about 2.7 us of a call's host
+    cost in torch 2.11), or None where this torch lacks what it needs (then fn_class.apply is used).
+
+    That layer, for a Function without setup_context (as _FlashAttnFunc), does exactly this: with functorch transforms
+    (vmap, grad, ...) active it raises, so the caller must then use the full fn_class.apply; otherwise it unwraps
+    tensors that escaped a dead functorch transform (torch._C._functorch.unwrap_if_dead, done here per tensor) and
+    calls the C++ apply."""
+    single = getattr(torch.autograd.function, "_SingleLevelFunction", None)
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+    if single is None or active is None or unwrap is None or not issubclass(fn_class, single):
+        return None
+    if fn_class.setup_context is not single.setup_context:
+        return None  # the Python layer also binds default arguments for these
+    apply = super(single, fn_class).apply  # torch._C._FunctionBase.apply, bound to fn_class
+    full = fn_class.apply
+
+    def c_apply(q, k, v, opts):
+        if active():
+            return full(q, k, v, opts)
+        return apply(unwrap(q), unwrap(k), unwrap(v), opts)
+
+    return c_apply
+
+
+_flash_attn_apply = _c_apply(_FlashAttnFunc) or _FlashAttnFunc.apply
+
+
 def _attention_autograd(q, k, v, return_lse, opts):
     """libflash.attention() for torch inputs that require grad."""
     o, lse = FlashAttnFunction.apply(q, k, v, opts)
@@ -186,15 +259,22 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Differentiable in q, k, v; deterministic=True makes the backward bitwise reproducible."""
     if dropout_p or softcap or alibi_slopes is not None or return_attn_probs:
         _check_unsupported(dropout_p, softcap, alibi_slopes, return_attn_probs)
-    _check_tensors(q, k, v)
+    if type(q) not in _PLAIN_TENSORS or type(k) not in _PLAIN_TENSORS or type(v) not in _PLAIN_TENSORS:
+        _check_tensors(q, k, v)  # (plain tensors pass it: skipped for them, for the host cost)
     if _use_custom_op(q, k, v):
         return _op_fwd(q, k, v, softmax_scale, causal, window_size, deterministic)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        o, _ = FlashAttnFunction.apply(q, k, v, _opts(softmax_scale, causal, window_size, deterministic))
-        return o
-    # No gradient wanted: the forward alone, without the log-sum-exp autograd would keep.
-    return attention(q, k, v, causal=causal, window=_window(window_size), softmax_scale=softmax_scale,
-                     deterministic=deterministic)
+    window = _window(window_size)
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _flash_attn_apply(q, k, v, (causal, window, softmax_scale, deterministic))
+    # No gradient wanted: the forward alone, without the log-sum-exp autograd would keep; straight to the fast path
+    # (grad need already settled), else the general path, which names any problem.
+    kind = _fast.KINDS.get(type(q))
+    if kind is not None:
+        o = _fwd_fast(kind, q, k, v, causal, "bottom_right", window, softmax_scale, "auto", deterministic, False, None,
+                      False)
+        if o is not None:
+            return o
+    return attention(q, k, v, causal=causal, window=window, softmax_scale=softmax_scale, deterministic=deterministic)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -356,6 +436,7 @@ if _is_compiling is None:
     _is_compiling = getattr(_dynamo, "is_compiling", None) or (lambda: False)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_mode", None) or (lambda: 0)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_grad_enabled = torch.is_grad_enabled
 
 _OPS = None  # namespace with fwd, bwd, fwd_kvcache, varlen_fwd, varlen_bwd once defined
 custom_op_error = None  # why the custom ops are unavailable, when they are

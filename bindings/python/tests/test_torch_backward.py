@@ -203,6 +203,27 @@ def test_autograd_function_is_public():
     assert o.grad_fn is not None and lse.shape == (1, 1, 16)
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True, window_size=(8, 0), deterministic=True),
+                                dict(softmax_scale=0.3), dict(window_size=[4, 4])])
+def test_flash_attn_func_autograd_is_flash_attn_function_bitwise(kw):
+    """flash_attn_func's own (leaner) autograd Function gives bitwise the output and gradients of FlashAttnFunction,
+    the general one libflash.attention uses, for the same options (and non-contiguous inputs)."""
+    q, k, v = leaves((2, 24, 4, 32), (2, 40, 2, 32), (2, 40, 2, 32), seed=7)
+    opts = dict(causal=kw.get("causal", False), causal_alignment="bottom_right",
+                window=tuple(kw.get("window_size", (-1, -1))), softmax_scale=kw.get("softmax_scale"),
+                deterministic=kw.get("deterministic", False))
+    do = torch.randn(2, 24, 4, 32, generator=torch.Generator().manual_seed(3))
+    results = []
+    for run in (lambda a, b, c: flash_attn_func(a, b, c, **kw), lambda a, b, c: FlashAttnFunction.apply(a, b, c,
+                                                                                                      opts)[0]):
+        xs = [x.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_(True) for x in (q, k, v)]
+        o = run(*xs)
+        o.backward(do)
+        results.append([o.detach()] + [x.grad for x in xs])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
 def test_attention_backward_on_torch_cpu_tensors():
     q, k, v = (x.detach() for x in leaves((1, 40, 4, 32), (1, 50, 2, 32), (1, 50, 2, 32), seed=17))
     o, lse = libflash.attention(q, k, v, return_lse=True)

@@ -543,6 +543,34 @@ def test_kernel_sdpa_forward_and_backward_logic(cpu_kernels, causal):
         assert g.shape == x.shape and g.stride() == torch.empty_like(x.transpose(1, 2)).transpose(1, 2).stride()
 
 
+@pytest.mark.parametrize("layout", ["bhsd", "bshd_view", "sliced"])
+def test_kernel_sdpa_layouts(cpu_kernels, layout):
+    """The kernels read SDPA's [b, h, s, d] tensors in place (no transposed views) and allocate outputs in the built-in
+    kernel's layout: for a contiguous [b, h, s, d] input, the [b, h, s, d] view of a contiguous [b, s, h, d] one (what
+    attention modules pass), and a non-dense slice (the general layout path)."""
+    q, k, v = cpu_bhsd(d=64, hkv=2)
+    if layout == "bshd_view":
+        q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    elif layout == "sliced":
+        q, k, v = (x[..., :32] for x in (q, k, v))
+    builtin = Builtin()
+    out, lse = cpu_kernels._sdpa_forward(builtin)("keys", q, k, v, 0.0, True, False, scale=0.25)[:2]
+    assert builtin.calls == []
+    t = [x.transpose(1, 2) for x in (q, k, v)]
+    want, want_lse = libflash.attention(*t, causal=True, softmax_scale=0.25, return_lse=True)
+    assert torch.equal(out.transpose(1, 2), want) and torch.equal(lse, want_lse)
+    assert out.stride() == torch.empty_like(q.transpose(1, 2)).transpose(1, 2).stride()
+    do = torch.randn(out.shape).to(torch.float16)
+    got = cpu_kernels._sdpa_backward(builtin)("keys", do, q, k, v, out, lse, None, None, 24, 24, 0.0, True, "rng",
+                                               "off", scale=0.25)
+    assert builtin.calls == []
+    wants = libflash.attention_backward(*t, out.transpose(1, 2), do.transpose(1, 2), lse, causal=True,
+                                        softmax_scale=0.25)
+    for g, w, x in zip(got, wants, (q, k, v)):
+        assert torch.equal(g.transpose(1, 2), w)
+        assert g.stride() == torch.empty_like(x.transpose(1, 2)).transpose(1, 2).stride()
+
+
 def test_kernel_flash_forward_and_backward_logic(cpu_kernels):
     q, k, v = (x.transpose(1, 2).contiguous() for x in cpu_bhsd())  # [b, s, h, d]
     builtin = Builtin()

@@ -50,7 +50,9 @@ constexpr BwdShape bwd_shape(int d) {
 }
 
 // Workspace layout (bytes from p.workspace), the same for both main kernels.
-//   dq_acc fp32 [b * hq][sq_pad][dc]     the dQ accumulator (atomics), zeroed by the preprocess
+//   dq_acc fp32 [b * hq][sq_pad][dc]     the dQ accumulator (atomics), zeroed by the preprocess; the sm90 pipelined
+//                                        kernel at d64 keeps each tile of block_m rows in its accumulators' order
+//                                        (sm90/bwd/bwd_kernel.cuh: dq_bulk; bwd_common.cuh: bwd_convert_dq_frag)
 //   lse2   fp32 [b * hq][sq_pad]         LSE * log2(e); +inf for rows that see no key and for padding
 //   dsum   fp32 [b * hq][sq_pad]         D = rowsum(dO o O)
 //   sem    int32 [b * hq][sq_pad / 64]   deterministic mode: how many key blocks have added into a query block

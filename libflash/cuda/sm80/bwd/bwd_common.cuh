@@ -155,6 +155,32 @@ __global__ void __launch_bounds__(256) bwd_convert_dq(const __grid_constant__ Bw
   }
 }
 
+// The same for a workspace in the sm90 d64 pipelined kernel's order (bwd_kernel.cuh: dq_bulk): tiles of kFragM rows
+// from each sequence's row 0, a tile's kFragM x dc floats as 64 x 64 pieces (piece c: rows 64 (c / (dc / 64)), columns
+// 64 (c % (dc / 64))), float4 dt * 128 + wq * 32 + lane of a piece holding rows 16 wq + lane / 4 (+ 8), columns
+// 8 dt + 2 (lane % 4) (+ 1). One CTA a tile: each thread reads whole float4s (coalesced) and writes two pairs.
+template <DType kDType, int kTag, int kFragM>
+__global__ void __launch_bounds__(256) bwd_convert_dq_frag(const __grid_constant__ BwdParams p, const KArgs w) {
+  using E = Elem<kDType>;
+  using T = typename E::type;
+  const int bh = blockIdx.y, b = bh / p.heads_q, h = bh % p.heads_q;
+  const int64_t row0 = int64_t(blockIdx.x) * kFragM;
+  const SeqBounds seq = seq_bounds(p, b);
+  if (row0 >= seq.seqlen_q) return;  // (varlen: past this sequence's rows)
+  const int np = int(w.dc / 64), rows = int(min(int64_t(kFragM), seq.seqlen_q - row0));
+  const float4* acc = reinterpret_cast<const float4*>(w.dq_acc + (ws_row(p, w, b, h, seq) + row0) * w.dc);
+  T* dq = static_cast<T*>(p.dq) + b * p.dq_batch_stride + (seq.q_start + row0) * p.dq_row_stride + h * p.dq_head_stride;
+  for (int f = threadIdx.x; f < kFragM * int(w.dc) / 4; f += blockDim.x) {
+    const int c = f / 1024, fi = f % 1024, dt = fi / 128, wq = (fi / 32) % 4, lane = fi % 32;
+    const int r = (c / np) * 64 + wq * 16 + lane / 4, col = (c % np) * 64 + dt * 8 + 2 * (lane % 4);
+    if (col >= p.head_dim) continue;
+    const float4 x = acc[f];
+    if (r < rows) *reinterpret_cast<uint32_t*>(dq + r * p.dq_row_stride + col) = E::pack(x.x * p.scale, x.y * p.scale);
+    if (r + 8 < rows)
+      *reinterpret_cast<uint32_t*>(dq + (r + 8) * p.dq_row_stride + col) = E::pack(x.z * p.scale, x.w * p.scale);
+  }
+}
+
 // ---- Varlen with seqused_k: dK = dV = 0 in each slot's unused rows ------------------------------------------
 // Keys [k_start + seqlen_k, k_start + k_slot) of sequence blockIdx.y (seq_bounds: inside the tensors), every kv head,
 // 16-byte chunks where the strides allow (head_dim is a multiple of 8; dk/dv rows may be only 4-byte aligned, so
@@ -217,7 +243,9 @@ struct KeyBlockWork {
 
   __device__ __forceinline__ KeyBlockWork(const BwdParams& p_, const KArgs& w_, uint32_t smem0_, int tid_)
       : p(p_), w(w_), smem0(smem0_), tid(tid_) {
-    n_block = blockIdx.x;
+    // Deterministic mode dispatches the last key block first (det_rank: the order of the dQ adds); K::kMayBeDet = false
+    // (the sm90 pipelined kernels, never run deterministic) keeps the plain index, free of registers.
+    n_block = K::kMayBeDet && p.deterministic ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
     b = blockIdx.y / p.heads_kv, h_kv = blockIdx.y % p.heads_kv;
     const SeqBounds seq = kMayBeVarlen ? seq_bounds(p, b) : dense_bounds(p);
     if (varlen()) {  // the copy the main loop reads (uniform branch: every thread reaches the barrier)
@@ -257,6 +285,20 @@ struct KeyBlockWork {
     i_lo = int(q_lo / kBlockM);
     n_i = q_lo < q_hi ? int((q_hi + kBlockM - 1) / kBlockM) - i_lo : 0;
     n_steps = n_i * ratio;
+  }
+
+  // Deterministic mode: this key block's place in the order of the dQ adds into the query block at q0, whose
+  // counter must read it before this block adds. The order is descending: the key blocks that see the query block
+  // form one range (its rows see an interval of keys), and the last of them adds first. With the grid dispatching the
+  // last key block first (the constructor), a block waits only for blocks that started before it, and under a causal
+  // mask no block waits at all in the ideal: key block j reaches query block i at its step i - j, after every block
+  // j' > j, which ranks before it there. (Ascending, key block j waited j steps at its first step: deterministic
+  // causal ran 1.6-2.4x the default on the H200.)
+  __device__ __forceinline__ int det_rank(int q0) const {
+    const int64_t seq_k = seqlen_k();
+    const int64_t q_last = min(int64_t(q0) + kBlockM, int64_t(seqlen_q())) - 1;
+    const int64_t k_last = p.window_right >= 0 ? min(q_last + diag_offset() + p.window_right, seq_k - 1) : seq_k - 1;
+    return int(k_last / kBlockN) - n_block;
   }
 
   __device__ __forceinline__ bool varlen() const { return kMayBeVarlen && p.varlen; }
@@ -363,7 +405,11 @@ int32_t launch_bwd_with(const BwdParams& p, const BwdPlan& plan, Kernel* kernel,
     if (const int32_t s = cuda::check_launch("sm80 bwd main kernel"); s != FLASH_OK) return s;
   }
   if (p.seqlen_q > 0) {
-    bwd_convert_dq<kDType, K::kTag><<<dim3(unsigned((p.seqlen_q + 7) / 8), bh), 256, 0, stream>>>(p, w);
+    if constexpr (K::kDQFragRows > 0)  // (the sm90 d64 pipelined kernel's dQ order)
+      bwd_convert_dq_frag<kDType, K::kTag, K::kDQFragRows>
+          <<<dim3(unsigned((p.seqlen_q + K::kDQFragRows - 1) / K::kDQFragRows), bh), 256, 0, stream>>>(p, w);
+    else
+      bwd_convert_dq<kDType, K::kTag><<<dim3(unsigned((p.seqlen_q + 7) / 8), bh), 256, 0, stream>>>(p, w);
     if (const int32_t s = cuda::check_launch("sm80 bwd convert dq"); s != FLASH_OK) return s;
   }
   if (p.varlen && p.seqused_k != nullptr) {  // slot rows past seqused_k: dk = dv = 0 (slot lengths are device data)

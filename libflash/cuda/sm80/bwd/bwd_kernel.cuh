@@ -10,8 +10,8 @@
 //   dV  += P^T dO_i,   dK += dS^T Q_i       (A operands straight from the accumulators)
 //   dQ_i += dS K_j                          (dS through shared memory; fp32 atomics)
 // Q_i, dO_i (and LSE2_i, D_i) are double-buffered with cp.async: block i+1 loads during i. Deterministic
-// mode: the adds into query block i happen in key-block order, serialised by a per-(b, h, i) counter (the
-// CTA of key block j waits until j - j_first(i) blocks added).
+// mode: the adds into query block i happen in descending key-block order, serialised by a per-(b, h, i) counter
+// (KeyBlockWork::det_rank: the CTA of key block j waits until j_last(i) - j blocks added).
 #pragma once
 #include "bwd_common.cuh"
 
@@ -28,6 +28,8 @@ struct BwdTraits {
   static constexpr int kQStages = s.q_stages, kDQCols = s.dq_cols;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTag = 0;  // instantiation tag of the helper kernels (launch_bwd_with)
+  static constexpr int kDQFragRows = 0;  // dQ accumulator rows in plain order (launch_bwd_with: the convert kernel)
+  static constexpr bool kMayBeDet = true;  // (KeyBlockWork: deterministic calls run this kernel)
   static constexpr int kMinBlocks = 1;
   static constexpr int kDPart = kD / kSplitD;  // dK/dV columns per warp
   static_assert(kBlockN == 16 * kWarps / kSplitD, "16 key rows per warp (group)");
@@ -200,9 +202,7 @@ __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) bwd_main(const __g
     int rank = 0;
     if (det) {
       sem = w.sem + bh * (sq_pad / 64) + i;
-      const int64_t k_first = q0 + diag_offset() - (p.window_left >= 0 ? p.window_left : 0);
-      const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
-      rank = n_block - j_first;
+      rank = work.det_rank(q0);
       if (tid == 0)
         while (ld_acquire(sem) != rank) __nanosleep(32);
     }

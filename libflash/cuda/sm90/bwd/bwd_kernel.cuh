@@ -19,12 +19,13 @@
 //                                              warpgroup w takes 64 x 64 piece w (d64: rows 64w..)
 // dP^T and dV run as wgmma groups of their own, so the tensor cores work on them while P^T and dS^T are
 // computed. With a pipe (bwd_sm90.h), step i's dQ is computed and added during step i+1 from a second dS^T
-// buffer, so one CTA barrier per step remains and the dQ adds overlap the tensor cores' next work. One
-// warpgroup per CTA (two CTAs per SM) was 0.62x at d128; dQ by bulk reduce-adds from shared memory
-// 0.98-1.0x of the fp32 vector reductions (H100; docs/kernels.md).
+// buffer, so one CTA barrier per step remains and the dQ adds overlap the tensor cores' next work; at d64 they
+// go out as bulk reduce-adds from shared memory (dq_bulk). One warpgroup per CTA (two CTAs per SM) was 0.62x at
+// d128 (docs/kernels.md).
 // Shared tiles keep bwd_main's layout: 64-column pages of 128-byte rows, 16-byte chunk ^= row % 8, which
 // is the wgmma 128-byte swizzle (8-row atoms of 1024 bytes; the base is aligned to 1024 here).
 #pragma once
+#include "../../ptx/hopper.cuh"
 #include "../../ptx/wgmma.cuh"
 #include "../../sm80/bwd/bwd_common.cuh"
 #include "bwd_sm90.h"
@@ -47,6 +48,7 @@ struct BwdTraits90 {
   static_assert(kBlockM == 64 || (kBlockM == 128 && kD == 64), "tile");
   // dQ tile kBlockM x kD in 64 x 64 pieces, piece w (+ kWGs, ...) to warpgroup w.
   static constexpr int kDQTiles = (kBlockM / 64) * (kD / 64), kDQTilesPerWG = (kDQTiles + kWGs - 1) / kWGs;
+  static constexpr bool kMayBeDet = kPipe == 0;  // (the plan runs deterministic calls in-step; KeyBlockWork)
   static constexpr int kTag = 90;  // own copies of the helper kernels (bwd_common.cuh: launch_bwd_with)
   static_assert(kD == 64 || kD == 128, "sm90 backward: head dims 64 and 128");
   static constexpr uint32_t kKBytes = kBlockN * kD * 2;
@@ -58,7 +60,12 @@ struct BwdTraits90 {
   static constexpr uint32_t kOffL = kOffDS + kDSBufs * kDSBytes;         // lse2 [stages][kBlockM]
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
   static constexpr uint32_t kOffSeq = kOffDsum + kQStages * kBlockM * 4;  // a varlen sequence's bounds (KeyBlockWork)
-  static constexpr uint32_t kSmem = kOffSeq + 32;
+  // d64's pipelined form: the dQ tile (kBlockM x kD fp32, 64 x 64 pieces in the accumulators' order) for its bulk
+  // reduce-adds (dq_bulk; d128 keeps red.global, 0.96x with the bulk form on the H200).
+  static constexpr bool kDQBulk = kPipe != 0 && kD == 64;
+  static constexpr int kDQFragRows = kDQBulk ? kBlockM : 0;  // the workspace's dQ layout (bwd_convert_dq_frag)
+  static constexpr uint32_t kOffDQ = kOffSeq + 32;
+  static constexpr uint32_t kSmem = kOffDQ + (kDQBulk ? kBlockM * kD * 4 : 0);
   static constexpr uint32_t kSmemAlloc = kSmem + 1024;  // room to align the base to 1024 bytes
   static_assert(kOffQ % 1024 == 0 && kOffDO % 1024 == 0 && kOffDS % 1024 == 0 && kQBytes % 1024 == 0, "atoms");
   static_assert(kSmemAlloc == s.smem_bytes(), "the plan's shared memory");
@@ -113,6 +120,41 @@ __device__ __forceinline__ void dq_add(float (&acc)[K::kDQTilesPerWG][32], float
   }
 }
 
+// d64's pipelined form's dQ out (kDQBulk): the warpgroup's pieces into the shared dQ tile in the accumulators' own
+// order (float4 dt * 128 + warp * 32 + lane of a piece: 512 contiguous bytes a store instruction, no bank conflict),
+// then one `cp.reduce.async.bulk ... add.f32` of 16 KB a piece by the warpgroup's first thread into the workspace
+// tile, which holds the same order (bwd_convert_dq_frag undoes it). One bulk request replaces 16 red.global a thread,
+// the step's largest stall (ncu, H200: lg/mio throttle, and the registers they read held until the queue drained):
+// d64 bwd 1.10-1.13x; d128 0.96x (its tile is 64 rows: half the FLOPs a byte of dQ), so d128 keeps red.global.
+// The caller has made sure that the tile's previous bulk reads are done (dq_tile_free).
+template <class K>
+__device__ __forceinline__ void dq_bulk(float (&acc)[K::kDQTilesPerWG][32], uint32_t dq_smem, float* dq_tile, int wgi,
+                                        int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+    const int c = wgi + j * K::kWGs;
+    if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
+    wg::fence_regs(acc[j]);
+    const uint32_t dst = dq_smem + uint32_t(c) * 16384u + uint32_t((warp % 4) * 32 + lane) * 16u;
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt)
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst + dt * 2048), "f"(acc[j][dt * 4]),
+                   "f"(acc[j][dt * 4 + 1]), "f"(acc[j][dt * 4 + 2]), "f"(acc[j][dt * 4 + 3])
+                   : "memory");
+  }
+  wg::fence_proxy_async();  // the stores, before the bulk copy reads them
+  ptx::named_sync(1 + wgi, 128);
+  if (warp % 4 == 0 && lane == 0) {
+#pragma unroll
+    for (int j = 0; j < K::kDQTilesPerWG; ++j) {
+      const int c = wgi + j * K::kWGs;
+      if (K::kDQTiles % K::kWGs != 0 && c >= K::kDQTiles) continue;
+      ptx::bulk_reduce_add_f32(dq_tile + c * 4096, dq_smem + uint32_t(c) * 16384u, 16384u);
+    }
+    wg::bulk_commit();
+  }
+}
+
 template <class K>
 __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_constant__ BwdParams p, const KArgs w) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -162,6 +204,16 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
   int prev_h = 0;
   int prev_q0 = 0;
   uint32_t prev_ds = ds_smem + (K::kPipe ? K::kDSBytes : 0u);  // (step 0's dQ reads a buffer step 0 leaves alone)
+  // kDQBulk: the last bulk reduce-add has read the dQ tile (its issuer waits; the barrier after tells the rest).
+  auto dq_tile_free = [&]() {
+    if (K::kDQBulk && tid % 128 == 0) wg::bulk_wait_read();
+  };
+  auto dq_out = [&](float (&acc)[K::kDQTilesPerWG][32], int h_of, int q0_of) {
+    if constexpr (K::kDQBulk)
+      dq_bulk<K>(acc, smem0 + K::kOffDQ, w.dq_acc + (work.ws_row_of(h_of) + q0_of) * kD, wgi, warp, lane);
+    else
+      dq_add<K>(acc, w.dq_acc, work.ws_row_of(h_of), q0_of, wgi, wq0, g, t);
+  };
 
   for (int it = 0; step < n_steps; ++it) {
     const int stage = it & 1;
@@ -184,6 +236,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     const uint32_t early_bits = kEarlyMask ? mask_bits() : 0u;
     cp_async_wait<0>();
     wg::fence_proxy_async();  // this thread's cp.async writes, before the tensor cores read them
+    dq_tile_free();
     __syncthreads();          // Q_i, dO_i landed; every warp is done with the previous step (dS, the other stage)
     const int step_next = next_step(step + 1);
     if (step_next < n_steps) load_q(step_next, stage ^ 1);
@@ -225,7 +278,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     wg::commit();
     if constexpr (K::kPipe == 1) {
       wg::wait<2>();  // the previous step's dQ (the oldest group) is done
-      if (have_prev) dq_add<K>(acc_pq, w.dq_acc, work.ws_row_of(prev_h), prev_q0, wgi, wq0, g, t);
+      if (have_prev) dq_out(acc_pq, prev_h, prev_q0);
     }
     wg::wait<1>();
     wg::fence_regs(s);
@@ -313,7 +366,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
     if constexpr (K::kPipe) {
       if constexpr (K::kPipe == 2) {
         wg::wait<1>();  // dV and the previous step's dQ are done; dK runs on
-        if (have_prev) dq_add<K>(acc_pq, w.dq_acc, work.ws_row_of(prev_h), prev_q0, wgi, wq0, g, t);
+        if (have_prev) dq_out(acc_pq, prev_h, prev_q0);
       }
       // dV, dK done before the next step's barrier (after it, the next load overwrites this Q/dO stage);
       // this step's dQ runs in the next step (or after the loop).
@@ -332,9 +385,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
       int rank = 0;
       if (det) {
         sem = w.sem + bh * (sq_pad / 64) + i * (kBlockM / 64);
-        const int64_t k_first = q0 + diag_offset() - (p.window_left >= 0 ? p.window_left : 0);
-        const int j_first = p.window_left >= 0 ? int(max(k_first, int64_t(0)) / kBlockN) : 0;
-        rank = n_block - j_first;
+        rank = work.det_rank(q0);
         if (tid == 0)
           while (ld_acquire(sem) != rank) __nanosleep(32);
       }
@@ -361,11 +412,13 @@ __global__ void __launch_bounds__(K::kThreads, 1) bwd_main_sm90(const __grid_con
   if constexpr (K::kPipe) {  // the last step's dQ
     if (have_prev) {
       float acc_pq[K::kDQTilesPerWG][32];
+      dq_tile_free();
       __syncthreads();  // its dS^T complete in shared memory
       dq_mma<K>(acc_pq, prev_ds, k_smem, wgi);
       wg::wait<0>();
-      dq_add<K>(acc_pq, w.dq_acc, work.ws_row_of(prev_h), prev_q0, wgi, wq0, g, t);
+      dq_out(acc_pq, prev_h, prev_q0);
     }
+    if (tid % 128 == 0) wg::bulk_wait();  // (the reduce-adds done before the CTA's shared memory goes)
   }
 
   // Epilogue: dK * scale and dV, this warp's rows, straight from the accumulators.

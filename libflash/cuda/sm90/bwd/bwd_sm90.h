@@ -22,10 +22,11 @@ struct WgmmaBwdShape {
   int block_m;
   int pipe;
   // K, V; Q, dO (two stages); dS^T (two buffers with a pipe); LSE2, D (two stages); a varlen sequence's bounds (32);
-  // + 1024 to align the base.
+  // d64 with a pipe, the dQ tile (fp32) of its bulk reduce-adds; + 1024 to align the base.
   constexpr size_t smem_bytes() const {
     return size_t(2) * 128 * head_dim * 2 + size_t(2) * 2 * block_m * head_dim * 2 +
-           size_t(pipe ? 2 : 1) * 128 * block_m * 2 + size_t(2) * 2 * block_m * 4 + 32 + 1024;
+           size_t(pipe ? 2 : 1) * 128 * block_m * 2 + size_t(2) * 2 * block_m * 4 + 32 +
+           (pipe && head_dim == 64 ? size_t(block_m) * head_dim * 4 : 0) + 1024;
   }
 };
 

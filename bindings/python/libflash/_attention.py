@@ -431,6 +431,9 @@ def _fwd_run(kind, q, fq, fk, fv, tmpl, return_lse, out=None, fo=None):
     return (out, lse) if return_lse else out
 
 
+_NO_WINDOW = (-1, -1)  # no sliding window (the one tuple the fast paths compare against)
+
+
 def _attention_nograd(q, k, v, causal=False, window=(-1, -1), softmax_scale=None, deterministic=False,
                       return_lse=False, out=None, causal_alignment="bottom_right", algorithm="auto"):
     """attention() for torch tensors that never goes through autograd, whatever the grad mode: for the kernels of

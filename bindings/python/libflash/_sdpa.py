@@ -28,14 +28,13 @@ and skips elsewhere).
 import torch
 
 from . import _attention, _capi, _fast
-from ._attention import _attention_nograd, attention_backward
+from ._attention import _NO_WINDOW, _attention_nograd, attention_backward
 from ._errors import FlashError
 
 IMPL_NAME = "libflash"
 _OPS = ("_flash_attention_forward", "_flash_attention_backward", "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_flash_attention_backward")
 _HALF = (torch.float16, torch.bfloat16)
-_NO_WINDOW = (-1, -1)
 _registered = False
 error = None  # why registering failed, if it did
 
@@ -260,7 +259,7 @@ def _flash_forward(original):
                **extra):
         r = None
         window = _window(window_size_left, window_size_right)
-        masked = is_causal or window != (-1, -1)
+        masked = is_causal or window != _NO_WINDOW
         if (not _any(extra) and cum_seq_q is None and cum_seq_k is None and seqused_k is None and alibi_slopes is None and dropout_p == 0.0
                 and not return_debug_mask and _dense_ok(query, key, value)
                 and _aligned(masked, query.shape[1], key.shape[1])):
@@ -282,7 +281,7 @@ def _flash_backward(original):
                is_causal, rng_state, unused, *, scale=None, window_size_left=None, window_size_right=None, **extra):
         r = None
         window = _window(window_size_left, window_size_right)
-        masked = is_causal or window != (-1, -1)
+        masked = is_causal or window != _NO_WINDOW
         if (not _any(extra) and dropout_p == 0.0 and cum_seq_q is None and cum_seq_k is None
                 and _dense_ok(grad_out, query, key, value, out) and _aligned(masked, query.shape[1], key.shape[1])):
             r = _try(lambda: _backward_bshd(grad_out, query, key, value, out, logsumexp, bool(is_causal), window,

@@ -54,7 +54,8 @@ from typing import Optional, Tuple
 import torch  # the real PyTorch: absolute import
 
 from . import _capi, _fast
-from ._attention import _attention_nograd, _bwd_fast, _fwd_fast, _varlen_resolved, attention, attention_backward
+from ._attention import (_NO_WINDOW, _attention_nograd, _bwd_fast, _fwd_fast, _varlen_resolved, attention,
+                         attention_backward)
 from ._errors import error
 from ._kvcache import _host_int32, attention_with_kvcache
 
@@ -91,9 +92,6 @@ def _check_tensors(*ts):
             raise TypeError("libflash.torch: expected torch.Tensor inputs, got %s" % type(t).__name__)
 
 
-_NO_WINDOW = (-1, -1)
-
-
 def _window(window_size):
     if window_size is None or (type(window_size) is tuple and window_size == _NO_WINDOW):  # the default, quickly
         return _NO_WINDOW
@@ -115,7 +113,7 @@ def _backward_options(opts):
 class FlashAttnFunction(torch.autograd.Function):
     """(o, lse) = attention(q, k, v, return_lse=True, **opts), differentiable in q, k and v (lse is not).
 
-    Used by flash_attn_func and by libflash.attention() when a torch input requires grad."""
+    Used by libflash.attention() when a torch input requires grad (flash_attn_func has its own, _FlashAttnFunc)."""
 
     @staticmethod
     def forward(ctx, q, k, v, opts):

@@ -61,8 +61,8 @@ struct BwdTraits90 {
   static constexpr uint32_t kOffDsum = kOffL + kQStages * kBlockM * 4;   // dsum [stages][kBlockM]
   static constexpr uint32_t kOffSeq = kOffDsum + kQStages * kBlockM * 4;  // a varlen sequence's bounds (KeyBlockWork)
   // d64's pipelined form: the dQ tile (kBlockM x kD fp32, 64 x 64 pieces in the accumulators' order) for its bulk
-  // reduce-adds (dq_bulk; d128 keeps red.global, 0.96x with the bulk form on the H200).
-  static constexpr bool kDQBulk = kPipe != 0 && kD == 64;
+  // reduce-adds (WgmmaBwdShape::dq_bulk).
+  static constexpr bool kDQBulk = s.dq_bulk();
   static constexpr int kDQFragRows = kDQBulk ? kBlockM : 0;  // the workspace's dQ layout (bwd_convert_dq_frag)
   static constexpr uint32_t kOffDQ = kOffSeq + 32;
   static constexpr uint32_t kSmem = kOffDQ + (kDQBulk ? kBlockM * kD * 4 : 0);
